@@ -1,0 +1,75 @@
+//===- Kernel.h - a built kiln kernel and its metadata ----------*- C++ -*-===//
+//
+// What the DSL hands to the compiler and the executors: the kernel's kiln IR
+// (held behind a pointer so that this header needs no MLIR) and the metadata a
+// launcher needs: name, parameters, grid.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_COMPILER_KERNEL_H
+#define KILN_COMPILER_KERNEL_H
+
+#include "kiln/runtime/DType.h"
+#include "kiln/runtime/HostTensor.h"
+
+#include <array>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kiln {
+
+/// One parameter of the kernel function, in order.
+struct ParamInfo {
+  enum class Kind { Pointer, Scalar };
+  std::string name;
+  Kind kind;
+  DType dtype; ///< pointee type for pointers, the value's type for scalars
+};
+
+/// A tensor argument: one pointer parameter plus one stride parameter per
+/// dimension. Its shape is compiled into the kernel.
+struct TensorParamInfo {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  int pointerParam;
+  std::vector<int> strideParams;
+};
+
+/// A value for one parameter: a pointer (host or device), an integer, or a
+/// float.
+using ArgValue = std::variant<void *, int64_t, double>;
+
+class Kernel {
+public:
+  struct Impl;
+  explicit Kernel(std::shared_ptr<Impl> impl);
+
+  const std::string &name() const;
+  const std::vector<ParamInfo> &params() const;
+  const std::vector<TensorParamInfo> &tensors() const;
+  /// Programs along x, y, z.
+  std::array<int64_t, 3> grid() const;
+  /// The kiln IR as text, with source locations when `withLocations`.
+  std::string ir(bool withLocations = false) const;
+
+  /// The argument list for a launch: each tensor parameter bound by name to a
+  /// tensor of the same dtype and shape, strides checked against the index
+  /// width. Throws kiln::Error naming the tensor on any mismatch.
+  std::vector<ArgValue> bind(const std::map<std::string, TensorRef> &tensors) const;
+
+  Impl &impl() const { return *impl_; }
+
+private:
+  std::shared_ptr<Impl> impl_;
+};
+
+/// Parses and verifies kiln IR text; returns the diagnostics, empty when the
+/// module is valid.
+std::string verifyModuleText(const std::string &text);
+
+} // namespace kiln
+
+#endif // KILN_COMPILER_KERNEL_H

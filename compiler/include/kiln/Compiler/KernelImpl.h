@@ -1,0 +1,40 @@
+//===- KernelImpl.h - the MLIR side of a Kernel -----------------*- C++ -*-===//
+//
+// Internal: included by kiln's own MLIR-using translation units only.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_COMPILER_KERNELIMPL_H
+#define KILN_COMPILER_KERNELIMPL_H
+
+#include "kiln/Compiler/Kernel.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+
+namespace kiln {
+
+struct Kernel::Impl {
+  std::shared_ptr<mlir::MLIRContext> context;
+  mutable mlir::OwningOpRef<mlir::ModuleOp> module;
+  std::string name;
+  std::vector<ParamInfo> params;
+  std::vector<TensorParamInfo> tensors;
+  std::array<int64_t, 3> grid{1, 1, 1};
+
+  /// The kernel function: the func.func named `name` in the module.
+  mlir::func::FuncOp func() const;
+};
+
+/// A context with every dialect of a kiln module loaded.
+std::shared_ptr<mlir::MLIRContext> makeKilnContext();
+
+/// The kiln DType of an MLIR element type; throws for others.
+DType dtypeOf(mlir::Type t);
+/// The MLIR element type of a DType.
+mlir::Type mlirType(mlir::MLIRContext *ctx, DType t);
+
+} // namespace kiln
+
+#endif // KILN_COMPILER_KERNELIMPL_H

@@ -1,0 +1,178 @@
+//===- KilnOps.td - kiln tile ops ------------------------*- tablegen -*-===//
+//
+// Index operands (program ids, block offsets, global shapes, strides) are i32:
+// kiln's index width. Pointer offsets (kiln.addptr) may be i64 so that a view
+// into a large tensor can start past 2^31 elements.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECT_KILN_IR_KILNOPS_TD
+#define KILN_DIALECT_KILN_IR_KILNOPS_TD
+
+include "kiln/Dialect/Kiln/IR/KilnDialect.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+class Kiln_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Kiln_Dialect, mnemonic, traits>;
+
+def Kiln_FloatTile : RankedTensorOf<[F32, F16, BF16]>;
+def Kiln_ElementType : AnyTypeOf<[F32, F16, BF16, I1, I32, I64]>;
+
+//===----------------------------------------------------------------------===//
+// Launch grid
+//===----------------------------------------------------------------------===//
+
+def Kiln_ProgramIdOp : Kiln_Op<"program_id", [Pure]> {
+  let summary = "index of this program along one axis of the launch grid";
+  let arguments = (ins ConfinedAttr<I32Attr, [IntNonNegative, IntMaxValue<2>]>:$axis);
+  let results = (outs I32:$result);
+  let assemblyFormat = "$axis attr-dict";
+}
+
+def Kiln_NumProgramsOp : Kiln_Op<"num_programs", [Pure]> {
+  let summary = "number of programs along one axis of the launch grid";
+  let arguments = (ins ConfinedAttr<I32Attr, [IntNonNegative, IntMaxValue<2>]>:$axis);
+  let results = (outs I32:$result);
+  let assemblyFormat = "$axis attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Tile creation
+//===----------------------------------------------------------------------===//
+
+def Kiln_IotaOp : Kiln_Op<"iota", [Pure]> {
+  let summary = "the 1-D tile 0, 1, ..., N-1 (arange)";
+  let results = (outs RankedTensorOf<[I32]>:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_SplatOp : Kiln_Op<"splat", [Pure]> {
+  let summary = "a tile with every element equal to a scalar (full)";
+  let arguments = (ins Kiln_ElementType:$value);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($value) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+def Kiln_AddPtrOp : Kiln_Op<"addptr", [Pure, AllTypesMatch<["ptr", "result"]>]> {
+  let summary = "advance a pointer by a number of elements";
+  let arguments = (ins Kiln_PointerType:$ptr, AnyTypeOf<[I32, I64]>:$offset);
+  let results = (outs Kiln_PointerType:$result);
+  let assemblyFormat = "$ptr `,` $offset attr-dict `:` type($ptr) `,` type($offset)";
+}
+
+def Kiln_LoadOp : Kiln_Op<"load", [AttrSizedOperandSegments]> {
+  let summary = "load a block of a strided global tensor";
+  let description = [{
+    Reads the block whose first element sits at `offsets` of the global tensor
+    at `ptr` with the given `shape` and `strides` (in elements). The block
+    shape is the result's shape. Elements outside the global shape are not
+    read; they take the value `padding`.
+  }];
+  let arguments = (ins Arg<Kiln_PointerType, "global tensor", [MemRead]>:$ptr,
+                   Variadic<I32>:$offsets, Variadic<I32>:$shape,
+                   Variadic<I32>:$strides,
+                   DefaultValuedAttr<F64Attr, "0.0">:$padding);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $ptr `[` $offsets `]` `shape` `[` $shape `]` `strides` `[` $strides `]`
+    attr-dict `:` qualified(type($ptr)) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_StoreOp : Kiln_Op<"store", [AttrSizedOperandSegments]> {
+  let summary = "store a tile into a block of a strided global tensor";
+  let description = [{
+    Writes `value` to the block at `offsets` of the global tensor at `ptr`.
+    Elements that fall outside the global shape are skipped.
+  }];
+  let arguments = (ins AnyRankedTensor:$value,
+                   Arg<Kiln_PointerType, "global tensor", [MemWrite]>:$ptr,
+                   Variadic<I32>:$offsets, Variadic<I32>:$shape,
+                   Variadic<I32>:$strides);
+  let assemblyFormat = [{
+    $value `,` $ptr `[` $offsets `]` `shape` `[` $shape `]` `strides` `[` $strides `]`
+    attr-dict `:` type($value) `,` qualified(type($ptr))
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Compute
+//===----------------------------------------------------------------------===//
+
+def Kiln_DotOp : Kiln_Op<"dot", [Pure, AllTypesMatch<["acc", "result"]>]> {
+  let summary = "matrix product a·b + acc with fp32 accumulation";
+  let description = [{
+    `a` is MxK and `b` is KxN, both bf16, both f16 or both f32; `acc` and the
+    result are MxN f32. Products are summed in fp32 (f32 inputs are not
+    rounded to tf32).
+  }];
+  let arguments = (ins Kiln_FloatTile:$a, Kiln_FloatTile:$b,
+                   RankedTensorOf<[F32]>:$acc);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_ReduceOp : Kiln_Op<"reduce", [Pure]> {
+  let summary = "reduce a tile along one axis with sum, max or min";
+  let arguments = (ins Kiln_ReduceKindAttr:$kind, AnyRankedTensor:$src,
+                   I32Attr:$axis);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $kind $src `axis` `=` $axis attr-dict `:` type($src) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_ExpandDimsOp : Kiln_Op<"expand_dims", [Pure]> {
+  let summary = "insert a dimension of size 1 at `axis`";
+  let arguments = (ins AnyRankedTensor:$src, I32Attr:$axis);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $src `axis` `=` $axis attr-dict `:` type($src) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_BroadcastOp : Kiln_Op<"broadcast", [Pure]> {
+  let summary = "repeat a tile along its size-1 dimensions";
+  let arguments = (ins AnyRankedTensor:$src);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$src attr-dict `:` type($src) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_TransOp : Kiln_Op<"trans", [Pure]> {
+  let summary = "permute the dimensions of a tile";
+  let description = [{
+    Result dimension i is source dimension `order[i]`.
+  }];
+  let arguments = (ins AnyRankedTensor:$src, DenseI32ArrayAttr:$order);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$src $order attr-dict `:` type($src) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_ConvertOp : Kiln_Op<"convert", [Pure]> {
+  let summary = "convert the element type of a tile";
+  let description = [{
+    Float to float rounds to nearest even; float to integer truncates toward
+    zero; integer to float rounds to nearest even. i1 converts as 0 and 1.
+  }];
+  let arguments = (ins RankedTensorOf<[F32, F16, BF16, I1, I32, I64]>:$src);
+  let results = (outs RankedTensorOf<[F32, F16, BF16, I1, I32, I64]>:$result);
+  let assemblyFormat = "$src attr-dict `:` type($src) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+#endif // KILN_DIALECT_KILN_IR_KILNOPS_TD

@@ -1,0 +1,144 @@
+//===- Kernel.cpp - kernel metadata, argument binding, IR text ------------===//
+#include "kiln/Compiler/KernelImpl.h"
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/runtime/Error.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <limits>
+
+using namespace mlir;
+
+namespace kiln {
+
+std::shared_ptr<MLIRContext> makeKilnContext() {
+  DialectRegistry registry;
+  registerKilnDialects(registry);
+  // Kernels are small and built on the caller's thread; a per-context thread
+  // pool would only cost start-up time.
+  auto ctx = std::make_shared<MLIRContext>(registry,
+                                           MLIRContext::Threading::DISABLED);
+  ctx->loadAllAvailableDialects();
+  return ctx;
+}
+
+DType dtypeOf(Type t) {
+  if (t.isF32()) return DType::f32;
+  if (t.isF16()) return DType::f16;
+  if (t.isBF16()) return DType::bf16;
+  if (t.isInteger(1)) return DType::i1;
+  if (t.isInteger(32)) return DType::i32;
+  if (t.isInteger(64)) return DType::i64;
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << t;
+  throw InternalError("no kiln dtype for MLIR type " + s);
+}
+
+Type mlirType(MLIRContext *ctx, DType t) {
+  Builder b(ctx);
+  switch (t) {
+  case DType::f32: return b.getF32Type();
+  case DType::f16: return b.getF16Type();
+  case DType::bf16: return b.getBF16Type();
+  case DType::i1: return b.getI1Type();
+  case DType::i32: return b.getI32Type();
+  case DType::i64: return b.getI64Type();
+  }
+  throw InternalError("bad DType");
+}
+
+func::FuncOp Kernel::Impl::func() const {
+  return module->lookupSymbol<func::FuncOp>(name);
+}
+
+Kernel::Kernel(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+const std::string &Kernel::name() const { return impl_->name; }
+const std::vector<ParamInfo> &Kernel::params() const { return impl_->params; }
+const std::vector<TensorParamInfo> &Kernel::tensors() const {
+  return impl_->tensors;
+}
+std::array<int64_t, 3> Kernel::grid() const { return impl_->grid; }
+
+std::string Kernel::ir(bool withLocations) const {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  OpPrintingFlags flags;
+  if (withLocations)
+    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
+  impl_->module->print(os, flags);
+  return s;
+}
+
+std::vector<ArgValue>
+Kernel::bind(const std::map<std::string, TensorRef> &tensors) const {
+  std::vector<ArgValue> args(impl_->params.size());
+  std::vector<bool> set(args.size(), false);
+  for (const TensorParamInfo &t : impl_->tensors) {
+    auto it = tensors.find(t.name);
+    std::string where = "kernel " + impl_->name + ", tensor " + t.name;
+    if (it == tensors.end())
+      throw Error(where + ": no tensor given");
+    const TensorRef &r = it->second;
+    if (!r.data)
+      throw Error(where + ": null pointer");
+    if (r.dtype != t.dtype)
+      throw Error(where + ": expected " + dtypeName(t.dtype) + ", got " +
+                  dtypeName(r.dtype));
+    if (r.shape != t.shape)
+      throw Error(where + ": the kernel was compiled for shape " +
+                  shapeToString(t.shape) + ", got " + shapeToString(r.shape));
+    if (r.strides.size() != r.shape.size())
+      throw Error(where + ": " + std::to_string(r.strides.size()) +
+                  " strides for a rank-" + std::to_string(r.shape.size()) +
+                  " tensor");
+    if (reinterpret_cast<uintptr_t>(r.data) % dtypeSize(r.dtype))
+      throw Error(where + ": pointer is not aligned to its element size");
+    args[t.pointerParam] = r.data;
+    set[t.pointerParam] = true;
+    for (size_t d = 0; d < r.strides.size(); ++d) {
+      if (r.strides[d] < 0 || r.strides[d] > std::numeric_limits<int32_t>::max())
+        throw Error(where + ": stride " + std::to_string(r.strides[d]) +
+                    " of dimension " + std::to_string(d) +
+                    " does not fit kiln's 32-bit index width");
+      args[t.strideParams[d]] = int64_t(r.strides[d]);
+      set[t.strideParams[d]] = true;
+    }
+  }
+  for (auto &[name, ref] : tensors) {
+    bool known = false;
+    for (const TensorParamInfo &t : impl_->tensors)
+      known |= t.name == name;
+    if (!known)
+      throw Error("kernel " + impl_->name + " has no tensor parameter " + name);
+  }
+  for (size_t i = 0; i < set.size(); ++i)
+    if (!set[i])
+      throw Error("kernel " + impl_->name + ": parameter " +
+                  impl_->params[i].name + " is not bound");
+  return args;
+}
+
+std::string verifyModuleText(const std::string &text) {
+  auto ctx = makeKilnContext();
+  std::string diags;
+  llvm::raw_string_ostream os(diags);
+  ScopedDiagnosticHandler handler(ctx.get(), [&](Diagnostic &d) {
+    os << d.getLocation() << ": " << d << "\n";
+    return success();
+  });
+  ParserConfig config(ctx.get());
+  // The parser verifies what it parsed and reports through the handler.
+  OwningOpRef<Operation *> op =
+      parseSourceString(text, config, /*sourceName=*/"input");
+  if (!op && diags.empty())
+    os << "input: could not parse\n";
+  return diags;
+}
+
+} // namespace kiln

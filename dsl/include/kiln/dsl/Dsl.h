@@ -1,0 +1,265 @@
+//===- Dsl.h - kiln's embedded tile language --------------------*- C++ -*-===//
+//
+// A kernel is a C++ function of its compile-time constants and a Config that
+// builds kiln IR through these calls:
+//
+//   KernelBuilder k("gemm", {cdiv(M, c.blockM), cdiv(N, c.blockN)});
+//   auto A = k.tensorArg("A", bf16, {M, K});
+//   Tile a = load(A.block({m0, k0}, {c.blockM, c.blockK}));
+//
+// Every call records the caller's std::source_location as the op's location,
+// and misuse (a dot of mismatched shapes, mixed dtypes, ...) throws kiln::Error
+// naming the caller's file:line and the shapes. No MLIR header is needed here:
+// values are held as opaque pointers.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_DSL_DSL_H
+#define KILN_DSL_DSL_H
+
+#include "kiln/Compiler/Kernel.h"
+#include "kiln/runtime/DType.h"
+#include "kiln/runtime/Error.h"
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace kiln::dsl {
+
+using Loc = std::source_location;
+using Shape = std::vector<int64_t>;
+using kiln::DType;
+inline constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16,
+                       i32 = DType::i32, i1 = DType::i1;
+inline constexpr double inf = __builtin_inf();
+inline constexpr double log2e = 1.4426950408889634;
+inline constexpr double ln2 = 0.6931471805599453;
+
+constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// An i32 scalar computed in the kernel (a program id, an offset). Built from
+/// an integer it is a constant, and arithmetic on constants folds in C++.
+class Index {
+public:
+  Index(int64_t constant, Loc loc = Loc::current());
+  bool isConstant() const { return constant_.has_value(); }
+  int64_t constant() const { return *constant_; }
+  void *raw() const;
+
+  static Index fromRaw(void *value, std::optional<int64_t> constant);
+
+private:
+  Index() = default;
+  void *value_ = nullptr; // materialised lazily for constants
+  std::optional<int64_t> constant_;
+  Loc loc_;
+};
+
+/// An Index operand that remembers the line it was written on.
+struct IndexArg {
+  IndexArg(Index v, Loc l = Loc::current()) : value(v), loc(l) {}
+  IndexArg(int64_t c, Loc l = Loc::current()) : value(c, l), loc(l) {}
+  Index value;
+  Loc loc;
+};
+
+Index operator+(const Index &a, IndexArg b);
+Index operator-(const Index &a, IndexArg b);
+Index operator*(const Index &a, IndexArg b);
+Index operator/(const Index &a, IndexArg b); ///< rounds toward zero
+Index operator%(const Index &a, IndexArg b);
+Index operator+(int64_t a, IndexArg b);
+Index operator*(int64_t a, IndexArg b);
+Index min(Index a, Index b, Loc loc = Loc::current());
+Index max(Index a, Index b, Loc loc = Loc::current());
+Index cdiv(Index a, Index b, Loc loc = Loc::current());
+
+/// A tile: a value of static shape and one element type.
+class Tile {
+public:
+  Tile() = default;
+  Shape shape() const;
+  DType dtype() const;
+  int64_t rank() const { return int64_t(shape().size()); }
+  /// Element type conversion (rounds to nearest even).
+  Tile to(DType dtype, Loc loc = Loc::current()) const;
+  void *raw() const { return value_; }
+  bool valid() const { return value_ != nullptr; }
+
+  static Tile fromRaw(void *value);
+
+private:
+  void *value_ = nullptr;
+};
+
+/// One operand of a tile operator: a tile, a number (splat to the other
+/// operand's dtype) or an Index (splat as i32). It records the user's line.
+struct TileArg {
+  TileArg(const Tile &t, Loc l = Loc::current()) : tile(t), loc(l) {}
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  TileArg(T s, Loc l = Loc::current()) : number(double(s)), loc(l) {}
+  TileArg(const Index &i, Loc l = Loc::current()) : index(i), loc(l) {}
+  std::optional<Tile> tile;
+  std::optional<double> number;
+  std::optional<Index> index;
+  Loc loc;
+};
+
+// Elementwise arithmetic. Operands of rank r broadcast along their size-1
+// dimensions (an Mx1 column against an MxN tile); ranks must be equal.
+Tile operator+(TileArg a, TileArg b);
+Tile operator-(TileArg a, TileArg b);
+Tile operator*(TileArg a, TileArg b);
+Tile operator/(TileArg a, TileArg b);
+Tile operator<(TileArg a, TileArg b);
+Tile operator<=(TileArg a, TileArg b);
+Tile operator>(TileArg a, TileArg b);
+Tile operator>=(TileArg a, TileArg b);
+Tile operator==(TileArg a, TileArg b);
+Tile operator!=(TileArg a, TileArg b);
+Tile operator&&(TileArg a, TileArg b);
+Tile max(TileArg a, TileArg b, Loc loc = Loc::current());
+Tile min(TileArg a, TileArg b, Loc loc = Loc::current());
+/// cond ? a : b elementwise; cond is an i1 tile.
+Tile where(TileArg cond, TileArg a, TileArg b, Loc loc = Loc::current());
+Tile neg(const Tile &x, Loc loc = Loc::current());
+Tile exp(const Tile &x, Loc loc = Loc::current());
+Tile exp2(const Tile &x, Loc loc = Loc::current());
+Tile log(const Tile &x, Loc loc = Loc::current());
+Tile log2(const Tile &x, Loc loc = Loc::current());
+Tile sqrt(const Tile &x, Loc loc = Loc::current());
+
+// Creation.
+Tile full(const Shape &shape, double value, DType dtype,
+          Loc loc = Loc::current());
+Tile zeros(const Shape &shape, DType dtype, Loc loc = Loc::current());
+/// 0, 1, ..., n-1 as i32.
+Tile arange(int64_t n, Loc loc = Loc::current());
+Tile splat(Index value, const Shape &shape, Loc loc = Loc::current());
+
+// Shape.
+Tile expandDims(const Tile &x, int64_t axis, Loc loc = Loc::current());
+/// A vector of M elements as an Mx1 column (x[:, None]).
+Tile column(const Tile &x, Loc loc = Loc::current());
+/// A vector of N elements as a 1xN row (x[None, :]).
+Tile row(const Tile &x, Loc loc = Loc::current());
+Tile broadcastTo(const Tile &x, const Shape &shape, Loc loc = Loc::current());
+/// Reverses the two dimensions of a 2-D tile.
+Tile transpose(const Tile &x, Loc loc = Loc::current());
+Tile permute(const Tile &x, const std::vector<int32_t> &order,
+             Loc loc = Loc::current());
+
+// Reductions along one axis.
+Tile reduceSum(const Tile &x, int64_t axis, Loc loc = Loc::current());
+Tile reduceMax(const Tile &x, int64_t axis, Loc loc = Loc::current());
+Tile reduceMin(const Tile &x, int64_t axis, Loc loc = Loc::current());
+
+/// a·b (+ acc) with fp32 accumulation: a is MxK, b is KxN, both bf16, f16 or
+/// f32; the result is MxN f32.
+Tile dot(const Tile &a, const Tile &b, Loc loc = Loc::current());
+Tile dot(const Tile &a, const Tile &b, const Tile &acc,
+         Loc loc = Loc::current());
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+struct Block;
+
+/// A tensor in global memory seen through a pointer, a compile-time shape and
+/// run-time strides. Indexing the leading dimension gives a view of one rank
+/// less.
+class TensorView {
+public:
+  TensorView(void *pointer, DType dtype, Shape shape,
+             std::vector<Index> strides, std::string name);
+  TensorView operator[](IndexArg i) const;
+  Block block(std::vector<Index> offsets, Shape blockShape = {},
+              Loc loc = Loc::current()) const;
+  const Shape &shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  const std::string &name() const { return name_; }
+  void *pointer() const { return pointer_; }
+  const std::vector<Index> &strides() const { return strides_; }
+
+private:
+  void *pointer_;
+  DType dtype_;
+  Shape shape_;
+  std::vector<Index> strides_;
+  std::string name_;
+};
+
+/// A block of a tensor view: offsets and (optionally) a block shape.
+struct Block {
+  TensorView view;
+  std::vector<Index> offsets;
+  Shape shape; ///< empty: taken from the stored tile
+  Loc loc;
+};
+
+/// Loads a block; elements outside the tensor read `padding`.
+Tile load(const Block &block, double padding = 0.0, Loc loc = Loc::current());
+/// Stores a tile into a block; elements outside the tensor are skipped.
+void store(const Block &block, const Tile &value, Loc loc = Loc::current());
+
+//===----------------------------------------------------------------------===//
+// Loops
+//===----------------------------------------------------------------------===//
+
+/// Tiles carried through a loop: inside the body the named variables are the
+/// loop's iteration values, after the loop its results.
+struct Carry {
+  std::vector<Tile *> tiles;
+};
+template <class... Ts> Carry carry(Ts &...tiles) { return Carry{{&tiles...}}; }
+
+/// for (i = lo; i < hi; i += step) body(i), carrying `carried`.
+void forRange(Index lo, Index hi, Index step, Carry carried,
+              const std::function<void(Index)> &body, Loc loc = Loc::current());
+void forRange(Index lo, Index hi, Index step,
+              const std::function<void(Index)> &body, Loc loc = Loc::current());
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+Index programId(int axis, Loc loc = Loc::current());
+Index numPrograms(int axis, Loc loc = Loc::current());
+
+/// Builds one kernel. While it is alive, the free functions above add ops to
+/// it (one builder per thread at a time).
+class KernelBuilder {
+public:
+  KernelBuilder(const std::string &name, std::array<int64_t, 3> grid,
+                Loc loc = Loc::current());
+  KernelBuilder(const std::string &name, std::initializer_list<int64_t> grid,
+                Loc loc = Loc::current());
+  ~KernelBuilder();
+  KernelBuilder(const KernelBuilder &) = delete;
+  KernelBuilder &operator=(const KernelBuilder &) = delete;
+
+  /// A tensor argument: a pointer parameter `name` and a stride parameter per
+  /// dimension (`name_stride0`, ...). The shape is compiled in.
+  TensorView tensorArg(const std::string &name, DType dtype, Shape shape,
+                       Loc loc = Loc::current());
+  /// Ends the kernel, verifies it and returns it.
+  Kernel finish(Loc loc = Loc::current());
+
+  struct State;
+
+private:
+  std::unique_ptr<State> state_;
+};
+
+} // namespace kiln::dsl
+
+#endif // KILN_DSL_DSL_H

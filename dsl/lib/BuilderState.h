@@ -1,0 +1,55 @@
+//===- BuilderState.h - the DSL's per-kernel build state --------*- C++ -*-===//
+//
+// Internal to dsl/lib: the OpBuilder and kernel under construction, reached
+// through a thread-local pointer so that the DSL's free functions and
+// operators need no builder argument.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_DSL_LIB_BUILDERSTATE_H
+#define KILN_DSL_LIB_BUILDERSTATE_H
+
+#include "kiln/Compiler/KernelImpl.h"
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/dsl/Dsl.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <string>
+
+namespace kiln::dsl {
+
+struct KernelBuilder::State {
+  std::shared_ptr<Kernel::Impl> kernel;
+  mlir::OpBuilder builder;
+  mlir::func::FuncOp func;
+  Loc createdAt;
+
+  explicit State(std::shared_ptr<mlir::MLIRContext> ctx)
+      : builder(ctx.get()) {
+    kernel = std::make_shared<Kernel::Impl>();
+    kernel->context = std::move(ctx);
+  }
+  mlir::MLIRContext *ctx() { return kernel->context.get(); }
+};
+
+namespace detail {
+/// The builder of the kernel under construction on this thread; throws a
+/// kiln::Error at `loc` when there is none.
+KernelBuilder::State &state(const Loc &loc);
+mlir::OpBuilder &builder(const Loc &loc);
+mlir::Location location(const Loc &loc);
+[[noreturn]] void userError(const Loc &loc, const std::string &message);
+
+inline mlir::Value value(void *raw) {
+  return mlir::Value::getFromOpaquePointer(raw);
+}
+inline void *raw(mlir::Value v) { return v.getAsOpaquePointer(); }
+mlir::RankedTensorType tileType(const Tile &t, const Loc &loc, const char *op);
+std::string shapeStr(llvm::ArrayRef<int64_t> shape);
+std::string typeStr(mlir::Type elementType);
+mlir::Value i32Constant(int64_t v, const Loc &loc);
+} // namespace detail
+
+} // namespace kiln::dsl
+
+#endif // KILN_DSL_LIB_BUILDERSTATE_H

@@ -1,0 +1,409 @@
+//===- KernelBuilder.cpp - kernels, arguments, indices, memory, loops -----===//
+#include "BuilderState.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <limits>
+
+using namespace mlir;
+
+namespace kiln::dsl {
+
+static thread_local KernelBuilder::State *current = nullptr;
+
+namespace detail {
+
+KernelBuilder::State &state(const Loc &loc) {
+  if (!current)
+    userError(loc, "kiln DSL call outside a KernelBuilder");
+  return *current;
+}
+OpBuilder &builder(const Loc &loc) { return state(loc).builder; }
+
+Location location(const Loc &loc) {
+  return FileLineColLoc::get(state(loc).ctx(), loc.file_name(), loc.line(),
+                             loc.column());
+}
+
+void userError(const Loc &loc, const std::string &message) {
+  throw Error(std::string(loc.file_name()) + ":" + std::to_string(loc.line()) +
+              ": " + message);
+}
+
+std::string shapeStr(ArrayRef<int64_t> shape) {
+  return shapeToString(std::vector<int64_t>(shape.begin(), shape.end()));
+}
+
+std::string typeStr(Type t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << t;
+  return s;
+}
+
+RankedTensorType tileType(const Tile &t, const Loc &loc, const char *op) {
+  if (!t.valid())
+    userError(loc, std::string(op) + ": tile is empty (default-constructed)");
+  return cast<RankedTensorType>(value(t.raw()).getType());
+}
+
+Value i32Constant(int64_t v, const Loc &loc) {
+  if (v < std::numeric_limits<int32_t>::min() ||
+      v > std::numeric_limits<int32_t>::max())
+    userError(loc, "constant " + std::to_string(v) +
+                       " does not fit kiln's 32-bit index width");
+  OpBuilder &b = builder(loc);
+  return b.create<arith::ConstantIntOp>(location(loc), v, 32);
+}
+
+} // namespace detail
+
+using namespace detail;
+
+//===----------------------------------------------------------------------===//
+// Index
+//===----------------------------------------------------------------------===//
+
+Index::Index(int64_t constant, Loc loc) : constant_(constant), loc_(loc) {}
+
+Index Index::fromRaw(void *v, std::optional<int64_t> constant) {
+  Index i;
+  i.value_ = v;
+  i.constant_ = constant;
+  return i;
+}
+
+void *Index::raw() const {
+  // A constant is materialised where it is used, never cached: a cached value
+  // made inside a loop body would not dominate a use after the loop.
+  if (constant_)
+    return detail::raw(i32Constant(*constant_, loc_));
+  return value_;
+}
+
+template <class Op>
+static Index indexOp(const Index &a, const IndexArg &b,
+                     int64_t (*fold)(int64_t, int64_t), const char *name) {
+  if (a.isConstant() && b.value.isConstant()) {
+    int64_t r = fold(a.constant(), b.value.constant());
+    (void)i32Constant(r, b.loc); // range check only; folded in C++
+    return Index(r, b.loc);
+  }
+  (void)name;
+  OpBuilder &bld = builder(b.loc);
+  Value v = bld.create<Op>(location(b.loc), value(a.raw()), value(b.value.raw()));
+  return Index::fromRaw(raw(v), std::nullopt);
+}
+
+Index operator+(const Index &a, IndexArg b) {
+  return indexOp<arith::AddIOp>(a, b, [](int64_t x, int64_t y) { return x + y; }, "+");
+}
+Index operator-(const Index &a, IndexArg b) {
+  return indexOp<arith::SubIOp>(a, b, [](int64_t x, int64_t y) { return x - y; }, "-");
+}
+Index operator*(const Index &a, IndexArg b) {
+  return indexOp<arith::MulIOp>(a, b, [](int64_t x, int64_t y) { return x * y; }, "*");
+}
+Index operator/(const Index &a, IndexArg b) {
+  if (b.value.isConstant() && b.value.constant() == 0)
+    userError(b.loc, "index division by zero");
+  return indexOp<arith::DivSIOp>(a, b, [](int64_t x, int64_t y) { return x / y; }, "/");
+}
+Index operator%(const Index &a, IndexArg b) {
+  if (b.value.isConstant() && b.value.constant() == 0)
+    userError(b.loc, "index remainder by zero");
+  return indexOp<arith::RemSIOp>(a, b, [](int64_t x, int64_t y) { return x % y; }, "%");
+}
+Index operator+(int64_t a, IndexArg b) { return Index(a, b.loc) + b; }
+Index operator*(int64_t a, IndexArg b) { return Index(a, b.loc) * b; }
+Index min(Index a, Index b, Loc loc) {
+  return indexOp<arith::MinSIOp>(a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::min(x, y); }, "min");
+}
+Index max(Index a, Index b, Loc loc) {
+  return indexOp<arith::MaxSIOp>(a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::max(x, y); }, "max");
+}
+Index cdiv(Index a, Index b, Loc loc) {
+  if (b.isConstant() && b.constant() <= 0)
+    userError(loc, "cdiv by a non-positive constant");
+  return indexOp<arith::CeilDivSIOp>(a, IndexArg(b, loc), [](int64_t x, int64_t y) { return (x + y - 1) / y; }, "cdiv");
+}
+
+Index programId(int axis, Loc loc) {
+  if (axis < 0 || axis > 2)
+    userError(loc, "programId: axis " + std::to_string(axis) + " is not 0, 1 or 2");
+  OpBuilder &b = builder(loc);
+  Value v = b.create<ProgramIdOp>(location(loc), b.getI32Type(),
+                                  b.getI32IntegerAttr(axis));
+  return Index::fromRaw(raw(v), std::nullopt);
+}
+
+Index numPrograms(int axis, Loc loc) {
+  if (axis < 0 || axis > 2)
+    userError(loc, "numPrograms: axis " + std::to_string(axis) + " is not 0, 1 or 2");
+  // The grid is compiled in, so this folds to a constant.
+  return Index(state(loc).kernel->grid[axis], loc);
+}
+
+//===----------------------------------------------------------------------===//
+// KernelBuilder
+//===----------------------------------------------------------------------===//
+
+KernelBuilder::KernelBuilder(const std::string &name,
+                             std::initializer_list<int64_t> grid, Loc loc)
+    : KernelBuilder(name,
+                    std::array<int64_t, 3>{
+                        grid.size() > 0 ? grid.begin()[0] : 1,
+                        grid.size() > 1 ? grid.begin()[1] : 1,
+                        grid.size() > 2 ? grid.begin()[2] : 1},
+                    loc) {
+  if (grid.size() == 0 || grid.size() > 3) {
+    current = nullptr;
+    userError(loc, "KernelBuilder: the grid has 1 to 3 dimensions, got " +
+                       std::to_string(grid.size()));
+  }
+}
+
+KernelBuilder::KernelBuilder(const std::string &name,
+                             std::array<int64_t, 3> grid, Loc loc) {
+  if (current)
+    userError(loc, "KernelBuilder: another kernel is being built on this "
+                   "thread (finish it first)");
+  for (int64_t g : grid)
+    if (g < 1 || g > std::numeric_limits<int32_t>::max())
+      userError(loc, "KernelBuilder: grid dimension " + std::to_string(g) +
+                         " is not in [1, 2^31)");
+  if (name.empty())
+    userError(loc, "KernelBuilder: empty kernel name");
+  state_ = std::make_unique<State>(makeKilnContext());
+  state_->createdAt = loc;
+  state_->kernel->name = name;
+  state_->kernel->grid = grid;
+  current = state_.get();
+
+  OpBuilder &b = state_->builder;
+  Location l = location(loc);
+  state_->kernel->module = ModuleOp::create(l);
+  b.setInsertionPointToEnd(state_->kernel->module->getBody());
+  auto func = b.create<func::FuncOp>(l, name, b.getFunctionType({}, {}));
+  func->setAttr(kKernelAttr, b.getUnitAttr());
+  func->setAttr(kGridAttr, b.getDenseI64ArrayAttr(grid));
+  state_->func = func;
+  b.setInsertionPointToStart(func.addEntryBlock());
+}
+
+KernelBuilder::~KernelBuilder() {
+  if (current == state_.get())
+    current = nullptr;
+}
+
+TensorView KernelBuilder::tensorArg(const std::string &name, DType dtype,
+                                    Shape shape, Loc loc) {
+  if (!state_ || current != state_.get())
+    userError(loc, "tensorArg: the kernel is finished");
+  if (shape.empty())
+    userError(loc, "tensorArg " + name + ": a tensor needs at least one dimension");
+  for (int64_t d : shape)
+    if (d < 1 || d > std::numeric_limits<int32_t>::max())
+      userError(loc, "tensorArg " + name + ": dimension " + std::to_string(d) +
+                         " of shape " + shapeToString(shape) +
+                         " is not in [1, 2^31)");
+  Kernel::Impl &k = *state_->kernel;
+  for (const TensorParamInfo &t : k.tensors)
+    if (t.name == name)
+      userError(loc, "tensorArg: a tensor named " + name + " exists already");
+
+  mlir::Block &entry = state_->func.getBody().front();
+  Location l = location(loc);
+  TensorParamInfo info{name, dtype, shape, int(k.params.size()), {}};
+  Value ptr = entry.addArgument(
+      PointerType::get(state_->ctx(), mlirType(state_->ctx(), dtype)), l);
+  k.params.push_back({name, ParamInfo::Kind::Pointer, dtype});
+  std::vector<Index> strides;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    info.strideParams.push_back(int(k.params.size()));
+    Value s = entry.addArgument(state_->builder.getI32Type(), l);
+    k.params.push_back({name + "_stride" + std::to_string(d),
+                        ParamInfo::Kind::Scalar, DType::i32});
+    strides.push_back(Index::fromRaw(raw(s), std::nullopt));
+  }
+  k.tensors.push_back(info);
+  return TensorView(raw(ptr), dtype, std::move(shape), std::move(strides), name);
+}
+
+Kernel KernelBuilder::finish(Loc loc) {
+  if (!state_ || current != state_.get())
+    userError(loc, "finish: the kernel is finished already");
+  OpBuilder &b = state_->builder;
+  func::FuncOp func = state_->func;
+  b.setInsertionPointToEnd(&func.getBody().front());
+  b.create<func::ReturnOp>(location(loc));
+  func.setType(b.getFunctionType(func.getBody().front().getArgumentTypes(), {}));
+
+  std::string diags;
+  llvm::raw_string_ostream os(diags);
+  {
+    ScopedDiagnosticHandler handler(state_->ctx(), [&](Diagnostic &d) {
+      os << d.getLocation() << ": " << d << "\n";
+      return success();
+    });
+    if (failed(verify(*state_->kernel->module)))
+      throw InternalError("the DSL built invalid IR for kernel " +
+                          state_->kernel->name + ":\n" + diags);
+  }
+  current = nullptr;
+  Kernel k(std::move(state_->kernel));
+  state_.reset();
+  return k;
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+TensorView::TensorView(void *pointer, DType dtype, Shape shape,
+                       std::vector<Index> strides, std::string name)
+    : pointer_(pointer), dtype_(dtype), shape_(std::move(shape)),
+      strides_(std::move(strides)), name_(std::move(name)) {}
+
+TensorView TensorView::operator[](IndexArg i) const {
+  if (shape_.size() < 2)
+    userError(i.loc, "indexing " + name_ + ": a " + shapeToString(shape_) +
+                         " view has no leading dimension to drop");
+  if (i.value.isConstant() &&
+      (i.value.constant() < 0 || i.value.constant() >= shape_[0]))
+    userError(i.loc, "indexing " + name_ + ": index " +
+                         std::to_string(i.value.constant()) +
+                         " is out of range for dimension 0 of " +
+                         shapeToString(shape_));
+  // Pointer offsets are i64: a view may start past 2^31 elements.
+  OpBuilder &b = builder(i.loc);
+  Location l = location(i.loc);
+  Value idx = b.create<arith::ExtSIOp>(l, b.getI64Type(), value(i.value.raw()));
+  Value stride = b.create<arith::ExtSIOp>(l, b.getI64Type(), value(strides_[0].raw()));
+  Value off = b.create<arith::MulIOp>(l, idx, stride);
+  Value p = b.create<AddPtrOp>(l, value(pointer_).getType(), value(pointer_), off);
+  return TensorView(raw(p), dtype_, Shape(shape_.begin() + 1, shape_.end()),
+                    std::vector<Index>(strides_.begin() + 1, strides_.end()),
+                    name_ + "[]");
+}
+
+Block TensorView::block(std::vector<Index> offsets, Shape blockShape,
+                        Loc loc) const {
+  if (offsets.size() != shape_.size())
+    userError(loc, "block of " + name_ + ": " + std::to_string(offsets.size()) +
+                       " offsets for a " + shapeToString(shape_) + " view");
+  if (!blockShape.empty() && blockShape.size() != shape_.size())
+    userError(loc, "block of " + name_ + ": block shape " +
+                       shapeToString(blockShape) + " has rank " +
+                       std::to_string(blockShape.size()) + ", the view " +
+                       shapeToString(shape_) + " has rank " +
+                       std::to_string(shape_.size()));
+  for (int64_t d : blockShape)
+    if (d < 1)
+      userError(loc, "block of " + name_ + ": block shape " +
+                         shapeToString(blockShape) + " has an empty dimension");
+  return Block{*this, std::move(offsets), std::move(blockShape), loc};
+}
+
+static void blockOperands(const Block &blk, const Loc &loc,
+                          SmallVectorImpl<Value> &offsets,
+                          SmallVectorImpl<Value> &shape,
+                          SmallVectorImpl<Value> &strides) {
+  for (const Index &o : blk.offsets)
+    offsets.push_back(value(o.raw()));
+  for (int64_t d : blk.view.shape())
+    shape.push_back(i32Constant(d, loc));
+  for (const Index &s : blk.view.strides())
+    strides.push_back(value(s.raw()));
+}
+
+Tile load(const Block &blk, double padding, Loc loc) {
+  if (blk.shape.empty())
+    userError(loc, "load from " + blk.view.name() +
+                       ": the block needs a shape (block(offsets, shape))");
+  OpBuilder &b = builder(loc);
+  SmallVector<Value> offsets, shape, strides;
+  blockOperands(blk, loc, offsets, shape, strides);
+  auto type = RankedTensorType::get(blk.shape, mlirType(state(loc).ctx(), blk.view.dtype()));
+  auto op = b.create<LoadOp>(location(loc), type, value(blk.view.pointer()),
+                             offsets, shape, strides, b.getF64FloatAttr(padding));
+  return Tile::fromRaw(raw(op.getResult()));
+}
+
+void store(const Block &blk, const Tile &tile, Loc loc) {
+  RankedTensorType t = tileType(tile, loc, "store");
+  std::string what = "store to " + blk.view.name() + ": ";
+  if (dtypeOf(t.getElementType()) != blk.view.dtype())
+    userError(loc, what + "tile is " + typeStr(t.getElementType()) +
+                       " but the tensor holds " + dtypeName(blk.view.dtype()) +
+                       " (convert with .to(...))");
+  if ((size_t)t.getRank() != blk.view.shape().size())
+    userError(loc, what + "a " + shapeStr(t.getShape()) + " tile into a " +
+                       shapeToString(blk.view.shape()) + " view (ranks differ)");
+  if (!blk.shape.empty() && ArrayRef<int64_t>(blk.shape) != t.getShape())
+    userError(loc, what + "store of the wrong shape: block is " +
+                       shapeToString(blk.shape) + ", tile is " +
+                       shapeStr(t.getShape()));
+  OpBuilder &b = builder(loc);
+  SmallVector<Value> offsets, shape, strides;
+  blockOperands(blk, loc, offsets, shape, strides);
+  b.create<StoreOp>(location(loc), value(tile.raw()), value(blk.view.pointer()),
+                    offsets, shape, strides);
+}
+
+//===----------------------------------------------------------------------===//
+// Loops
+//===----------------------------------------------------------------------===//
+
+void forRange(Index lo, Index hi, Index step,
+              const std::function<void(Index)> &body, Loc loc) {
+  forRange(lo, hi, step, Carry{}, body, loc);
+}
+
+void forRange(Index lo, Index hi, Index step, Carry carried,
+              const std::function<void(Index)> &body, Loc loc) {
+  if (step.isConstant() && step.constant() <= 0)
+    userError(loc, "forRange: step must be positive, got " +
+                       std::to_string(step.constant()));
+  OpBuilder &b = builder(loc);
+  Location l = location(loc);
+  SmallVector<Value> inits;
+  for (auto [i, t] : llvm::enumerate(carried.tiles)) {
+    if (!t->valid())
+      userError(loc, "forRange: carried tile #" + std::to_string(i) +
+                         " has no value before the loop");
+    inits.push_back(value(t->raw()));
+  }
+  auto forOp = b.create<scf::ForOp>(l, value(lo.raw()), value(hi.raw()),
+                                    value(step.raw()), inits);
+  OpBuilder::InsertionGuard guard(b);
+  mlir::Block *bodyBlock = forOp.getBody();
+  if (inits.empty())
+    b.setInsertionPoint(bodyBlock->getTerminator());
+  else
+    b.setInsertionPointToStart(bodyBlock);
+  for (auto [t, arg] : llvm::zip(carried.tiles, forOp.getRegionIterArgs()))
+    *t = Tile::fromRaw(raw(arg));
+  body(Index::fromRaw(raw(forOp.getInductionVar()), std::nullopt));
+
+  if (!inits.empty()) {
+    SmallVector<Value> yields;
+    for (auto [i, t] : llvm::enumerate(carried.tiles)) {
+      Value v = t->valid() ? value(t->raw()) : Value();
+      if (!v || v.getType() != inits[i].getType())
+        userError(loc, "forRange: carried tile #" + std::to_string(i) +
+                           " enters the loop as " + typeStr(inits[i].getType()) +
+                           " and leaves the body as " +
+                           (v ? typeStr(v.getType()) : std::string("nothing")) +
+                           " (a carried tile keeps its shape and dtype)");
+      yields.push_back(v);
+    }
+    b.create<scf::YieldOp>(l, yields);
+  }
+  for (auto [t, res] : llvm::zip(carried.tiles, forOp.getResults()))
+    *t = Tile::fromRaw(raw(res));
+}
+
+} // namespace kiln::dsl

@@ -1,0 +1,427 @@
+//===- TileOps.cpp - tile arithmetic, shapes, reductions and dot ----------===//
+//
+// Each function checks its operands the way a user thinks of them (shapes,
+// dtypes) and throws a kiln::Error at the user's line before building an op
+// that the verifier would reject.
+//
+//===----------------------------------------------------------------------===//
+#include "BuilderState.h"
+
+using namespace mlir;
+
+namespace kiln::dsl {
+using namespace detail;
+
+Tile Tile::fromRaw(void *v) {
+  Tile t;
+  t.value_ = v;
+  return t;
+}
+
+Shape Tile::shape() const {
+  if (!value_)
+    return {};
+  auto t = cast<RankedTensorType>(value(value_).getType());
+  return Shape(t.getShape().begin(), t.getShape().end());
+}
+
+DType Tile::dtype() const {
+  if (!value_)
+    throw Error("Tile::dtype: the tile is empty");
+  return dtypeOf(cast<RankedTensorType>(value(value_).getType()).getElementType());
+}
+
+Tile Tile::to(DType dtype, Loc loc) const {
+  RankedTensorType t = tileType(*this, loc, "to");
+  Type elem = mlirType(state(loc).ctx(), dtype);
+  if (t.getElementType() == elem)
+    return *this;
+  Value v = builder(loc).create<ConvertOp>(location(loc), t.clone(elem), value(value_));
+  return fromRaw(detail::raw(v));
+}
+
+//===----------------------------------------------------------------------===//
+// Operand resolution: dtype agreement and broadcasting
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct Operand {
+  const TileArg *arg;
+  const char *label;
+};
+} // namespace
+
+/// The element type shared by the tile operands.
+static Type commonElementType(ArrayRef<Operand> ops, const char *opName,
+                              const Loc &loc) {
+  Type elem;
+  const char *first = nullptr;
+  for (const Operand &o : ops) {
+    if (o.arg->tile) {
+      Type t = tileType(*o.arg->tile, loc, opName).getElementType();
+      if (elem && t != elem)
+        userError(loc, std::string(opName) +
+                           ": mixed dtypes without a conversion: " + first +
+                           " is " + typeStr(elem) + ", " + o.label + " is " +
+                           typeStr(t) + " (convert one with .to(...))");
+      if (!elem) {
+        elem = t;
+        first = o.label;
+      }
+    }
+  }
+  if (!elem)
+    userError(loc, std::string(opName) + ": needs at least one tile operand");
+  return elem;
+}
+
+/// The shape every operand broadcasts to.
+static SmallVector<int64_t> broadcastShape(ArrayRef<Operand> ops,
+                                           const char *opName, const Loc &loc) {
+  SmallVector<int64_t> shape;
+  bool have = false;
+  std::string seen;
+  for (const Operand &o : ops) {
+    if (!o.arg->tile)
+      continue;
+    auto s = tileType(*o.arg->tile, loc, opName).getShape();
+    std::string desc = std::string(o.label) + " is " + shapeStr(s);
+    if (!have) {
+      shape.assign(s.begin(), s.end());
+      have = true;
+      seen = desc;
+      continue;
+    }
+    bool ok = (int64_t)s.size() == (int64_t)shape.size();
+    for (size_t i = 0; ok && i < s.size(); ++i) {
+      if (s[i] == shape[i] || s[i] == 1)
+        continue;
+      if (shape[i] == 1)
+        shape[i] = s[i];
+      else
+        ok = false;
+    }
+    if (!ok)
+      userError(loc, std::string(opName) +
+                         ": broadcast of incompatible shapes: " + seen + ", " +
+                         desc +
+                         " (ranks must be equal and each dimension equal or 1;"
+                         " see column(), row(), expandDims())");
+    seen += ", " + desc;
+  }
+  return shape;
+}
+
+static Value materialize(const TileArg &a, Type elem, ArrayRef<int64_t> shape,
+                         const char *opName, const Loc &loc) {
+  OpBuilder &b = builder(loc);
+  Location l = location(loc);
+  auto type = RankedTensorType::get(shape, elem);
+  if (a.tile) {
+    Value v = value(a.tile->raw());
+    if (cast<RankedTensorType>(v.getType()).getShape() == shape)
+      return v;
+    return b.create<BroadcastOp>(l, type, v);
+  }
+  if (a.index) {
+    if (!elem.isInteger(32))
+      userError(loc, std::string(opName) + ": an Index operand is i32 but the "
+                                           "tile is " + typeStr(elem) +
+                         " (convert the tile, or use a number)");
+    return b.create<SplatOp>(l, type, value(a.index->raw()));
+  }
+  double x = *a.number;
+  if (isa<FloatType>(elem))
+    return b.create<arith::ConstantOp>(
+        l, DenseElementsAttr::get(type, b.getFloatAttr(elem, x)));
+  if (x != (double)(int64_t)x)
+    userError(loc, std::string(opName) + ": number " + std::to_string(x) +
+                       " is not an integer but the tile is " + typeStr(elem));
+  return b.create<arith::ConstantOp>(
+      l, DenseElementsAttr::get(type, b.getIntegerAttr(elem, (int64_t)x)));
+}
+
+using BuildFn = Value (*)(OpBuilder &, Location, Type, Value, Value);
+
+static Tile binary(const TileArg &a, const TileArg &b, const char *opName,
+                   BuildFn build) {
+  const Loc &loc = a.loc;
+  Operand ops[] = {{&a, "lhs"}, {&b, "rhs"}};
+  Type elem = commonElementType(ops, opName, loc);
+  SmallVector<int64_t> shape = broadcastShape(ops, opName, loc);
+  Value va = materialize(a, elem, shape, opName, loc);
+  Value vb = materialize(b, elem, shape, opName, loc);
+  return Tile::fromRaw(raw(build(builder(loc), location(loc), elem, va, vb)));
+}
+
+template <class FOp, class IOp>
+static Value arithOp(OpBuilder &b, Location l, Type elem, Value x, Value y) {
+  if (isa<FloatType>(elem))
+    return b.create<FOp>(l, x, y);
+  return b.create<IOp>(l, x, y);
+}
+
+template <arith::CmpFPredicate F, arith::CmpIPredicate I>
+static Value cmpOp(OpBuilder &b, Location l, Type elem, Value x, Value y) {
+  if (isa<FloatType>(elem))
+    return b.create<arith::CmpFOp>(l, F, x, y);
+  return b.create<arith::CmpIOp>(l, I, x, y);
+}
+
+Tile operator+(TileArg a, TileArg b) {
+  return binary(a, b, "+", arithOp<arith::AddFOp, arith::AddIOp>);
+}
+Tile operator-(TileArg a, TileArg b) {
+  return binary(a, b, "-", arithOp<arith::SubFOp, arith::SubIOp>);
+}
+Tile operator*(TileArg a, TileArg b) {
+  return binary(a, b, "*", arithOp<arith::MulFOp, arith::MulIOp>);
+}
+Tile operator/(TileArg a, TileArg b) {
+  return binary(a, b, "/", arithOp<arith::DivFOp, arith::DivSIOp>);
+}
+Tile operator<(TileArg a, TileArg b) {
+  using enum arith::CmpFPredicate;
+  return binary(a, b, "<", cmpOp<OLT, arith::CmpIPredicate::slt>);
+}
+Tile operator<=(TileArg a, TileArg b) {
+  using enum arith::CmpFPredicate;
+  return binary(a, b, "<=", cmpOp<OLE, arith::CmpIPredicate::sle>);
+}
+Tile operator>(TileArg a, TileArg b) {
+  using enum arith::CmpFPredicate;
+  return binary(a, b, ">", cmpOp<OGT, arith::CmpIPredicate::sgt>);
+}
+Tile operator>=(TileArg a, TileArg b) {
+  using enum arith::CmpFPredicate;
+  return binary(a, b, ">=", cmpOp<OGE, arith::CmpIPredicate::sge>);
+}
+Tile operator==(TileArg a, TileArg b) {
+  using enum arith::CmpFPredicate;
+  return binary(a, b, "==", cmpOp<OEQ, arith::CmpIPredicate::eq>);
+}
+Tile operator!=(TileArg a, TileArg b) {
+  using enum arith::CmpFPredicate;
+  return binary(a, b, "!=", cmpOp<UNE, arith::CmpIPredicate::ne>);
+}
+Tile operator&&(TileArg a, TileArg b) {
+  return binary(a, b, "&&", [](OpBuilder &bl, Location l, Type elem, Value x,
+                               Value y) -> Value {
+    (void)elem;
+    return bl.create<arith::AndIOp>(l, x, y);
+  });
+}
+Tile max(TileArg a, TileArg b, Loc loc) {
+  a.loc = loc;
+  return binary(a, b, "max", arithOp<arith::MaximumFOp, arith::MaxSIOp>);
+}
+Tile min(TileArg a, TileArg b, Loc loc) {
+  a.loc = loc;
+  return binary(a, b, "min", arithOp<arith::MinimumFOp, arith::MinSIOp>);
+}
+
+Tile where(TileArg cond, TileArg a, TileArg b, Loc loc) {
+  if (!cond.tile)
+    userError(loc, "where: the condition must be an i1 tile");
+  Type ct = tileType(*cond.tile, loc, "where").getElementType();
+  if (!ct.isInteger(1))
+    userError(loc, "where: the condition is " + typeStr(ct) +
+                       ", not i1 (compare to get a mask)");
+  Operand vals[] = {{&a, "true value"}, {&b, "false value"}};
+  Type elem = commonElementType(vals, "where", loc);
+  Operand all[] = {{&cond, "condition"}, {&a, "true value"}, {&b, "false value"}};
+  SmallVector<int64_t> shape = broadcastShape(all, "where", loc);
+  Value c = materialize(cond, ct, shape, "where", loc);
+  Value x = materialize(a, elem, shape, "where", loc);
+  Value y = materialize(b, elem, shape, "where", loc);
+  Value r = builder(loc).create<arith::SelectOp>(location(loc), c, x, y);
+  return Tile::fromRaw(raw(r));
+}
+
+template <class Op>
+static Tile unaryFloat(const Tile &x, const char *opName, const Loc &loc) {
+  RankedTensorType t = tileType(x, loc, opName);
+  if (!isa<FloatType>(t.getElementType()))
+    userError(loc, std::string(opName) + ": needs a float tile, got " +
+                       typeStr(t.getElementType()));
+  return Tile::fromRaw(raw(builder(loc).create<Op>(location(loc), value(x.raw()))));
+}
+
+Tile neg(const Tile &x, Loc loc) { return unaryFloat<arith::NegFOp>(x, "neg", loc); }
+Tile exp(const Tile &x, Loc loc) { return unaryFloat<math::ExpOp>(x, "exp", loc); }
+Tile exp2(const Tile &x, Loc loc) { return unaryFloat<math::Exp2Op>(x, "exp2", loc); }
+Tile log(const Tile &x, Loc loc) { return unaryFloat<math::LogOp>(x, "log", loc); }
+Tile log2(const Tile &x, Loc loc) { return unaryFloat<math::Log2Op>(x, "log2", loc); }
+Tile sqrt(const Tile &x, Loc loc) { return unaryFloat<math::SqrtOp>(x, "sqrt", loc); }
+
+//===----------------------------------------------------------------------===//
+// Creation
+//===----------------------------------------------------------------------===//
+
+static void checkShape(const Shape &shape, const char *opName, const Loc &loc) {
+  if (shape.empty())
+    userError(loc, std::string(opName) + ": a tile needs at least one dimension");
+  for (int64_t d : shape)
+    if (d < 1)
+      userError(loc, std::string(opName) + ": shape " + shapeToString(shape) +
+                         " has an empty dimension");
+}
+
+Tile full(const Shape &shape, double v, DType dtype, Loc loc) {
+  checkShape(shape, "full", loc);
+  TileArg a(v, loc);
+  Type elem = mlirType(state(loc).ctx(), dtype);
+  return Tile::fromRaw(raw(materialize(a, elem, shape, "full", loc)));
+}
+Tile zeros(const Shape &shape, DType dtype, Loc loc) {
+  return full(shape, 0.0, dtype, loc);
+}
+Tile arange(int64_t n, Loc loc) {
+  checkShape({n}, "arange", loc);
+  auto type = RankedTensorType::get({n}, builder(loc).getI32Type());
+  return Tile::fromRaw(raw(builder(loc).create<IotaOp>(location(loc), type)));
+}
+Tile splat(Index v, const Shape &shape, Loc loc) {
+  checkShape(shape, "splat", loc);
+  auto type = RankedTensorType::get(shape, builder(loc).getI32Type());
+  return Tile::fromRaw(
+      raw(builder(loc).create<SplatOp>(location(loc), type, value(v.raw()))));
+}
+
+//===----------------------------------------------------------------------===//
+// Shape
+//===----------------------------------------------------------------------===//
+
+Tile expandDims(const Tile &x, int64_t axis, Loc loc) {
+  RankedTensorType t = tileType(x, loc, "expandDims");
+  if (axis < 0 || axis > t.getRank())
+    userError(loc, "expandDims: axis " + std::to_string(axis) +
+                       " is out of range for a " + shapeStr(t.getShape()) +
+                       " tile");
+  SmallVector<int64_t> s(t.getShape());
+  s.insert(s.begin() + axis, 1);
+  Value v = builder(loc).create<ExpandDimsOp>(location(loc), t.clone(s),
+                                              value(x.raw()), axis);
+  return Tile::fromRaw(raw(v));
+}
+
+Tile column(const Tile &x, Loc loc) {
+  if (x.valid() && x.rank() != 1)
+    userError(loc, "column: needs a 1-D tile, got " + shapeToString(x.shape()));
+  return expandDims(x, 1, loc);
+}
+Tile row(const Tile &x, Loc loc) {
+  if (x.valid() && x.rank() != 1)
+    userError(loc, "row: needs a 1-D tile, got " + shapeToString(x.shape()));
+  return expandDims(x, 0, loc);
+}
+
+Tile broadcastTo(const Tile &x, const Shape &shape, Loc loc) {
+  RankedTensorType t = tileType(x, loc, "broadcastTo");
+  bool ok = (int64_t)shape.size() == t.getRank();
+  for (size_t i = 0; ok && i < shape.size(); ++i)
+    ok = t.getDimSize(i) == shape[i] || t.getDimSize(i) == 1;
+  if (!ok)
+    userError(loc, "broadcastTo: broadcast of incompatible shapes: " +
+                       shapeStr(t.getShape()) + " to " + shapeToString(shape));
+  if (t.getShape() == ArrayRef<int64_t>(shape))
+    return x;
+  Value v = builder(loc).create<BroadcastOp>(location(loc), t.clone(shape),
+                                             value(x.raw()));
+  return Tile::fromRaw(raw(v));
+}
+
+Tile permute(const Tile &x, const std::vector<int32_t> &order, Loc loc) {
+  RankedTensorType t = tileType(x, loc, "permute");
+  std::vector<bool> seen(t.getRank(), false);
+  bool ok = (int64_t)order.size() == t.getRank();
+  for (int32_t o : order) {
+    ok = ok && o >= 0 && o < t.getRank() && !seen[o];
+    if (ok)
+      seen[o] = true;
+  }
+  if (!ok)
+    userError(loc, "permute: the order is not a permutation of the " +
+                       std::to_string(t.getRank()) + " dimensions of a " +
+                       shapeStr(t.getShape()) + " tile");
+  SmallVector<int64_t> s;
+  for (int32_t o : order)
+    s.push_back(t.getDimSize(o));
+  Value v = builder(loc).create<TransOp>(location(loc), t.clone(s),
+                                         value(x.raw()), order);
+  return Tile::fromRaw(raw(v));
+}
+
+Tile transpose(const Tile &x, Loc loc) {
+  if (x.valid() && x.rank() != 2)
+    userError(loc, "transpose: needs a 2-D tile, got " + shapeToString(x.shape()));
+  return permute(x, {1, 0}, loc);
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and dot
+//===----------------------------------------------------------------------===//
+
+static Tile reduce(const Tile &x, int64_t axis, ReduceKind kind,
+                   const char *opName, const Loc &loc) {
+  RankedTensorType t = tileType(x, loc, opName);
+  if (axis < 0 || axis >= t.getRank())
+    userError(loc, std::string(opName) + ": axis " + std::to_string(axis) +
+                       " is out of range for a " + shapeStr(t.getShape()) +
+                       " tile");
+  SmallVector<int64_t> s(t.getShape());
+  s.erase(s.begin() + axis);
+  OpBuilder &b = builder(loc);
+  Value v = b.create<ReduceOp>(location(loc), t.clone(s),
+                               ReduceKindAttr::get(b.getContext(), kind),
+                               value(x.raw()), b.getI32IntegerAttr(axis));
+  return Tile::fromRaw(raw(v));
+}
+
+Tile reduceSum(const Tile &x, int64_t axis, Loc loc) {
+  return reduce(x, axis, ReduceKind::Sum, "reduceSum", loc);
+}
+Tile reduceMax(const Tile &x, int64_t axis, Loc loc) {
+  return reduce(x, axis, ReduceKind::Max, "reduceMax", loc);
+}
+Tile reduceMin(const Tile &x, int64_t axis, Loc loc) {
+  return reduce(x, axis, ReduceKind::Min, "reduceMin", loc);
+}
+
+Tile dot(const Tile &a, const Tile &b, const Tile &acc, Loc loc) {
+  RankedTensorType ta = tileType(a, loc, "dot"), tb = tileType(b, loc, "dot");
+  if (ta.getRank() != 2 || tb.getRank() != 2)
+    userError(loc, "dot: operands must be 2-D: lhs is " + shapeStr(ta.getShape()) +
+                       ", rhs is " + shapeStr(tb.getShape()));
+  Type ea = ta.getElementType(), eb = tb.getElementType();
+  if (ea != eb)
+    userError(loc, "dot: mixed dtypes without a conversion: lhs is " +
+                       typeStr(ea) + ", rhs is " + typeStr(eb));
+  if (!(ea.isBF16() || ea.isF16() || ea.isF32()))
+    userError(loc, "dot: operands must be bf16, f16 or f32, got " + typeStr(ea));
+  if (ta.getDimSize(1) != tb.getDimSize(0))
+    userError(loc, "dot: inner dimensions differ: lhs is " +
+                       shapeStr(ta.getShape()) + ", rhs is " +
+                       shapeStr(tb.getShape()) + " (rhs must be " +
+                       std::to_string(ta.getDimSize(1)) + "xN)");
+  auto rt = RankedTensorType::get({ta.getDimSize(0), tb.getDimSize(1)},
+                                  builder(loc).getF32Type());
+  Value c;
+  if (acc.valid()) {
+    RankedTensorType tc = tileType(acc, loc, "dot");
+    if (tc != rt)
+      userError(loc, "dot: the accumulator is " + shapeStr(tc.getShape()) + "x" +
+                         typeStr(tc.getElementType()) + " but lhs times rhs is " +
+                         shapeStr(rt.getShape()) + "xf32");
+    c = value(acc.raw());
+  } else {
+    c = value(zeros(Shape(rt.getShape().begin(), rt.getShape().end()), DType::f32, loc).raw());
+  }
+  Value v = builder(loc).create<DotOp>(location(loc), rt, value(a.raw()),
+                                       value(b.raw()), c);
+  return Tile::fromRaw(raw(v));
+}
+
+Tile dot(const Tile &a, const Tile &b, Loc loc) { return dot(a, b, Tile(), loc); }
+
+} // namespace kiln::dsl

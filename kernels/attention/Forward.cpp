@@ -1,0 +1,81 @@
+//===- Forward.cpp - flash-attention forward in kiln's DSL ----------------===//
+//
+// One program computes blockM rows of O for one (batch, head): it streams K
+// and V in blocks of blockN keys, keeps a running row max and row sum, and
+// rescales its accumulator when the max grows (online softmax). Scores are
+// kept in base 2: scale·log2(e) is folded into one multiply so that the
+// exponentials are exp2.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/kernels/Attention.h"
+#include "kiln/dsl/Dsl.h"
+
+#include <cmath>
+
+using namespace kiln::dsl;
+
+namespace kiln::kernels {
+
+static void checkShape(const AttentionShape &s, const AttentionConfig &c) {
+  if (s.batch < 1 || s.heads < 1 || s.seqQ < 1 || s.seqK < 1)
+    throw Error("attention: batch, heads and sequence lengths must be >= 1");
+  if (s.headDim != 64 && s.headDim != 128)
+    throw Error("attention: head dim " + std::to_string(s.headDim) +
+                " is not supported (64 or 128)");
+  if (!isFloat(s.dtype))
+    throw Error(std::string("attention: dtype ") + dtypeName(s.dtype) +
+                " is not a float type");
+  if (c.blockM < 16 || c.blockN < 16 || (c.blockM & (c.blockM - 1)) ||
+      (c.blockN & (c.blockN - 1)))
+    throw Error("attention: blockM and blockN must be powers of two >= 16");
+}
+
+Kernel attentionForward(const AttentionShape &s, const AttentionConfig &c) {
+  checkShape(s, c);
+  const int64_t D = s.headDim, BM = c.blockM, BN = c.blockN;
+  const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
+
+  KernelBuilder k("attention_fwd", {cdiv(s.seqQ, BM), s.batch * s.heads});
+  auto Q = k.tensorArg("Q", s.dtype, {s.batch, s.heads, s.seqQ, D});
+  auto K = k.tensorArg("K", s.dtype, {s.batch, s.heads, s.seqK, D});
+  auto V = k.tensorArg("V", s.dtype, {s.batch, s.heads, s.seqK, D});
+  auto O = k.tensorArg("O", s.dtype, {s.batch, s.heads, s.seqQ, D});
+  auto LSE = k.tensorArg("LSE", f32, {s.batch, s.heads, s.seqQ});
+
+  Index bh = programId(1), b = bh / s.heads, h = bh % s.heads;
+  Index m0 = programId(0) * BM;
+  auto q = Q[b][h], kv = K[b][h], v = V[b][h];
+
+  Tile qTile = load(q.block({m0, 0}, {BM, D}));
+  Tile acc = zeros({BM, D}, f32);
+  Tile rowMax = full({BM}, -inf, f32);
+  Tile rowSum = zeros({BM}, f32);
+  Tile rows = arange(BM) + m0;
+
+  // Causal: keys past this block's last query row are never needed.
+  Index end = s.causal ? min(m0 + BM, Index(s.seqK)) : Index(s.seqK);
+  forRange(0, end, BN, carry(acc, rowMax, rowSum), [&](Index n0) {
+    Tile kTile = load(kv.block({n0, 0}, {BN, D}));
+    Tile scores = dot(qTile, transpose(kTile)) * (scale * log2e);
+    Tile cols = arange(BN) + n0;
+    if (s.seqK % BN != 0) // keys past seqK read as 0: mask them out
+      scores = where(row(cols) < s.seqK, scores, -inf);
+    if (s.causal)
+      scores = where(column(rows) >= row(cols), scores, -inf);
+
+    Tile newMax = max(rowMax, reduceMax(scores, 1));
+    Tile p = exp2(scores - column(newMax));
+    Tile alpha = exp2(rowMax - newMax);
+    rowSum = rowSum * alpha + reduceSum(p, 1);
+    Tile vTile = load(v.block({n0, 0}, {BN, D}));
+    acc = dot(p.to(s.dtype), vTile, acc * column(alpha));
+    rowMax = newMax;
+  });
+
+  store(O[b][h].block({m0, 0}), (acc / column(rowSum)).to(s.dtype));
+  // logsumexp of the scaled scores, in natural log: (max + log2(sum)) · ln 2.
+  store(LSE[b][h].block({m0}), (rowMax + log2(rowSum)) * ln2);
+  return k.finish();
+}
+
+} // namespace kiln::kernels

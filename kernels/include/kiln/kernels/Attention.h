@@ -1,0 +1,33 @@
+//===- Attention.h - flash-attention forward in kiln's DSL ------*- C++ -*-===//
+#ifndef KILN_KERNELS_ATTENTION_H
+#define KILN_KERNELS_ATTENTION_H
+
+#include "kiln/Compiler/Kernel.h"
+
+namespace kiln::kernels {
+
+/// Compile-time constants of one attention kernel. Q, K, V and O are
+/// (batch, heads, seq, headDim) tensors with any strides; LSE is
+/// (batch, heads, seqQ) fp32 and holds the natural-log logsumexp of each row of
+/// scaled scores, for a backward pass.
+struct AttentionShape {
+  int64_t batch = 1, heads = 1, seqQ = 128, seqK = 128, headDim = 64;
+  bool causal = false; ///< query i attends to keys j <= i
+  DType dtype = DType::bf16;
+  double scale = 0; ///< 0: 1/sqrt(headDim)
+};
+
+/// Schedule: tile sizes, warps and pipeline stages.
+struct AttentionConfig {
+  int64_t blockM = 64, blockN = 64;
+  int warps = 4, stages = 2;
+};
+
+/// Checks the shape (D in {64, 128}, float dtype, positive sizes) and builds
+/// the kernel; throws kiln::Error naming the bad field.
+Kernel attentionForward(const AttentionShape &shape,
+                        const AttentionConfig &config = {});
+
+} // namespace kiln::kernels
+
+#endif // KILN_KERNELS_ATTENTION_H

@@ -1,0 +1,25 @@
+//===- Gemm.h - tiled matrix multiply in kiln's DSL -------------*- C++ -*-===//
+#ifndef KILN_KERNELS_GEMM_H
+#define KILN_KERNELS_GEMM_H
+
+#include "kiln/Compiler/Kernel.h"
+
+namespace kiln::kernels {
+
+/// C (M x N, outDtype) = A (M x K, dtype) · B (K x N, dtype), fp32 accumulation.
+struct GemmShape {
+  int64_t M = 128, N = 128, K = 128;
+  DType dtype = DType::bf16;
+  DType outDtype = DType::f32;
+};
+
+struct GemmConfig {
+  int64_t blockM = 64, blockN = 64, blockK = 32;
+  int warps = 4, stages = 3;
+};
+
+Kernel gemm(const GemmShape &shape, const GemmConfig &config = {});
+
+} // namespace kiln::kernels
+
+#endif // KILN_KERNELS_GEMM_H

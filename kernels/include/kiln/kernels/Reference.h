@@ -1,0 +1,26 @@
+//===- Reference.h - plain C++ fp64 references ------------------*- C++ -*-===//
+//
+// Straightforward fp64 loops, independent of kiln's IR and executors: what
+// kiln's results are checked against.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_KERNELS_REFERENCE_H
+#define KILN_KERNELS_REFERENCE_H
+
+#include "kiln/kernels/Attention.h"
+#include "kiln/kernels/Gemm.h"
+#include "kiln/kernels/Softmax.h"
+#include "kiln/runtime/HostTensor.h"
+
+namespace kiln::kernels {
+
+/// O (B,H,Nq,D) and LSE (B,H,Nq) from Q, K, V; every output element written.
+void attentionReference(const AttentionShape &s, const HostTensor &q,
+                        const HostTensor &k, const HostTensor &v,
+                        HostTensor &o, HostTensor &lse);
+void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c);
+void softmaxReference(const HostTensor &x, HostTensor &y);
+
+} // namespace kiln::kernels
+
+#endif // KILN_KERNELS_REFERENCE_H

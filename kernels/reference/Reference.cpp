@@ -1,0 +1,84 @@
+//===- Reference.cpp - plain C++ fp64 references --------------------------===//
+#include "kiln/kernels/Reference.h"
+#include "kiln/runtime/Error.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace kiln::kernels {
+
+/// The tensor's elements in row-major logical order, whatever its strides.
+static std::vector<double> toDoubles(const HostTensor &t) {
+  std::vector<double> out(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out[i] = t.flatAt(i);
+  return out;
+}
+
+void attentionReference(const AttentionShape &s, const HostTensor &q,
+                        const HostTensor &k, const HostTensor &v, HostTensor &o,
+                        HostTensor &lse) {
+  const int64_t D = s.headDim, Nq = s.seqQ, Nk = s.seqK;
+  const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
+  std::vector<double> Q = toDoubles(q), K = toDoubles(k), V = toDoubles(v);
+  std::vector<double> scores(Nk), out(D);
+  for (int64_t bh = 0; bh < s.batch * s.heads; ++bh)
+    for (int64_t i = 0; i < Nq; ++i) {
+      const double *qi = &Q[(bh * Nq + i) * D];
+      int64_t last = s.causal ? std::min(i, Nk - 1) : Nk - 1;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j <= last; ++j) {
+        const double *kj = &K[(bh * Nk + j) * D];
+        double acc = 0;
+        for (int64_t d = 0; d < D; ++d)
+          acc += qi[d] * kj[d];
+        scores[j] = acc * scale;
+        mx = std::max(mx, scores[j]);
+      }
+      double sum = 0;
+      std::fill(out.begin(), out.end(), 0.0);
+      for (int64_t j = 0; j <= last; ++j) {
+        double p = std::exp(scores[j] - mx);
+        sum += p;
+        const double *vj = &V[(bh * Nk + j) * D];
+        for (int64_t d = 0; d < D; ++d)
+          out[d] += p * vj[d];
+      }
+      for (int64_t d = 0; d < D; ++d)
+        o.flatSet((bh * Nq + i) * D + d, out[d] / sum);
+      lse.flatSet(bh * Nq + i, mx + std::log(sum));
+    }
+}
+
+void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c) {
+  int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
+  if (b.shape()[0] != K || c.shape() != std::vector<int64_t>{M, N})
+    throw Error("gemmReference: shapes do not chain");
+  std::vector<double> A = toDoubles(a), B = toDoubles(b), row(N);
+  for (int64_t i = 0; i < M; ++i) {
+    std::fill(row.begin(), row.end(), 0.0);
+    for (int64_t kk = 0; kk < K; ++kk)
+      for (int64_t j = 0; j < N; ++j)
+        row[j] += A[i * K + kk] * B[kk * N + j];
+    for (int64_t j = 0; j < N; ++j)
+      c.flatSet(i * N + j, row[j]);
+  }
+}
+
+void softmaxReference(const HostTensor &x, HostTensor &y) {
+  int64_t R = x.shape()[0], C = x.shape()[1];
+  std::vector<double> X = toDoubles(x);
+  for (int64_t r = 0; r < R; ++r) {
+    const double *xr = &X[r * C];
+    double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t c = 0; c < C; ++c)
+      mx = std::max(mx, xr[c]);
+    for (int64_t c = 0; c < C; ++c)
+      sum += std::exp(xr[c] - mx);
+    for (int64_t c = 0; c < C; ++c)
+      y.flatSet(r * C + c, std::exp(xr[c] - mx) / sum);
+  }
+}
+
+} // namespace kiln::kernels

@@ -1,0 +1,46 @@
+//===- Softmax.cpp - row softmax in kiln's DSL ----------------------------===//
+//
+// One program handles blockRows rows. A first sweep over the columns keeps a
+// running max and a running sum rescaled to it (online softmax), so any row
+// length works in one kernel; a second sweep writes exp(x - max) / sum.
+// Columns past the end read -inf, whose exponential is 0.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/kernels/Softmax.h"
+#include "kiln/dsl/Dsl.h"
+
+using namespace kiln::dsl;
+
+namespace kiln::kernels {
+
+Kernel softmax(const SoftmaxShape &s, const SoftmaxConfig &c) {
+  if (s.rows < 1 || s.cols < 1)
+    throw Error("softmax: rows and cols must be >= 1");
+  if (!isFloat(s.dtype))
+    throw Error(std::string("softmax: dtype ") + dtypeName(s.dtype) +
+                " is not a float type");
+  const int64_t BR = c.blockRows, BC = c.blockCols;
+
+  KernelBuilder k("softmax", {cdiv(s.rows, BR)});
+  auto X = k.tensorArg("X", s.dtype, {s.rows, s.cols});
+  auto Y = k.tensorArg("Y", s.dtype, {s.rows, s.cols});
+  Index r0 = programId(0) * BR;
+
+  Tile rowMax = full({BR}, -inf, f32);
+  Tile rowSum = zeros({BR}, f32);
+  forRange(0, s.cols, BC, carry(rowMax, rowSum), [&](Index c0) {
+    Tile x = load(X.block({r0, c0}, {BR, BC}), -inf).to(f32);
+    Tile newMax = max(rowMax, reduceMax(x, 1));
+    rowSum = rowSum * exp(rowMax - newMax) +
+             reduceSum(exp(x - column(newMax)), 1);
+    rowMax = newMax;
+  });
+  forRange(0, s.cols, BC, [&](Index c0) {
+    Tile x = load(X.block({r0, c0}, {BR, BC}), -inf).to(f32);
+    Tile y = exp(x - column(rowMax)) / column(rowSum);
+    store(Y.block({r0, c0}), y.to(s.dtype));
+  });
+  return k.finish();
+}
+
+} // namespace kiln::kernels

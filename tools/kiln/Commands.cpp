@@ -1,0 +1,264 @@
+//===- Commands.cpp - the kiln command line's kernels and runs ------------===//
+#include "Commands.h"
+
+#include "kiln/Reference/CpuExecutor.h"
+#include "kiln/kernels/Reference.h"
+#include "kiln/runtime/Error.h"
+
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstdlib>
+
+namespace kiln::cli {
+
+Options Options::parse(const std::vector<std::string> &args,
+                       const std::set<std::string> &flags) {
+  Options o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      o.positional.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (flags.count(name)) {
+      value = "1";
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      throw Error("option --" + name + " needs a value");
+    }
+    o.values_[name] = value;
+  }
+  return o;
+}
+
+int64_t Options::integer(const std::string &name, int64_t fallback) {
+  used_.insert(name);
+  auto it = values_.find(name);
+  if (it == values_.end())
+    return fallback;
+  char *end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end)
+    throw Error("option --" + name + ": '" + it->second + "' is not an integer");
+  return v;
+}
+
+std::string Options::string(const std::string &name, const std::string &fallback) {
+  used_.insert(name);
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+bool Options::flag(const std::string &name) {
+  used_.insert(name);
+  auto it = values_.find(name);
+  return it != values_.end() && it->second != "0" && it->second != "false";
+}
+
+void Options::checkAllUsed() const {
+  for (auto &[name, value] : values_)
+    if (!used_.count(name))
+      throw Error("unknown option --" + name + " for this command");
+}
+
+static DType dtypeOption(Options &opts, const char *fallback) {
+  std::string name = opts.string("dtype", fallback);
+  auto t = parseDType(name);
+  if (!t || !isFloat(*t))
+    throw Error("option --dtype: '" + name + "' is not bf16, fp16 or fp32");
+  return *t;
+}
+
+static int64_t positive(Options &opts, const std::string &name, int64_t fallback) {
+  int64_t v = opts.integer(name, fallback);
+  if (v < 1)
+    throw Error("option --" + name + " must be >= 1, got " + std::to_string(v));
+  return v;
+}
+
+static HostTensor randomTensor(DType t, std::vector<int64_t> shape,
+                               uint64_t seed, bool bshd = false) {
+  if (!bshd) {
+    HostTensor x(t, shape);
+    x.fillRandom(seed);
+    return x;
+  }
+  // A (B,H,N,D) view of (B,N,H,D) memory: heads interleaved in each row.
+  int64_t B = shape[0], H = shape[1], N = shape[2], D = shape[3];
+  HostTensor x(t, shape, {N * H * D, D, H * D, 1});
+  x.fillRandom(seed);
+  return x;
+}
+
+static Problem attentionProblem(Options &opts, bool withData) {
+  kernels::AttentionShape s;
+  s.batch = positive(opts, "batch", 1);
+  s.heads = positive(opts, "heads", 2);
+  s.seqQ = positive(opts, "seq", 256);
+  s.seqK = positive(opts, "seq-k", s.seqQ);
+  s.headDim = positive(opts, "head-dim", 64);
+  s.causal = opts.flag("causal");
+  s.dtype = dtypeOption(opts, "bf16");
+  kernels::AttentionConfig c;
+  c.blockM = positive(opts, "block-m", c.blockM);
+  c.blockN = positive(opts, "block-n", c.blockN);
+  std::string layout = opts.string("layout", "bhsd");
+  if (layout != "bhsd" && layout != "bshd")
+    throw Error("option --layout: '" + layout + "' is not bhsd or bshd");
+  uint64_t seed = uint64_t(opts.integer("seed", 1));
+
+  Problem p;
+  p.kernel = kernels::attentionForward(s, c);
+  p.summary = fmt::format("attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
+                          "blockM={} blockN={}",
+                          s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
+                          s.causal ? "causal" : "non-causal", dtypeName(s.dtype),
+                          layout, c.blockM, c.blockN);
+  if (!withData)
+    return p;
+  bool bshd = layout == "bshd";
+  auto q = randomTensor(s.dtype, {s.batch, s.heads, s.seqQ, s.headDim}, seed, bshd);
+  auto k = randomTensor(s.dtype, {s.batch, s.heads, s.seqK, s.headDim}, seed + 1, bshd);
+  auto v = randomTensor(s.dtype, {s.batch, s.heads, s.seqK, s.headDim}, seed + 2, bshd);
+  auto o = randomTensor(s.dtype, {s.batch, s.heads, s.seqQ, s.headDim}, 0, bshd);
+  HostTensor lse(DType::f32, {s.batch, s.heads, s.seqQ});
+  o.poison();
+  lse.poison();
+  HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
+  kernels::attentionReference(s, q, k, v, oRef, lseRef);
+  p.tensors.emplace("Q", std::move(q));
+  p.tensors.emplace("K", std::move(k));
+  p.tensors.emplace("V", std::move(v));
+  p.tensors.emplace("O", std::move(o));
+  p.tensors.emplace("LSE", std::move(lse));
+  p.expected.emplace_back("O", std::move(oRef));
+  p.expected.emplace_back("LSE", std::move(lseRef));
+  return p;
+}
+
+static Problem gemmProblem(Options &opts, bool withData) {
+  kernels::GemmShape s;
+  s.M = positive(opts, "m", 256);
+  s.N = positive(opts, "n", 256);
+  s.K = positive(opts, "k", 256);
+  s.dtype = dtypeOption(opts, "bf16");
+  kernels::GemmConfig c;
+  c.blockM = positive(opts, "block-m", c.blockM);
+  c.blockN = positive(opts, "block-n", c.blockN);
+  c.blockK = positive(opts, "block-k", c.blockK);
+  uint64_t seed = uint64_t(opts.integer("seed", 1));
+  Problem p;
+  p.kernel = kernels::gemm(s, c);
+  p.summary = fmt::format("gemm M={} N={} K={} {} -> {} blockM={} blockN={} blockK={}",
+                          s.M, s.N, s.K, dtypeName(s.dtype), dtypeName(s.outDtype),
+                          c.blockM, c.blockN, c.blockK);
+  if (!withData)
+    return p;
+  auto a = randomTensor(s.dtype, {s.M, s.K}, seed);
+  auto b = randomTensor(s.dtype, {s.K, s.N}, seed + 1);
+  HostTensor cOut(s.outDtype, {s.M, s.N}), cRef(DType::f32, {s.M, s.N});
+  cOut.poison();
+  kernels::gemmReference(a, b, cRef);
+  p.tensors.emplace("A", std::move(a));
+  p.tensors.emplace("B", std::move(b));
+  p.tensors.emplace("C", std::move(cOut));
+  p.expected.emplace_back("C", std::move(cRef));
+  return p;
+}
+
+static Problem softmaxProblem(Options &opts, bool withData) {
+  kernels::SoftmaxShape s;
+  s.rows = positive(opts, "rows", 256);
+  s.cols = positive(opts, "cols", 1000);
+  s.dtype = dtypeOption(opts, "fp32");
+  kernels::SoftmaxConfig c;
+  c.blockRows = positive(opts, "block-rows", c.blockRows);
+  c.blockCols = positive(opts, "block-cols", c.blockCols);
+  uint64_t seed = uint64_t(opts.integer("seed", 1));
+  Problem p;
+  p.kernel = kernels::softmax(s, c);
+  p.summary = fmt::format("softmax rows={} cols={} {} blockRows={} blockCols={}",
+                          s.rows, s.cols, dtypeName(s.dtype), c.blockRows,
+                          c.blockCols);
+  if (!withData)
+    return p;
+  HostTensor x(s.dtype, {s.rows, s.cols});
+  x.fillRandom(seed, -4.0, 4.0);
+  HostTensor y(s.dtype, {s.rows, s.cols}), yRef(DType::f32, {s.rows, s.cols});
+  y.poison();
+  kernels::softmaxReference(x, yRef);
+  p.tensors.emplace("X", std::move(x));
+  p.tensors.emplace("Y", std::move(y));
+  p.expected.emplace_back("Y", std::move(yRef));
+  return p;
+}
+
+Problem makeProblem(const std::string &kernel, Options &opts, bool withData) {
+  if (kernel == "attention")
+    return attentionProblem(opts, withData);
+  if (kernel == "gemm")
+    return gemmProblem(opts, withData);
+  if (kernel == "softmax")
+    return softmaxProblem(opts, withData);
+  throw Error("unknown kernel '" + kernel + "' (attention, gemm, softmax)");
+}
+
+static std::string kernelName(Options &opts) {
+  if (opts.positional.size() != 1)
+    throw Error("name one kernel: attention, gemm or softmax");
+  return opts.positional[0];
+}
+
+int cmdIr(Options &opts) {
+  bool withLoc = opts.flag("loc");
+  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
+  opts.checkAllUsed();
+  fmt::print("// {}\n{}", p.summary, p.kernel->ir(withLoc));
+  return 0;
+}
+
+int cmdRun(Options &opts) {
+  bool cpu = opts.flag("cpu");
+  double tolerance = 1e-2;
+  std::string name = kernelName(opts);
+  if (!cpu)
+    throw Error("kiln run: this build has no GPU code generation yet; pass "
+                "--cpu to run the CPU reference executor");
+  Problem p = makeProblem(name, opts, /*withData=*/true);
+  opts.checkAllUsed();
+
+  std::map<std::string, TensorRef> refs;
+  for (auto &[n, t] : p.tensors)
+    refs[n] = t.ref();
+  auto args = p.kernel->bind(refs);
+  auto grid = p.kernel->grid();
+  fmt::print("kiln run --cpu {}\n  grid {}x{}x{}\n", p.summary, grid[0],
+             grid[1], grid[2]);
+  auto t0 = std::chrono::steady_clock::now();
+  runOnCpu(*p.kernel, args);
+  double ms = std::chrono::duration<double, std::milli>(
+                  std::chrono::steady_clock::now() - t0).count();
+  fmt::print("  CPU executor time {:.1f} ms\n", ms);
+
+  bool ok = true;
+  for (auto &[n, ref] : p.expected) {
+    ErrorStats e = compareTensors(p.tensors.at(n), ref);
+    bool pass = e.relative <= tolerance;
+    ok &= pass;
+    fmt::print("  {:<4} max abs error {:.3e}  relative error {:.3e}{}  {}\n", n,
+               e.maxAbs, e.relative,
+               e.nonFinite ? fmt::format("  ({} non-finite)", e.nonFinite) : "",
+               pass ? "ok" : "FAIL");
+  }
+  fmt::print("{} (relative error against the fp64 reference {} {:.0e})\n",
+             ok ? "PASS" : "FAIL", ok ? "<=" : "exceeds", tolerance);
+  return ok ? 0 : 1;
+}
+
+} // namespace kiln::cli

@@ -1,0 +1,52 @@
+//===- Commands.h - the kiln command line's kernels and runs ----*- C++ -*-===//
+#ifndef KILN_TOOLS_KILN_COMMANDS_H
+#define KILN_TOOLS_KILN_COMMANDS_H
+
+#include "kiln/Compiler/Kernel.h"
+#include "kiln/runtime/HostTensor.h"
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kiln::cli {
+
+/// Parsed `--name value` options and `--flag`s; each lookup marks the option
+/// used so that unknown options are reported.
+class Options {
+public:
+  static Options parse(const std::vector<std::string> &args,
+                       const std::set<std::string> &flags);
+  int64_t integer(const std::string &name, int64_t fallback);
+  std::string string(const std::string &name, const std::string &fallback);
+  bool flag(const std::string &name);
+  /// Throws kiln::Error naming any option that no lookup asked for.
+  void checkAllUsed() const;
+  std::vector<std::string> positional;
+
+private:
+  std::map<std::string, std::string> values_;
+  std::set<std::string> used_;
+};
+
+/// A kernel with inputs, outputs and fp64 references, ready to run.
+struct Problem {
+  std::optional<Kernel> kernel;
+  std::string summary;
+  std::map<std::string, HostTensor> tensors;
+  /// Output tensor name -> its reference.
+  std::vector<std::pair<std::string, HostTensor>> expected;
+};
+
+/// Builds the named kernel (attention, gemm, softmax) from options; with
+/// `withData`, also random inputs, poisoned outputs and references.
+Problem makeProblem(const std::string &kernel, Options &opts, bool withData);
+
+int cmdIr(Options &opts);
+int cmdRun(Options &opts);
+
+} // namespace kiln::cli
+
+#endif // KILN_TOOLS_KILN_COMMANDS_H

@@ -1,0 +1,51 @@
+//===- main.cpp - the kiln command line -----------------------------------===//
+#include "Commands.h"
+
+#include "kiln/runtime/Error.h"
+
+#include <fmt/core.h>
+
+#include <exception>
+
+static const char *kUsage = R"(usage: kiln <command> [options]
+
+commands:
+  ir <kernel> [shape options] [--loc]   print the kiln IR built for that shape
+  run --cpu <kernel> [shape options]    run on the CPU reference executor and
+                                        compare against an fp64 reference;
+                                        exits 1 if the relative error > 1e-2
+  help                                  this text
+
+kernels and their shape options:
+  attention  --seq N [--seq-k N] --head-dim 64|128 [--causal] [--batch B]
+             [--heads H] [--dtype bf16|fp16|fp32] [--layout bhsd|bshd]
+             [--block-m M] [--block-n N]
+  gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
+  softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
+  every run takes --seed S for its random inputs.
+)";
+
+int main(int argc, char **argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help") {
+    fmt::print("{}", kUsage);
+    return args.empty() ? 2 : 0;
+  }
+  std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    auto opts = kiln::cli::Options::parse(args, {"causal", "cpu", "loc"});
+    if (cmd == "ir")
+      return kiln::cli::cmdIr(opts);
+    if (cmd == "run")
+      return kiln::cli::cmdRun(opts);
+    fmt::print(stderr, "kiln: unknown command '{}'\n\n{}", cmd, kUsage);
+    return 2;
+  } catch (const kiln::Error &e) {
+    fmt::print(stderr, "kiln: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception &e) {
+    fmt::print(stderr, "kiln: {}\n", e.what());
+    return 3;
+  }
+}
