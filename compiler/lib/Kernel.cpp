@@ -69,8 +69,11 @@ std::string Kernel::ir(bool withLocations) const {
   std::string s;
   llvm::raw_string_ostream os(s);
   OpPrintingFlags flags;
-  if (withLocations)
+  if (withLocations) {
+    // Inline each op's file:line:col rather than #loc aliases at the end.
     flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
+    flags.useLocalScope();
+  }
   impl_->module->print(os, flags);
   return s;
 }
@@ -124,12 +127,22 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors) const {
   return args;
 }
 
+/// "file:line:col" for a file location, MLIR's form otherwise.
+static void printLocation(llvm::raw_ostream &os, Location loc) {
+  if (auto fl = dyn_cast<FileLineColLoc>(loc))
+    os << fl.getFilename().getValue() << ":" << fl.getLine() << ":"
+       << fl.getColumn();
+  else
+    os << loc;
+}
+
 std::string verifyModuleText(const std::string &text) {
   auto ctx = makeKilnContext();
   std::string diags;
   llvm::raw_string_ostream os(diags);
   ScopedDiagnosticHandler handler(ctx.get(), [&](Diagnostic &d) {
-    os << d.getLocation() << ": " << d << "\n";
+    printLocation(os, d.getLocation());
+    os << ": " << d << "\n";
     return success();
   });
   ParserConfig config(ctx.get());

@@ -3,6 +3,8 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <limits>
@@ -240,6 +242,9 @@ Kernel KernelBuilder::finish(Loc loc) {
   b.setInsertionPointToEnd(&func.getBody().front());
   b.create<func::ReturnOp>(location(loc));
   func.setType(b.getFunctionType(func.getBody().front().getArgumentTypes(), {}));
+  // Parameter names, so that the printed IR says which argument is which.
+  for (auto [i, p] : llvm::enumerate(state_->kernel->params))
+    func.setArgAttr(i, "kiln.name", b.getStringAttr(p.name));
 
   std::string diags;
   llvm::raw_string_ostream os(diags);
@@ -251,6 +256,15 @@ Kernel KernelBuilder::finish(Loc loc) {
     if (failed(verify(*state_->kernel->module)))
       throw InternalError("the DSL built invalid IR for kernel " +
                           state_->kernel->name + ":\n" + diags);
+    // Fold what the shape constants make constant and drop duplicates, so
+    // the kernel's IR holds only the computation that depends on run-time
+    // values.
+    PassManager pm(state_->ctx());
+    pm.addPass(createCanonicalizerPass());
+    pm.addPass(createCSEPass());
+    if (failed(pm.run(*state_->kernel->module)))
+      throw InternalError("folding kernel " + state_->kernel->name +
+                          " failed:\n" + diags);
   }
   current = nullptr;
   Kernel k(std::move(state_->kernel));

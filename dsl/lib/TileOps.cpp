@@ -85,6 +85,8 @@ static SmallVector<int64_t> broadcastShape(ArrayRef<Operand> ops,
     if (!o.arg->tile)
       continue;
     auto s = tileType(*o.arg->tile, loc, opName).getShape();
+    if (s.empty())
+      continue; // a rank-0 tile broadcasts like a number
     std::string desc = std::string(o.label) + " is " + shapeStr(s);
     if (!have) {
       shape.assign(s.begin(), s.end());
@@ -121,6 +123,7 @@ static Value materialize(const TileArg &a, Type elem, ArrayRef<int64_t> shape,
     Value v = value(a.tile->raw());
     if (cast<RankedTensorType>(v.getType()).getShape() == shape)
       return v;
+    // kiln.broadcast takes a rank-0 source to any shape.
     return b.create<BroadcastOp>(l, type, v);
   }
   if (a.index) {
@@ -179,6 +182,9 @@ Tile operator*(TileArg a, TileArg b) {
 }
 Tile operator/(TileArg a, TileArg b) {
   return binary(a, b, "/", arithOp<arith::DivFOp, arith::DivSIOp>);
+}
+Tile operator%(TileArg a, TileArg b) {
+  return binary(a, b, "%", arithOp<arith::RemFOp, arith::RemSIOp>);
 }
 Tile operator<(TileArg a, TileArg b) {
   using enum arith::CmpFPredicate;

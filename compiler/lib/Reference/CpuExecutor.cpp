@@ -198,8 +198,8 @@ private:
         acc *= s.shape[d];
       }
       forEachIndex(r->shape, [&](int64_t k, ArrayRef<int64_t> idx) {
-        int64_t off = 0;
-        for (size_t d = 0; d < idx.size(); ++d)
+        int64_t off = 0; // a rank-0 source has one element
+        for (size_t d = 0; d < srcStrides.size(); ++d)
           off += idx[d] * srcStrides[d];
         if (r->isFloatTy())
           r->f[k] = s.f[off];

@@ -195,6 +195,7 @@ RtRef evalElementwise(Operation *op, ArrayRef<RtRef> in) {
   FLOAT_OP(arith::MulFOp, x * y)
   FLOAT_OP(arith::DivFOp, x / y)
   FLOAT_OP(arith::NegFOp, -x)
+  FLOAT_OP(arith::RemFOp, std::fmod(x, y))
   FLOAT_OP(arith::MaximumFOp, std::isnan(x) || std::isnan(y) ? NAN : std::max(x, y))
   FLOAT_OP(arith::MinimumFOp, std::isnan(x) || std::isnan(y) ? NAN : std::min(x, y))
   FLOAT_OP(arith::MaxNumFOp, std::fmax(x, y))

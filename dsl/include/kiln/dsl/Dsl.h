@@ -119,6 +119,7 @@ Tile operator+(TileArg a, TileArg b);
 Tile operator-(TileArg a, TileArg b);
 Tile operator*(TileArg a, TileArg b);
 Tile operator/(TileArg a, TileArg b);
+Tile operator%(TileArg a, TileArg b); ///< remainder, sign of the dividend
 Tile operator<(TileArg a, TileArg b);
 Tile operator<=(TileArg a, TileArg b);
 Tile operator>(TileArg a, TileArg b);

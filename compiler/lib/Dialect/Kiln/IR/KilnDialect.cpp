@@ -189,15 +189,17 @@ LogicalResult BroadcastOp::verify() {
   auto src = getSrc().getType(), res = getResult().getType();
   if (failed(requireStatic(*this, res, "result")))
     return failure();
-  bool ok = src.getRank() == res.getRank() &&
-            src.getElementType() == res.getElementType();
-  for (int64_t i = 0; ok && i < src.getRank(); ++i)
+  // A rank-0 tile (a reduction of a vector) broadcasts to any shape.
+  bool ok = src.getElementType() == res.getElementType() &&
+            (src.getRank() == 0 || src.getRank() == res.getRank());
+  for (int64_t i = 0; ok && src.getRank() && i < src.getRank(); ++i)
     ok = src.getDimSize(i) == res.getDimSize(i) || src.getDimSize(i) == 1;
   if (!ok)
     return emitOpError() << "cannot broadcast " << shapeStr(src.getShape())
                          << " to " << shapeStr(res.getShape())
-                         << ": ranks and element types must match and each "
-                            "dimension must be equal or 1";
+                         << ": element types must match, ranks too unless the "
+                            "source is rank 0, and each dimension must be "
+                            "equal or 1";
   return success();
 }
 

@@ -1,0 +1,264 @@
+//===- CpuRunTest.cpp - kernels on the CPU executor vs fp64 references ----===//
+//
+// Fresh random inputs for every case (seeded by the case), outputs poisoned
+// with NaN before the run so that an element the kernel forgets to write
+// fails the comparison, every element compared.
+//
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include "kiln/Reference/CpuExecutor.h"
+#include "kiln/dsl/Dsl.h"
+#include "kiln/kernels/Reference.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace kiln;
+using ::testing::HasSubstr;
+
+namespace {
+
+double tolerance(DType t) {
+  return t == DType::bf16 ? 1e-2 : t == DType::f16 ? 5e-3 : 1e-5;
+}
+
+struct AttentionCase {
+  int64_t batch, heads, seqQ, seqK, headDim;
+  bool causal;
+  DType dtype;
+  bool interleavedHeads; ///< (B,N,H,D) memory: non-contiguous strides
+};
+
+std::string caseName(const AttentionCase &c) {
+  return std::to_string(c.batch) + "x" + std::to_string(c.heads) + "_q" +
+         std::to_string(c.seqQ) + "_k" + std::to_string(c.seqK) + "_d" +
+         std::to_string(c.headDim) + (c.causal ? "_causal_" : "_full_") +
+         dtypeName(c.dtype) + (c.interleavedHeads ? "_bshd" : "");
+}
+
+// Readable names in gtest's and ctest's listings.
+void PrintTo(const AttentionCase &c, std::ostream *os) { *os << caseName(c); }
+
+HostTensor makeBHND(DType t, int64_t B, int64_t H, int64_t N, int64_t D,
+                    bool interleaved) {
+  if (!interleaved)
+    return HostTensor(t, {B, H, N, D});
+  return HostTensor(t, {B, H, N, D}, {N * H * D, D, H * D, 1});
+}
+
+class AttentionOnCpu : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(AttentionOnCpu, MatchesFp64Reference) {
+  const AttentionCase &c = GetParam();
+  kernels::AttentionShape s{c.batch, c.heads, c.seqQ, c.seqK, c.headDim,
+                            c.causal, c.dtype, 0};
+  Kernel k = kernels::attentionForward(s);
+  uint64_t seed = std::hash<std::string>()(caseName(c));
+  HostTensor q = makeBHND(c.dtype, c.batch, c.heads, c.seqQ, c.headDim, c.interleavedHeads);
+  HostTensor kk = makeBHND(c.dtype, c.batch, c.heads, c.seqK, c.headDim, c.interleavedHeads);
+  HostTensor v = makeBHND(c.dtype, c.batch, c.heads, c.seqK, c.headDim, c.interleavedHeads);
+  HostTensor o = makeBHND(c.dtype, c.batch, c.heads, c.seqQ, c.headDim, c.interleavedHeads);
+  HostTensor lse(DType::f32, {c.batch, c.heads, c.seqQ});
+  q.fillRandom(seed, -2, 2);
+  kk.fillRandom(seed + 1, -2, 2);
+  v.fillRandom(seed + 2);
+  o.poison();
+  lse.poison();
+
+  auto args = k.bind({{"Q", q.ref()}, {"K", kk.ref()}, {"V", v.ref()},
+                      {"O", o.ref()}, {"LSE", lse.ref()}});
+  runOnCpu(k, args);
+
+  HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
+  kernels::attentionReference(s, q, kk, v, oRef, lseRef);
+  ErrorStats eo = compareTensors(o, oRef), el = compareTensors(lse, lseRef);
+  EXPECT_EQ(eo.nonFinite, 0);
+  EXPECT_EQ(el.nonFinite, 0);
+  EXPECT_LE(eo.relative, tolerance(c.dtype)) << "max abs " << eo.maxAbs;
+  EXPECT_LE(el.relative, 1e-5) << "max abs " << el.maxAbs;
+}
+
+constexpr DType bf16 = DType::bf16, f16 = DType::f16, f32 = DType::f32;
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionOnCpu,
+    ::testing::Values(
+        // Ragged N (not a multiple of the 64-row block), both masks.
+        AttentionCase{1, 2, 1, 1, 64, false, bf16, false},
+        AttentionCase{1, 2, 1, 1, 64, true, bf16, false},
+        AttentionCase{1, 2, 17, 17, 64, false, bf16, false},
+        AttentionCase{1, 2, 17, 17, 64, true, f16, false},
+        AttentionCase{2, 1, 100, 100, 64, true, bf16, false},
+        AttentionCase{1, 2, 100, 100, 128, false, f16, true},
+        AttentionCase{1, 2, 257, 257, 64, true, bf16, true},
+        AttentionCase{1, 1, 257, 257, 128, false, bf16, false},
+        // Exact multiples, B·H > 1, fp32 with a tight tolerance.
+        AttentionCase{2, 2, 128, 128, 64, false, f32, false},
+        AttentionCase{1, 2, 256, 256, 64, true, f32, false},
+        AttentionCase{1, 2, 256, 256, 128, true, bf16, false},
+        // Queries and keys of different lengths.
+        AttentionCase{1, 2, 50, 130, 64, false, bf16, false},
+        AttentionCase{1, 2, 130, 50, 64, true, f16, false}),
+    [](const auto &info) { return caseName(info.param); });
+
+struct GemmCase {
+  int64_t M, N, K;
+  DType dtype;
+};
+
+void PrintTo(const GemmCase &c, std::ostream *os) {
+  *os << c.M << "x" << c.N << "x" << c.K << " " << dtypeName(c.dtype);
+}
+
+class GemmOnCpu : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(GemmOnCpu, MatchesFp64Reference) {
+  const GemmCase &c = GetParam();
+  Kernel k = kernels::gemm({c.M, c.N, c.K, c.dtype, DType::f32});
+  HostTensor a(c.dtype, {c.M, c.K}), b(c.dtype, {c.K, c.N});
+  HostTensor out(DType::f32, {c.M, c.N}), ref(DType::f32, {c.M, c.N});
+  a.fillRandom(c.M * 7 + c.K);
+  b.fillRandom(c.N * 13 + c.K);
+  out.poison();
+  runOnCpu(k, k.bind({{"A", a.ref()}, {"B", b.ref()}, {"C", out.ref()}}));
+  kernels::gemmReference(a, b, ref);
+  ErrorStats e = compareTensors(out, ref);
+  // Inputs are exact in every dtype and products are summed in fp32.
+  EXPECT_LE(e.relative, 1e-5) << "max abs " << e.maxAbs;
+  EXPECT_EQ(e.nonFinite, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmOnCpu,
+    ::testing::Values(GemmCase{64, 64, 32, bf16}, GemmCase{1, 1, 1, bf16},
+                      GemmCase{100, 70, 33, f16}, GemmCase{129, 65, 257, f32},
+                      GemmCase{17, 200, 64, bf16}),
+    [](const auto &info) {
+      const GemmCase &c = info.param;
+      return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" +
+             std::to_string(c.K) + "_" + dtypeName(c.dtype);
+    });
+
+struct SoftmaxCase {
+  int64_t rows, cols;
+  DType dtype;
+};
+
+void PrintTo(const SoftmaxCase &c, std::ostream *os) {
+  *os << c.rows << "x" << c.cols << " " << dtypeName(c.dtype);
+}
+
+class SoftmaxOnCpu : public ::testing::TestWithParam<SoftmaxCase> {};
+
+TEST_P(SoftmaxOnCpu, MatchesFp64Reference) {
+  const SoftmaxCase &c = GetParam();
+  Kernel k = kernels::softmax({c.rows, c.cols, c.dtype});
+  HostTensor x(c.dtype, {c.rows, c.cols}), y(c.dtype, {c.rows, c.cols});
+  HostTensor ref(DType::f32, {c.rows, c.cols});
+  x.fillRandom(c.rows * 31 + c.cols, -5, 5);
+  y.poison();
+  runOnCpu(k, k.bind({{"X", x.ref()}, {"Y", y.ref()}}));
+  kernels::softmaxReference(x, ref);
+  ErrorStats e = compareTensors(y, ref);
+  EXPECT_LE(e.relative, tolerance(c.dtype)) << "max abs " << e.maxAbs;
+  EXPECT_EQ(e.nonFinite, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SoftmaxOnCpu,
+    ::testing::Values(SoftmaxCase{1, 1, f32}, SoftmaxCase{17, 100, f32},
+                      SoftmaxCase{16, 128, f32}, SoftmaxCase{33, 1000, bf16},
+                      SoftmaxCase{5, 257, f16}),
+    [](const auto &info) {
+      const SoftmaxCase &c = info.param;
+      return std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_" +
+             dtypeName(c.dtype);
+    });
+
+} // namespace
+
+// Stores outside the tensor are skipped; a kernel writes only its tensor even
+// when the tensor is a strided view inside a larger buffer.
+TEST(CpuExecutor, StoresStayInsideTheTensor) {
+  using namespace kiln::dsl;
+  KernelBuilder b("copy", {2, 2});
+  auto X = b.tensorArg("X", DType::f32, {20, 10});
+  auto Y = b.tensorArg("Y", DType::f32, {20, 10});
+  Index r0 = programId(0) * 16, c0 = programId(1) * 8;
+  store(Y.block({r0, c0}), load(X.block({r0, c0}, {16, 8}), -7.0) + 1.0);
+  Kernel k = b.finish();
+
+  HostTensor x(DType::f32, {20, 10});
+  x.fillRandom(3);
+  HostTensor y(DType::f32, {20, 10}, {13, 1}); // 3 unused elements per row
+  y.poison();
+  runOnCpu(k, k.bind({{"X", x.ref()}, {"Y", y.ref()}}));
+  for (int64_t r = 0; r < 20; ++r)
+    for (int64_t c = 0; c < 10; ++c)
+      ASSERT_EQ(y.at(std::vector<int64_t>{r, c}),
+                float(x.at(std::vector<int64_t>{r, c}) + 1.0));
+  // The gaps between rows were never written: still the NaN poison.
+  const float *raw = static_cast<const float *>(y.data());
+  for (int64_t r = 0; r + 1 < 20; ++r)
+    for (int64_t g = 10; g < 13; ++g)
+      ASSERT_TRUE(std::isnan(raw[r * 13 + g])) << r << "," << g;
+}
+
+// Integer tiles, comparisons, where, min/max and padding of loads.
+TEST(CpuExecutor, IntegerAndMaskSemantics) {
+  using namespace kiln::dsl;
+  KernelBuilder b("ints", {3});
+  auto Y = b.tensorArg("Y", DType::i32, {40});
+  auto X = b.tensorArg("X", DType::f32, {40});
+  auto Z = b.tensorArg("Z", DType::f32, {40});
+  Index base = programId(0) * 16;
+  Tile idx = arange(16) + base;                 // global index
+  Tile v = where(idx % 1 == 0 && idx >= 10, idx * 3 - 7, min(idx, 4));
+  store(Y.block({base}), v);
+  // Elements past 40 read the padding 100; the store of them is skipped.
+  Tile xt = load(X.block({base}, {16}), 100.0);
+  store(Z.block({base}), max(xt, 0.5) + reduceSum(xt, 0) * 0.0);
+  Kernel k = b.finish();
+
+  HostTensor y(DType::i32, {40}), x(DType::f32, {40}), z(DType::f32, {40});
+  x.fillRandom(9);
+  y.poison();
+  z.poison();
+  runOnCpu(k, k.bind({{"Y", y.ref()}, {"X", x.ref()}, {"Z", z.ref()}}));
+  for (int64_t i = 0; i < 40; ++i) {
+    int64_t want = i >= 10 ? i * 3 - 7 : std::min<int64_t>(i, 4);
+    ASSERT_EQ(y.flatAt(i), double(want)) << i;
+    ASSERT_EQ(z.flatAt(i), std::max(x.flatAt(i), 0.5)) << i;
+  }
+}
+
+TEST(CpuExecutor, RejectsBadArguments) {
+  kernels::GemmShape s{16, 16, 16, DType::bf16, DType::f32};
+  Kernel k = kernels::gemm(s);
+  HostTensor a(DType::bf16, {16, 16}), b(DType::bf16, {16, 16}), c(DType::f32, {16, 16});
+  HostTensor wrongType(DType::f16, {16, 16}), wrongShape(DType::bf16, {16, 17});
+  using test::errorOf;
+  EXPECT_THAT(errorOf([&] { k.bind({{"A", wrongType.ref()}, {"B", b.ref()}, {"C", c.ref()}}); }),
+              HasSubstr("tensor A: expected bf16, got f16"));
+  EXPECT_THAT(errorOf([&] { k.bind({{"A", wrongShape.ref()}, {"B", b.ref()}, {"C", c.ref()}}); }),
+              HasSubstr("tensor A: the kernel was compiled for shape 16x16, got 16x17"));
+  EXPECT_THAT(errorOf([&] { k.bind({{"A", a.ref()}, {"C", c.ref()}}); }),
+              HasSubstr("tensor B: no tensor given"));
+  EXPECT_THAT(errorOf([&] { k.bind({{"A", a.ref()}, {"B", b.ref()}, {"C", c.ref()}, {"D", c.ref()}}); }),
+              HasSubstr("has no tensor parameter D"));
+  TensorRef nullA = a.ref();
+  nullA.data = nullptr;
+  EXPECT_THAT(errorOf([&] { k.bind({{"A", nullA}, {"B", b.ref()}, {"C", c.ref()}}); }),
+              HasSubstr("tensor A: null pointer"));
+  TensorRef hugeStride = a.ref();
+  hugeStride.strides[0] = int64_t(1) << 33;
+  EXPECT_THAT(errorOf([&] { k.bind({{"A", hugeStride}, {"B", b.ref()}, {"C", c.ref()}}); }),
+              HasSubstr("does not fit kiln's 32-bit index width"));
+  EXPECT_THAT(errorOf([&] { runOnCpu(k, {}); }), HasSubstr("takes 9 arguments, got 0"));
+  auto args = k.bind({{"A", a.ref()}, {"B", b.ref()}, {"C", c.ref()}});
+  args[0] = int64_t(1);
+  EXPECT_THAT(errorOf([&] { runOnCpu(k, args); }), HasSubstr("argument A must be a pointer"));
+}

@@ -1,0 +1,169 @@
+//===- DslErrorTest.cpp - DSL misuse names the user's line and shapes -----===//
+#include "TestUtil.h"
+
+#include "kiln/dsl/Dsl.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace kiln;
+using namespace kiln::dsl;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using kiln::test::errorOf;
+
+TEST(DslError, DotOfMismatchedShapes) {
+  int line = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile a = zeros({128, 64}, bf16), b = zeros({128, 64}, bf16);
+    line = __LINE__; dot(a, b);
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) + ": dot: inner dimensions differ"),
+                         HasSubstr("lhs is 128x64, rhs is 128x64 (rhs must be 64xN)")));
+}
+
+TEST(DslError, DotOfMixedDtypes) {
+  int line = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile a = zeros({16, 16}, bf16), b = zeros({16, 16}, f16);
+    line = __LINE__; dot(a, b);
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": dot: mixed dtypes without a conversion: lhs is bf16, rhs is f16"));
+}
+
+TEST(DslError, BroadcastOfIncompatibleShapes) {
+  int line = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile a = zeros({64, 32}, f32), b = zeros({64}, f32);
+    line = __LINE__; Tile c = a + b;
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) + ": +: broadcast of incompatible shapes"),
+                         HasSubstr("lhs is 64x32, rhs is 64")));
+
+  msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile a = zeros({64, 32}, f32), b = zeros({64, 16}, f32);
+    line = __LINE__; Tile c = max(a, b);
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) + ": max: broadcast"),
+                         HasSubstr("lhs is 64x32, rhs is 64x16")));
+}
+
+TEST(DslError, MixedDtypesWithoutConversion) {
+  int line = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile a = zeros({8, 8}, bf16), b = zeros({8, 8}, f32);
+    line = __LINE__; Tile c = a * b;
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": *: mixed dtypes without a conversion: lhs is bf16, rhs is f32"));
+  // With the conversion written out it builds.
+  EXPECT_EQ(errorOf([&] {
+              KernelBuilder k("t", {1});
+              Tile a = zeros({8, 8}, bf16), b = zeros({8, 8}, f32);
+              Tile c = a.to(f32) * b;
+              k.finish();
+            }),
+            "<no error>");
+}
+
+TEST(DslError, StoreOfTheWrongShapeOrDtype) {
+  int line = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    auto O = k.tensorArg("O", f32, {128, 64});
+    Tile t = zeros({64, 32}, f32);
+    line = __LINE__; store(O.block({0, 0}, {64, 64}), t);
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": store to O: store of the wrong shape: block is 64x64, tile is 64x32"));
+  msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    auto O = k.tensorArg("O", bf16, {128, 64});
+    Tile t = zeros({64, 64}, f32);
+    line = __LINE__; store(O.block({0, 0}), t);
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": store to O: tile is f32 but the tensor holds bf16"));
+}
+
+TEST(DslError, ReductionsAndShapes) {
+  int line = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile a = zeros({8, 4}, f32);
+    line = __LINE__; reduceMax(a, 2);
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": reduceMax: axis 2 is out of range for a 8x4 tile"));
+  msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile a = zeros({8, 4}, f32);
+    line = __LINE__; transpose(reduceSum(a, 0));
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": transpose: needs a 2-D tile, got 4"));
+  msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile a = zeros({8, 4}, f32);
+    line = __LINE__; where(a, a, 0.0);
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": where: the condition is f32, not i1"));
+  msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile a = arange(8);
+    line = __LINE__; exp(a);
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": exp: needs a float tile, got i32"));
+}
+
+TEST(DslError, LoopCarryMustKeepItsType) {
+  int line = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile acc = zeros({16}, f32);
+    line = __LINE__; forRange(0, 64, 16, carry(acc), [&](Index) { acc = zeros({32}, f32); });
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) + ": forRange: carried tile #0"),
+                         HasSubstr("enters the loop as tensor<16xf32> and leaves the body as tensor<32xf32>")));
+}
+
+TEST(DslError, BadArgumentsAndState) {
+  int line = 0;
+  std::string msg = errorOf([&] {
+    line = __LINE__; Tile t = zeros({4}, f32);
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": kiln DSL call outside a KernelBuilder"));
+  msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    line = __LINE__; k.tensorArg("X", f32, {4, 0});
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": tensorArg X: dimension 0 of shape 4x0"));
+  msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    auto X = k.tensorArg("X", f32, {4, 4});
+    line = __LINE__; load(X.block({0}, {4}));
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": block of X: 1 offsets for a 4x4 view"));
+  msg = errorOf([&] {
+    line = __LINE__; KernelBuilder k("t", {0});
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": KernelBuilder: grid dimension 0"));
+  // After errors the thread can build kernels again.
+  EXPECT_EQ(errorOf([&] {
+              KernelBuilder k("t", {1});
+              k.finish();
+            }),
+            "<no error>");
+}
+
+TEST(DslError, OneBuilderPerThread) {
+  int line = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder a("a", {1});
+    line = __LINE__; KernelBuilder b("b", {1});
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": KernelBuilder: another kernel is being built"));
+}

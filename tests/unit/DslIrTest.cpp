@@ -1,0 +1,151 @@
+//===- DslIrTest.cpp - the IR the DSL builds ------------------------------===//
+#include "TestUtil.h"
+
+#include "kiln/dsl/Dsl.h"
+#include "kiln/kernels/Attention.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace kiln;
+using namespace kiln::dsl;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+static int count(const std::string &s, const std::string &what) {
+  int n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1))
+    ++n;
+  return n;
+}
+
+TEST(DslIr, KernelSignatureAndMetadata) {
+  KernelBuilder k("scale_rows", {4, 2});
+  auto X = k.tensorArg("X", bf16, {256, 64});
+  auto Y = k.tensorArg("Y", f32, {256, 64});
+  Index m0 = programId(0) * 64;
+  Tile x = load(X.block({m0, 0}, {64, 64}));
+  store(Y.block({m0, 0}), x.to(f32) * 2.0);
+  Kernel kernel = k.finish();
+
+  EXPECT_EQ(kernel.name(), "scale_rows");
+  EXPECT_EQ(kernel.grid(), (std::array<int64_t, 3>{4, 2, 1}));
+  ASSERT_EQ(kernel.params().size(), 6u);
+  EXPECT_EQ(kernel.params()[0].name, "X");
+  EXPECT_EQ(kernel.params()[0].kind, ParamInfo::Kind::Pointer);
+  EXPECT_EQ(kernel.params()[2].name, "X_stride1");
+  EXPECT_EQ(kernel.params()[3].dtype, DType::f32);
+  ASSERT_EQ(kernel.tensors().size(), 2u);
+  EXPECT_EQ(kernel.tensors()[1].shape, (std::vector<int64_t>{256, 64}));
+  EXPECT_EQ(kernel.tensors()[1].strideParams, (std::vector<int>{4, 5}));
+
+  std::string ir = kernel.ir();
+  EXPECT_THAT(ir, HasSubstr("func.func @scale_rows(%arg0: !kiln.ptr<bf16> {kiln.name = \"X\"}"));
+  EXPECT_THAT(ir, HasSubstr("kiln.grid = array<i64: 4, 2, 1>, kiln.kernel"));
+  EXPECT_THAT(ir, HasSubstr("kiln.load %arg0["));
+  EXPECT_THAT(ir, HasSubstr("-> tensor<64x64xbf16>"));
+  EXPECT_THAT(ir, HasSubstr("kiln.convert"));
+  EXPECT_THAT(ir, HasSubstr("arith.mulf"));
+  EXPECT_THAT(ir, HasSubstr("kiln.store"));
+}
+
+TEST(DslIr, ConstantsFoldAtBuildTime) {
+  KernelBuilder k("fold", {1});
+  auto X = k.tensorArg("X", f32, {64});
+  Index a = Index(3) * 4 + 5;           // 17, folded in C++
+  Index b = cdiv(Index(100), Index(32)); // 4
+  EXPECT_TRUE(a.isConstant());
+  EXPECT_EQ(a.constant(), 17);
+  EXPECT_EQ(b.constant(), 4);
+  EXPECT_EQ(numPrograms(0).constant(), 1);
+  Tile t = full({16}, 2.0, f32) * 3.0; // folded by the canonicalizer
+  store(X.block({a}), t);
+  std::string ir = k.finish().ir();
+  EXPECT_THAT(ir, HasSubstr("arith.constant 17 : i32"));
+  EXPECT_THAT(ir, HasSubstr("dense<6.000000e+00> : tensor<16xf32>"));
+  EXPECT_THAT(ir, Not(HasSubstr("arith.muli")));
+  EXPECT_THAT(ir, Not(HasSubstr("arith.mulf")));
+}
+
+TEST(DslIr, LoopsCarryTiles) {
+  KernelBuilder k("loop", {1});
+  auto X = k.tensorArg("X", f32, {16, 256});
+  auto Y = k.tensorArg("Y", f32, {16});
+  Tile sum = zeros({16}, f32), mx = full({16}, -inf, f32);
+  forRange(0, 256, 64, carry(sum, mx), [&](Index c0) {
+    Tile x = load(X.block({0, c0}, {16, 64}));
+    sum = sum + reduceSum(x, 1);
+    mx = max(mx, reduceMax(x, 1));
+  });
+  store(Y.block({0}), sum - mx);
+  std::string ir = k.finish().ir();
+  EXPECT_THAT(ir, HasSubstr("iter_args("));
+  EXPECT_THAT(ir, HasSubstr("-> (tensor<16xf32>, tensor<16xf32>)"));
+  EXPECT_THAT(ir, HasSubstr("kiln.reduce sum"));
+  EXPECT_THAT(ir, HasSubstr("kiln.reduce max"));
+  EXPECT_THAT(ir, HasSubstr("scf.yield"));
+  // After the loop, the carried names are the loop's results.
+  EXPECT_THAT(ir, HasSubstr("arith.subf %0#0, %0#1"));
+}
+
+TEST(DslIr, BroadcastsAreExplicitOps) {
+  KernelBuilder k("bcast", {1});
+  auto X = k.tensorArg("X", f32, {8, 8});
+  Tile x = load(X.block({0, 0}, {8, 8}));
+  Tile m = reduceMax(x, 1);
+  store(X.block({0, 0}), x - column(m));
+  std::string ir = k.finish().ir();
+  EXPECT_THAT(ir, HasSubstr("kiln.expand_dims %1 axis = 1 : tensor<8xf32> -> tensor<8x1xf32>"));
+  EXPECT_THAT(ir, HasSubstr("kiln.broadcast %2 : tensor<8x1xf32> -> tensor<8x8xf32>"));
+}
+
+TEST(DslIr, OpsRecordTheCallersSourceLine) {
+  KernelBuilder k("loc", {1});
+  auto X = k.tensorArg("X", f32, {16, 16});
+  Tile a = load(X.block({0, 0}, {16, 16}));
+  int dotLine = __LINE__; Tile c = dot(a, a);
+  int addLine = __LINE__; Tile d = c + a;
+  store(X.block({0, 0}), d);
+  std::string ir = k.finish().ir(/*withLocations=*/true);
+  std::string file = __FILE__;
+  EXPECT_THAT(ir, HasSubstr("kiln.dot %0, %0, %cst : tensor<16x16xf32>, tensor<16x16xf32> -> tensor<16x16xf32> loc(\"" +
+                            file + "\":" + std::to_string(dotLine)));
+  EXPECT_THAT(ir, HasSubstr("arith.addf %1, %0 : tensor<16x16xf32> loc(\"" + file + "\":" +
+                            std::to_string(addLine)));
+}
+
+TEST(DslIr, AttentionKernelShape) {
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = 1000;
+  s.headDim = 128;
+  s.causal = true;
+  s.batch = 2;
+  s.heads = 3;
+  Kernel k = kernels::attentionForward(s);
+  EXPECT_EQ(k.grid(), (std::array<int64_t, 3>{16, 6, 1}));
+  std::string ir = k.ir();
+  EXPECT_EQ(count(ir, "kiln.dot"), 2);
+  EXPECT_EQ(count(ir, "scf.for"), 1);
+  EXPECT_EQ(count(ir, "kiln.store"), 2);
+  EXPECT_EQ(count(ir, "math.exp2"), 2);
+  EXPECT_THAT(ir, HasSubstr("arith.minsi")); // causal loop bound
+  // fp32 accumulator carried with the running max and sum.
+  EXPECT_THAT(ir, HasSubstr("-> (tensor<64x128xf32>, tensor<64xf32>, tensor<64xf32>)"));
+
+  s.causal = false;
+  s.seqQ = s.seqK = 1024;
+  std::string full = kernels::attentionForward(s).ir();
+  EXPECT_THAT(full, Not(HasSubstr("arith.cmpi"))); // no mask needed at all
+  EXPECT_THAT(full, Not(HasSubstr("arith.minsi")));
+}
+
+TEST(DslIr, AttentionRejectsBadShapes) {
+  kernels::AttentionShape s;
+  s.headDim = 96;
+  EXPECT_THAT(test::errorOf([&] { kernels::attentionForward(s); }),
+              HasSubstr("head dim 96 is not supported"));
+  s.headDim = 64;
+  s.seqQ = 0;
+  EXPECT_THAT(test::errorOf([&] { kernels::attentionForward(s); }),
+              HasSubstr("sequence lengths must be >= 1"));
+}

@@ -1,0 +1,26 @@
+//===- TestUtil.h - helpers shared by kiln's gtests -------------*- C++ -*-===//
+#ifndef KILN_TESTS_UNIT_TESTUTIL_H
+#define KILN_TESTS_UNIT_TESTUTIL_H
+
+#include "kiln/runtime/Error.h"
+
+#include <string>
+
+namespace kiln::test {
+
+/// The message of the kiln::Error that f throws, or "<no error>".
+template <class F> std::string errorOf(F &&f) {
+  try {
+    f();
+  } catch (const kiln::Error &e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+/// "file:line" of a line of the including file, as the DSL reports it.
+#define KILN_FILE_LINE(line) (std::string(__FILE__) + ":" + std::to_string(line))
+
+} // namespace kiln::test
+
+#endif // KILN_TESTS_UNIT_TESTUTIL_H
