@@ -225,7 +225,11 @@ int cmdIr(Options &opts) {
 
 int cmdRun(Options &opts) {
   bool cpu = opts.flag("cpu");
-  double tolerance = 1e-2;
+  std::string tolText = opts.string("tolerance", "1e-2");
+  char *end = nullptr;
+  double tolerance = std::strtod(tolText.c_str(), &end);
+  if (tolText.empty() || *end || !(tolerance > 0))
+    throw Error("option --tolerance: '" + tolText + "' is not a positive number");
   std::string name = kernelName(opts);
   if (!cpu)
     throw Error("kiln run: this build has no GPU code generation yet; pass "

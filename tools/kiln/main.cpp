@@ -22,7 +22,8 @@ kernels and their shape options:
              [--block-m M] [--block-n N]
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
   softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
-  every run takes --seed S for its random inputs.
+  every run takes --seed S for its random inputs and --tolerance T for the
+  relative error it accepts (default 1e-2).
 )";
 
 int main(int argc, char **argv) {
