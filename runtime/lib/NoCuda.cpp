@@ -1,0 +1,57 @@
+//===- NoCuda.cpp - the GPU runtime in a build without cuda.h -------------===//
+//
+// Every entry point says that this build has no GPU runtime, so that callers
+// (and GPU tests, which skip) see the reason instead of a link error.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/runtime/Cuda.h"
+#include "kiln/runtime/Nvrtc.h"
+
+namespace kiln {
+namespace {
+const char *kWhy = "kiln was built without CUDA headers (set CUDA_HOME and rebuild)";
+[[noreturn]] void none() { throw cuda::CudaError(kWhy); }
+} // namespace
+
+namespace cuda {
+bool available(std::string *why) {
+  if (why)
+    *why = kWhy;
+  return false;
+}
+std::string DeviceInfo::arch() const { return "sm_" + std::to_string(major * 10 + minor); }
+const DeviceInfo &device() { none(); }
+Buffer::Buffer(size_t) { none(); }
+Buffer::~Buffer() = default;
+Buffer::Buffer(Buffer &&) noexcept {}
+Buffer &Buffer::operator=(Buffer &&) noexcept { return *this; }
+void Buffer::upload(const void *, size_t, size_t) { none(); }
+void Buffer::download(void *, size_t, size_t) const { none(); }
+void Buffer::fill(uint8_t) { none(); }
+FunctionAttributes Function::attributes() const { none(); }
+void Function::setMaxDynamicShared(int) { none(); }
+void Function::launch(std::array<unsigned, 3>, std::array<unsigned, 3>, unsigned,
+                      std::vector<void *>) { none(); }
+Module Module::fromPtx(const std::string &) { none(); }
+Module::~Module() = default;
+Module::Module(Module &&) noexcept {}
+Function Module::function(const std::string &) const { none(); }
+Timer::Timer() { none(); }
+Timer::~Timer() = default;
+void Timer::start() { none(); }
+float Timer::stop() { none(); }
+void synchronize() { none(); }
+} // namespace cuda
+
+namespace nvrtc {
+bool available(std::string *why) {
+  if (why)
+    *why = kWhy;
+  return false;
+}
+std::string compileToPtx(const std::string &, const std::string &,
+                         const std::string &, const std::vector<std::string> &) {
+  none();
+}
+} // namespace nvrtc
+} // namespace kiln
