@@ -3,7 +3,13 @@
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/runtime/Error.h"
 
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/AsmState.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
@@ -19,6 +25,11 @@ namespace kiln {
 std::shared_ptr<MLIRContext> makeKilnContext() {
   DialectRegistry registry;
   registerKilnDialects(registry);
+  // What the GPU lowering emits and translates to LLVM IR.
+  registry.insert<LLVM::LLVMDialect, NVVM::NVVMDialect, cf::ControlFlowDialect>();
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  registerNVVMDialectTranslation(registry);
   // Kernels are small and built on the caller's thread; a per-context thread
   // pool would only cost start-up time.
   auto ctx = std::make_shared<MLIRContext>(registry,
@@ -64,6 +75,7 @@ const std::vector<TensorParamInfo> &Kernel::tensors() const {
   return impl_->tensors;
 }
 std::array<int64_t, 3> Kernel::grid() const { return impl_->grid; }
+int Kernel::numWarps() const { return impl_->numWarps; }
 
 std::string Kernel::ir(bool withLocations) const {
   std::string s;

@@ -234,6 +234,14 @@ TensorView KernelBuilder::tensorArg(const std::string &name, DType dtype,
   return TensorView(raw(ptr), dtype, std::move(shape), std::move(strides), name);
 }
 
+void KernelBuilder::setWarps(int warps, Loc loc) {
+  if (warps < 1 || warps > 32 || (warps & (warps - 1)))
+    userError(loc, "setWarps: " + std::to_string(warps) +
+                       " is not a power of two in [1, 32]");
+  state_->kernel->numWarps = warps;
+  state_->func->setAttr("kiln.num_warps", state_->builder.getI32IntegerAttr(warps));
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -36,6 +36,7 @@ Kernel attentionForward(const AttentionShape &s, const AttentionConfig &c) {
   const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
 
   KernelBuilder k("attention_fwd", {cdiv(s.seqQ, BM), s.batch * s.heads});
+  k.setWarps(c.warps);
   auto Q = k.tensorArg("Q", s.dtype, {s.batch, s.heads, s.seqQ, D});
   auto K = k.tensorArg("K", s.dtype, {s.batch, s.heads, s.seqK, D});
   auto V = k.tensorArg("V", s.dtype, {s.batch, s.heads, s.seqK, D});

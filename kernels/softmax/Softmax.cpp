@@ -22,6 +22,7 @@ Kernel softmax(const SoftmaxShape &s, const SoftmaxConfig &c) {
   const int64_t BR = c.blockRows, BC = c.blockCols;
 
   KernelBuilder k("softmax", {cdiv(s.rows, BR)});
+  k.setWarps(c.warps);
   auto X = k.tensorArg("X", s.dtype, {s.rows, s.cols});
   auto Y = k.tensorArg("Y", s.dtype, {s.rows, s.cols});
   Index r0 = programId(0) * BR;

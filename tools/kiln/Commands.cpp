@@ -1,9 +1,12 @@
 //===- Commands.cpp - the kiln command line's kernels and runs ------------===//
 #include "Commands.h"
 
+#include "kiln/Compiler/Compile.h"
 #include "kiln/Reference/CpuExecutor.h"
 #include "kiln/kernels/Reference.h"
+#include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Error.h"
+#include "kiln/runtime/Launch.h"
 
 #include <fmt/core.h>
 
@@ -223,6 +226,26 @@ int cmdIr(Options &opts) {
   return 0;
 }
 
+int cmdPtx(Options &opts) {
+  GpuTarget target;
+  target.arch = opts.string("arch", "sm_90a");
+  std::string stage = opts.string("stage", "ptx");
+  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
+  opts.checkAllUsed();
+  CompiledKernel c = compileForGpu(*p.kernel, target);
+  if (stage == "ptx")
+    fmt::print("{}", c.ptx);
+  else if (stage == "llvm")
+    fmt::print("{}", c.llvmIR);
+  else if (stage == "lowered")
+    fmt::print("{}", c.loweredIR);
+  else if (stage == "layouts")
+    fmt::print("{}", c.layouts);
+  else
+    throw Error("option --stage: '" + stage + "' is not ptx, llvm, lowered or layouts");
+  return 0;
+}
+
 int cmdRun(Options &opts) {
   bool cpu = opts.flag("cpu");
   std::string tolText = opts.string("tolerance", "1e-2");
@@ -231,24 +254,47 @@ int cmdRun(Options &opts) {
   if (tolText.empty() || *end || !(tolerance > 0))
     throw Error("option --tolerance: '" + tolText + "' is not a positive number");
   std::string name = kernelName(opts);
-  if (!cpu)
-    throw Error("kiln run: this build has no GPU code generation yet; pass "
-                "--cpu to run the CPU reference executor");
+  std::string why;
+  if (!cpu && !cuda::available(&why))
+    throw Error("kiln run: no GPU here (" + why +
+                "); pass --cpu to run the CPU reference executor");
   Problem p = makeProblem(name, opts, /*withData=*/true);
   opts.checkAllUsed();
-
-  std::map<std::string, TensorRef> refs;
-  for (auto &[n, t] : p.tensors)
-    refs[n] = t.ref();
-  auto args = p.kernel->bind(refs);
   auto grid = p.kernel->grid();
-  fmt::print("kiln run --cpu {}\n  grid {}x{}x{}\n", p.summary, grid[0],
-             grid[1], grid[2]);
-  auto t0 = std::chrono::steady_clock::now();
-  runOnCpu(*p.kernel, args);
-  double ms = std::chrono::duration<double, std::milli>(
-                  std::chrono::steady_clock::now() - t0).count();
-  fmt::print("  CPU executor time {:.1f} ms\n", ms);
+  fmt::print("kiln run {}{}\n  grid {}x{}x{}\n", cpu ? "--cpu " : "", p.summary,
+             grid[0], grid[1], grid[2]);
+
+  if (cpu) {
+    std::map<std::string, TensorRef> refs;
+    for (auto &[n, t] : p.tensors)
+      refs[n] = t.ref();
+    auto args = p.kernel->bind(refs);
+    auto t0 = std::chrono::steady_clock::now();
+    runOnCpu(*p.kernel, args);
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - t0).count();
+    fmt::print("  CPU executor time {:.1f} ms\n", ms);
+  } else {
+    const cuda::DeviceInfo &dev = cuda::device();
+    CompiledKernel c = compileForGpu(*p.kernel, {dev.arch(), 0});
+    GpuKernel gpu(c.spec());
+    std::map<std::string, cuda::Buffer> buffers;
+    std::map<std::string, TensorRef> refs;
+    for (auto &[n, t] : p.tensors) {
+      cuda::Buffer &buf = buffers[n] = cuda::Buffer(t.storageBytes());
+      buf.upload(t.data(), t.storageBytes()); // outputs arrive NaN-poisoned
+      refs[n] = t.ref();
+      refs[n].data = buf.data();
+    }
+    gpu.launch(p.kernel->bind(refs));
+    cuda::synchronize();
+    cuda::FunctionAttributes a = gpu.attributes();
+    fmt::print("  {} on {}: {} threads, {} registers, {} bytes shared, {} bytes "
+               "local (spills)\n", dev.arch(), dev.name, c.threads, a.registers,
+               c.sharedBytes, a.localBytes);
+    for (auto &[n, ref] : p.expected)
+      buffers[n].download(p.tensors.at(n).data(), p.tensors.at(n).storageBytes());
+  }
 
   bool ok = true;
   for (auto &[n, ref] : p.expected) {

@@ -46,6 +46,7 @@ Problem makeProblem(const std::string &kernel, Options &opts, bool withData);
 
 int cmdIr(Options &opts);
 int cmdRun(Options &opts);
+int cmdPtx(Options &opts);
 
 } // namespace kiln::cli
 

@@ -14,6 +14,8 @@ commands:
   run --cpu <kernel> [shape options]    run on the CPU reference executor and
                                         compare against an fp64 reference;
                                         exits 1 if the relative error > 1e-2
+  ptx <kernel> [shape options] [--arch sm_80|sm_90a]
+      [--stage ptx|llvm|lowered|layouts] print the PTX (or an earlier stage)
   help                                  this text
 
 kernels and their shape options:
@@ -40,6 +42,8 @@ int main(int argc, char **argv) {
       return kiln::cli::cmdIr(opts);
     if (cmd == "run")
       return kiln::cli::cmdRun(opts);
+    if (cmd == "ptx")
+      return kiln::cli::cmdPtx(opts);
     fmt::print(stderr, "kiln: unknown command '{}'\n\n{}", cmd, kUsage);
     return 2;
   } catch (const kiln::Error &e) {

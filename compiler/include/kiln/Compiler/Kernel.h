@@ -10,6 +10,7 @@
 
 #include "kiln/runtime/DType.h"
 #include "kiln/runtime/HostTensor.h"
+#include "kiln/runtime/Params.h"
 
 #include <array>
 #include <map>
@@ -19,28 +20,6 @@
 #include <vector>
 
 namespace kiln {
-
-/// One parameter of the kernel function, in order.
-struct ParamInfo {
-  enum class Kind { Pointer, Scalar };
-  std::string name;
-  Kind kind;
-  DType dtype; ///< pointee type for pointers, the value's type for scalars
-};
-
-/// A tensor argument: one pointer parameter plus one stride parameter per
-/// dimension. Its shape is compiled into the kernel.
-struct TensorParamInfo {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  int pointerParam;
-  std::vector<int> strideParams;
-};
-
-/// A value for one parameter: a pointer (host or device), an integer, or a
-/// float.
-using ArgValue = std::variant<void *, int64_t, double>;
 
 class Kernel {
 public:
@@ -52,6 +31,8 @@ public:
   const std::vector<TensorParamInfo> &tensors() const;
   /// Programs along x, y, z.
   std::array<int64_t, 3> grid() const;
+  /// Warps per program (the Config's choice).
+  int numWarps() const;
   /// The kiln IR as text, with source locations when `withLocations`.
   std::string ir(bool withLocations = false) const;
 

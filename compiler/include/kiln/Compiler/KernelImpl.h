@@ -22,6 +22,7 @@ struct Kernel::Impl {
   std::vector<ParamInfo> params;
   std::vector<TensorParamInfo> tensors;
   std::array<int64_t, 3> grid{1, 1, 1};
+  int numWarps = 4; ///< the schedule's warps per program
 
   /// The kernel function: the func.func named `name` in the module.
   mlir::func::FuncOp func() const;

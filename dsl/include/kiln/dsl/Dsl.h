@@ -252,6 +252,8 @@ public:
   /// dimension (`name_stride0`, ...). The shape is compiled in.
   TensorView tensorArg(const std::string &name, DType dtype, Shape shape,
                        Loc loc = Loc::current());
+  /// Warps per program on the GPU (a power of two; default 4).
+  void setWarps(int warps, Loc loc = Loc::current());
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

@@ -1,0 +1,298 @@
+//===- LowerFunction.cpp - kernel, scalars, loops and elementwise ops -----===//
+#include "Lowering.h"
+
+#include "kiln/runtime/Error.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+using namespace mlir;
+
+namespace kiln::gpu {
+
+Lowerer::Lowerer(func::FuncOp src, int numWarps, const LayoutMap &layouts)
+    : b(src.getContext()), loc(src.getLoc()), numWarps(numWarps),
+      layouts(layouts), src(src) {}
+
+Value Lowerer::i32(int64_t v) {
+  return b.create<arith::ConstantIntOp>(loc, v, 32);
+}
+Value Lowerer::i64(int64_t v) {
+  return b.create<arith::ConstantIntOp>(loc, v, 64);
+}
+
+const ValueLayout &Lowerer::layoutOf(Value v) const {
+  static const ValueLayout uniform = ValueLayout::uniform();
+  auto it = layouts.find(v);
+  return it == layouts.end() ? uniform : it->second;
+}
+
+static LLVM::LLVMPointerType ptrType(MLIRContext *ctx, unsigned addrSpace) {
+  return LLVM::LLVMPointerType::get(ctx, addrSpace);
+}
+
+int64_t Lowerer::run(ModuleOp module) {
+  MLIRContext *ctx = module.getContext();
+  b.setInsertionPointToEnd(module.getBody());
+  // Dynamic shared memory: one scratch area that layout conversions and
+  // cross-warp reductions reuse, sized by the largest of them.
+  b.create<LLVM::GlobalOp>(loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                           /*isConstant=*/false, LLVM::Linkage::External,
+                           "kiln_smem", Attribute(), /*alignment=*/16,
+                           /*addrSpace=*/3);
+  SmallVector<Type> argTypes;
+  for (Type t : src.getArgumentTypes())
+    argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);
+  auto fn = b.create<LLVM::LLVMFuncOp>(
+      loc, src.getName(),
+      LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), argTypes));
+  fn->setAttr("nvvm.kernel", b.getUnitAttr());
+  fn->setAttr("nvvm.maxntid", b.getDenseI32ArrayAttr({32 * numWarps, 1, 1}));
+  mlir::Block *entry = fn.addEntryBlock(b);
+  b.setInsertionPointToStart(entry);
+  for (auto [s, d] : llvm::zip(src.getArguments(), entry->getArguments()))
+    scalars[s] = d;
+  Value tid = b.create<NVVM::ThreadIdXOp>(loc, b.getI32Type());
+  lane = b.create<arith::AndIOp>(loc, tid, i32(31));
+  warp = b.create<arith::ShRUIOp>(loc, tid, i32(5));
+  smemBase = b.create<LLVM::AddressOfOp>(loc, ptrType(ctx, 3), "kiln_smem");
+  lowerBlock(src.getBody().front());
+  return smemBytes;
+}
+
+void Lowerer::lowerBlock(mlir::Block &block) {
+  for (Operation &op : block)
+    lowerOp(&op);
+}
+
+static bool isTile(Value v) { return isa<RankedTensorType>(v.getType()); }
+
+void Lowerer::lowerOp(Operation *op) {
+  loc = op->getLoc();
+  if (isa<func::ReturnOp>(op)) {
+    b.create<LLVM::ReturnOp>(loc, ValueRange{});
+    return;
+  }
+  if (auto p = dyn_cast<ProgramIdOp>(op)) {
+    Type t = b.getI32Type();
+    Value v = p.getAxis() == 0   ? Value(b.create<NVVM::BlockIdXOp>(loc, t))
+              : p.getAxis() == 1 ? Value(b.create<NVVM::BlockIdYOp>(loc, t))
+                                 : Value(b.create<NVVM::BlockIdZOp>(loc, t));
+    scalars[p] = v;
+    return;
+  }
+  if (auto p = dyn_cast<NumProgramsOp>(op)) {
+    Type t = b.getI32Type();
+    Value v = p.getAxis() == 0   ? Value(b.create<NVVM::GridDimXOp>(loc, t))
+              : p.getAxis() == 1 ? Value(b.create<NVVM::GridDimYOp>(loc, t))
+                                 : Value(b.create<NVVM::GridDimZOp>(loc, t));
+    scalars[p] = v;
+    return;
+  }
+  if (auto a = dyn_cast<AddPtrOp>(op)) {
+    Type elem = a.getPtr().getType().getPointeeType();
+    Value off = scalarOf(a.getOffset());
+    scalars[a] = b.create<LLVM::GEPOp>(loc, ptrType(b.getContext(), 1), elem,
+                                       scalarOf(a.getPtr()), ValueRange{off});
+    return;
+  }
+  if (auto f = dyn_cast<scf::ForOp>(op))
+    return lowerFor(f);
+  if (auto s = dyn_cast<StoreOp>(op))
+    return lowerStore(s);
+  if (op->getNumResults() != 1)
+    throw InternalError("GPU lowering: unexpected op " +
+                        op->getName().getStringRef().str());
+  Value r = op->getResult(0);
+  if (!isTile(r)) { // scalar index arithmetic
+    SmallVector<Value> operands;
+    for (Value o : op->getOperands())
+      operands.push_back(scalarOf(o));
+    if (isa<arith::ConstantOp>(op)) {
+      scalars[r] = b.clone(*op)->getResult(0);
+      return;
+    }
+    scalars[r] = scalarOp(op, operands, r.getType());
+    return;
+  }
+  const ValueLayout &vl = layoutOf(r);
+  if (vl.state == ValueLayout::State::Flexible)
+    return; // rematerialised where it is used
+  if (vl.state == ValueLayout::State::Uniform) {
+    tiles[r] = materialize(r);
+    return;
+  }
+  const Layout &l = *vl.layout;
+  if (auto ld = dyn_cast<LoadOp>(op))
+    tiles[r] = lowerLoad(ld);
+  else if (auto d = dyn_cast<DotOp>(op))
+    tiles[r] = lowerDot(d);
+  else if (auto red = dyn_cast<ReduceOp>(op))
+    tiles[r] = lowerReduce(red);
+  else if (auto bc = dyn_cast<BroadcastOp>(op))
+    tiles[r] = lowerBroadcast(bc.getSrc(), l);
+  else if (isa<ExpandDimsOp, TransOp>(op)) {
+    Regs in = tiles.lookup(op->getOperand(0));
+    tiles[r] = Regs{l, in.regs, {}};
+  } else if (isa<arith::ConstantOp>(op))
+    throw Error("GPU lowering: non-splat constant tiles are not supported yet");
+  else
+    tiles[r] = lowerElementwise(op, l);
+}
+
+/// The scalar of a uniform tile.
+Regs Lowerer::materialize(Value v) {
+  Operation *op = v.getDefiningOp();
+  if (!op) // a uniform loop-carried tile
+    return tiles.lookup(v);
+  if (auto c = dyn_cast<arith::ConstantOp>(op)) {
+    auto dense = cast<DenseElementsAttr>(c.getValue());
+    auto attr = cast<TypedAttr>(dense.getSplatValue<Attribute>());
+    return Regs{std::nullopt, {}, b.create<arith::ConstantOp>(loc, attr)};
+  }
+  if (auto s = dyn_cast<SplatOp>(op))
+    return Regs{std::nullopt, {}, scalarOf(s.getValue())};
+  if (isa<ExpandDimsOp, TransOp, BroadcastOp>(op))
+    return tiles.lookup(op->getOperand(0));
+  SmallVector<Value> operands;
+  for (Value o : op->getOperands())
+    operands.push_back(tiles.lookup(o).scalar);
+  return Regs{std::nullopt, {}, scalarOp(op, operands, elementType(v.getType()))};
+}
+
+void Lowerer::lowerFor(scf::ForOp forOp) {
+  // Each carried tile becomes its registers (one value if uniform).
+  struct Carried {
+    std::optional<Layout> layout;
+    size_t first, count;
+  };
+  std::vector<Carried> carried;
+  SmallVector<Value> inits;
+  for (auto [arg, init] : llvm::zip(forOp.getRegionIterArgs(), forOp.getInitArgs())) {
+    if (!isTile(arg)) {
+      carried.push_back({std::nullopt, inits.size(), 1});
+      inits.push_back(scalarOf(init));
+      continue;
+    }
+    const ValueLayout &vl = layoutOf(arg);
+    if (vl.state != ValueLayout::State::Fixed) {
+      carried.push_back({std::nullopt, inits.size(), 1});
+      inits.push_back(materialize(init).scalar);
+      continue;
+    }
+    Regs r = regsIn(init, *vl.layout);
+    carried.push_back({vl.layout, inits.size(), r.regs.size()});
+    inits.append(r.regs.begin(), r.regs.end());
+  }
+  auto newFor = b.create<scf::ForOp>(loc, scalarOf(forOp.getLowerBound()),
+                                     scalarOf(forOp.getUpperBound()),
+                                     scalarOf(forOp.getStep()), inits);
+  auto bind = [&](ValueRange values, auto target) {
+    for (auto [i, c] : llvm::enumerate(carried)) {
+      Value v = target(i);
+      ValueRange part = values.slice(c.first, c.count);
+      if (!isTile(v))
+        scalars[v] = part[0];
+      else if (c.layout)
+        tiles[v] = Regs{c.layout, SmallVector<Value>(part), {}};
+      else
+        tiles[v] = Regs{std::nullopt, {}, part[0]};
+    }
+  };
+  {
+    OpBuilder::InsertionGuard g(b);
+    // Without carried values the builder already made the (empty) yield.
+    if (inits.empty())
+      b.setInsertionPoint(newFor.getBody()->getTerminator());
+    else
+      b.setInsertionPointToStart(newFor.getBody());
+    scalars[forOp.getInductionVar()] = newFor.getInductionVar();
+    bind(newFor.getRegionIterArgs(), [&](size_t i) { return forOp.getRegionIterArgs()[i]; });
+    for (Operation &op : forOp.getBody()->without_terminator())
+      lowerOp(&op);
+    auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
+    SmallVector<Value> outs;
+    for (auto [i, c] : llvm::enumerate(carried)) {
+      Value y = yield.getOperand(i);
+      if (!isTile(y))
+        outs.push_back(scalarOf(y));
+      else if (c.layout) {
+        Regs r = regsIn(y, *c.layout);
+        outs.append(r.regs.begin(), r.regs.end());
+      } else
+        outs.push_back(materialize(y).scalar);
+    }
+    if (!inits.empty())
+      b.create<scf::YieldOp>(loc, outs);
+  }
+  bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
+}
+
+Regs Lowerer::lowerElementwise(Operation *op, const Layout &l) {
+  SmallVector<Regs> ins;
+  for (Value o : op->getOperands())
+    ins.push_back(regsIn(o, l));
+  Regs out{l, {}, {}};
+  Type elem = elementType(op->getResult(0).getType());
+  for (int64_t r = 0; r < l.numRegs(); ++r) {
+    SmallVector<Value> operands;
+    for (Regs &in : ins)
+      operands.push_back(in.regs[r]);
+    out.regs.push_back(scalarOp(op, operands, elem));
+  }
+  return out;
+}
+
+static Layout squeeze(const Layout &l, int64_t axis) {
+  Layout s = l;
+  s.shape.erase(s.shape.begin() + axis);
+  for (auto *bases : {&s.reg, &s.lane, &s.warp})
+    for (Coord &c : *bases)
+      c.erase(c.begin() + axis);
+  s.parent = nullptr;
+  return s;
+}
+
+Regs Lowerer::rematerialize(Value v, const Layout &want) {
+  auto key = std::make_tuple((void *)b.getInsertionBlock(), v.getAsOpaquePointer(), want.str());
+  if (auto it = remat.find(key); it != remat.end())
+    return it->second;
+  Operation *op = v.getDefiningOp();
+  Regs out{want, {}, {}};
+  if (isa<IotaOp>(op)) {
+    Value t = threadCoord(want)[0];
+    for (int64_t r = 0; r < want.numRegs(); ++r)
+      out.regs.push_back(b.create<arith::AddIOp>(loc, t, i32(want.regCoord(r)[0])));
+  } else if (auto e = dyn_cast<ExpandDimsOp>(op)) {
+    out.regs = regsIn(e.getSrc(), squeeze(want, e.getAxis())).regs;
+  } else if (auto t = dyn_cast<TransOp>(op)) {
+    std::vector<int32_t> inv(t.getOrder().size());
+    for (size_t i = 0; i < inv.size(); ++i)
+      inv[t.getOrder()[i]] = int32_t(i);
+    out.regs = regsIn(t.getSrc(), want.permute(inv)).regs;
+  } else if (auto bc = dyn_cast<BroadcastOp>(op)) {
+    out = lowerBroadcast(bc.getSrc(), want);
+  } else {
+    out = lowerElementwise(op, want);
+  }
+  remat[key] = out;
+  return out;
+}
+
+Regs Lowerer::regsIn(Value v, const Layout &want) {
+  const ValueLayout &vl = layoutOf(v);
+  if (vl.state == ValueLayout::State::Flexible)
+    return rematerialize(v, want);
+  auto it = tiles.find(v);
+  if (it == tiles.end())
+    throw InternalError("GPU lowering: tile used before it was lowered");
+  const Regs &have = it->second;
+  if (!have.layout) // uniform
+    return Regs{want, SmallVector<Value>(want.numRegs(), have.scalar), {}};
+  if (*have.layout == want)
+    return have;
+  Regs out{want, {}, {}};
+  convertLayout(have, want, elementType(v.getType()), out.regs);
+  return out;
+}
+
+} // namespace kiln::gpu

@@ -1,0 +1,366 @@
+//===- LowerTileOps.cpp - memory, layout changes, reductions, dots --------===//
+#include "Lowering.h"
+
+#include "kiln/runtime/Error.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+#include <map>
+
+using namespace mlir;
+
+namespace kiln::gpu {
+
+static int log2i(int64_t v) {
+  int l = 0;
+  while ((int64_t(1) << l) < v)
+    ++l;
+  return l;
+}
+
+SmallVector<Value> Lowerer::threadCoord(const Layout &l) {
+  SmallVector<Value> c(l.rank(), i32(0));
+  auto add = [&](Value id, const std::vector<Coord> &bases) {
+    for (size_t bit = 0; bit < bases.size(); ++bit)
+      for (int64_t d = 0; d < l.rank(); ++d)
+        if (bases[bit][d]) {
+          Value set = b.create<arith::AndIOp>(
+              loc, b.create<arith::ShRUIOp>(loc, id, i32(bit)), i32(1));
+          c[d] = b.create<arith::AddIOp>(
+              loc, c[d], b.create<arith::MulIOp>(loc, set, i32(bases[bit][d])));
+        }
+  };
+  add(lane, l.lane);
+  add(warp, l.warp);
+  return c;
+}
+
+Value Lowerer::isOwner(const Layout &l) {
+  Value ok = b.create<arith::ConstantIntOp>(loc, 1, 1);
+  auto zero = [&](Value id, int64_t mask) {
+    if (!mask)
+      return;
+    Value bits = b.create<arith::AndIOp>(loc, id, i32(mask));
+    ok = b.create<arith::AndIOp>(
+        loc, ok, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, bits, i32(0)));
+  };
+  zero(lane, l.duplicateLaneMask());
+  zero(warp, l.duplicateWarpMask());
+  return ok;
+}
+
+void Lowerer::barrier() { b.create<NVVM::Barrier0Op>(loc); }
+
+Value Lowerer::smemPtr(Value byteOffset) {
+  return b.create<LLVM::GEPOp>(loc, smemBase.getType(), b.getI8Type(), smemBase,
+                               ValueRange{byteOffset});
+}
+
+static int64_t byteSize(Type t) {
+  return t.isInteger(1) ? 1 : (t.getIntOrFloatBitWidth() + 7) / 8;
+}
+
+/// Linear (row-major) index of a coordinate given as constant + thread parts.
+static Value linearIndex(Lowerer &L, const Layout &l, const Coord &regPart,
+                         ArrayRef<Value> threadPart) {
+  Value idx = L.i32(0);
+  int64_t stride = 1;
+  for (int64_t d = l.rank() - 1; d >= 0; --d) {
+    Value c = L.b.create<arith::AddIOp>(L.loc, threadPart[d], L.i32(regPart[d]));
+    idx = L.b.create<arith::AddIOp>(L.loc, idx,
+                                    L.b.create<arith::MulIOp>(L.loc, c, L.i32(stride)));
+    stride *= l.shape[d];
+  }
+  return idx;
+}
+
+Value Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
+                             SmallVectorImpl<Value> &out) {
+  const Layout &from = *in.layout;
+  // Same threads hold the same elements: the conversion renames registers.
+  if (from.lane == to.lane && from.warp == to.warp) {
+    std::map<Coord, int64_t> where;
+    for (int64_t r = 0; r < from.numRegs(); ++r)
+      where.emplace(from.regCoord(r), r);
+    bool all = true;
+    for (int64_t r = 0; r < to.numRegs() && all; ++r)
+      all = where.count(to.regCoord(r));
+    if (all) {
+      for (int64_t r = 0; r < to.numRegs(); ++r)
+        out.push_back(in.regs[where[to.regCoord(r)]]);
+      return {};
+    }
+  }
+  // Otherwise through shared memory: every thread writes what it holds at the
+  // element's row-major position and reads back what it needs.
+  int64_t esize = byteSize(elem);
+  smemBytes = std::max(smemBytes, from.numElements() * esize);
+  Type memTy = elem.isInteger(1) ? b.getI8Type() : elem;
+  barrier(); // earlier readers of the scratch area are done
+  SmallVector<Value> tc = threadCoord(from);
+  int64_t dup = from.duplicateRegMask();
+  for (int64_t r = 0; r < from.numRegs(); ++r) {
+    if (r & dup)
+      continue;
+    Value idx = linearIndex(*this, from, from.regCoord(r), tc);
+    Value v = in.regs[r];
+    if (elem.isInteger(1))
+      v = b.create<arith::ExtUIOp>(loc, b.getI8Type(), v);
+    Value off = b.create<arith::MulIOp>(loc, idx, i32(esize));
+    b.create<LLVM::StoreOp>(loc, v, smemPtr(off));
+  }
+  barrier();
+  SmallVector<Value> tcTo = threadCoord(to);
+  for (int64_t r = 0; r < to.numRegs(); ++r) {
+    Value idx = linearIndex(*this, to, to.regCoord(r), tcTo);
+    Value off = b.create<arith::MulIOp>(loc, idx, i32(esize));
+    Value v = b.create<LLVM::LoadOp>(loc, memTy, smemPtr(off));
+    if (elem.isInteger(1))
+      v = b.create<arith::TruncIOp>(loc, b.getI1Type(), v);
+    out.push_back(v);
+  }
+  return {};
+}
+
+Regs Lowerer::lowerBroadcast(Value src, const Layout &dst) {
+  auto srcShape = cast<RankedTensorType>(src.getType()).getShape();
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < dst.rank(); ++d)
+    if (srcShape[d] == 1 && dst.shape[d] != 1)
+      dims.push_back(d);
+  Layout proj = dst.project(dims);
+  Regs in = regsIn(src, proj);
+  // proj's register bits are dst's minus those along `dims`, in order.
+  std::vector<int> keptBits;
+  for (size_t bit = 0; bit < dst.reg.size(); ++bit) {
+    bool along = false;
+    for (int64_t d : dims)
+      along |= dst.reg[bit][d] != 0;
+    if (!along)
+      keptBits.push_back(int(bit));
+  }
+  Regs out{dst, {}, {}};
+  for (int64_t r = 0; r < dst.numRegs(); ++r) {
+    int64_t s = 0;
+    for (size_t i = 0; i < keptBits.size(); ++i)
+      s |= (r >> keptBits[i] & 1) << i;
+    out.regs.push_back(in.regs[s]);
+  }
+  return out;
+}
+
+/// Addresses and in-bounds predicates of a block access, per register.
+static void blockAddresses(Lowerer &L, const Layout &l, Value base,
+                           ValueRange offsets, ValueRange shape,
+                           ValueRange strides, Type elem,
+                           SmallVectorImpl<Value> &addrs,
+                           SmallVectorImpl<Value> &inBounds) {
+  SmallVector<Value> tc = L.threadCoord(l);
+  OpBuilder &b = L.b;
+  for (int64_t r = 0; r < l.numRegs(); ++r) {
+    Coord rc = l.regCoord(r);
+    Value ok = b.create<arith::ConstantIntOp>(L.loc, 1, 1);
+    Value off = L.i64(0);
+    for (int64_t d = 0; d < l.rank(); ++d) {
+      Value c = b.create<arith::AddIOp>(
+          L.loc, L.scalarOf(offsets[d]),
+          b.create<arith::AddIOp>(L.loc, tc[d], L.i32(rc[d])));
+      Value n = L.scalarOf(shape[d]);
+      // Unsigned compare: negative coordinates are out of range too.
+      ok = b.create<arith::AndIOp>(
+          L.loc, ok, b.create<arith::CmpIOp>(L.loc, arith::CmpIPredicate::ult, c, n));
+      // Out-of-range elements use the first element's address, which exists.
+      Value safe = b.create<arith::SelectOp>(L.loc, ok, c, L.i32(0));
+      Value term = b.create<arith::MulIOp>(
+          L.loc, b.create<arith::ExtSIOp>(L.loc, b.getI64Type(), safe),
+          b.create<arith::ExtSIOp>(L.loc, b.getI64Type(), L.scalarOf(strides[d])));
+      off = b.create<arith::AddIOp>(L.loc, off, term);
+    }
+    Value safeOff = b.create<arith::SelectOp>(L.loc, ok, off, L.i64(0));
+    addrs.push_back(b.create<LLVM::GEPOp>(L.loc, base.getType(), elem, base,
+                                          ValueRange{safeOff}));
+    inBounds.push_back(ok);
+  }
+}
+
+Regs Lowerer::lowerLoad(LoadOp op) {
+  Layout l = *layouts.lookup(op.getResult()).layout;
+  Type elem = op.getType().getElementType();
+  SmallVector<Value> addrs, ok;
+  blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(), op.getShape(),
+                 op.getStrides(), elem, addrs, ok);
+  Value pad = b.create<arith::ConstantOp>(
+      loc, b.getFloatAttr(isa<FloatType>(elem) ? elem : b.getF32Type(),
+                          op.getPadding().convertToDouble()));
+  if (!isa<FloatType>(elem))
+    pad = b.create<arith::FPToSIOp>(loc, elem, pad);
+  Regs out{l, {}, {}};
+  for (int64_t r = 0; r < l.numRegs(); ++r) {
+    Value v = b.create<LLVM::LoadOp>(loc, elem, addrs[r]);
+    out.regs.push_back(b.create<arith::SelectOp>(loc, ok[r], v, pad));
+  }
+  return out;
+}
+
+void Lowerer::lowerStore(StoreOp op) {
+  Value v = op.getValue();
+  ValueLayout vl = layouts.lookup(v);
+  auto shape = op.getValue().getType().getShape();
+  Layout l = vl.state == ValueLayout::State::Fixed
+                 ? *vl.layout
+                 : Layout::blocked({shape.begin(), shape.end()}, numWarps);
+  Regs in = regsIn(v, l);
+  Type elem = op.getValue().getType().getElementType();
+  SmallVector<Value> addrs, ok;
+  blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(), op.getShape(),
+                 op.getStrides(), elem, addrs, ok);
+  Value owner = isOwner(l);
+  int64_t dup = l.duplicateRegMask();
+  for (int64_t r = 0; r < l.numRegs(); ++r) {
+    if (r & dup)
+      continue; // another register holds the same element
+    Value pred = b.create<arith::AndIOp>(loc, ok[r], owner);
+    auto ifOp = b.create<scf::IfOp>(loc, pred, /*withElse=*/false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    b.create<LLVM::StoreOp>(loc, in.regs[r], addrs[r]);
+  }
+}
+
+static Value combine(OpBuilder &b, Location loc, ReduceKind kind, Value x, Value y) {
+  bool f = isa<FloatType>(x.getType());
+  switch (kind) {
+  case ReduceKind::Sum:
+    return f ? Value(b.create<arith::AddFOp>(loc, x, y)) : Value(b.create<arith::AddIOp>(loc, x, y));
+  case ReduceKind::Max:
+    return f ? Value(b.create<arith::MaximumFOp>(loc, x, y)) : Value(b.create<arith::MaxSIOp>(loc, x, y));
+  case ReduceKind::Min:
+    return f ? Value(b.create<arith::MinimumFOp>(loc, x, y)) : Value(b.create<arith::MinSIOp>(loc, x, y));
+  }
+  return x;
+}
+
+Regs Lowerer::lowerReduce(ReduceOp op) {
+  int64_t axis = op.getAxis();
+  Layout out = *layouts.lookup(op.getResult()).layout;
+  Layout in = *out.parent;
+  Regs src = regsIn(op.getSrc(), in);
+  Type elem = op.getType().getElementType();
+  if (!elem.isF32() && !elem.isInteger(32))
+    throw Error("GPU lowering: reductions of f32 and i32 tiles only (got a "
+                "narrower type; convert with .to(f32) first)");
+  // 1. Within the thread: registers that differ only along the axis.
+  std::vector<int> keptBits, axisBits;
+  for (size_t bit = 0; bit < in.reg.size(); ++bit)
+    (in.reg[bit][axis] ? axisBits : keptBits).push_back(int(bit));
+  SmallVector<Value> acc(int64_t(1) << keptBits.size());
+  for (int64_t r = 0; r < in.numRegs(); ++r) {
+    int64_t o = 0;
+    for (size_t i = 0; i < keptBits.size(); ++i)
+      o |= (r >> keptBits[i] & 1) << i;
+    acc[o] = acc[o] ? combine(b, loc, op.getKind(), acc[o], src.regs[r]) : src.regs[r];
+  }
+  // 2. Across lanes: butterfly shuffles over the lane bits along the axis.
+  for (size_t bit = 0; bit < in.lane.size(); ++bit) {
+    if (!in.lane[bit][axis])
+      continue;
+    for (Value &a : acc) {
+      Value other = b.create<NVVM::ShflOp>(loc, a.getType(), i32(-1), a,
+                                           i32(1 << bit), i32(31),
+                                           NVVM::ShflKind::bfly, UnitAttr());
+      a = combine(b, loc, op.getKind(), a, other);
+    }
+  }
+  // 3. Across warps: partial results through shared memory.
+  std::vector<int> warpBits;
+  for (size_t bit = 0; bit < in.warp.size(); ++bit)
+    if (in.warp[bit][axis])
+      warpBits.push_back(int(bit));
+  if (!warpBits.empty()) {
+    int64_t outN = out.numElements(), parts = int64_t(1) << warpBits.size();
+    smemBytes = std::max(smemBytes, outN * parts * 4);
+    Value part = i32(0);
+    for (size_t i = 0; i < warpBits.size(); ++i)
+      part = b.create<arith::OrIOp>(
+          loc, part,
+          b.create<arith::ShLIOp>(
+              loc, b.create<arith::AndIOp>(loc, b.create<arith::ShRUIOp>(loc, warp, i32(warpBits[i])), i32(1)),
+              i32(i)));
+    SmallVector<Value> tc = threadCoord(out);
+    barrier();
+    for (int64_t r = 0; r < out.numRegs(); ++r) {
+      Value idx = linearIndex(*this, out, out.regCoord(r), tc);
+      Value slot = b.create<arith::AddIOp>(loc, idx, b.create<arith::MulIOp>(loc, part, i32(outN)));
+      b.create<LLVM::StoreOp>(loc, acc[r], smemPtr(b.create<arith::MulIOp>(loc, slot, i32(4))));
+    }
+    barrier();
+    for (int64_t r = 0; r < out.numRegs(); ++r) {
+      Value idx = linearIndex(*this, out, out.regCoord(r), tc);
+      Value total;
+      for (int64_t p = 0; p < parts; ++p) {
+        Value slot = b.create<arith::AddIOp>(loc, idx, i32(p * outN));
+        Value v = b.create<LLVM::LoadOp>(loc, elem, smemPtr(b.create<arith::MulIOp>(loc, slot, i32(4))));
+        total = total ? combine(b, loc, op.getKind(), total, v) : v;
+      }
+      acc[r] = total;
+    }
+  }
+  return Regs{out, SmallVector<Value>(acc), {}};
+}
+
+Regs Lowerer::lowerDot(DotOp op) {
+  auto at = op.getA().getType(), bt = op.getB().getType();
+  int64_t M = at.getDimSize(0), K = at.getDimSize(1), N = bt.getDimSize(1);
+  Type in = at.getElementType();
+  if (!(in.isBF16() || in.isF16()))
+    throw Error("GPU lowering: dot on tensor cores takes bf16 or f16 operands; "
+                "f32 dots are not supported on the GPU yet");
+  if (M % 16 || N % 8 || K % 16)
+    throw Error("GPU lowering: dot shape must be multiples of 16x8x16, got M=" +
+                std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+  Layout la = Layout::dotOperand(0, M, N, K, numWarps);
+  Layout lb = Layout::dotOperand(1, M, N, K, numWarps);
+  Layout lc = Layout::mma(M, N, numWarps);
+  Regs A = regsIn(op.getA(), la), B = regsIn(op.getB(), lb), C = regsIn(op.getAcc(), lc);
+  int wm, wn;
+  Layout::mmaWarps(M, N, numWarps, wm, wn);
+  int64_t mT = M / 16 / wm, nT = N / 8 / wn, kT = K / 16;
+  MLIRContext *ctx = b.getContext();
+  Type f32 = b.getF32Type();
+  auto pairTy = VectorType::get({2}, in);
+  auto pack = [&](Value x, Value y) -> Value {
+    Value v = b.create<LLVM::UndefOp>(loc, pairTy);
+    v = b.create<LLVM::InsertElementOp>(loc, v, x, i32(0));
+    v = b.create<LLVM::InsertElementOp>(loc, v, y, i32(1));
+    if (in.isBF16()) // mma.sync takes bf16 pairs as b32
+      return b.create<LLVM::BitcastOp>(loc, b.getI32Type(), v);
+    return v;
+  };
+  auto structTy = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
+  NVVM::MMATypes ptxTy = in.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
+  Regs out{lc, C.regs, {}};
+  for (int64_t mi = 0; mi < mT; ++mi)
+    for (int64_t ni = 0; ni < nT; ++ni) {
+      int64_t cb = (ni << 2) | (mi << (2 + log2i(nT)));
+      SmallVector<Value> c(out.regs.begin() + cb, out.regs.begin() + cb + 4);
+      for (int64_t ki = 0; ki < kT; ++ki) {
+        int64_t ab = (ki << 3) | (mi << (3 + log2i(kT)));
+        int64_t bb = (ki << 2) | (ni << (2 + log2i(kT)));
+        SmallVector<Value> a, bv;
+        for (int i = 0; i < 8; i += 2)
+          a.push_back(pack(A.regs[ab + i], A.regs[ab + i + 1]));
+        for (int i = 0; i < 4; i += 2)
+          bv.push_back(pack(B.regs[bb + i], B.regs[bb + i + 1]));
+        auto mma = NVVM::MmaOp::create(
+            b, loc, structTy, a, bv, c, {16, 8, 16}, std::nullopt, std::nullopt,
+            std::array<NVVM::MMATypes, 2>{ptxTy, ptxTy},
+            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
+        for (int i = 0; i < 4; ++i)
+          c[i] = b.create<LLVM::ExtractValueOp>(loc, mma, ArrayRef<int64_t>{i});
+      }
+      std::copy(c.begin(), c.end(), out.regs.begin() + cb);
+    }
+  return out;
+}
+
+} // namespace kiln::gpu

@@ -1,0 +1,112 @@
+//===- Lowering.h - kiln IR to per-thread LLVM/NVVM code --------*- C++ -*-===//
+//
+// Internal to compiler/lib/Conversion. The lowering walks a kernel's kiln IR
+// once, in order, and emits an llvm.func in which every tile has become the
+// registers of one thread under a Layout.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_LIB_CONVERSION_LOWERING_H
+#define KILN_LIB_CONVERSION_LOWERING_H
+
+#include "kiln/Conversion/Layout.h"
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <map>
+#include <optional>
+
+namespace kiln::gpu {
+
+/// What the layout analysis says of a tile value.
+struct ValueLayout {
+  enum class State { Uniform, Flexible, Fixed } state = State::Uniform;
+  std::optional<Layout> layout; ///< set when Fixed
+  static ValueLayout uniform() { return {}; }
+  static ValueLayout flexible() { return {State::Flexible, std::nullopt}; }
+  static ValueLayout fixed(Layout l) { return {State::Fixed, std::move(l)}; }
+};
+using LayoutMap = llvm::DenseMap<mlir::Value, ValueLayout>;
+
+/// Layout assignment. Anchors: loads are blocked (coalesced), dots produce the
+/// mma accumulator, reductions slice their operand's layout. Elementwise ops
+/// take the strongest layout among their operands. Uniform tiles (constants,
+/// splats) and tiles computed from iota, uniforms and scalars alone are
+/// "flexible": the lowering rematerialises them in whatever layout a user
+/// needs instead of moving them between threads.
+LayoutMap assignLayouts(mlir::func::FuncOp func, int numWarps);
+
+/// A lowered tile: one register per bit pattern of the layout's register
+/// bits, or a single scalar when the tile is uniform.
+struct Regs {
+  std::optional<Layout> layout;
+  llvm::SmallVector<mlir::Value> regs;
+  mlir::Value scalar; ///< uniform tiles
+};
+
+class Lowerer {
+public:
+  Lowerer(mlir::func::FuncOp src, int numWarps, const LayoutMap &layouts);
+  /// Emits the kernel into `module`; returns the dynamic shared-memory bytes
+  /// it needs.
+  int64_t run(mlir::ModuleOp module);
+
+  // Shared with LowerTileOps.cpp.
+  mlir::OpBuilder b;
+  mlir::Location loc;
+  int numWarps;
+  const LayoutMap &layouts;
+  mlir::Value lane, warp; ///< i32
+  mlir::Value smemBase;   ///< !llvm.ptr<3>
+  int64_t smemBytes = 0;
+
+  Regs regsIn(mlir::Value v, const Layout &want);
+  mlir::Value scalarOf(mlir::Value v) { return scalars.lookup(v); }
+  mlir::Value i32(int64_t v);
+  mlir::Value i64(int64_t v);
+  /// Per dimension, the coordinate part contributed by this thread's lane and
+  /// warp bits under `l`.
+  llvm::SmallVector<mlir::Value> threadCoord(const Layout &l);
+  /// Whether this thread holds the first copy of replicated data.
+  mlir::Value isOwner(const Layout &l);
+  mlir::Value convertLayout(const Regs &in, const Layout &to, mlir::Type elem,
+                            llvm::SmallVectorImpl<mlir::Value> &out);
+  void barrier();
+  mlir::Value smemPtr(mlir::Value byteOffset);
+
+  Regs lowerLoad(LoadOp op);
+  void lowerStore(StoreOp op);
+  Regs lowerDot(DotOp op);
+  Regs lowerReduce(ReduceOp op);
+  Regs lowerBroadcast(mlir::Value src, const Layout &dst);
+
+private:
+  void lowerBlock(mlir::Block &block);
+  void lowerOp(mlir::Operation *op);
+  void lowerFor(mlir::scf::ForOp op);
+  Regs lowerElementwise(mlir::Operation *op, const Layout &l);
+  Regs rematerialize(mlir::Value v, const Layout &want);
+  mlir::Value scalarOp(mlir::Operation *op, mlir::ValueRange operands,
+                       mlir::Type resultElem);
+  Regs materialize(mlir::Value v);
+  const ValueLayout &layoutOf(mlir::Value v) const;
+
+  mlir::func::FuncOp src;
+  llvm::DenseMap<mlir::Value, mlir::Value> scalars;
+  llvm::DenseMap<mlir::Value, Regs> tiles;
+  /// Rematerialised flexible values, per insertion block and layout.
+  std::map<std::tuple<void *, void *, std::string>, Regs> remat;
+};
+
+/// Element type of a tile or scalar type.
+inline mlir::Type elementType(mlir::Type t) {
+  if (auto rt = mlir::dyn_cast<mlir::RankedTensorType>(t))
+    return rt.getElementType();
+  return t;
+}
+
+} // namespace kiln::gpu
+
+#endif // KILN_LIB_CONVERSION_LOWERING_H

@@ -1,0 +1,180 @@
+//===- Compile.cpp - kiln IR to PTX, in process ---------------------------===//
+//
+// The pass order, in one place:
+//   1. layout assignment (Conversion/LayoutAnalysis.cpp)
+//   2. lowering to per-thread LLVM + NVVM dialect (Conversion/Lower*.cpp)
+//   3. scf -> cf, arith/math/cf -> llvm, canonicalize, cse
+//   4. translation to LLVM IR, LLVM O3 for the NVPTX target machine
+//   5. PTX from LLVM's NVPTX backend
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Compiler/Compile.h"
+#include "../Conversion/Lowering.h"
+#include "kiln/Compiler/KernelImpl.h"
+#include "kiln/runtime/Error.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Triple.h"
+
+#include <mutex>
+
+using namespace mlir;
+
+namespace kiln {
+
+static std::string print(Operation *op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  op->print(os);
+  return s;
+}
+
+static std::string emitPtx(llvm::Module &m, const std::string &arch,
+                           std::string &llvmIR) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+  llvm::Triple triple("nvptx64-nvidia-cuda");
+  std::string err;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
+  if (!target)
+    throw InternalError("NVPTX target: " + err);
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, arch, "+ptx80", llvm::TargetOptions(), std::nullopt, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
+  if (!tm)
+    throw Error("NVPTX: no target machine for " + arch);
+  m.setTargetTriple(triple);
+  m.setDataLayout(tm->createDataLayout());
+
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(tm.get());
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+  {
+    llvm::raw_string_ostream os(llvmIR);
+    m.print(os, nullptr);
+  }
+  llvm::SmallString<0> ptx;
+  llvm::raw_svector_ostream os(ptx);
+  llvm::legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
+    throw InternalError("NVPTX cannot emit assembly");
+  pm.run(m);
+  return std::string(ptx.str());
+}
+
+CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
+  if (target.arch != "sm_80" && target.arch != "sm_90a" && target.arch != "sm_90")
+    throw Error("compileForGpu: target " + target.arch +
+                " is not supported (sm_80, sm_90, sm_90a)");
+  Kernel::Impl &impl = kernel.impl();
+  MLIRContext *ctx = impl.context.get();
+  int numWarps = target.numWarps ? target.numWarps : impl.numWarps;
+  if (numWarps < 1 || numWarps > 32 || (numWarps & (numWarps - 1)))
+    throw Error("compileForGpu: warps must be a power of two in [1, 32], got " +
+                std::to_string(numWarps));
+  for (auto &t : impl.tensors)
+    (void)t;
+  func::FuncOp func = impl.func();
+  // Tile shapes must be powers of two: layouts spread them bit by bit.
+  WalkResult bad = func.walk([&](Operation *op) {
+    for (Type t : op->getResultTypes())
+      if (auto rt = dyn_cast<RankedTensorType>(t))
+        for (int64_t d : rt.getShape())
+          if (d & (d - 1)) {
+            op->emitError("GPU lowering: tile dimension ") << d << " is not a power of two";
+            return WalkResult::interrupt();
+          }
+    return WalkResult::advance();
+  });
+  std::string diags;
+  llvm::raw_string_ostream dos(diags);
+  ScopedDiagnosticHandler handler(ctx, [&](Diagnostic &d) {
+    dos << d.getLocation() << ": " << d << "\n";
+    return success();
+  });
+  if (bad.wasInterrupted())
+    throw Error(diags);
+
+  CompiledKernel out;
+  out.name = impl.name;
+  out.arch = target.arch;
+  out.grid = impl.grid;
+  out.threads = 32 * numWarps;
+  out.params = impl.params;
+  out.tensors = impl.tensors;
+
+  gpu::LayoutMap layouts = gpu::assignLayouts(func, numWarps);
+  {
+    llvm::raw_string_ostream os(out.layouts);
+    func.walk([&](Operation *op) {
+      for (Value r : op->getResults()) {
+        if (!isa<RankedTensorType>(r.getType()))
+          continue;
+        auto it = layouts.find(r);
+        os << op->getName() << " " << r.getType() << ": "
+           << (it == layouts.end() || it->second.state == gpu::ValueLayout::State::Uniform
+                   ? std::string("uniform")
+               : it->second.state == gpu::ValueLayout::State::Flexible
+                   ? std::string("flexible (rematerialised where used)")
+                   : it->second.layout->str())
+           << "\n";
+      }
+    });
+  }
+
+  OwningOpRef<ModuleOp> lowered = ModuleOp::create(func.getLoc());
+  gpu::Lowerer lowerer(func, numWarps, layouts);
+  out.sharedBytes = lowerer.run(*lowered);
+
+  PassManager pm(ctx);
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  if (failed(verify(*lowered)) || failed(pm.run(*lowered)))
+    throw InternalError("lowering kernel " + impl.name + " to LLVM failed:\n" +
+                        diags + print(*lowered));
+  out.loweredIR = print(*lowered);
+
+  llvm::LLVMContext llctx;
+  std::unique_ptr<llvm::Module> m = translateModuleToLLVMIR(*lowered, llctx, impl.name);
+  if (!m)
+    throw InternalError("translating kernel " + impl.name + " to LLVM IR failed:\n" + diags);
+  out.ptx = emitPtx(*m, target.arch, out.llvmIR);
+  return out;
+}
+
+} // namespace kiln

@@ -1,0 +1,47 @@
+//===- Launch.h - load compiled PTX and launch it ---------------*- C++ -*-===//
+//
+// The runtime's side of the compiler->runtime contract: PTX plus the launch
+// metadata, no MLIR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_LAUNCH_H
+#define KILN_RUNTIME_LAUNCH_H
+
+#include "kiln/runtime/Cuda.h"
+#include "kiln/runtime/Params.h"
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct LaunchSpec {
+  std::string name, ptx;
+  std::array<int64_t, 3> grid{1, 1, 1};
+  int threads = 128;
+  int64_t sharedBytes = 0;
+  std::vector<ParamInfo> params;
+};
+
+/// A kernel loaded on the device, ready to launch with argument values.
+class GpuKernel {
+public:
+  explicit GpuKernel(LaunchSpec spec);
+  /// Checks every argument against its parameter (kind, range of scalars),
+  /// then launches on the default stream. Does not synchronise.
+  void launch(const std::vector<ArgValue> &args);
+  cuda::FunctionAttributes attributes() const { return fn_.attributes(); }
+  const std::string &jitLog() const { return module_->infoLog(); }
+  const LaunchSpec &spec() const { return spec_; }
+
+private:
+  LaunchSpec spec_;
+  std::unique_ptr<cuda::Module> module_;
+  cuda::Function fn_;
+};
+
+} // namespace kiln
+
+#endif // KILN_RUNTIME_LAUNCH_H

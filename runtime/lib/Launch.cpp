@@ -1,0 +1,68 @@
+//===- Launch.cpp - load compiled PTX and launch it -----------------------===//
+#include "kiln/runtime/Launch.h"
+#include "kiln/runtime/Error.h"
+
+#include <cstring>
+#include <limits>
+
+namespace kiln {
+
+GpuKernel::GpuKernel(LaunchSpec spec) : spec_(std::move(spec)) {
+  module_ = std::make_unique<cuda::Module>(cuda::Module::fromPtx(spec_.ptx));
+  fn_ = module_->function(spec_.name);
+  const cuda::DeviceInfo &d = cuda::device();
+  if (spec_.sharedBytes > d.maxSharedPerBlockOptin)
+    throw Error("kernel " + spec_.name + " needs " +
+                std::to_string(spec_.sharedBytes) +
+                " bytes of shared memory; the device allows " +
+                std::to_string(d.maxSharedPerBlockOptin));
+  if (spec_.sharedBytes > 48 * 1024)
+    fn_.setMaxDynamicShared(int(spec_.sharedBytes));
+  for (int64_t g : {spec_.grid[1], spec_.grid[2]})
+    if (g > 65535)
+      throw Error("kernel " + spec_.name + ": grid y/z of " + std::to_string(g) +
+                  " exceeds the device's 65535");
+}
+
+void GpuKernel::launch(const std::vector<ArgValue> &args) {
+  if (args.size() != spec_.params.size())
+    throw Error("kernel " + spec_.name + " takes " +
+                std::to_string(spec_.params.size()) + " arguments, got " +
+                std::to_string(args.size()));
+  // Parameter storage that outlives the launch call's reading of it.
+  std::vector<uint64_t> storage(args.size());
+  std::vector<void *> ptrs(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ParamInfo &p = spec_.params[i];
+    std::string what = "kernel " + spec_.name + ", argument " + p.name;
+    if (p.kind == ParamInfo::Kind::Pointer) {
+      auto *v = std::get_if<void *>(&args[i]);
+      if (!v)
+        throw Error(what + " must be a pointer");
+      if (!*v)
+        throw Error(what + " is a null pointer");
+      if (reinterpret_cast<uintptr_t>(*v) % 16)
+        throw Error(what + " is not 16-byte aligned");
+      storage[i] = reinterpret_cast<uint64_t>(*v);
+    } else {
+      auto *v = std::get_if<int64_t>(&args[i]);
+      if (!v)
+        throw Error(what + " must be an integer");
+      if (p.dtype == DType::i32) {
+        if (*v < std::numeric_limits<int32_t>::min() ||
+            *v > std::numeric_limits<int32_t>::max())
+          throw Error(what + " = " + std::to_string(*v) +
+                      " does not fit the kernel's 32-bit index width");
+        int32_t x = int32_t(*v);
+        std::memcpy(&storage[i], &x, 4);
+      } else {
+        storage[i] = uint64_t(*v);
+      }
+    }
+    ptrs[i] = &storage[i];
+  }
+  fn_.launch({unsigned(spec_.grid[0]), unsigned(spec_.grid[1]), unsigned(spec_.grid[2])},
+             {unsigned(spec_.threads), 1, 1}, unsigned(spec_.sharedBytes), ptrs);
+}
+
+} // namespace kiln
