@@ -47,6 +47,7 @@ Problem makeProblem(const std::string &kernel, Options &opts, bool withData);
 int cmdIr(Options &opts);
 int cmdRun(Options &opts);
 int cmdPtx(Options &opts);
+int cmdBench(Options &opts);
 
 } // namespace kiln::cli
 

@@ -16,6 +16,9 @@ commands:
                                         exits 1 if the relative error > 1e-2
   ptx <kernel> [shape options] [--arch sm_80|sm_90a]
       [--stage ptx|llvm|lowered|layouts] print the PTX (or an earlier stage)
+  bench attention [--quick] [--dtypes bf16,fp16] [--json FILE] [--reps R]
+      [--head-dim D] [--block-m M] [--block-n N] [--warps W]
+                                        TFLOP/s on the GPU over B*N=16k tokens
   help                                  this text
 
 kernels and their shape options:
@@ -37,11 +40,13 @@ int main(int argc, char **argv) {
   std::string cmd = args[0];
   args.erase(args.begin());
   try {
-    auto opts = kiln::cli::Options::parse(args, {"causal", "cpu", "loc"});
+    auto opts = kiln::cli::Options::parse(args, {"causal", "cpu", "loc", "quick"});
     if (cmd == "ir")
       return kiln::cli::cmdIr(opts);
     if (cmd == "run")
       return kiln::cli::cmdRun(opts);
+    if (cmd == "bench")
+      return kiln::cli::cmdBench(opts);
     if (cmd == "ptx")
       return kiln::cli::cmdPtx(opts);
     fmt::print(stderr, "kiln: unknown command '{}'\n\n{}", cmd, kUsage);

@@ -1,0 +1,187 @@
+//===- GpuKernelTest.cpp - compiled kernels on the GPU vs references ------===//
+//
+// Attention against the NVRTC reference (plain CUDA C++, fp32 math), GEMM
+// and softmax against fp64 host references. Fresh random inputs per case,
+// outputs poisoned with NaN on the device before the launch, every element
+// compared. Skips, saying why, without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#include "../unit/TestUtil.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/kernels/GpuReference.h"
+#include "kiln/kernels/Reference.h"
+#include "kiln/runtime/Cuda.h"
+#include "kiln/runtime/Launch.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+
+using namespace kiln;
+using ::testing::HasSubstr;
+
+namespace {
+
+#define REQUIRE_GPU()                                                          \
+  do {                                                                         \
+    std::string why;                                                           \
+    if (!cuda::available(&why))                                                \
+      GTEST_SKIP() << "SKIPPED: no GPU: " << why;                              \
+  } while (0)
+
+/// Host tensors mirrored on the device.
+struct DeviceTensors {
+  std::map<std::string, cuda::Buffer> buffers;
+  std::map<std::string, TensorRef> refs;
+  void add(const std::string &name, HostTensor &t, bool poison) {
+    cuda::Buffer &b = buffers[name] = cuda::Buffer(t.storageBytes());
+    if (poison)
+      b.fill(0xFF);
+    else
+      b.upload(t.data(), t.storageBytes());
+    refs[name] = t.ref();
+    refs[name].data = b.data();
+  }
+  void download(const std::string &name, HostTensor &t) {
+    buffers.at(name).download(t.data(), t.storageBytes());
+  }
+};
+
+void runOnGpu(const Kernel &k, DeviceTensors &dt) {
+  CompiledKernel c = compileForGpu(k, {cuda::device().arch(), 0});
+  GpuKernel g(c.spec());
+  g.launch(k.bind(dt.refs));
+  cuda::synchronize();
+}
+
+struct AttnCase {
+  int64_t B, H, N, D;
+  bool causal;
+  DType dtype;
+  bool bshd;
+};
+
+void PrintTo(const AttnCase &c, std::ostream *os) {
+  *os << c.B << "x" << c.H << " N=" << c.N << " D=" << c.D
+      << (c.causal ? " causal " : " full ") << dtypeName(c.dtype)
+      << (c.bshd ? " bshd" : "");
+}
+
+class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
+  REQUIRE_GPU();
+  const AttnCase &c = GetParam();
+  kernels::AttentionShape s{c.B, c.H, c.N, c.N, c.D, c.causal, c.dtype, 0};
+  auto make = [&](uint64_t seed, bool rand) {
+    HostTensor t = c.bshd ? HostTensor(c.dtype, {c.B, c.H, c.N, c.D},
+                                       {c.N * c.H * c.D, c.D, c.H * c.D, 1})
+                          : HostTensor(c.dtype, {c.B, c.H, c.N, c.D});
+    if (rand)
+      t.fillRandom(seed, -2, 2);
+    return t;
+  };
+  uint64_t seed = uint64_t(c.N * 131 + c.D * 7 + c.causal);
+  HostTensor q = make(seed, true), k = make(seed + 1, true), v = make(seed + 2, true);
+  HostTensor o = make(0, false), lse(DType::f32, {c.B, c.H, c.N});
+  DeviceTensors dt;
+  dt.add("Q", q, false);
+  dt.add("K", k, false);
+  dt.add("V", v, false);
+  dt.add("O", o, true);
+  dt.add("LSE", lse, true);
+  runOnGpu(kernels::attentionForward(s), dt);
+  dt.download("O", o);
+  dt.download("LSE", lse);
+
+  HostTensor oRef(DType::f32, {c.B, c.H, c.N, c.D}), lseRef(DType::f32, lse.shape());
+  cuda::Buffer ro(oRef.storageBytes()), rl(lseRef.storageBytes());
+  kernels::attentionReferenceGpu(s, dt.refs["Q"], dt.refs["K"], dt.refs["V"],
+                                 ro.data(), rl.data());
+  ro.download(oRef.data(), oRef.storageBytes());
+  rl.download(lseRef.data(), lseRef.storageBytes());
+
+  ErrorStats eo = compareTensors(o, oRef), el = compareTensors(lse, lseRef);
+  EXPECT_EQ(eo.nonFinite, 0) << "unwritten or NaN outputs";
+  EXPECT_LE(eo.relative, c.dtype == DType::bf16 ? 1e-2 : 5e-3) << "max abs " << eo.maxAbs;
+  EXPECT_LE(el.relative, 1e-4) << "max abs " << el.maxAbs;
+}
+
+constexpr DType bf16 = DType::bf16, f16 = DType::f16;
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionOnGpu,
+    ::testing::Values(
+        AttnCase{1, 2, 1, 64, false, bf16, false}, AttnCase{1, 2, 1, 128, true, f16, false},
+        AttnCase{2, 2, 17, 64, true, bf16, false}, AttnCase{1, 3, 17, 128, false, f16, true},
+        AttnCase{2, 2, 128, 64, false, f16, false}, AttnCase{1, 2, 128, 128, true, bf16, false},
+        AttnCase{1, 2, 1000, 64, true, f16, true}, AttnCase{2, 1, 1000, 128, false, bf16, false},
+        AttnCase{1, 2, 4096, 64, false, bf16, false}, AttnCase{1, 2, 4096, 128, true, f16, false},
+        AttnCase{1, 1, 8191, 128, false, bf16, true}, AttnCase{1, 2, 8191, 64, true, bf16, false},
+        AttnCase{1, 1, 8191, 128, true, f16, false}),
+    [](const auto &info) {
+      const AttnCase &c = info.param;
+      return std::to_string(c.B) + "x" + std::to_string(c.H) + "_n" +
+             std::to_string(c.N) + "_d" + std::to_string(c.D) +
+             (c.causal ? "_causal_" : "_full_") + dtypeName(c.dtype) +
+             (c.bshd ? "_bshd" : "");
+    });
+
+TEST(GpuKernels, GemmMatchesFp64) {
+  REQUIRE_GPU();
+  for (auto [M, N, K, t] : {std::tuple{64, 64, 32, bf16}, std::tuple{100, 70, 33, f16},
+                            std::tuple{513, 257, 129, bf16}}) {
+    Kernel k = kernels::gemm({M, N, K, t, DType::f32});
+    HostTensor a(t, {M, K}), b(t, {K, N}), c(DType::f32, {M, N}), ref(DType::f32, {M, N});
+    a.fillRandom(M + K);
+    b.fillRandom(N + K);
+    DeviceTensors dt;
+    dt.add("A", a, false);
+    dt.add("B", b, false);
+    dt.add("C", c, true);
+    runOnGpu(k, dt);
+    dt.download("C", c);
+    kernels::gemmReference(a, b, ref);
+    ErrorStats e = compareTensors(c, ref);
+    EXPECT_EQ(e.nonFinite, 0);
+    EXPECT_LE(e.relative, 1e-5) << M << "x" << N << "x" << K;
+  }
+}
+
+TEST(GpuKernels, SoftmaxMatchesFp64) {
+  REQUIRE_GPU();
+  for (auto [R, C, t] : {std::tuple{37, 1000, DType::f32}, std::tuple{16, 128, bf16},
+                         std::tuple{1, 1, DType::f32}}) {
+    Kernel k = kernels::softmax({R, C, t});
+    HostTensor x(t, {R, C}), y(t, {R, C}), ref(DType::f32, {R, C});
+    x.fillRandom(R * 7 + C, -5, 5);
+    DeviceTensors dt;
+    dt.add("X", x, false);
+    dt.add("Y", y, true);
+    runOnGpu(k, dt);
+    dt.download("Y", y);
+    kernels::softmaxReference(x, ref);
+    ErrorStats e = compareTensors(y, ref);
+    EXPECT_EQ(e.nonFinite, 0);
+    EXPECT_LE(e.relative, t == DType::f32 ? 1e-5 : 1e-2) << R << "x" << C;
+  }
+}
+
+TEST(GpuKernels, BadArgumentsAreRejectedBeforeLaunch) {
+  REQUIRE_GPU();
+  Kernel k = kernels::gemm({64, 64, 32, bf16, DType::f32});
+  CompiledKernel c = compileForGpu(k, {cuda::device().arch(), 0});
+  GpuKernel g(c.spec());
+  std::vector<ArgValue> args(c.params.size(), int64_t(1));
+  EXPECT_THAT(test::errorOf([&] { g.launch(args); }), HasSubstr("argument A must be a pointer"));
+  args[0] = static_cast<void *>(nullptr);
+  EXPECT_THAT(test::errorOf([&] { g.launch(args); }), HasSubstr("argument A is a null pointer"));
+  cuda::Buffer buf(4096);
+  args[0] = static_cast<void *>(static_cast<char *>(buf.data()) + 2);
+  EXPECT_THAT(test::errorOf([&] { g.launch(args); }), HasSubstr("not 16-byte aligned"));
+  EXPECT_THAT(test::errorOf([&] { g.launch({}); }), HasSubstr("takes 9 arguments, got 0"));
+}
+
+} // namespace

@@ -1,0 +1,78 @@
+//===- CodegenTest.cpp - what the GPU compiler emits (no GPU needed) ------===//
+#include "TestUtil.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/kernels/Attention.h"
+#include "kiln/kernels/Gemm.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <set>
+
+using namespace kiln;
+using ::testing::HasSubstr;
+
+static std::set<std::string> globalStoreForms(const std::string &ptx) {
+  std::set<std::string> forms;
+  std::regex re(R"(st\.global(\.[a-z0-9]+)+)");
+  for (auto it = std::sregex_iterator(ptx.begin(), ptx.end(), re);
+       it != std::sregex_iterator(); ++it)
+    forms.insert(it->str());
+  return forms;
+}
+
+// Fusion: S and P stay on chip. The attention kernel's only global stores
+// are O (16-bit) and the logsumexp (32-bit), and its dots are tensor-core
+// mma.sync instructions.
+TEST(Codegen, AttentionIsOneFusedKernel) {
+  for (const char *arch : {"sm_80", "sm_90a"}) {
+    kernels::AttentionShape s;
+    s.seqQ = s.seqK = 4096;
+    s.headDim = 128;
+    CompiledKernel c = compileForGpu(kernels::attentionForward(s), {arch, 0});
+    EXPECT_THAT(c.ptx, HasSubstr(std::string(".target ") + arch));
+    EXPECT_THAT(c.ptx, HasSubstr("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+    EXPECT_THAT(c.ptx, HasSubstr("ex2.approx.ftz.f32"));
+    EXPECT_THAT(c.ptx, HasSubstr("shfl.sync.bfly"));
+    std::set<std::string> forms = globalStoreForms(c.ptx);
+    for (const std::string &f : forms)
+      EXPECT_TRUE(f == "st.global.b16" || f == "st.global.b32" || f == "st.global.f32")
+          << "unexpected global store " << f;
+    EXPECT_FALSE(forms.empty());
+    // Every global store writes O or LSE: count the distinct destinations by
+    // parameter: O is parameter 15, LSE 20; S and P have none.
+    EXPECT_EQ(c.params[15].name, "O");
+    EXPECT_EQ(c.params[20].name, "LSE");
+  }
+}
+
+TEST(Codegen, PtxAssemblesWithPtxas) {
+  if (std::system("command -v ptxas > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "SKIPPED: ptxas is not on the PATH";
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = 1000;
+  s.causal = true;
+  for (const char *arch : {"sm_80", "sm_90a"})
+    for (const Kernel &k : {kernels::attentionForward(s), kernels::gemm({256, 256, 256})}) {
+      CompiledKernel c = compileForGpu(k, {arch, 0});
+      std::string path = ::testing::TempDir() + "kiln_" + c.name + "_" + arch + ".ptx";
+      std::ofstream(path) << c.ptx;
+      std::string cmd = std::string("ptxas -arch=") + arch + " " + path + " -o /dev/null";
+      EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+}
+
+TEST(Codegen, UnsupportedShapesAreNamed) {
+  EXPECT_THAT(test::errorOf([] {
+                compileForGpu(kernels::gemm({64, 64, 64, DType::f32, DType::f32}));
+              }),
+              HasSubstr("f32 dots are not supported on the GPU yet"));
+  EXPECT_THAT(test::errorOf([] {
+                compileForGpu(kernels::gemm({64, 64, 64}), {"sm_75", 0});
+              }),
+              HasSubstr("target sm_75 is not supported"));
+}

@@ -1,0 +1,122 @@
+//===- Bench.cpp - kiln bench attention: TFLOP/s on the GPU ---------------===//
+//
+// The FlashAttention papers' shapes: B·N = 16k tokens, H·D = 2048. Each
+// shape gets fresh random inputs, a warm-up, and the median of `reps`
+// launches timed with CUDA events. TFLOP/s counts 4·B·H·N²·D (half when
+// causal). With --json, writes rows that ../shared/bench/peers.py reads.
+//
+//===----------------------------------------------------------------------===//
+#include "Commands.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/kernels/Attention.h"
+#include "kiln/runtime/Cuda.h"
+#include "kiln/runtime/Error.h"
+#include "kiln/runtime/Launch.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace kiln::cli {
+
+/// Random bf16/f16 values in [-1, 1) straight into a device buffer.
+static cuda::Buffer randomDevice(DType t, size_t n, uint64_t seed) {
+  std::vector<uint16_t> host(n);
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (auto &h : host)
+    h = t == DType::bf16 ? floatToBf16(dist(gen)) : floatToHalf(dist(gen));
+  cuda::Buffer b(n * 2);
+  b.upload(host.data(), n * 2);
+  return b;
+}
+
+int cmdBench(Options &opts) {
+  if (opts.positional.size() != 1 || opts.positional[0] != "attention")
+    throw Error("kiln bench: only 'attention' is benchmarked");
+  bool quick = opts.flag("quick");
+  std::string dtypes = opts.string("dtypes", "bf16");
+  std::string jsonPath = opts.string("json", "");
+  int reps = int(opts.integer("reps", 30));
+  std::string onlyD = opts.string("head-dim", "");
+  kernels::AttentionConfig cfg;
+  cfg.blockM = opts.integer("block-m", cfg.blockM);
+  cfg.blockN = opts.integer("block-n", cfg.blockN);
+  cfg.warps = int(opts.integer("warps", cfg.warps));
+  opts.checkAllUsed();
+  std::string why;
+  if (!cuda::available(&why))
+    throw Error("kiln bench: no GPU here (" + why + ")");
+  const cuda::DeviceInfo &dev = cuda::device();
+  fmt::print("# kiln bench attention on {} ({}), blockM={} blockN={} warps={}, "
+             "median of {} launches\n", dev.name, dev.arch(), cfg.blockM,
+             cfg.blockN, cfg.warps, reps);
+  fmt::print("dtype,B,H,N,D,causal,ms,tflops,registers,spill_bytes,smem\n");
+
+  std::vector<int64_t> ns = quick ? std::vector<int64_t>{1024, 4096}
+                                  : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
+  std::ostringstream json;
+  json << "{\"rows\": [";
+  bool first = true;
+  std::stringstream ds(dtypes);
+  for (std::string dn; std::getline(ds, dn, ',');) {
+    auto dtype = parseDType(dn);
+    if (!dtype || (*dtype != DType::bf16 && *dtype != DType::f16))
+      throw Error("kiln bench: --dtypes takes bf16 and fp16, got " + dn);
+    for (int64_t D : {64, 128}) {
+      if (!onlyD.empty() && std::to_string(D) != onlyD)
+        continue;
+      for (int64_t N : ns)
+        for (bool causal : {false, true}) {
+          int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
+          kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
+          CompiledKernel c = compileForGpu(kernels::attentionForward(s, cfg), {dev.arch(), 0});
+          GpuKernel g(c.spec());
+          size_t n = size_t(B * H * N * D);
+          uint64_t seed = uint64_t(N * 1000 + D + causal);
+          cuda::Buffer q = randomDevice(*dtype, n, seed), k = randomDevice(*dtype, n, seed + 1),
+                       v = randomDevice(*dtype, n, seed + 2), o(n * 2), lse(size_t(B * H * N) * 4);
+          std::vector<int64_t> shape{B, H, N, D}, st{H * N * D, N * D, D, 1};
+          auto args = kernels::attentionForward(s, cfg).bind(
+              {{"Q", {q.data(), *dtype, shape, st}}, {"K", {k.data(), *dtype, shape, st}},
+               {"V", {v.data(), *dtype, shape, st}}, {"O", {o.data(), *dtype, shape, st}},
+               {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}});
+          for (int i = 0; i < 3; ++i)
+            g.launch(args);
+          cuda::synchronize();
+          std::vector<float> times;
+          cuda::Timer t;
+          for (int i = 0; i < reps; ++i) {
+            t.start();
+            g.launch(args);
+            times.push_back(t.stop());
+          }
+          std::sort(times.begin(), times.end());
+          double ms = times[times.size() / 2];
+          double tflops = 4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
+          cuda::FunctionAttributes a = g.attributes();
+          fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}\n", dn, B, H, N, D,
+                     int(causal), ms, tflops, a.registers, a.localBytes, c.sharedBytes);
+          std::fflush(stdout);
+          json << (first ? "" : ",") << "\n {\"peer\": \"kiln\", \"dtype\": \""
+               << (*dtype == DType::bf16 ? "bf16" : "fp16") << "\", \"B\": " << B
+               << ", \"H\": " << H << ", \"N\": " << N << ", \"D\": " << D
+               << ", \"causal\": " << (causal ? "true" : "false")
+               << ", \"ms\": " << ms << ", \"tflops\": " << tflops << "}";
+          first = false;
+        }
+    }
+  }
+  json << "\n]}\n";
+  if (!jsonPath.empty()) {
+    std::ofstream(jsonPath) << json.str();
+    fmt::print("# wrote {}\n", jsonPath);
+  }
+  return 0;
+}
+
+} // namespace kiln::cli
