@@ -61,6 +61,20 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
     }
     ptrs[i] = &storage[i];
   }
+  if (spec_.aligned)
+    for (const TensorParamInfo &t : spec_.tensors) {
+      int64_t esize = int64_t(dtypeSize(t.dtype));
+      for (size_t d = 0; d < t.strideParams.size(); ++d) {
+        int64_t s = std::get<int64_t>(args[t.strideParams[d]]);
+        bool last = d + 1 == t.strideParams.size();
+        if (last ? s != 1 : (s * esize) % 16 != 0)
+          throw Error("kernel " + spec_.name + ", tensor " + t.name + ": stride " +
+                      std::to_string(s) + " of dimension " + std::to_string(d) +
+                      (last ? " is not 1" : " is not a multiple of 16 bytes") +
+                      "; the kernel was compiled for aligned, contiguous rows "
+                      "(compile with GpuTarget::assumeAligned = false)");
+      }
+    }
   fn_.launch({unsigned(spec_.grid[0]), unsigned(spec_.grid[1]), unsigned(spec_.grid[2])},
              {unsigned(spec_.threads), 1, 1}, unsigned(spec_.sharedBytes), ptrs);
 }

@@ -50,7 +50,7 @@ struct DeviceTensors {
 };
 
 void runOnGpu(const Kernel &k, DeviceTensors &dt) {
-  CompiledKernel c = compileForGpu(k, {cuda::device().arch(), 0});
+  CompiledKernel c = compileForGpu(k, {cuda::device().arch(), 0, tensorsAligned(k, dt.refs)});
   GpuKernel g(c.spec());
   g.launch(k.bind(dt.refs));
   cuda::synchronize();
@@ -167,6 +167,28 @@ TEST(GpuKernels, SoftmaxMatchesFp64) {
     EXPECT_EQ(e.nonFinite, 0);
     EXPECT_LE(e.relative, t == DType::f32 ? 1e-5 : 1e-2) << R << "x" << C;
   }
+}
+
+// The specialisation for aligned rows is checked at launch, not assumed.
+TEST(GpuKernels, AlignedKernelRejectsUnalignedStrides) {
+  REQUIRE_GPU();
+  Kernel k = kernels::gemm({64, 64, 32, bf16, DType::f32});
+  HostTensor a(bf16, {64, 32}, {36, 1}), b(bf16, {32, 64}), c(DType::f32, {64, 64});
+  DeviceTensors dt;
+  dt.add("A", a, false);
+  dt.add("B", b, false);
+  dt.add("C", c, true);
+  EXPECT_FALSE(tensorsAligned(k, dt.refs)); // 36 bf16 = 72 bytes per row
+  GpuKernel g(compileForGpu(k, {cuda::device().arch(), 0, true}).spec());
+  EXPECT_THAT(test::errorOf([&] { g.launch(k.bind(dt.refs)); }),
+              HasSubstr("tensor A: stride 36 of dimension 0 is not a multiple of 16 bytes"));
+  // The general variant runs it, correctly.
+  runOnGpu(k, dt);
+  HostTensor ref(DType::f32, {64, 64});
+  a.fillRandom(0); // a's device copy was uploaded zero-filled: compare to 0
+  kernels::gemmReference(HostTensor(bf16, {64, 32}), b, ref);
+  dt.download("C", c);
+  EXPECT_EQ(compareTensors(c, ref).maxAbs, 0.0);
 }
 
 TEST(GpuKernels, BadArgumentsAreRejectedBeforeLaunch) {

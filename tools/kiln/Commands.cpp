@@ -276,8 +276,6 @@ int cmdRun(Options &opts) {
     fmt::print("  CPU executor time {:.1f} ms\n", ms);
   } else {
     const cuda::DeviceInfo &dev = cuda::device();
-    CompiledKernel c = compileForGpu(*p.kernel, {dev.arch(), 0});
-    GpuKernel gpu(c.spec());
     std::map<std::string, cuda::Buffer> buffers;
     std::map<std::string, TensorRef> refs;
     for (auto &[n, t] : p.tensors) {
@@ -286,6 +284,10 @@ int cmdRun(Options &opts) {
       refs[n] = t.ref();
       refs[n].data = buf.data();
     }
+    bool aligned = tensorsAligned(*p.kernel, refs);
+    CompiledKernel c = compileForGpu(*p.kernel, {dev.arch(), 0, aligned});
+    GpuKernel gpu(c.spec());
+    fmt::print("  compiled for {} rows\n", aligned ? "aligned, contiguous" : "any strided");
     gpu.launch(p.kernel->bind(refs));
     cuda::synchronize();
     cuda::FunctionAttributes a = gpu.attributes();

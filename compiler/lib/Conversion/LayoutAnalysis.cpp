@@ -8,9 +8,10 @@ namespace {
 
 class Analysis {
 public:
-  Analysis(int numWarps) : numWarps(numWarps) {}
+  Analysis(int numWarps, bool aligned) : numWarps(numWarps), aligned(aligned) {}
   LayoutMap map;
   int numWarps;
+  bool aligned;
 
   ValueLayout get(Value v) {
     auto it = map.find(v);
@@ -78,8 +79,11 @@ public:
       map[r] = ValueLayout::uniform();
     } else if (isa<IotaOp>(op)) {
       map[r] = ValueLayout::flexible();
-    } else if (isa<LoadOp>(op)) {
-      map[r] = ValueLayout::fixed(Layout::blocked(s, numWarps));
+    } else if (auto ld = dyn_cast<LoadOp>(op)) {
+      // 16 bytes per thread along contiguous rows: one vector load each.
+      Type elem = ld.getType().getElementType();
+      int64_t vec = aligned ? 16 / std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8) : 1;
+      map[r] = ValueLayout::fixed(Layout::blocked(s, numWarps, vec));
     } else if (auto dot = dyn_cast<DotOp>(op)) {
       map[r] = ValueLayout::fixed(Layout::mma(s[0], s[1], numWarps));
     } else if (auto red = dyn_cast<ReduceOp>(op)) {
@@ -112,8 +116,27 @@ public:
 
 } // namespace
 
-LayoutMap assignLayouts(func::FuncOp func, int numWarps) {
-  Analysis a(numWarps);
+int64_t knownDivisor(Value v) {
+  constexpr int64_t kMax = int64_t(1) << 30;
+  auto pow2 = [](int64_t x) { return x == 0 ? kMax : (x < 0 ? -x : x) & -(x < 0 ? -x : x); };
+  if (auto c = v.getDefiningOp<arith::ConstantOp>())
+    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
+      return pow2(i.getInt());
+  if (auto m = v.getDefiningOp<arith::MulIOp>())
+    return std::min(kMax, knownDivisor(m.getLhs()) * knownDivisor(m.getRhs()));
+  if (auto a = v.getDefiningOp<arith::AddIOp>())
+    return std::min(knownDivisor(a.getLhs()), knownDivisor(a.getRhs()));
+  if (auto a = v.getDefiningOp<arith::MinSIOp>())
+    return std::min(knownDivisor(a.getLhs()), knownDivisor(a.getRhs()));
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    if (auto f = dyn_cast<scf::ForOp>(arg.getOwner()->getParentOp()))
+      if (arg == f.getInductionVar())
+        return std::min(knownDivisor(f.getLowerBound()), knownDivisor(f.getStep()));
+  return 1;
+}
+
+LayoutMap assignLayouts(func::FuncOp func, int numWarps, bool aligned) {
+  Analysis a(numWarps, aligned);
   // Loop-carried layouts depend on the loop body and the body on them: a few
   // sweeps reach the fixpoint for the loops kiln kernels have.
   for (int sweep = 0; sweep < 3; ++sweep)

@@ -9,9 +9,10 @@ using namespace mlir;
 
 namespace kiln::gpu {
 
-Lowerer::Lowerer(func::FuncOp src, int numWarps, const LayoutMap &layouts)
+Lowerer::Lowerer(func::FuncOp src, int numWarps, bool aligned,
+                 const LayoutMap &layouts)
     : b(src.getContext()), loc(src.getLoc()), numWarps(numWarps),
-      layouts(layouts), src(src) {}
+      aligned(aligned), layouts(layouts), src(src) {}
 
 Value Lowerer::i32(int64_t v) {
   return b.create<arith::ConstantIntOp>(loc, v, 32);

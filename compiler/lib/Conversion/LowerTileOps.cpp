@@ -18,7 +18,7 @@ static int log2i(int64_t v) {
   return l;
 }
 
-SmallVector<Value> Lowerer::threadCoord(const Layout &l) {
+SmallVector<Value> Lowerer::threadCoord(const Layout &l, bool lanes) {
   SmallVector<Value> c(l.rank(), i32(0));
   auto add = [&](Value id, const std::vector<Coord> &bases) {
     for (size_t bit = 0; bit < bases.size(); ++bit)
@@ -30,7 +30,8 @@ SmallVector<Value> Lowerer::threadCoord(const Layout &l) {
               loc, c[d], b.create<arith::MulIOp>(loc, set, i32(bases[bit][d])));
         }
   };
-  add(lane, l.lane);
+  if (lanes)
+    add(lane, l.lane);
   add(warp, l.warp);
   return c;
 }
@@ -56,7 +57,7 @@ Value Lowerer::smemPtr(Value byteOffset) {
                                ValueRange{byteOffset});
 }
 
-static int64_t byteSize(Type t) {
+int64_t byteSize(Type t) {
   return t.isInteger(1) ? 1 : (t.getIntOrFloatBitWidth() + 7) / 8;
 }
 
@@ -91,6 +92,8 @@ Value Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
       return {};
     }
   }
+  if (to.kind == Layout::Kind::DotOperand && convertToDotOperand(in, to, elem, out))
+    return {};
   // Otherwise through shared memory: every thread writes what it holds at the
   // element's row-major position and reads back what it needs.
   int64_t esize = byteSize(elem);
@@ -150,14 +153,21 @@ Regs Lowerer::lowerBroadcast(Value src, const Layout &dst) {
 }
 
 /// Addresses and in-bounds predicates of a block access, per register.
+/// For every `step`-th register (the others get null values). With aligned
+/// rows the last dimension's stride is the constant 1.
 static void blockAddresses(Lowerer &L, const Layout &l, Value base,
                            ValueRange offsets, ValueRange shape,
                            ValueRange strides, Type elem,
                            SmallVectorImpl<Value> &addrs,
-                           SmallVectorImpl<Value> &inBounds) {
+                           SmallVectorImpl<Value> &inBounds, int64_t step = 1) {
   SmallVector<Value> tc = L.threadCoord(l);
   OpBuilder &b = L.b;
   for (int64_t r = 0; r < l.numRegs(); ++r) {
+    if (r % step) {
+      addrs.push_back({});
+      inBounds.push_back({});
+      continue;
+    }
     Coord rc = l.regCoord(r);
     Value ok = b.create<arith::ConstantIntOp>(L.loc, 1, 1);
     Value off = L.i64(0);
@@ -171,9 +181,10 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
           L.loc, ok, b.create<arith::CmpIOp>(L.loc, arith::CmpIPredicate::ult, c, n));
       // Out-of-range elements use the first element's address, which exists.
       Value safe = b.create<arith::SelectOp>(L.loc, ok, c, L.i32(0));
+      Value stride = L.aligned && d + 1 == l.rank() ? L.i32(1) : L.scalarOf(strides[d]);
       Value term = b.create<arith::MulIOp>(
           L.loc, b.create<arith::ExtSIOp>(L.loc, b.getI64Type(), safe),
-          b.create<arith::ExtSIOp>(L.loc, b.getI64Type(), L.scalarOf(strides[d])));
+          b.create<arith::ExtSIOp>(L.loc, b.getI64Type(), stride));
       off = b.create<arith::AddIOp>(L.loc, off, term);
     }
     Value safeOff = b.create<arith::SelectOp>(L.loc, ok, off, L.i64(0));
@@ -183,18 +194,58 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
   }
 }
 
+/// Registers 0..n-1 hold n consecutive elements of the last dimension.
+static int64_t vectorWidth(const Layout &l) {
+  int64_t n = 1;
+  for (const Coord &c : l.reg) {
+    bool next = c.back() == n;
+    for (int64_t d = 0; d + 1 < l.rank(); ++d)
+      next &= c[d] == 0;
+    if (!next)
+      break;
+    n *= 2;
+  }
+  return n;
+}
+
+static std::optional<int64_t> constantOf(Value v) {
+  if (auto c = v.getDefiningOp<arith::ConstantOp>())
+    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
+      return i.getInt();
+  return std::nullopt;
+}
+
 Regs Lowerer::lowerLoad(LoadOp op) {
   Layout l = *layouts.lookup(op.getResult()).layout;
   Type elem = op.getType().getElementType();
+  // Whole vectors are in or out of bounds when the row length and the block's
+  // offset along it are multiples of the vector width.
+  int64_t vec = aligned ? std::min<int64_t>(vectorWidth(l), 16 / byteSize(elem)) : 1;
+  std::optional<int64_t> rowLen = constantOf(op.getShape().back());
+  if (vec > 1 && (!rowLen || *rowLen % vec || knownDivisor(op.getOffsets().back()) % vec))
+    vec = 1;
   SmallVector<Value> addrs, ok;
   blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(), op.getShape(),
-                 op.getStrides(), elem, addrs, ok);
+                 op.getStrides(), elem, addrs, ok, vec);
   Value pad = b.create<arith::ConstantOp>(
       loc, b.getFloatAttr(isa<FloatType>(elem) ? elem : b.getF32Type(),
                           op.getPadding().convertToDouble()));
   if (!isa<FloatType>(elem))
     pad = b.create<arith::FPToSIOp>(loc, elem, pad);
   Regs out{l, {}, {}};
+  if (vec > 1) {
+    auto vt = VectorType::get({vec}, elem);
+    Value padVec = b.create<LLVM::UndefOp>(loc, vt);
+    for (int64_t i = 0; i < vec; ++i)
+      padVec = b.create<LLVM::InsertElementOp>(loc, padVec, pad, i32(i));
+    for (int64_t r = 0; r < l.numRegs(); r += vec) {
+      Value v = b.create<LLVM::LoadOp>(loc, vt, addrs[r], /*alignment=*/vec * byteSize(elem));
+      v = b.create<arith::SelectOp>(loc, ok[r], v, padVec);
+      for (int64_t i = 0; i < vec; ++i)
+        out.regs.push_back(b.create<LLVM::ExtractElementOp>(loc, v, i32(i)));
+    }
+    return out;
+  }
   for (int64_t r = 0; r < l.numRegs(); ++r) {
     Value v = b.create<LLVM::LoadOp>(loc, elem, addrs[r]);
     out.regs.push_back(b.create<arith::SelectOp>(loc, ok[r], v, pad));
@@ -306,61 +357,6 @@ Regs Lowerer::lowerReduce(ReduceOp op) {
     }
   }
   return Regs{out, SmallVector<Value>(acc), {}};
-}
-
-Regs Lowerer::lowerDot(DotOp op) {
-  auto at = op.getA().getType(), bt = op.getB().getType();
-  int64_t M = at.getDimSize(0), K = at.getDimSize(1), N = bt.getDimSize(1);
-  Type in = at.getElementType();
-  if (!(in.isBF16() || in.isF16()))
-    throw Error("GPU lowering: dot on tensor cores takes bf16 or f16 operands; "
-                "f32 dots are not supported on the GPU yet");
-  if (M % 16 || N % 8 || K % 16)
-    throw Error("GPU lowering: dot shape must be multiples of 16x8x16, got M=" +
-                std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
-  Layout la = Layout::dotOperand(0, M, N, K, numWarps);
-  Layout lb = Layout::dotOperand(1, M, N, K, numWarps);
-  Layout lc = Layout::mma(M, N, numWarps);
-  Regs A = regsIn(op.getA(), la), B = regsIn(op.getB(), lb), C = regsIn(op.getAcc(), lc);
-  int wm, wn;
-  Layout::mmaWarps(M, N, numWarps, wm, wn);
-  int64_t mT = M / 16 / wm, nT = N / 8 / wn, kT = K / 16;
-  MLIRContext *ctx = b.getContext();
-  Type f32 = b.getF32Type();
-  auto pairTy = VectorType::get({2}, in);
-  auto pack = [&](Value x, Value y) -> Value {
-    Value v = b.create<LLVM::UndefOp>(loc, pairTy);
-    v = b.create<LLVM::InsertElementOp>(loc, v, x, i32(0));
-    v = b.create<LLVM::InsertElementOp>(loc, v, y, i32(1));
-    if (in.isBF16()) // mma.sync takes bf16 pairs as b32
-      return b.create<LLVM::BitcastOp>(loc, b.getI32Type(), v);
-    return v;
-  };
-  auto structTy = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
-  NVVM::MMATypes ptxTy = in.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
-  Regs out{lc, C.regs, {}};
-  for (int64_t mi = 0; mi < mT; ++mi)
-    for (int64_t ni = 0; ni < nT; ++ni) {
-      int64_t cb = (ni << 2) | (mi << (2 + log2i(nT)));
-      SmallVector<Value> c(out.regs.begin() + cb, out.regs.begin() + cb + 4);
-      for (int64_t ki = 0; ki < kT; ++ki) {
-        int64_t ab = (ki << 3) | (mi << (3 + log2i(kT)));
-        int64_t bb = (ki << 2) | (ni << (2 + log2i(kT)));
-        SmallVector<Value> a, bv;
-        for (int i = 0; i < 8; i += 2)
-          a.push_back(pack(A.regs[ab + i], A.regs[ab + i + 1]));
-        for (int i = 0; i < 4; i += 2)
-          bv.push_back(pack(B.regs[bb + i], B.regs[bb + i + 1]));
-        auto mma = NVVM::MmaOp::create(
-            b, loc, structTy, a, bv, c, {16, 8, 16}, std::nullopt, std::nullopt,
-            std::array<NVVM::MMATypes, 2>{ptxTy, ptxTy},
-            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
-        for (int i = 0; i < 4; ++i)
-          c[i] = b.create<LLVM::ExtractValueOp>(loc, mma, ArrayRef<int64_t>{i});
-      }
-      std::copy(c.begin(), c.end(), out.regs.begin() + cb);
-    }
-  return out;
 }
 
 } // namespace kiln::gpu

@@ -36,7 +36,13 @@ using LayoutMap = llvm::DenseMap<mlir::Value, ValueLayout>;
 /// splats) and tiles computed from iota, uniforms and scalars alone are
 /// "flexible": the lowering rematerialises them in whatever layout a user
 /// needs instead of moving them between threads.
-LayoutMap assignLayouts(mlir::func::FuncOp func, int numWarps);
+/// `aligned`: rows are contiguous and 16-byte aligned, so loads take a
+/// blocked layout with 16 bytes per thread along the last dimension.
+LayoutMap assignLayouts(mlir::func::FuncOp func, int numWarps, bool aligned);
+
+/// The largest power of two known to divide an i32 value of the kiln IR
+/// (constants, products, sums, loop induction variables).
+int64_t knownDivisor(mlir::Value v);
 
 /// A lowered tile: one register per bit pattern of the layout's register
 /// bits, or a single scalar when the tile is uniform.
@@ -48,7 +54,8 @@ struct Regs {
 
 class Lowerer {
 public:
-  Lowerer(mlir::func::FuncOp src, int numWarps, const LayoutMap &layouts);
+  Lowerer(mlir::func::FuncOp src, int numWarps, bool aligned,
+          const LayoutMap &layouts);
   /// Emits the kernel into `module`; returns the dynamic shared-memory bytes
   /// it needs.
   int64_t run(mlir::ModuleOp module);
@@ -57,6 +64,7 @@ public:
   mlir::OpBuilder b;
   mlir::Location loc;
   int numWarps;
+  bool aligned;
   const LayoutMap &layouts;
   mlir::Value lane, warp; ///< i32
   mlir::Value smemBase;   ///< !llvm.ptr<3>
@@ -68,7 +76,7 @@ public:
   mlir::Value i64(int64_t v);
   /// Per dimension, the coordinate part contributed by this thread's lane and
   /// warp bits under `l`.
-  llvm::SmallVector<mlir::Value> threadCoord(const Layout &l);
+  llvm::SmallVector<mlir::Value> threadCoord(const Layout &l, bool lanes = true);
   /// Whether this thread holds the first copy of replicated data.
   mlir::Value isOwner(const Layout &l);
   mlir::Value convertLayout(const Regs &in, const Layout &to, mlir::Type elem,
@@ -79,6 +87,10 @@ public:
   Regs lowerLoad(LoadOp op);
   void lowerStore(StoreOp op);
   Regs lowerDot(DotOp op);
+  /// Layout conversion to a 16-bit mma operand through XOR-swizzled shared
+  /// memory and ldmatrix; false when the source does not fit that path.
+  bool convertToDotOperand(const Regs &in, const Layout &to, mlir::Type elem,
+                           llvm::SmallVectorImpl<mlir::Value> &out);
   Regs lowerReduce(ReduceOp op);
   Regs lowerBroadcast(mlir::Value src, const Layout &dst);
 
@@ -99,6 +111,9 @@ private:
   /// Rematerialised flexible values, per insertion block and layout.
   std::map<std::tuple<void *, void *, std::string>, Regs> remat;
 };
+
+/// Bytes of one element in memory (i1 takes a byte).
+int64_t byteSize(mlir::Type t);
 
 /// Element type of a tile or scalar type.
 inline mlir::Type elementType(mlir::Type t) {

@@ -92,6 +92,23 @@ static std::string emitPtx(llvm::Module &m, const std::string &arch,
   return std::string(ptx.str());
 }
 
+bool tensorsAligned(const Kernel &kernel,
+                    const std::map<std::string, TensorRef> &tensors) {
+  for (const TensorParamInfo &t : kernel.tensors()) {
+    auto it = tensors.find(t.name);
+    if (it == tensors.end())
+      return false;
+    const TensorRef &r = it->second;
+    if (reinterpret_cast<uintptr_t>(r.data) % 16 || r.strides.empty() ||
+        r.strides.back() != 1)
+      return false;
+    for (size_t d = 0; d + 1 < r.strides.size(); ++d)
+      if ((r.strides[d] * int64_t(dtypeSize(r.dtype))) % 16)
+        return false;
+  }
+  return true;
+}
+
 CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
   if (target.arch != "sm_80" && target.arch != "sm_90a" && target.arch != "sm_90")
     throw Error("compileForGpu: target " + target.arch +
@@ -133,7 +150,8 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
   out.params = impl.params;
   out.tensors = impl.tensors;
 
-  gpu::LayoutMap layouts = gpu::assignLayouts(func, numWarps);
+  out.aligned = target.assumeAligned;
+  gpu::LayoutMap layouts = gpu::assignLayouts(func, numWarps, out.aligned);
   {
     llvm::raw_string_ostream os(out.layouts);
     func.walk([&](Operation *op) {
@@ -153,7 +171,7 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
   }
 
   OwningOpRef<ModuleOp> lowered = ModuleOp::create(func.getLoc());
-  gpu::Lowerer lowerer(func, numWarps, layouts);
+  gpu::Lowerer lowerer(func, numWarps, out.aligned, layouts);
   out.sharedBytes = lowerer.run(*lowered);
 
   PassManager pm(ctx);

@@ -11,6 +11,7 @@
 #include "kiln/runtime/Launch.h"
 
 #include <array>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,16 @@ namespace kiln {
 struct GpuTarget {
   std::string arch = "sm_90a"; ///< sm_80 or sm_90a
   int numWarps = 0;            ///< 0: the kernel's own (its Config's warps)
+  /// Specialise for tensors whose last dimension is contiguous (stride 1),
+  /// whose other strides are multiples of 16 bytes and whose base pointers
+  /// are 16-byte aligned: loads and stores become 16-byte vectors. The
+  /// launcher checks the assumption before every launch.
+  bool assumeAligned = true;
 };
+
+/// Whether the tensors bound to a kernel meet GpuTarget::assumeAligned.
+bool tensorsAligned(const Kernel &kernel,
+                    const std::map<std::string, TensorRef> &tensors);
 
 struct CompiledKernel {
   std::string name;
@@ -27,6 +37,7 @@ struct CompiledKernel {
   std::array<int64_t, 3> grid{1, 1, 1};
   int threads = 128;
   int64_t sharedBytes = 0; ///< dynamic shared memory per CTA
+  bool aligned = false;    ///< compiled with GpuTarget::assumeAligned
   std::vector<ParamInfo> params;
   std::vector<TensorParamInfo> tensors;
   // Every stage, for inspection.
@@ -36,7 +47,9 @@ struct CompiledKernel {
   std::string ptx;
 
   /// What the runtime needs to load and launch it.
-  LaunchSpec spec() const { return {name, ptx, grid, threads, sharedBytes, params}; }
+  LaunchSpec spec() const {
+    return {name, ptx, grid, threads, sharedBytes, params, tensors, aligned};
+  }
 };
 
 /// Compiles a kernel for a GPU target. Throws kiln::Error when the kernel

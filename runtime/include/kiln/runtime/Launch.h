@@ -23,6 +23,10 @@ struct LaunchSpec {
   int threads = 128;
   int64_t sharedBytes = 0;
   std::vector<ParamInfo> params;
+  std::vector<TensorParamInfo> tensors;
+  /// Compiled for contiguous last dimensions and 16-byte aligned rows: each
+  /// launch checks the arguments against that.
+  bool aligned = false;
 };
 
 /// A kernel loaded on the device, ready to launch with argument values.

@@ -1,0 +1,218 @@
+//===- LowerDot.cpp - tensor-core dots and their operands -----------------===//
+//
+// Dots become mma.sync.m16n8k16 (bf16/f16 in, f32 accumulate). Operands that
+// are not already in an mma operand layout go through shared memory: written
+// in their own row order with 16-byte chunks XOR-swizzled by row (so the 8
+// rows an ldmatrix reads fall in distinct banks), read with ldmatrix, with
+// .trans when the operand's K dimension is not the contiguous one.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include "kiln/runtime/Error.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+using namespace mlir;
+
+namespace kiln::gpu {
+
+static int log2i(int64_t v) {
+  int l = 0;
+  while ((int64_t(1) << l) < v)
+    ++l;
+  return l;
+}
+
+static int dimOf(const Coord &c) {
+  for (size_t d = 0; d < c.size(); ++d)
+    if (c[d])
+      return int(d);
+  return -1;
+}
+
+bool Lowerer::convertToDotOperand(const Regs &in, const Layout &to, Type elem,
+                                  SmallVectorImpl<Value> &out) {
+  const Layout &from = *in.layout;
+  if (byteSize(elem) != 2 || to.rank() != 2 || from.rank() != 2)
+    return false;
+  int opIdx = to.reg[0][1] == 1 ? 0 : 1; // A pairs along dim 1, B along dim 0
+  int P = opIdx == 0 ? 1 : 0, Q = 1 - P;
+  // The source's contiguous dimension and how many elements a thread holds
+  // consecutively along it.
+  int C = -1;
+  int64_t vec = 1;
+  for (const Coord &c : from.reg) {
+    int d = dimOf(c);
+    if (d < 0 || c[d] != vec || (C >= 0 && d != C))
+      break;
+    C = d;
+    vec *= 2;
+  }
+  if (C < 0) {
+    if (from.lane.empty() || dimOf(from.lane[0]) < 0 || from.lane[0][dimOf(from.lane[0])] != 1)
+      return false;
+    C = dimOf(from.lane[0]);
+  }
+  int R = 1 - C;
+  int64_t cols = to.shape[C];
+  if (cols % 8)
+    return false;
+  vec = std::min<int64_t>(vec, 8);
+  int64_t swz = std::min<int64_t>(cols / 8, 8);
+  smemBytes = std::max(smemBytes, to.numElements() * 2);
+  auto offsetOf = [&](Value row, Value col) {
+    Value chunk = b.create<arith::XOrIOp>(
+        loc, b.create<arith::ShRUIOp>(loc, col, i32(3)),
+        b.create<arith::AndIOp>(loc, row, i32(swz - 1)));
+    Value off = b.create<arith::MulIOp>(loc, row, i32(cols * 2));
+    off = b.create<arith::AddIOp>(loc, off, b.create<arith::ShLIOp>(loc, chunk, i32(4)));
+    return b.create<arith::AddIOp>(
+        loc, off,
+        b.create<arith::ShLIOp>(loc, b.create<arith::AndIOp>(loc, col, i32(7)), i32(1)));
+  };
+
+  barrier(); // earlier readers of the scratch area are done
+  SmallVector<Value> tc = threadCoord(from);
+  int64_t dup = from.duplicateRegMask();
+  for (int64_t r = 0; r < from.numRegs(); r += vec) {
+    if (r & dup)
+      continue;
+    Coord rc = from.regCoord(r);
+    Value row = b.create<arith::AddIOp>(loc, tc[R], i32(rc[R]));
+    Value col = b.create<arith::AddIOp>(loc, tc[C], i32(rc[C]));
+    Value ptr = smemPtr(offsetOf(row, col));
+    if (vec == 1) {
+      b.create<LLVM::StoreOp>(loc, in.regs[r], ptr);
+      continue;
+    }
+    Value v = b.create<LLVM::UndefOp>(loc, VectorType::get({vec}, elem));
+    for (int64_t i = 0; i < vec; ++i)
+      v = b.create<LLVM::InsertElementOp>(loc, v, in.regs[r + i], i32(i));
+    b.create<LLVM::StoreOp>(loc, v, ptr, /*alignment=*/vec * 2);
+  }
+  barrier();
+
+  out.assign(to.numRegs(), Value());
+  SmallVector<Value> wc = threadCoord(to, /*lanes=*/false);
+  Value mat = b.create<arith::ShRUIOp>(loc, lane, i32(3));
+  Value j = b.create<arith::AndIOp>(loc, lane, i32(7));
+  Value bit0 = b.create<arith::AndIOp>(loc, mat, i32(1));
+  Value bit1 = b.create<arith::ShRUIOp>(loc, mat, i32(1));
+  // Which 8x8 matrix lane groups address: A takes (q,p) = (0,0),(8,0),(0,8),
+  // (8,8) (registers a0a1, a2a3, a4a5, a6a7); B takes (0,0),(0,8),(8,0),(8,8)
+  // (b0b1, b2b3 of one n8 tile, then of the next).
+  Value qOff = b.create<arith::MulIOp>(loc, opIdx == 0 ? bit0 : bit1, i32(8));
+  Value pOff = b.create<arith::MulIOp>(loc, opIdx == 0 ? bit1 : bit0, i32(8));
+  bool trans = C == Q;
+  int wm, wn;
+  int64_t M = opIdx == 0 ? to.shape[0] : 0, K = to.shape[P];
+  int64_t N = opIdx == 1 ? to.shape[1] : 0;
+  (void)M;
+  (void)N;
+  Type i32Ty = b.getI32Type();
+  auto pairTy = VectorType::get({2}, elem);
+  auto load = [&](int64_t originReg, int num, ArrayRef<int64_t> dests) {
+    Coord o = to.regCoord(originReg);
+    Value q = b.create<arith::AddIOp>(loc, b.create<arith::AddIOp>(loc, wc[Q], i32(o[Q])), qOff);
+    Value p = b.create<arith::AddIOp>(loc, b.create<arith::AddIOp>(loc, wc[P], i32(o[P])), pOff);
+    Value row = trans ? b.create<arith::AddIOp>(loc, p, j) : b.create<arith::AddIOp>(loc, q, j);
+    Value col = trans ? q : p;
+    SmallVector<Type> fields(num, i32Ty);
+    Type resTy = num == 1 ? Type(i32Ty) : Type(LLVM::LLVMStructType::getLiteral(b.getContext(), fields));
+    Value res = b.create<NVVM::LdMatrixOp>(
+        loc, resTy, smemPtr(offsetOf(row, col)), uint32_t(num),
+        trans ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+        NVVM::LdStMatrixShapeAttr::get(b.getContext(), 8, 8),
+        NVVM::LdStMatrixEltType::B16);
+    for (int i = 0; i < num; ++i) {
+      Value w = num == 1 ? res : Value(b.create<LLVM::ExtractValueOp>(loc, res, ArrayRef<int64_t>{i}));
+      Value pair = b.create<LLVM::BitcastOp>(loc, pairTy, w);
+      out[dests[i]] = b.create<LLVM::ExtractElementOp>(loc, pair, i32(0));
+      out[dests[i] + 1] = b.create<LLVM::ExtractElementOp>(loc, pair, i32(1));
+    }
+  };
+  int64_t kT = K / 16;
+  if (opIdx == 0) {
+    Layout::mmaWarps(to.shape[0], 8, numWarps, wm, wn);
+    int64_t mT = std::max<int64_t>(1, to.shape[0] / 16 / wm);
+    for (int64_t mi = 0; mi < mT; ++mi)
+      for (int64_t ki = 0; ki < kT; ++ki) {
+        int64_t ab = (ki << 3) | (mi << (3 + log2i(kT)));
+        load(ab, 4, {ab, ab + 2, ab + 4, ab + 6});
+      }
+  } else {
+    int64_t nRegs = to.numRegs() / (4 * kT); // n8 tiles per warp
+    for (int64_t ki = 0; ki < kT; ++ki)
+      for (int64_t ni = 0; ni < nRegs; ni += 2) {
+        int64_t b0 = (ki << 2) | (ni << (2 + log2i(kT)));
+        if (ni + 1 < nRegs) {
+          int64_t b1 = (ki << 2) | ((ni + 1) << (2 + log2i(kT)));
+          load(b0, 4, {b0, b0 + 2, b1, b1 + 2});
+        } else {
+          load(b0, 2, {b0, b0 + 2});
+        }
+      }
+  }
+  for (Value v : out)
+    if (!v)
+      throw InternalError("ldmatrix conversion left a register unset");
+  return true;
+}
+
+Regs Lowerer::lowerDot(DotOp op) {
+  auto at = op.getA().getType(), bt = op.getB().getType();
+  int64_t M = at.getDimSize(0), K = at.getDimSize(1), N = bt.getDimSize(1);
+  Type in = at.getElementType();
+  if (!(in.isBF16() || in.isF16()))
+    throw Error("GPU lowering: dot on tensor cores takes bf16 or f16 operands; "
+                "f32 dots are not supported on the GPU yet");
+  if (M % 16 || N % 8 || K % 16)
+    throw Error("GPU lowering: dot shape must be multiples of 16x8x16, got M=" +
+                std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+  Layout la = Layout::dotOperand(0, M, N, K, numWarps);
+  Layout lb = Layout::dotOperand(1, M, N, K, numWarps);
+  Layout lc = Layout::mma(M, N, numWarps);
+  Regs A = regsIn(op.getA(), la), B = regsIn(op.getB(), lb), C = regsIn(op.getAcc(), lc);
+  int wm, wn;
+  Layout::mmaWarps(M, N, numWarps, wm, wn);
+  int64_t mT = M / 16 / wm, nT = N / 8 / wn, kT = K / 16;
+  MLIRContext *ctx = b.getContext();
+  Type f32 = b.getF32Type();
+  auto pairTy = VectorType::get({2}, in);
+  auto pack = [&](Value x, Value y) -> Value {
+    Value v = b.create<LLVM::UndefOp>(loc, pairTy);
+    v = b.create<LLVM::InsertElementOp>(loc, v, x, i32(0));
+    v = b.create<LLVM::InsertElementOp>(loc, v, y, i32(1));
+    if (in.isBF16()) // mma.sync takes bf16 pairs as b32
+      return b.create<LLVM::BitcastOp>(loc, b.getI32Type(), v);
+    return v;
+  };
+  auto structTy = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
+  NVVM::MMATypes ptxTy = in.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
+  Regs out{lc, C.regs, {}};
+  for (int64_t mi = 0; mi < mT; ++mi)
+    for (int64_t ni = 0; ni < nT; ++ni) {
+      int64_t cb = (ni << 2) | (mi << (2 + log2i(nT)));
+      SmallVector<Value> c(out.regs.begin() + cb, out.regs.begin() + cb + 4);
+      for (int64_t ki = 0; ki < kT; ++ki) {
+        int64_t ab = (ki << 3) | (mi << (3 + log2i(kT)));
+        int64_t bb = (ki << 2) | (ni << (2 + log2i(kT)));
+        SmallVector<Value> a, bv;
+        for (int i = 0; i < 8; i += 2)
+          a.push_back(pack(A.regs[ab + i], A.regs[ab + i + 1]));
+        for (int i = 0; i < 4; i += 2)
+          bv.push_back(pack(B.regs[bb + i], B.regs[bb + i + 1]));
+        auto mma = NVVM::MmaOp::create(
+            b, loc, structTy, a, bv, c, {16, 8, 16}, std::nullopt, std::nullopt,
+            std::array<NVVM::MMATypes, 2>{ptxTy, ptxTy},
+            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
+        for (int i = 0; i < 4; ++i)
+          c[i] = b.create<LLVM::ExtractValueOp>(loc, mma, ArrayRef<int64_t>{i});
+      }
+      std::copy(c.begin(), c.end(), out.regs.begin() + cb);
+    }
+  return out;
+}
+
+} // namespace kiln::gpu
