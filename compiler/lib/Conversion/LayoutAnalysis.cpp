@@ -116,6 +116,33 @@ public:
 
 } // namespace
 
+llvm::DenseSet<Value> findSharedOperands(func::FuncOp func) {
+  llvm::DenseSet<Value> out;
+  auto onlyDotOperand = [](Value v) {
+    for (OpOperand &use : v.getUses()) {
+      auto dot = dyn_cast<DotOp>(use.getOwner());
+      if (!dot || use.getOperandNumber() == 2)
+        return false;
+    }
+    return !v.use_empty();
+  };
+  func.walk([&](LoadOp ld) {
+    Type elem = ld.getType().getElementType();
+    if (ld.getType().getRank() != 2 || elem.getIntOrFloatBitWidth() != 16)
+      return;
+    bool ok = !ld.getResult().use_empty();
+    for (Operation *user : ld.getResult().getUsers()) {
+      if (auto t = dyn_cast<TransOp>(user))
+        ok &= onlyDotOperand(t.getResult());
+      else
+        ok &= isa<DotOp>(user) && onlyDotOperand(ld.getResult());
+    }
+    if (ok)
+      out.insert(ld.getResult());
+  });
+  return out;
+}
+
 int64_t knownDivisor(Value v) {
   constexpr int64_t kMax = int64_t(1) << 30;
   auto pow2 = [](int64_t x) { return x == 0 ? kMax : (x < 0 ? -x : x) & -(x < 0 ? -x : x); };

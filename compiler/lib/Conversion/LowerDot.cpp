@@ -31,13 +31,10 @@ static int dimOf(const Coord &c) {
   return -1;
 }
 
-bool Lowerer::convertToDotOperand(const Regs &in, const Layout &to, Type elem,
-                                  SmallVectorImpl<Value> &out) {
+std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, int64_t base) {
   const Layout &from = *in.layout;
-  if (byteSize(elem) != 2 || to.rank() != 2 || from.rank() != 2)
-    return false;
-  int opIdx = to.reg[0][1] == 1 ? 0 : 1; // A pairs along dim 1, B along dim 0
-  int P = opIdx == 0 ? 1 : 0, Q = 1 - P;
+  if (byteSize(elem) != 2 || from.rank() != 2)
+    return std::nullopt;
   // The source's contiguous dimension and how many elements a thread holds
   // consecutively along it.
   int C = -1;
@@ -50,38 +47,30 @@ bool Lowerer::convertToDotOperand(const Regs &in, const Layout &to, Type elem,
     vec *= 2;
   }
   if (C < 0) {
-    if (from.lane.empty() || dimOf(from.lane[0]) < 0 || from.lane[0][dimOf(from.lane[0])] != 1)
-      return false;
+    if (from.lane.empty() || dimOf(from.lane[0]) < 0 ||
+        from.lane[0][dimOf(from.lane[0])] != 1)
+      return std::nullopt;
     C = dimOf(from.lane[0]);
   }
-  int R = 1 - C;
-  int64_t cols = to.shape[C];
-  if (cols % 8)
-    return false;
+  SmemTile t;
+  t.offset = base;
+  t.shape = from.shape;
+  t.colDim = C;
+  t.rowDim = 1 - C;
+  t.cols = from.shape[C];
+  if (t.cols % 8)
+    return std::nullopt;
+  t.swz = std::min<int64_t>(t.cols / 8, 8);
   vec = std::min<int64_t>(vec, 8);
-  int64_t swz = std::min<int64_t>(cols / 8, 8);
-  smemBytes = std::max(smemBytes, to.numElements() * 2);
-  auto offsetOf = [&](Value row, Value col) {
-    Value chunk = b.create<arith::XOrIOp>(
-        loc, b.create<arith::ShRUIOp>(loc, col, i32(3)),
-        b.create<arith::AndIOp>(loc, row, i32(swz - 1)));
-    Value off = b.create<arith::MulIOp>(loc, row, i32(cols * 2));
-    off = b.create<arith::AddIOp>(loc, off, b.create<arith::ShLIOp>(loc, chunk, i32(4)));
-    return b.create<arith::AddIOp>(
-        loc, off,
-        b.create<arith::ShLIOp>(loc, b.create<arith::AndIOp>(loc, col, i32(7)), i32(1)));
-  };
-
-  barrier(); // earlier readers of the scratch area are done
   SmallVector<Value> tc = threadCoord(from);
   int64_t dup = from.duplicateRegMask();
   for (int64_t r = 0; r < from.numRegs(); r += vec) {
     if (r & dup)
       continue;
     Coord rc = from.regCoord(r);
-    Value row = b.create<arith::AddIOp>(loc, tc[R], i32(rc[R]));
+    Value row = b.create<arith::AddIOp>(loc, tc[t.rowDim], i32(rc[t.rowDim]));
     Value col = b.create<arith::AddIOp>(loc, tc[C], i32(rc[C]));
-    Value ptr = smemPtr(offsetOf(row, col));
+    Value ptr = tilePtr(t, row, col);
     if (vec == 1) {
       b.create<LLVM::StoreOp>(loc, in.regs[r], ptr);
       continue;
@@ -91,69 +80,103 @@ bool Lowerer::convertToDotOperand(const Regs &in, const Layout &to, Type elem,
       v = b.create<LLVM::InsertElementOp>(loc, v, in.regs[r + i], i32(i));
     b.create<LLVM::StoreOp>(loc, v, ptr, /*alignment=*/vec * 2);
   }
-  barrier();
+  return t;
+}
 
-  out.assign(to.numRegs(), Value());
+Value Lowerer::tilePtr(const SmemTile &t, Value row, Value col) {
+  Value chunk = b.create<arith::XOrIOp>(
+      loc, b.create<arith::ShRUIOp>(loc, col, i32(3)),
+      b.create<arith::AndIOp>(loc, row, i32(t.swz - 1)));
+  Value off = b.create<arith::AddIOp>(
+      loc, i32(t.offset), b.create<arith::MulIOp>(loc, row, i32(t.cols * 2)));
+  off = b.create<arith::AddIOp>(loc, off, b.create<arith::ShLIOp>(loc, chunk, i32(4)));
+  off = b.create<arith::AddIOp>(
+      loc, off,
+      b.create<arith::ShLIOp>(loc, b.create<arith::AndIOp>(loc, col, i32(7)), i32(1)));
+  return b.create<LLVM::GEPOp>(loc, smemBase.getType(), b.getI8Type(), smemBase,
+                               ValueRange{off});
+}
+
+void Lowerer::loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
+                            SmallVectorImpl<Value> &out) {
+  int opIdx = to.reg[0][1] == 1 ? 0 : 1; // A pairs along dim 1, B along dim 0
+  int P = opIdx == 0 ? 1 : 0, Q = 1 - P;
+  bool trans = t.colDim == Q;
   SmallVector<Value> wc = threadCoord(to, /*lanes=*/false);
   Value mat = b.create<arith::ShRUIOp>(loc, lane, i32(3));
   Value j = b.create<arith::AndIOp>(loc, lane, i32(7));
   Value bit0 = b.create<arith::AndIOp>(loc, mat, i32(1));
   Value bit1 = b.create<arith::ShRUIOp>(loc, mat, i32(1));
-  // Which 8x8 matrix lane groups address: A takes (q,p) = (0,0),(8,0),(0,8),
-  // (8,8) (registers a0a1, a2a3, a4a5, a6a7); B takes (0,0),(0,8),(8,0),(8,8)
-  // (b0b1, b2b3 of one n8 tile, then of the next).
+  // Which 8x8 matrix each lane group addresses: A takes (q,p) = (0,0),(8,0),
+  // (0,8),(8,8) (registers a0a1, a2a3, a4a5, a6a7); B takes (0,0),(0,8),
+  // (8,0),(8,8) (b0b1, b2b3 of one n8 tile, then of the next).
   Value qOff = b.create<arith::MulIOp>(loc, opIdx == 0 ? bit0 : bit1, i32(8));
   Value pOff = b.create<arith::MulIOp>(loc, opIdx == 0 ? bit1 : bit0, i32(8));
-  bool trans = C == Q;
-  int wm, wn;
-  int64_t M = opIdx == 0 ? to.shape[0] : 0, K = to.shape[P];
-  int64_t N = opIdx == 1 ? to.shape[1] : 0;
-  (void)M;
-  (void)N;
   Type i32Ty = b.getI32Type();
-  auto pairTy = VectorType::get({2}, elem);
   auto load = [&](int64_t originReg, int num, ArrayRef<int64_t> dests) {
     Coord o = to.regCoord(originReg);
     Value q = b.create<arith::AddIOp>(loc, b.create<arith::AddIOp>(loc, wc[Q], i32(o[Q])), qOff);
     Value p = b.create<arith::AddIOp>(loc, b.create<arith::AddIOp>(loc, wc[P], i32(o[P])), pOff);
-    Value row = trans ? b.create<arith::AddIOp>(loc, p, j) : b.create<arith::AddIOp>(loc, q, j);
-    Value col = trans ? q : p;
+    Value rowAlong = b.create<arith::AddIOp>(loc, trans ? p : q, j);
+    Value row = rowAlong, col = trans ? q : p;
     SmallVector<Type> fields(num, i32Ty);
-    Type resTy = num == 1 ? Type(i32Ty) : Type(LLVM::LLVMStructType::getLiteral(b.getContext(), fields));
+    Type resTy = LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
     Value res = b.create<NVVM::LdMatrixOp>(
-        loc, resTy, smemPtr(offsetOf(row, col)), uint32_t(num),
+        loc, resTy, tilePtr(t, row, col), uint32_t(num),
         trans ? NVVM::MMALayout::col : NVVM::MMALayout::row,
         NVVM::LdStMatrixShapeAttr::get(b.getContext(), 8, 8),
         NVVM::LdStMatrixEltType::B16);
     for (int i = 0; i < num; ++i) {
-      Value w = num == 1 ? res : Value(b.create<LLVM::ExtractValueOp>(loc, res, ArrayRef<int64_t>{i}));
-      Value pair = b.create<LLVM::BitcastOp>(loc, pairTy, w);
-      out[dests[i]] = b.create<LLVM::ExtractElementOp>(loc, pair, i32(0));
-      out[dests[i] + 1] = b.create<LLVM::ExtractElementOp>(loc, pair, i32(1));
+      Value w = b.create<LLVM::ExtractValueOp>(loc, res, ArrayRef<int64_t>{i});
+      out[dests[i]] = w; // a packed pair; unpacked by the caller
     }
   };
-  int64_t kT = K / 16;
+  int64_t K = to.shape[P], kT = K / 16;
   if (opIdx == 0) {
-    Layout::mmaWarps(to.shape[0], 8, numWarps, wm, wn);
-    int64_t mT = std::max<int64_t>(1, to.shape[0] / 16 / wm);
-    for (int64_t mi = 0; mi < mT; ++mi)
-      for (int64_t ki = 0; ki < kT; ++ki) {
-        int64_t ab = (ki << 3) | (mi << (3 + log2i(kT)));
-        load(ab, 4, {ab, ab + 2, ab + 4, ab + 6});
-      }
+    int64_t mT = to.numRegs() / (8 * kT); // m16 tiles per warp
+    for (int64_t mi = 0; mi < mT; ++mi) {
+      int64_t ab = (ki << 3) | (mi << (3 + log2i(kT)));
+      load(ab, 4, {ab, ab + 2, ab + 4, ab + 6});
+    }
   } else {
-    int64_t nRegs = to.numRegs() / (4 * kT); // n8 tiles per warp
-    for (int64_t ki = 0; ki < kT; ++ki)
-      for (int64_t ni = 0; ni < nRegs; ni += 2) {
-        int64_t b0 = (ki << 2) | (ni << (2 + log2i(kT)));
-        if (ni + 1 < nRegs) {
-          int64_t b1 = (ki << 2) | ((ni + 1) << (2 + log2i(kT)));
-          load(b0, 4, {b0, b0 + 2, b1, b1 + 2});
-        } else {
-          load(b0, 2, {b0, b0 + 2});
-        }
+    int64_t nT = to.numRegs() / (4 * kT); // n8 tiles per warp
+    for (int64_t ni = 0; ni < nT; ni += 2) {
+      int64_t b0 = (ki << 2) | (ni << (2 + log2i(kT)));
+      if (ni + 1 < nT) {
+        int64_t b1 = (ki << 2) | ((ni + 1) << (2 + log2i(kT)));
+        load(b0, 4, {b0, b0 + 2, b1, b1 + 2});
+      } else {
+        load(b0, 2, {b0, b0 + 2});
       }
+    }
   }
+}
+
+/// Unpacks ldmatrix words (each a pair of 16-bit elements) at even indices.
+static void unpackPairs(OpBuilder &b, Location loc, Type elem,
+                        SmallVectorImpl<Value> &regs, Lowerer &L) {
+  auto pairTy = VectorType::get({2}, elem);
+  for (size_t r = 0; r < regs.size(); r += 2)
+    if (regs[r] && regs[r].getType().isInteger(32)) {
+      Value pair = b.create<LLVM::BitcastOp>(loc, pairTy, regs[r]);
+      regs[r] = b.create<LLVM::ExtractElementOp>(loc, pair, L.i32(0));
+      regs[r + 1] = b.create<LLVM::ExtractElementOp>(loc, pair, L.i32(1));
+    }
+}
+
+bool Lowerer::convertToDotOperand(const Regs &in, const Layout &to, Type elem,
+                                  SmallVectorImpl<Value> &out) {
+  barrier(); // earlier readers of the scratch area are done
+  std::optional<SmemTile> t = stage(in, elem, scratchBase);
+  if (!t)
+    return false;
+  smemBytes = std::max(smemBytes, to.numElements() * 2);
+  barrier();
+  out.assign(to.numRegs(), Value());
+  int P = to.reg[0][1] == 1 ? 1 : 0;
+  for (int64_t ki = 0; ki < to.shape[P] / 16; ++ki)
+    loadFragments(*t, to, ki, out);
+  unpackPairs(b, loc, elem, out, *this);
   for (Value v : out)
     if (!v)
       throw InternalError("ldmatrix conversion left a register unset");
@@ -173,17 +196,32 @@ Regs Lowerer::lowerDot(DotOp op) {
   Layout la = Layout::dotOperand(0, M, N, K, numWarps);
   Layout lb = Layout::dotOperand(1, M, N, K, numWarps);
   Layout lc = Layout::mma(M, N, numWarps);
-  Regs A = regsIn(op.getA(), la), B = regsIn(op.getB(), lb), C = regsIn(op.getAcc(), lc);
+  // Operands in shared memory are read one k-slice at a time, just before
+  // the MMAs that use it, so that only that slice occupies registers.
+  auto aTile = smemTiles.find(op.getA()), bTile = smemTiles.find(op.getB());
+  bool aSm = aTile != smemTiles.end(), bSm = bTile != smemTiles.end();
+  SmallVector<Value> A, B;
+  if (aSm)
+    A.assign(la.numRegs(), Value());
+  else
+    A = regsIn(op.getA(), la).regs;
+  if (bSm)
+    B.assign(lb.numRegs(), Value());
+  else
+    B = regsIn(op.getB(), lb).regs;
+  Regs C = regsIn(op.getAcc(), lc);
   int wm, wn;
   Layout::mmaWarps(M, N, numWarps, wm, wn);
   int64_t mT = M / 16 / wm, nT = N / 8 / wn, kT = K / 16;
   MLIRContext *ctx = b.getContext();
   Type f32 = b.getF32Type();
   auto pairTy = VectorType::get({2}, in);
-  auto pack = [&](Value x, Value y) -> Value {
+  auto pack = [&](SmallVectorImpl<Value> &regs, int64_t i) -> Value {
+    if (regs[i].getType().isInteger(32)) // straight from ldmatrix
+      return in.isBF16() ? regs[i] : Value(b.create<LLVM::BitcastOp>(loc, pairTy, regs[i]));
     Value v = b.create<LLVM::UndefOp>(loc, pairTy);
-    v = b.create<LLVM::InsertElementOp>(loc, v, x, i32(0));
-    v = b.create<LLVM::InsertElementOp>(loc, v, y, i32(1));
+    v = b.create<LLVM::InsertElementOp>(loc, v, regs[i], i32(0));
+    v = b.create<LLVM::InsertElementOp>(loc, v, regs[i + 1], i32(1));
     if (in.isBF16()) // mma.sync takes bf16 pairs as b32
       return b.create<LLVM::BitcastOp>(loc, b.getI32Type(), v);
     return v;
@@ -191,27 +229,29 @@ Regs Lowerer::lowerDot(DotOp op) {
   auto structTy = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
   NVVM::MMATypes ptxTy = in.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
   Regs out{lc, C.regs, {}};
-  for (int64_t mi = 0; mi < mT; ++mi)
-    for (int64_t ni = 0; ni < nT; ++ni) {
-      int64_t cb = (ni << 2) | (mi << (2 + log2i(nT)));
-      SmallVector<Value> c(out.regs.begin() + cb, out.regs.begin() + cb + 4);
-      for (int64_t ki = 0; ki < kT; ++ki) {
+  for (int64_t ki = 0; ki < kT; ++ki) {
+    if (aSm)
+      loadFragments(aTile->second, la, ki, A);
+    if (bSm)
+      loadFragments(bTile->second, lb, ki, B);
+    for (int64_t mi = 0; mi < mT; ++mi)
+      for (int64_t ni = 0; ni < nT; ++ni) {
+        int64_t cb = (ni << 2) | (mi << (2 + log2i(nT)));
         int64_t ab = (ki << 3) | (mi << (3 + log2i(kT)));
         int64_t bb = (ki << 2) | (ni << (2 + log2i(kT)));
-        SmallVector<Value> a, bv;
+        SmallVector<Value> a, bv, c(out.regs.begin() + cb, out.regs.begin() + cb + 4);
         for (int i = 0; i < 8; i += 2)
-          a.push_back(pack(A.regs[ab + i], A.regs[ab + i + 1]));
+          a.push_back(pack(A, ab + i));
         for (int i = 0; i < 4; i += 2)
-          bv.push_back(pack(B.regs[bb + i], B.regs[bb + i + 1]));
+          bv.push_back(pack(B, bb + i));
         auto mma = NVVM::MmaOp::create(
             b, loc, structTy, a, bv, c, {16, 8, 16}, std::nullopt, std::nullopt,
             std::array<NVVM::MMATypes, 2>{ptxTy, ptxTy},
             std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
         for (int i = 0; i < 4; ++i)
-          c[i] = b.create<LLVM::ExtractValueOp>(loc, mma, ArrayRef<int64_t>{i});
+          out.regs[cb + i] = b.create<LLVM::ExtractValueOp>(loc, mma, ArrayRef<int64_t>{i});
       }
-      std::copy(c.begin(), c.end(), out.regs.begin() + cb);
-    }
+  }
   return out;
 }
 

@@ -56,8 +56,19 @@ int64_t Lowerer::run(ModuleOp module) {
   lane = b.create<arith::AndIOp>(loc, tid, i32(31));
   warp = b.create<arith::ShRUIOp>(loc, tid, i32(5));
   smemBase = b.create<LLVM::AddressOfOp>(loc, ptrType(ctx, 3), "kiln_smem");
+  // Each load that only feeds dots gets its own shared-memory region; the
+  // scratch area for conversions and reductions follows them.
+  sharedOperands = findSharedOperands(src);
+  int64_t top = 0;
+  src.walk([&](LoadOp ld) {
+    if (!sharedOperands.count(ld.getResult()))
+      return;
+    smemRegion[ld.getResult()] = top;
+    top += (ld.getType().getNumElements() * 2 + 127) / 128 * 128;
+  });
+  scratchBase = top;
   lowerBlock(src.getBody().front());
-  return smemBytes;
+  return scratchBase + smemBytes;
 }
 
 void Lowerer::lowerBlock(mlir::Block &block) {
@@ -123,6 +134,27 @@ void Lowerer::lowerOp(Operation *op) {
     return;
   }
   const Layout &l = *vl.layout;
+  if (auto ld = dyn_cast<LoadOp>(op); ld && sharedOperands.count(r)) {
+    Regs regs = lowerLoad(ld);
+    barrier(); // the previous readers of this region are done
+    std::optional<SmemTile> t = stage(regs, ld.getType().getElementType(), smemRegion[r]);
+    if (!t)
+      throw InternalError("GPU lowering: cannot stage a dot operand in shared memory");
+    barrier();
+    smemTiles[r] = *t;
+    return;
+  }
+  if (auto tr = dyn_cast<TransOp>(op); tr && smemTiles.count(tr.getSrc())) {
+    SmemTile t = smemTiles[tr.getSrc()]; // a transpose is a view
+    std::vector<int> inv(2);
+    for (int i = 0; i < 2; ++i)
+      inv[tr.getOrder()[i]] = i;
+    t.rowDim = inv[t.rowDim];
+    t.colDim = inv[t.colDim];
+    std::swap(t.shape[0], t.shape[1]);
+    smemTiles[r] = t;
+    return;
+  }
   if (auto ld = dyn_cast<LoadOp>(op))
     tiles[r] = lowerLoad(ld);
   else if (auto d = dyn_cast<DotOp>(op))

@@ -53,8 +53,9 @@ Value Lowerer::isOwner(const Layout &l) {
 void Lowerer::barrier() { b.create<NVVM::Barrier0Op>(loc); }
 
 Value Lowerer::smemPtr(Value byteOffset) {
+  Value off = b.create<arith::AddIOp>(loc, byteOffset, i32(scratchBase));
   return b.create<LLVM::GEPOp>(loc, smemBase.getType(), b.getI8Type(), smemBase,
-                               ValueRange{byteOffset});
+                               ValueRange{off});
 }
 
 int64_t byteSize(Type t) {

@@ -14,6 +14,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <map>
 #include <optional>
@@ -40,6 +41,10 @@ using LayoutMap = llvm::DenseMap<mlir::Value, ValueLayout>;
 /// blocked layout with 16 bytes per thread along the last dimension.
 LayoutMap assignLayouts(mlir::func::FuncOp func, int numWarps, bool aligned);
 
+/// Loads of 16-bit tiles whose every use is a dot operand (directly or
+/// through a transpose): they go to shared memory, not registers.
+llvm::DenseSet<mlir::Value> findSharedOperands(mlir::func::FuncOp func);
+
 /// The largest power of two known to divide an i32 value of the kiln IR
 /// (constants, products, sums, loop induction variables).
 int64_t knownDivisor(mlir::Value v);
@@ -50,6 +55,16 @@ struct Regs {
   std::optional<Layout> layout;
   llvm::SmallVector<mlir::Value> regs;
   mlir::Value scalar; ///< uniform tiles
+};
+
+/// A 2-D 16-bit tile in shared memory: rows of `cols` elements with 16-byte
+/// chunks XOR-swizzled by row; `rowDim`/`colDim` say which logical dimension
+/// runs along rows and along the contiguous columns (a transpose is a view).
+struct SmemTile {
+  int64_t offset = 0; ///< bytes from the start of dynamic shared memory
+  std::vector<int64_t> shape;
+  int rowDim = 0, colDim = 1;
+  int64_t cols = 0, swz = 1;
 };
 
 class Lowerer {
@@ -91,6 +106,18 @@ public:
   /// memory and ldmatrix; false when the source does not fit that path.
   bool convertToDotOperand(const Regs &in, const Layout &to, mlir::Type elem,
                            llvm::SmallVectorImpl<mlir::Value> &out);
+  /// Writes registers (2-D, 16-bit) to a swizzled tile at `base` (an offset
+  /// into dynamic shared memory); nullopt when the layout does not fit.
+  std::optional<SmemTile> stage(const Regs &in, mlir::Type elem, int64_t base);
+  /// ldmatrix of the mma operand fragments of k-slice `ki` (all m or n tiles
+  /// of this warp) into `out`, indexed as registers of `to`.
+  mlir::Value tilePtr(const SmemTile &t, mlir::Value row, mlir::Value col);
+  void loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
+                     llvm::SmallVectorImpl<mlir::Value> &out);
+  llvm::DenseMap<mlir::Value, SmemTile> smemTiles;
+  llvm::DenseSet<mlir::Value> sharedOperands;
+  llvm::DenseMap<mlir::Value, int64_t> smemRegion; ///< offsets of staged loads
+  int64_t scratchBase = 0; ///< scratch area for conversions and reductions
   Regs lowerReduce(ReduceOp op);
   Regs lowerBroadcast(mlir::Value src, const Layout &dst);
 
