@@ -45,6 +45,24 @@ public:
     return best;
   }
 
+  /// A layout of the broadcast's result from whose projection the source can
+  /// be read without moving data (a row statistic of one mma tile broadcast
+  /// over a wider mma tile, say); blocked when none fits.
+  Layout broadcastLayout(const Layout &src, const std::vector<int64_t> &s) {
+    std::vector<int64_t> dims;
+    for (size_t d = 0; d < s.size(); ++d)
+      if (src.shape[d] == 1 && s[d] != 1)
+        dims.push_back(int64_t(d));
+    std::vector<Layout> candidates;
+    if (s.size() == 2 && s[0] % 16 == 0 && s[1] % 8 == 0)
+      candidates.push_back(Layout::mma(s[0], s[1], numWarps));
+    candidates.push_back(Layout::blocked(s, numWarps));
+    for (const Layout &c : candidates)
+      if (c.project(dims) == src)
+        return c;
+    return candidates.back();
+  }
+
   void visit(Operation *op) {
     if (auto forOp = dyn_cast<scf::ForOp>(op)) {
       auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
@@ -106,7 +124,7 @@ public:
       else if (l.layout->parent && l.layout->parent->shape == s)
         map[r] = ValueLayout::fixed(*l.layout->parent);
       else
-        map[r] = ValueLayout::fixed(Layout::blocked(s, numWarps));
+        map[r] = ValueLayout::fixed(broadcastLayout(*l.layout, s));
     } else {
       // Elementwise (arith, math, kiln.convert).
       map[r] = join(op->getOperands());

@@ -31,12 +31,11 @@ static int dimOf(const Coord &c) {
   return -1;
 }
 
-std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, int64_t base) {
-  const Layout &from = *in.layout;
-  if (byteSize(elem) != 2 || from.rank() != 2)
+std::optional<SmemTile> Lowerer::tileGeometry(const Layout &from) {
+  if (from.rank() != 2)
     return std::nullopt;
-  // The source's contiguous dimension and how many elements a thread holds
-  // consecutively along it.
+  // The source's contiguous dimension: where its first register (or lane)
+  // bits run.
   int C = -1;
   int64_t vec = 1;
   for (const Coord &c : from.reg) {
@@ -53,7 +52,6 @@ std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, int64_t base) 
     C = dimOf(from.lane[0]);
   }
   SmemTile t;
-  t.offset = base;
   t.shape = from.shape;
   t.colDim = C;
   t.rowDim = 1 - C;
@@ -61,7 +59,23 @@ std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, int64_t base) 
   if (t.cols % 8)
     return std::nullopt;
   t.swz = std::min<int64_t>(t.cols / 8, 8);
-  vec = std::min<int64_t>(vec, 8);
+  return t;
+}
+
+std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, Value base) {
+  const Layout &from = *in.layout;
+  if (byteSize(elem) != 2)
+    return std::nullopt;
+  std::optional<SmemTile> g = tileGeometry(from);
+  if (!g)
+    return std::nullopt;
+  SmemTile t = *g;
+  t.base = base;
+  int C = t.colDim;
+  int64_t vec = 1;
+  while (vec < 8 && int64_t(from.reg.size()) > log2i(vec) &&
+         from.reg[log2i(vec)][C] == vec)
+    vec *= 2;
   SmallVector<Value> tc = threadCoord(from);
   int64_t dup = from.duplicateRegMask();
   for (int64_t r = 0; r < from.numRegs(); r += vec) {
@@ -88,7 +102,7 @@ Value Lowerer::tilePtr(const SmemTile &t, Value row, Value col) {
       loc, b.create<arith::ShRUIOp>(loc, col, i32(3)),
       b.create<arith::AndIOp>(loc, row, i32(t.swz - 1)));
   Value off = b.create<arith::AddIOp>(
-      loc, i32(t.offset), b.create<arith::MulIOp>(loc, row, i32(t.cols * 2)));
+      loc, t.base, b.create<arith::MulIOp>(loc, row, i32(t.cols * 2)));
   off = b.create<arith::AddIOp>(loc, off, b.create<arith::ShLIOp>(loc, chunk, i32(4)));
   off = b.create<arith::AddIOp>(
       loc, off,
@@ -167,7 +181,7 @@ static void unpackPairs(OpBuilder &b, Location loc, Type elem,
 bool Lowerer::convertToDotOperand(const Regs &in, const Layout &to, Type elem,
                                   SmallVectorImpl<Value> &out) {
   barrier(); // earlier readers of the scratch area are done
-  std::optional<SmemTile> t = stage(in, elem, scratchBase);
+  std::optional<SmemTile> t = stage(in, elem, i32(scratchBase));
   if (!t)
     return false;
   smemBytes = std::max(smemBytes, to.numElements() * 2);

@@ -4,6 +4,7 @@
 #include "kiln/runtime/Error.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
 
@@ -63,8 +64,13 @@ int64_t Lowerer::run(ModuleOp module) {
   src.walk([&](LoadOp ld) {
     if (!sharedOperands.count(ld.getResult()))
       return;
+    int64_t bytes = (ld.getType().getNumElements() * 2 + 127) / 128 * 128;
     smemRegion[ld.getResult()] = top;
-    top += (ld.getType().getNumElements() * 2 + 127) / 128 * 128;
+    top += bytes;
+    if (canPrefetch(ld, nullptr)) { // double-buffered
+      smemRegion2[ld.getResult()] = top;
+      top += bytes;
+    }
   });
   scratchBase = top;
   lowerBlock(src.getBody().front());
@@ -134,10 +140,17 @@ void Lowerer::lowerOp(Operation *op) {
     return;
   }
   const Layout &l = *vl.layout;
+  if (auto ld = dyn_cast<LoadOp>(op); ld && prefetchedBase.count(r)) {
+    // Fetched by the previous iteration (or the prologue) into this buffer.
+    std::optional<SmemTile> t = tileGeometry(l);
+    t->base = prefetchedBase[r];
+    smemTiles[r] = *t;
+    return;
+  }
   if (auto ld = dyn_cast<LoadOp>(op); ld && sharedOperands.count(r)) {
     Regs regs = lowerLoad(ld);
     barrier(); // the previous readers of this region are done
-    std::optional<SmemTile> t = stage(regs, ld.getType().getElementType(), smemRegion[r]);
+    std::optional<SmemTile> t = stage(regs, ld.getType().getElementType(), i32(smemRegion[r]));
     if (!t)
       throw InternalError("GPU lowering: cannot stage a dot operand in shared memory");
     barrier();
@@ -193,6 +206,41 @@ Regs Lowerer::materialize(Value v) {
 }
 
 void Lowerer::lowerFor(scf::ForOp forOp) {
+  // Loads fetched one iteration ahead (software pipelining, two buffers):
+  // the prologue fetches the first iteration's blocks; each iteration
+  // fetches the next one's into the other buffer before it computes.
+  SmallVector<LoadOp> prefetched;
+  SmallVector<Operation *> slice;
+  for (Operation &op : forOp.getBody()->without_terminator())
+    if (auto ld = dyn_cast<LoadOp>(op); ld && smemRegion2.count(ld.getResult()))
+      prefetched.push_back(ld);
+  for (LoadOp ld : prefetched)
+    canPrefetch(ld, &slice);
+  llvm::SetVector<Operation *> sliceOps(slice.begin(), slice.end());
+  Value srcIv = forOp.getInductionVar();
+  auto fetch = [&](Value iv, Value parity) {
+    Value saved = scalars.lookup(srcIv);
+    scalars[srcIv] = iv;
+    for (Operation *op : sliceOps)
+      lowerOp(op);
+    for (LoadOp ld : prefetched) {
+      Value isZero = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, parity, i32(0));
+      SmemTile t = *tileGeometry(*layouts.lookup(ld.getResult()).layout);
+      t.base = b.create<arith::SelectOp>(loc, isZero, i32(smemRegion[ld.getResult()]),
+                                         i32(smemRegion2[ld.getResult()]));
+      issueAsyncCopy(ld, t);
+    }
+    b.create<NVVM::CpAsyncCommitGroupOp>(loc);
+    for (Operation *op : sliceOps)
+      scalars.erase(op->getResult(0));
+    if (saved)
+      scalars[srcIv] = saved;
+    else
+      scalars.erase(srcIv);
+  };
+  if (!prefetched.empty())
+    fetch(scalarOf(forOp.getLowerBound()), i32(0));
+
   // Each carried tile becomes its registers (one value if uniform).
   struct Carried {
     std::optional<Layout> layout;
@@ -216,6 +264,9 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     carried.push_back({vl.layout, inits.size(), r.regs.size()});
     inits.append(r.regs.begin(), r.regs.end());
   }
+  size_t numCarried = inits.size();
+  if (!prefetched.empty())
+    inits.push_back(i32(0)); // which buffer holds this iteration's blocks
   auto newFor = b.create<scf::ForOp>(loc, scalarOf(forOp.getLowerBound()),
                                      scalarOf(forOp.getUpperBound()),
                                      scalarOf(forOp.getStep()), inits);
@@ -238,8 +289,21 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       b.setInsertionPoint(newFor.getBody()->getTerminator());
     else
       b.setInsertionPointToStart(newFor.getBody());
-    scalars[forOp.getInductionVar()] = newFor.getInductionVar();
+    scalars[srcIv] = newFor.getInductionVar();
     bind(newFor.getRegionIterArgs(), [&](size_t i) { return forOp.getRegionIterArgs()[i]; });
+    Value parity;
+    if (!prefetched.empty()) {
+      parity = newFor.getRegionIterArgs().back();
+      Value next = b.create<arith::AddIOp>(loc, newFor.getInductionVar(),
+                                           scalarOf(forOp.getStep()));
+      fetch(next, b.create<arith::XOrIOp>(loc, parity, i32(1)));
+      b.create<NVVM::CpAsyncWaitGroupOp>(loc, 1); // this iteration's group
+      barrier();
+      Value isZero = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, parity, i32(0));
+      for (LoadOp ld : prefetched)
+        prefetchedBase[ld.getResult()] = b.create<arith::SelectOp>(
+            loc, isZero, i32(smemRegion[ld.getResult()]), i32(smemRegion2[ld.getResult()]));
+    }
     for (Operation &op : forOp.getBody()->without_terminator())
       lowerOp(&op);
     auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
@@ -254,10 +318,17 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       } else
         outs.push_back(materialize(y).scalar);
     }
+    if (!prefetched.empty()) {
+      barrier(); // every warp is done with this buffer before it is refilled
+      outs.push_back(b.create<arith::XOrIOp>(loc, parity, i32(1)));
+    }
     if (!inits.empty())
       b.create<scf::YieldOp>(loc, outs);
   }
+  (void)numCarried;
   bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
+  if (!prefetched.empty())
+    b.create<NVVM::CpAsyncWaitGroupOp>(loc, 0); // the last, unused fetch
 }
 
 Regs Lowerer::lowerElementwise(Operation *op, const Layout &l) {

@@ -5,7 +5,10 @@
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
+#include <functional>
 #include <map>
+
+#include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
 
@@ -98,6 +101,7 @@ Value Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
   // Otherwise through shared memory: every thread writes what it holds at the
   // element's row-major position and reads back what it needs.
   int64_t esize = byteSize(elem);
+  ++genericConversions;
   smemBytes = std::max(smemBytes, from.numElements() * esize);
   Type memTy = elem.isInteger(1) ? b.getI8Type() : elem;
   barrier(); // earlier readers of the scratch area are done
@@ -252,6 +256,73 @@ Regs Lowerer::lowerLoad(LoadOp op) {
     out.regs.push_back(b.create<arith::SelectOp>(loc, ok[r], v, pad));
   }
   return out;
+}
+
+bool Lowerer::canPrefetch(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
+  if (!aligned || !sharedOperands.count(ld.getResult()) ||
+      ld.getPadding().convertToDouble() != 0.0)
+    return false; // cp.async fills with zeros only
+  auto forOp = dyn_cast<scf::ForOp>(ld->getParentOp());
+  ValueLayout vl = layouts.lookup(ld.getResult());
+  if (!forOp || vl.state != ValueLayout::State::Fixed)
+    return false;
+  const Layout &l = *vl.layout;
+  std::optional<int64_t> rowLen = constantOf(ld.getShape().back());
+  if (vectorWidth(l) < 8 || byteSize(ld.getType().getElementType()) != 2 ||
+      !rowLen || *rowLen % 8 || knownDivisor(ld.getOffsets().back()) % 8 ||
+      !tileGeometry(l))
+    return false;
+  // Its operands must be loop-invariant or pure scalar arithmetic of the
+  // induction variable, so that they can be evaluated for the next iteration.
+  llvm::SetVector<Operation *> ops;
+  bool ok = true;
+  std::function<void(Value)> visit = [&](Value v) {
+    if (!ok || v == forOp.getInductionVar())
+      return;
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      ok &= arg.getOwner() != forOp.getBody();
+      return;
+    }
+    Operation *d = v.getDefiningOp();
+    if (!forOp->isAncestor(d))
+      return;
+    if (d->getBlock() != forOp.getBody() || d->getNumRegions() ||
+        d->getNumResults() != 1 || isa<RankedTensorType>(d->getResult(0).getType()) ||
+        !(isa<AddPtrOp>(d) || d->getDialect()->getNamespace() == "arith")) {
+      ok = false;
+      return;
+    }
+    if (ops.insert(d))
+      for (Value o : d->getOperands())
+        visit(o);
+  };
+  for (Value o : ld->getOperands())
+    visit(o);
+  if (ok && slice) {
+    SmallVector<Operation *> sorted(ops.begin(), ops.end());
+    llvm::sort(sorted, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    slice->append(sorted.begin(), sorted.end());
+  }
+  return ok;
+}
+
+void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
+  Layout l = *layouts.lookup(ld.getResult()).layout;
+  Type elem = ld.getType().getElementType();
+  SmallVector<Value> addrs, ok;
+  blockAddresses(*this, l, scalarOf(ld.getPtr()), ld.getOffsets(), ld.getShape(),
+                 ld.getStrides(), elem, addrs, ok, 8);
+  SmallVector<Value> tc = threadCoord(l);
+  for (int64_t r = 0; r < l.numRegs(); r += 8) {
+    Coord rc = l.regCoord(r);
+    Value row = b.create<arith::AddIOp>(loc, tc[t.rowDim], i32(rc[t.rowDim]));
+    Value col = b.create<arith::AddIOp>(loc, tc[t.colDim], i32(rc[t.colDim]));
+    Value bytes = b.create<arith::SelectOp>(loc, ok[r], i32(16), i32(0));
+    b.create<NVVM::CpAsyncOp>(
+        loc, tilePtr(t, row, col), addrs[r], b.getI32IntegerAttr(16),
+        NVVM::LoadCacheModifierKindAttr::get(b.getContext(), NVVM::LoadCacheModifierKind::CG),
+        bytes);
+  }
 }
 
 void Lowerer::lowerStore(StoreOp op) {

@@ -61,7 +61,7 @@ struct Regs {
 /// chunks XOR-swizzled by row; `rowDim`/`colDim` say which logical dimension
 /// runs along rows and along the contiguous columns (a transpose is a view).
 struct SmemTile {
-  int64_t offset = 0; ///< bytes from the start of dynamic shared memory
+  mlir::Value base; ///< i32 bytes from the start of dynamic shared memory
   std::vector<int64_t> shape;
   int rowDim = 0, colDim = 1;
   int64_t cols = 0, swz = 1;
@@ -84,6 +84,7 @@ public:
   mlir::Value lane, warp; ///< i32
   mlir::Value smemBase;   ///< !llvm.ptr<3>
   int64_t smemBytes = 0;
+  int genericConversions = 0; ///< layout changes through shared memory
 
   Regs regsIn(mlir::Value v, const Layout &want);
   mlir::Value scalarOf(mlir::Value v) { return scalars.lookup(v); }
@@ -108,7 +109,17 @@ public:
                            llvm::SmallVectorImpl<mlir::Value> &out);
   /// Writes registers (2-D, 16-bit) to a swizzled tile at `base` (an offset
   /// into dynamic shared memory); nullopt when the layout does not fit.
-  std::optional<SmemTile> stage(const Regs &in, mlir::Type elem, int64_t base);
+  std::optional<SmemTile> stage(const Regs &in, mlir::Type elem, mlir::Value base);
+  /// The swizzled tile a 2-D layout is staged into (base left unset).
+  std::optional<SmemTile> tileGeometry(const Layout &from);
+  /// Whether a dot-only load inside `loop` can be fetched one iteration ahead
+  /// with cp.async; `slice` gets the body ops its operands depend on.
+  bool canPrefetch(LoadOp ld, llvm::SmallVectorImpl<mlir::Operation *> *slice);
+  /// cp.async of a load's block into a tile, 16 bytes per copy, zero-filled
+  /// outside the tensor.
+  void issueAsyncCopy(LoadOp ld, const SmemTile &t);
+  llvm::DenseMap<mlir::Value, int64_t> smemRegion2; ///< second buffers
+  llvm::DenseMap<mlir::Value, mlir::Value> prefetchedBase;
   /// ldmatrix of the mma operand fragments of k-slice `ki` (all m or n tiles
   /// of this warp) into `out`, indexed as registers of `to`.
   mlir::Value tilePtr(const SmemTile &t, mlir::Value row, mlir::Value col);

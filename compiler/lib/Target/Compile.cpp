@@ -173,6 +173,8 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
   OwningOpRef<ModuleOp> lowered = ModuleOp::create(func.getLoc());
   gpu::Lowerer lowerer(func, numWarps, out.aligned, layouts);
   out.sharedBytes = lowerer.run(*lowered);
+  out.layouts += "shared-memory layout conversions: " +
+                 std::to_string(lowerer.genericConversions) + "\n";
 
   PassManager pm(ctx);
   pm.addPass(createSCFToControlFlowPass());
