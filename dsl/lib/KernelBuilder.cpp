@@ -120,6 +120,7 @@ Index operator%(const Index &a, IndexArg b) {
 }
 Index operator+(int64_t a, IndexArg b) { return Index(a, b.loc) + b; }
 Index operator*(int64_t a, IndexArg b) { return Index(a, b.loc) * b; }
+Index operator-(int64_t a, IndexArg b) { return Index(a, b.loc) - b; }
 Index min(Index a, Index b, Loc loc) {
   return indexOp<arith::MinSIOp>(a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::min(x, y); }, "min");
 }

@@ -30,7 +30,16 @@ static void checkShape(const AttentionShape &s, const AttentionConfig &c) {
     throw Error("attention: blockM and blockN must be powers of two >= 16");
 }
 
-Kernel attentionForward(const AttentionShape &s, const AttentionConfig &c) {
+AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
+  if (!c.blockM)
+    c.blockM = 128;
+  if (!c.blockN)
+    c.blockN = s.headDim >= 128 ? 32 : 64;
+  return c;
+}
+
+Kernel attentionForward(const AttentionShape &s, const AttentionConfig &config) {
+  const AttentionConfig c = resolveConfig(s, config);
   checkShape(s, c);
   const int64_t D = s.headDim, BM = c.blockM, BN = c.blockN;
   const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
@@ -44,7 +53,9 @@ Kernel attentionForward(const AttentionShape &s, const AttentionConfig &c) {
   auto LSE = k.tensorArg("LSE", f32, {s.batch, s.heads, s.seqQ});
 
   Index bh = programId(1), b = bh / s.heads, h = bh % s.heads;
-  Index m0 = programId(0) * BM;
+  // Causal: the longest rows first, so that the short ones fill the tail.
+  Index mBlock = s.causal ? cdiv(s.seqQ, BM) - 1 - programId(0) : programId(0);
+  Index m0 = mBlock * BM;
   auto q = Q[b][h], kv = K[b][h], v = V[b][h];
 
   Tile qTile = load(q.block({m0, 0}, {BM, D}));

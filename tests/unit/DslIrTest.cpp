@@ -121,7 +121,7 @@ TEST(DslIr, AttentionKernelShape) {
   s.causal = true;
   s.batch = 2;
   s.heads = 3;
-  Kernel k = kernels::attentionForward(s);
+  Kernel k = kernels::attentionForward(s, {64, 64, 4, 2});
   EXPECT_EQ(k.grid(), (std::array<int64_t, 3>{16, 6, 1}));
   std::string ir = k.ir();
   EXPECT_EQ(count(ir, "kiln.dot"), 2);
@@ -134,7 +134,9 @@ TEST(DslIr, AttentionKernelShape) {
 
   s.causal = false;
   s.seqQ = s.seqK = 1024;
-  std::string full = kernels::attentionForward(s).ir();
+  std::string full = kernels::attentionForward(s, {64, 64, 4, 2}).ir();
+  // The defaults: 128-row query blocks, 32-key blocks at D=128.
+  EXPECT_EQ(kernels::attentionForward(s).grid()[0], 8);
   EXPECT_THAT(full, Not(HasSubstr("arith.cmpi"))); // no mask needed at all
   EXPECT_THAT(full, Not(HasSubstr("arith.minsi")));
 }

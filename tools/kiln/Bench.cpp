@@ -52,9 +52,9 @@ int cmdBench(Options &opts) {
   if (!cuda::available(&why))
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
-  fmt::print("# kiln bench attention on {} ({}), blockM={} blockN={} warps={}, "
-             "median of {} launches\n", dev.name, dev.arch(), cfg.blockM,
-             cfg.blockN, cfg.warps, reps);
+  fmt::print("# kiln bench attention on {} ({}), blockM={} blockN={} warps={} "
+             "(0: the head dim's default), median of {} launches\n", dev.name,
+             dev.arch(), cfg.blockM, cfg.blockN, cfg.warps, reps);
   fmt::print("dtype,B,H,N,D,causal,ms,tflops,registers,spill_bytes,smem\n");
 
   std::vector<int64_t> ns = quick ? std::vector<int64_t>{1024, 4096}

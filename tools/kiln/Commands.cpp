@@ -109,6 +109,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   s.causal = opts.flag("causal");
   s.dtype = dtypeOption(opts, "bf16");
   kernels::AttentionConfig c;
+  c = kernels::resolveConfig(s, c);
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
   std::string layout = opts.string("layout", "bhsd");

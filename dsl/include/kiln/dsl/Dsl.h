@@ -76,6 +76,7 @@ Index operator*(const Index &a, IndexArg b);
 Index operator/(const Index &a, IndexArg b); ///< rounds toward zero
 Index operator%(const Index &a, IndexArg b);
 Index operator+(int64_t a, IndexArg b);
+Index operator-(int64_t a, IndexArg b);
 Index operator*(int64_t a, IndexArg b);
 Index min(Index a, Index b, Loc loc = Loc::current());
 Index max(Index a, Index b, Loc loc = Loc::current());

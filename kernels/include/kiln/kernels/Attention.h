@@ -17,11 +17,16 @@ struct AttentionShape {
   double scale = 0; ///< 0: 1/sqrt(headDim)
 };
 
-/// Schedule: tile sizes, warps and pipeline stages.
+/// Schedule: tile sizes, warps and pipeline stages. Zero picks the default
+/// for the head dim (measured on an H200: 128x64 at D=64, 128x32 at D=128,
+/// 4 warps).
 struct AttentionConfig {
-  int64_t blockM = 64, blockN = 64;
+  int64_t blockM = 0, blockN = 0;
   int warps = 4, stages = 2;
 };
+
+/// The config with its zero fields filled in for `shape`.
+AttentionConfig resolveConfig(const AttentionShape &shape, AttentionConfig config);
 
 /// Checks the shape (D in {64, 128}, float dtype, positive sizes) and builds
 /// the kernel; throws kiln::Error naming the bad field.
