@@ -243,6 +243,13 @@ void KernelBuilder::setWarps(int warps, Loc loc) {
   state_->func->setAttr("kiln.num_warps", state_->builder.getI32IntegerAttr(warps));
 }
 
+void KernelBuilder::setStages(int stages, Loc loc) {
+  if (stages < 2 || stages > 8)
+    userError(loc, "setStages: " + std::to_string(stages) + " is not in [2, 8]");
+  state_->kernel->numStages = stages;
+  state_->func->setAttr("kiln.num_stages", state_->builder.getI32IntegerAttr(stages));
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

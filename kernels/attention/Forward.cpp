@@ -46,6 +46,7 @@ Kernel attentionForward(const AttentionShape &s, const AttentionConfig &config) 
 
   KernelBuilder k("attention_fwd", {cdiv(s.seqQ, BM), s.batch * s.heads});
   k.setWarps(c.warps);
+  k.setStages(c.stages);
   auto Q = k.tensorArg("Q", s.dtype, {s.batch, s.heads, s.seqQ, D});
   auto K = k.tensorArg("K", s.dtype, {s.batch, s.heads, s.seqK, D});
   auto V = k.tensorArg("V", s.dtype, {s.batch, s.heads, s.seqK, D});
@@ -64,17 +65,17 @@ Kernel attentionForward(const AttentionShape &s, const AttentionConfig &config) 
   Tile rowSum = zeros({BM}, f32);
   Tile rows = arange(BM) + m0;
 
-  // Causal: keys past this block's last query row are never needed.
-  Index end = s.causal ? min(m0 + BM, Index(s.seqK)) : Index(s.seqK);
-  forRange(0, end, BN, carry(acc, rowMax, rowSum), [&](Index n0) {
+  // One step of the online softmax over the keys [n0, n0 + BN).
+  auto step = [&](Index n0, bool mask) {
     Tile kTile = load(kv.block({n0, 0}, {BN, D}));
     Tile scores = dot(qTile, transpose(kTile)) * (scale * log2e);
-    Tile cols = arange(BN) + n0;
-    if (s.seqK % BN != 0) // keys past seqK read as 0: mask them out
-      scores = where(row(cols) < s.seqK, scores, -inf);
-    if (s.causal)
-      scores = where(column(rows) >= row(cols), scores, -inf);
-
+    if (mask) {
+      Tile cols = arange(BN) + n0;
+      if (s.seqK % BN != 0) // keys past seqK read as 0: mask them out
+        scores = where(row(cols) < s.seqK, scores, -inf);
+      if (s.causal)
+        scores = where(column(rows) >= row(cols), scores, -inf);
+    }
     Tile newMax = max(rowMax, reduceMax(scores, 1));
     Tile p = exp2(scores - column(newMax));
     Tile alpha = exp2(rowMax - newMax);
@@ -82,7 +83,22 @@ Kernel attentionForward(const AttentionShape &s, const AttentionConfig &config) 
     Tile vTile = load(v.block({n0, 0}, {BN, D}));
     acc = dot(p.to(s.dtype), vTile, acc * column(alpha));
     rowMax = newMax;
-  });
+  };
+  if (s.causal && BM % BN == 0) {
+    // Whole key blocks left of the diagonal need no mask; the diagonal ones
+    // (and a ragged last block) do; those right of it are skipped.
+    Index split = min(m0, Index(s.seqK / BN * BN));
+    forRange(0, split, BN, carry(acc, rowMax, rowSum), [&](Index n0) { step(n0, false); });
+    forRange(split, min(m0 + BM, Index(s.seqK)), BN, carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, true); });
+  } else if (s.causal) {
+    forRange(0, min(m0 + BM, Index(s.seqK)), BN, carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, true); });
+  } else {
+    // Only the last block can be ragged; masking every block costs little.
+    forRange(0, s.seqK, BN, carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, s.seqK % BN != 0); });
+  }
 
   store(O[b][h].block({m0, 0}), (acc / column(rowSum)).to(s.dtype));
   // logsumexp of the scaled scores, in natural log: (max + log2(sum)) · ln 2.

@@ -47,14 +47,15 @@ int cmdBench(Options &opts) {
   cfg.blockM = opts.integer("block-m", cfg.blockM);
   cfg.blockN = opts.integer("block-n", cfg.blockN);
   cfg.warps = int(opts.integer("warps", cfg.warps));
+  cfg.stages = int(opts.integer("stages", cfg.stages));
   opts.checkAllUsed();
   std::string why;
   if (!cuda::available(&why))
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
   fmt::print("# kiln bench attention on {} ({}), blockM={} blockN={} warps={} "
-             "(0: the head dim's default), median of {} launches\n", dev.name,
-             dev.arch(), cfg.blockM, cfg.blockN, cfg.warps, reps);
+             "stages={} (0: the head dim's default), median of {} launches\n",
+             dev.name, dev.arch(), cfg.blockM, cfg.blockN, cfg.warps, cfg.stages, reps);
   fmt::print("dtype,B,H,N,D,causal,ms,tflops,registers,spill_bytes,smem\n");
 
   std::vector<int64_t> ns = quick ? std::vector<int64_t>{1024, 4096}

@@ -11,9 +11,9 @@ using namespace mlir;
 namespace kiln::gpu {
 
 Lowerer::Lowerer(func::FuncOp src, int numWarps, bool aligned,
-                 const LayoutMap &layouts)
+                 const LayoutMap &layouts, int numStages)
     : b(src.getContext()), loc(src.getLoc()), numWarps(numWarps),
-      aligned(aligned), layouts(layouts), src(src) {}
+      aligned(aligned), numStages(numStages), layouts(layouts), src(src) {}
 
 Value Lowerer::i32(int64_t v) {
   return b.create<arith::ConstantIntOp>(loc, v, 32);
@@ -67,9 +67,9 @@ int64_t Lowerer::run(ModuleOp module) {
     int64_t bytes = (ld.getType().getNumElements() * 2 + 127) / 128 * 128;
     smemRegion[ld.getResult()] = top;
     top += bytes;
-    if (canPrefetch(ld, nullptr)) { // double-buffered
-      smemRegion2[ld.getResult()] = top;
-      top += bytes;
+    if (canPrefetch(ld, nullptr)) { // one buffer per pipeline stage
+      smemBufferBytes[ld.getResult()] = bytes;
+      top += bytes * (numStages - 1);
     }
   });
   scratchBase = top;
@@ -206,28 +206,33 @@ Regs Lowerer::materialize(Value v) {
 }
 
 void Lowerer::lowerFor(scf::ForOp forOp) {
-  // Loads fetched one iteration ahead (software pipelining, two buffers):
-  // the prologue fetches the first iteration's blocks; each iteration
-  // fetches the next one's into the other buffer before it computes.
+  // Software pipelining of the loads that only feed dots: numStages buffers
+  // each; the prologue fetches the first numStages-1 iterations' blocks, and
+  // iteration i, once its own blocks have arrived and every warp is past the
+  // barrier (so done with iteration i-1), fetches iteration i+numStages-1's
+  // into the buffer iteration i-1 used, then computes.
   SmallVector<LoadOp> prefetched;
   SmallVector<Operation *> slice;
   for (Operation &op : forOp.getBody()->without_terminator())
-    if (auto ld = dyn_cast<LoadOp>(op); ld && smemRegion2.count(ld.getResult()))
+    if (auto ld = dyn_cast<LoadOp>(op); ld && smemBufferBytes.count(ld.getResult()))
       prefetched.push_back(ld);
   for (LoadOp ld : prefetched)
     canPrefetch(ld, &slice);
   llvm::SetVector<Operation *> sliceOps(slice.begin(), slice.end());
   Value srcIv = forOp.getInductionVar();
-  auto fetch = [&](Value iv, Value parity) {
+  auto bufferBase = [&](LoadOp ld, Value slot) -> Value {
+    return b.create<arith::AddIOp>(
+        loc, i32(smemRegion[ld.getResult()]),
+        b.create<arith::MulIOp>(loc, slot, i32(smemBufferBytes[ld.getResult()])));
+  };
+  auto fetch = [&](Value iv, Value slot) {
     Value saved = scalars.lookup(srcIv);
     scalars[srcIv] = iv;
     for (Operation *op : sliceOps)
       lowerOp(op);
     for (LoadOp ld : prefetched) {
-      Value isZero = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, parity, i32(0));
       SmemTile t = *tileGeometry(*layouts.lookup(ld.getResult()).layout);
-      t.base = b.create<arith::SelectOp>(loc, isZero, i32(smemRegion[ld.getResult()]),
-                                         i32(smemRegion2[ld.getResult()]));
+      t.base = bufferBase(ld, slot);
       issueAsyncCopy(ld, t);
     }
     b.create<NVVM::CpAsyncCommitGroupOp>(loc);
@@ -238,8 +243,12 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     else
       scalars.erase(srcIv);
   };
-  if (!prefetched.empty())
-    fetch(scalarOf(forOp.getLowerBound()), i32(0));
+  int S = numStages;
+  for (int i = 0; !prefetched.empty() && i < S - 1; ++i)
+    fetch(b.create<arith::AddIOp>(
+              loc, scalarOf(forOp.getLowerBound()),
+              b.create<arith::MulIOp>(loc, scalarOf(forOp.getStep()), i32(i))),
+          i32(i));
 
   // Each carried tile becomes its registers (one value if uniform).
   struct Carried {
@@ -266,7 +275,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   }
   size_t numCarried = inits.size();
   if (!prefetched.empty())
-    inits.push_back(i32(0)); // which buffer holds this iteration's blocks
+    inits.push_back(i32(0)); // the buffer that holds this iteration's blocks
   auto newFor = b.create<scf::ForOp>(loc, scalarOf(forOp.getLowerBound()),
                                      scalarOf(forOp.getUpperBound()),
                                      scalarOf(forOp.getStep()), inits);
@@ -291,18 +300,18 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       b.setInsertionPointToStart(newFor.getBody());
     scalars[srcIv] = newFor.getInductionVar();
     bind(newFor.getRegionIterArgs(), [&](size_t i) { return forOp.getRegionIterArgs()[i]; });
-    Value parity;
+    Value slot;
     if (!prefetched.empty()) {
-      parity = newFor.getRegionIterArgs().back();
-      Value next = b.create<arith::AddIOp>(loc, newFor.getInductionVar(),
-                                           scalarOf(forOp.getStep()));
-      fetch(next, b.create<arith::XOrIOp>(loc, parity, i32(1)));
-      b.create<NVVM::CpAsyncWaitGroupOp>(loc, 1); // this iteration's group
+      slot = newFor.getRegionIterArgs().back();
+      b.create<NVVM::CpAsyncWaitGroupOp>(loc, S - 2); // this iteration's group
       barrier();
-      Value isZero = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, parity, i32(0));
+      Value ahead = b.create<arith::AddIOp>(
+          loc, newFor.getInductionVar(),
+          b.create<arith::MulIOp>(loc, scalarOf(forOp.getStep()), i32(S - 1)));
+      fetch(ahead, b.create<arith::RemUIOp>(
+                       loc, b.create<arith::AddIOp>(loc, slot, i32(S - 1)), i32(S)));
       for (LoadOp ld : prefetched)
-        prefetchedBase[ld.getResult()] = b.create<arith::SelectOp>(
-            loc, isZero, i32(smemRegion[ld.getResult()]), i32(smemRegion2[ld.getResult()]));
+        prefetchedBase[ld.getResult()] = bufferBase(ld, slot);
     }
     for (Operation &op : forOp.getBody()->without_terminator())
       lowerOp(&op);
@@ -318,10 +327,9 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       } else
         outs.push_back(materialize(y).scalar);
     }
-    if (!prefetched.empty()) {
-      barrier(); // every warp is done with this buffer before it is refilled
-      outs.push_back(b.create<arith::XOrIOp>(loc, parity, i32(1)));
-    }
+    if (!prefetched.empty())
+      outs.push_back(b.create<arith::RemUIOp>(
+          loc, b.create<arith::AddIOp>(loc, slot, i32(1)), i32(S)));
     if (!inits.empty())
       b.create<scf::YieldOp>(loc, outs);
   }

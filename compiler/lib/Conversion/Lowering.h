@@ -70,7 +70,7 @@ struct SmemTile {
 class Lowerer {
 public:
   Lowerer(mlir::func::FuncOp src, int numWarps, bool aligned,
-          const LayoutMap &layouts);
+          const LayoutMap &layouts, int numStages = 2);
   /// Emits the kernel into `module`; returns the dynamic shared-memory bytes
   /// it needs.
   int64_t run(mlir::ModuleOp module);
@@ -80,6 +80,7 @@ public:
   mlir::Location loc;
   int numWarps;
   bool aligned;
+  int numStages;
   const LayoutMap &layouts;
   mlir::Value lane, warp; ///< i32
   mlir::Value smemBase;   ///< !llvm.ptr<3>
@@ -118,7 +119,8 @@ public:
   /// cp.async of a load's block into a tile, 16 bytes per copy, zero-filled
   /// outside the tensor.
   void issueAsyncCopy(LoadOp ld, const SmemTile &t);
-  llvm::DenseMap<mlir::Value, int64_t> smemRegion2; ///< second buffers
+  /// Prefetched loads: numStages buffers of `smemBufferBytes` from smemRegion.
+  llvm::DenseMap<mlir::Value, int64_t> smemBufferBytes;
   llvm::DenseMap<mlir::Value, mlir::Value> prefetchedBase;
   /// ldmatrix of the mma operand fragments of k-slice `ki` (all m or n tiles
   /// of this warp) into `out`, indexed as registers of `to`.

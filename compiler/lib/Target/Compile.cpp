@@ -60,8 +60,11 @@ static std::string emitPtx(llvm::Module &m, const std::string &arch,
   const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
   if (!target)
     throw InternalError("NVPTX target: " + err);
+  // Fuse multiplies and adds into FMAs, as nvcc does by default (--fmad=true).
+  llvm::TargetOptions options;
+  options.AllowFPOpFusion = llvm::FPOpFusion::Fast;
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      triple, arch, "+ptx80", llvm::TargetOptions(), std::nullopt, std::nullopt,
+      triple, arch, "+ptx80", options, std::nullopt, std::nullopt,
       llvm::CodeGenOptLevel::Aggressive));
   if (!tm)
     throw Error("NVPTX: no target machine for " + arch);
@@ -171,7 +174,8 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
   }
 
   OwningOpRef<ModuleOp> lowered = ModuleOp::create(func.getLoc());
-  gpu::Lowerer lowerer(func, numWarps, out.aligned, layouts);
+  int numStages = target.numStages ? target.numStages : impl.numStages;
+  gpu::Lowerer lowerer(func, numWarps, out.aligned, layouts, numStages);
   out.sharedBytes = lowerer.run(*lowered);
   out.layouts += "shared-memory layout conversions: " +
                  std::to_string(lowerer.genericConversions) + "\n";

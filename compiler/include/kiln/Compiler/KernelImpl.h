@@ -23,6 +23,7 @@ struct Kernel::Impl {
   std::vector<TensorParamInfo> tensors;
   std::array<int64_t, 3> grid{1, 1, 1};
   int numWarps = 4; ///< the schedule's warps per program
+  int numStages = 2; ///< software-pipeline depth of loads in loops
 
   /// The kernel function: the func.func named `name` in the module.
   mlir::func::FuncOp func() const;

@@ -255,6 +255,8 @@ public:
                        Loc loc = Loc::current());
   /// Warps per program on the GPU (a power of two; default 4).
   void setWarps(int warps, Loc loc = Loc::current());
+  /// Software-pipeline depth of the loads in loops (>= 2; default 2).
+  void setStages(int stages, Loc loc = Loc::current());
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 
