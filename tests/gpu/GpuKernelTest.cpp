@@ -50,7 +50,7 @@ struct DeviceTensors {
 };
 
 void runOnGpu(const Kernel &k, DeviceTensors &dt) {
-  CompiledKernel c = compileForGpu(k, {cuda::device().arch(), 0, tensorsAligned(k, dt.refs)});
+  CompiledKernel c = compileForGpu(k, {.arch = cuda::device().arch(), .assumeAligned = tensorsAligned(k, dt.refs)});
   GpuKernel g(c.spec());
   g.launch(k.bind(dt.refs));
   cuda::synchronize();
@@ -179,7 +179,7 @@ TEST(GpuKernels, AlignedKernelRejectsUnalignedStrides) {
   dt.add("B", b, false);
   dt.add("C", c, true);
   EXPECT_FALSE(tensorsAligned(k, dt.refs)); // 36 bf16 = 72 bytes per row
-  GpuKernel g(compileForGpu(k, {cuda::device().arch(), 0, true}).spec());
+  GpuKernel g(compileForGpu(k, {.arch = cuda::device().arch(), .assumeAligned = true}).spec());
   EXPECT_THAT(test::errorOf([&] { g.launch(k.bind(dt.refs)); }),
               HasSubstr("tensor A: stride 36 of dimension 0 is not a multiple of 16 bytes"));
   // The general variant runs it, correctly.

@@ -75,4 +75,8 @@ TEST(Codegen, UnsupportedShapesAreNamed) {
                 compileForGpu(kernels::gemm({64, 64, 64}), {"sm_75", 0});
               }),
               HasSubstr("target sm_75 is not supported"));
+  EXPECT_THAT(test::errorOf([] {
+                compileForGpu(kernels::gemm({64, 64, 64}), {.arch = "sm_90a", .numStages = 1});
+              }),
+              HasSubstr("pipeline stages must be in [2, 8], got 1"));
 }

@@ -286,7 +286,7 @@ int cmdRun(Options &opts) {
       refs[n].data = buf.data();
     }
     bool aligned = tensorsAligned(*p.kernel, refs);
-    CompiledKernel c = compileForGpu(*p.kernel, {dev.arch(), 0, aligned});
+    CompiledKernel c = compileForGpu(*p.kernel, {.arch = dev.arch(), .assumeAligned = aligned});
     GpuKernel gpu(c.spec());
     fmt::print("  compiled for {} rows\n", aligned ? "aligned, contiguous" : "any strided");
     gpu.launch(p.kernel->bind(refs));

@@ -175,6 +175,9 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
 
   OwningOpRef<ModuleOp> lowered = ModuleOp::create(func.getLoc());
   int numStages = target.numStages ? target.numStages : impl.numStages;
+  if (numStages < 2 || numStages > 8)
+    throw Error("compileForGpu: pipeline stages must be in [2, 8], got " +
+                std::to_string(numStages));
   gpu::Lowerer lowerer(func, numWarps, out.aligned, layouts, numStages);
   out.sharedBytes = lowerer.run(*lowered);
   out.layouts += "shared-memory layout conversions: " +
