@@ -80,3 +80,19 @@ TEST(Codegen, UnsupportedShapesAreNamed) {
               }),
               HasSubstr("pipeline stages must be in [2, 8], got 1"));
 }
+
+TEST(Codegen, JitCacheKeysOnIrAndTarget) {
+  CompileCacheStats before = compileCacheStats();
+  kernels::GemmShape s{96, 64, 64};
+  auto a = compileCached(kernels::gemm(s));
+  auto b = compileCached(kernels::gemm(s)); // built again, alike: a hit
+  EXPECT_EQ(a.get(), b.get());
+  auto c = compileCached(kernels::gemm(s), {.arch = "sm_80"}); // other target
+  EXPECT_NE(a.get(), c.get());
+  s.K = 128; // other shape
+  auto d = compileCached(kernels::gemm(s));
+  EXPECT_NE(a.get(), d.get());
+  CompileCacheStats after = compileCacheStats();
+  EXPECT_EQ(after.hits - before.hits, 1);
+  EXPECT_EQ(after.misses - before.misses, 3);
+}

@@ -286,8 +286,9 @@ int cmdRun(Options &opts) {
       refs[n].data = buf.data();
     }
     bool aligned = tensorsAligned(*p.kernel, refs);
-    CompiledKernel c = compileForGpu(*p.kernel, {.arch = dev.arch(), .assumeAligned = aligned});
-    GpuKernel gpu(c.spec());
+    GpuTarget target{.arch = dev.arch(), .assumeAligned = aligned};
+    const CompiledKernel &c = *compileCached(*p.kernel, target);
+    GpuKernel &gpu = *jitKernel(*p.kernel, target);
     fmt::print("  compiled for {} rows\n", aligned ? "aligned, contiguous" : "any strided");
     gpu.launch(p.kernel->bind(refs));
     cuda::synchronize();

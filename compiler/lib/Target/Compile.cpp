@@ -95,6 +95,67 @@ static std::string emitPtx(llvm::Module &m, const std::string &arch,
   return std::string(ptx.str());
 }
 
+namespace {
+struct Cache {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<const CompiledKernel>> compiled;
+  std::map<std::string, std::shared_ptr<GpuKernel>> loaded;
+  CompileCacheStats stats;
+};
+Cache &cache() {
+  static Cache c;
+  return c;
+}
+
+std::string cacheKey(const Kernel &kernel, const GpuTarget &t) {
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  OpPrintingFlags flags;
+  flags.printGenericOpForm().enableDebugInfo(false);
+  kernel.impl().module->print(os, flags);
+  return "kiln " KILN_VERSION "|" + t.arch + "|w" + std::to_string(t.numWarps) +
+         "|s" + std::to_string(t.numStages) + "|a" + std::to_string(t.assumeAligned) +
+         "|" + ir;
+}
+} // namespace
+
+std::shared_ptr<const CompiledKernel> compileCached(const Kernel &kernel,
+                                                    const GpuTarget &target) {
+  std::string key = cacheKey(kernel, target);
+  Cache &c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (auto it = c.compiled.find(key); it != c.compiled.end()) {
+      ++c.stats.hits;
+      return it->second;
+    }
+    ++c.stats.misses;
+  }
+  // Compile outside the lock: other threads' compiles go on meanwhile.
+  auto compiled = std::make_shared<const CompiledKernel>(compileForGpu(kernel, target));
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.compiled.emplace(key, compiled).first->second;
+}
+
+std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel, const GpuTarget &target) {
+  std::shared_ptr<const CompiledKernel> compiled = compileCached(kernel, target);
+  std::string key = cacheKey(kernel, target);
+  Cache &c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto &slot = c.loaded[key];
+  if (!slot)
+    slot = std::make_shared<GpuKernel>(compiled->spec());
+  return slot;
+}
+
+CompileCacheStats compileCacheStats() {
+  Cache &c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  CompileCacheStats s = c.stats;
+  s.entries = int64_t(c.compiled.size());
+  return s;
+}
+
 bool tensorsAligned(const Kernel &kernel,
                     const std::map<std::string, TensorRef> &tensors) {
   for (const TensorParamInfo &t : kernel.tensors()) {

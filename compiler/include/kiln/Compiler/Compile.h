@@ -12,6 +12,7 @@
 
 #include <array>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,22 @@ struct CompiledKernel {
 /// Compiles a kernel for a GPU target. Throws kiln::Error when the kernel
 /// uses something the GPU path does not support, naming it.
 CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target = {});
+
+/// JIT per shape: the compiled kernel from the in-process cache, compiling it
+/// on a miss. The key is the kernel's canonical IR (generic form, without
+/// locations), every GpuTarget field and the compiler's version, so that two
+/// kernels built alike share one entry and nothing else does. Thread-safe.
+std::shared_ptr<const CompiledKernel> compileCached(const Kernel &kernel,
+                                                    const GpuTarget &target = {});
+
+/// The same, loaded on the device and ready to launch.
+std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
+                                     const GpuTarget &target = {});
+
+struct CompileCacheStats {
+  int64_t hits = 0, misses = 0, entries = 0;
+};
+CompileCacheStats compileCacheStats();
 
 } // namespace kiln
 
