@@ -97,6 +97,18 @@ std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, Value base) {
   return t;
 }
 
+Value Lowerer::tileOffset(const SmemTile &t, Value row, Value col) {
+  Value chunk = b.create<arith::XOrIOp>(
+      loc, b.create<arith::ShRUIOp>(loc, col, i32(3)),
+      b.create<arith::AndIOp>(loc, row, i32(t.swz - 1)));
+  Value off = b.create<arith::AddIOp>(
+      loc, t.base, b.create<arith::MulIOp>(loc, row, i32(t.cols * 2)));
+  off = b.create<arith::AddIOp>(loc, off, b.create<arith::ShLIOp>(loc, chunk, i32(4)));
+  return b.create<arith::AddIOp>(
+      loc, off,
+      b.create<arith::ShLIOp>(loc, b.create<arith::AndIOp>(loc, col, i32(7)), i32(1)));
+}
+
 Value Lowerer::tilePtr(const SmemTile &t, Value row, Value col) {
   Value chunk = b.create<arith::XOrIOp>(
       loc, b.create<arith::ShRUIOp>(loc, col, i32(3)),
@@ -127,16 +139,26 @@ void Lowerer::loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
   Value qOff = b.create<arith::MulIOp>(loc, opIdx == 0 ? bit0 : bit1, i32(8));
   Value pOff = b.create<arith::MulIOp>(loc, opIdx == 0 ? bit1 : bit0, i32(8));
   Type i32Ty = b.getI32Type();
+  // The lane's address for the tile's first fragment; every other fragment's
+  // is that plus whole rows (affine) XOR whole 16-byte chunks: the swizzle
+  // only permutes chunks within a row, and tile bases keep those bits clear.
+  Value q0 = b.create<arith::AddIOp>(loc, wc[Q], qOff);
+  Value p0 = b.create<arith::AddIOp>(loc, wc[P], pOff);
+  Value row0 = b.create<arith::AddIOp>(loc, trans ? p0 : q0, j);
+  Value col0 = trans ? q0 : p0;
+  Value base0 = tileOffset(t, row0, col0);
   auto load = [&](int64_t originReg, int num, ArrayRef<int64_t> dests) {
     Coord o = to.regCoord(originReg);
-    Value q = b.create<arith::AddIOp>(loc, b.create<arith::AddIOp>(loc, wc[Q], i32(o[Q])), qOff);
-    Value p = b.create<arith::AddIOp>(loc, b.create<arith::AddIOp>(loc, wc[P], i32(o[P])), pOff);
-    Value rowAlong = b.create<arith::AddIOp>(loc, trans ? p : q, j);
-    Value row = rowAlong, col = trans ? q : p;
+    int64_t dRow = trans ? o[P] : o[Q], dCol = trans ? o[Q] : o[P];
+    Value off = b.create<arith::AddIOp>(loc, base0, i32(dRow * t.cols * 2));
+    if (dCol)
+      off = b.create<arith::XOrIOp>(loc, off, i32(dCol / 8 * 16));
+    Value ptr = b.create<LLVM::GEPOp>(loc, smemBase.getType(), b.getI8Type(),
+                                      smemBase, ValueRange{off});
     SmallVector<Type> fields(num, i32Ty);
     Type resTy = LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
     Value res = b.create<NVVM::LdMatrixOp>(
-        loc, resTy, tilePtr(t, row, col), uint32_t(num),
+        loc, resTy, ptr, uint32_t(num),
         trans ? NVVM::MMALayout::col : NVVM::MMALayout::row,
         NVVM::LdStMatrixShapeAttr::get(b.getContext(), 8, 8),
         NVVM::LdStMatrixEltType::B16);

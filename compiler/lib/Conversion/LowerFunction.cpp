@@ -64,7 +64,9 @@ int64_t Lowerer::run(ModuleOp module) {
   src.walk([&](LoadOp ld) {
     if (!sharedOperands.count(ld.getResult()))
       return;
-    int64_t bytes = (ld.getType().getNumElements() * 2 + 127) / 128 * 128;
+    // 1 KB alignment keeps every row start's swizzle bits zero, so that an
+    // ldmatrix address can move across 16-byte chunks by XOR.
+    int64_t bytes = (ld.getType().getNumElements() * 2 + 1023) / 1024 * 1024;
     smemRegion[ld.getResult()] = top;
     top += bytes;
     if (canPrefetch(ld, nullptr)) { // one buffer per pipeline stage
@@ -72,7 +74,7 @@ int64_t Lowerer::run(ModuleOp module) {
       top += bytes * (numStages - 1);
     }
   });
-  scratchBase = top;
+  scratchBase = (top + 1023) / 1024 * 1024;
   lowerBlock(src.getBody().front());
   return scratchBase + smemBytes;
 }

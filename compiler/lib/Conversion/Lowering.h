@@ -125,6 +125,8 @@ public:
   /// ldmatrix of the mma operand fragments of k-slice `ki` (all m or n tiles
   /// of this warp) into `out`, indexed as registers of `to`.
   mlir::Value tilePtr(const SmemTile &t, mlir::Value row, mlir::Value col);
+  /// Byte offset of element (row, col) of a tile in dynamic shared memory.
+  mlir::Value tileOffset(const SmemTile &t, mlir::Value row, mlir::Value col);
   void loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
                      llvm::SmallVectorImpl<mlir::Value> &out);
   llvm::DenseMap<mlir::Value, SmemTile> smemTiles;
