@@ -250,6 +250,12 @@ void KernelBuilder::setStages(int stages, Loc loc) {
   state_->func->setAttr("kiln.num_stages", state_->builder.getI32IntegerAttr(stages));
 }
 
+void KernelBuilder::setReloadThreadIds(bool reload) {
+  state_->kernel->reloadThreadIds = reload;
+  if (reload)
+    state_->func->setAttr("kiln.reload_thread_ids", state_->builder.getUnitAttr());
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -33,8 +33,11 @@ static void checkShape(const AttentionShape &s, const AttentionConfig &c) {
 AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (!c.blockM)
     c.blockM = 128;
+  bool wide = s.headDim >= 128;
   if (!c.blockN)
-    c.blockN = s.headDim >= 128 ? 32 : 64;
+    c.blockN = wide && s.causal ? 32 : 64;
+  if (c.reloadThreadIds < 0)
+    c.reloadThreadIds = wide && !s.causal;
   return c;
 }
 
@@ -47,6 +50,7 @@ Kernel attentionForward(const AttentionShape &s, const AttentionConfig &config) 
   KernelBuilder k("attention_fwd", {cdiv(s.seqQ, BM), s.batch * s.heads});
   k.setWarps(c.warps);
   k.setStages(c.stages);
+  k.setReloadThreadIds(c.reloadThreadIds > 0);
   auto Q = k.tensorArg("Q", s.dtype, {s.batch, s.heads, s.seqQ, D});
   auto K = k.tensorArg("K", s.dtype, {s.batch, s.heads, s.seqK, D});
   auto V = k.tensorArg("V", s.dtype, {s.batch, s.heads, s.seqK, D});

@@ -6,6 +6,8 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <cstdlib>
+
 using namespace mlir;
 
 namespace kiln::gpu {
@@ -300,6 +302,19 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       b.setInsertionPoint(newFor.getBody()->getTerminator());
     else
       b.setInsertionPointToStart(newFor.getBody());
+    // Thread ids re-read in the body (an opaque read that LLVM cannot hoist)
+    // keep the lane-derived address arithmetic inside the loop instead of
+    // hoisting dozens of live addresses out of it.
+    Value savedLane = lane, savedWarp = warp;
+    if (reloadThreadIds) {
+      auto asmOp = b.create<LLVM::InlineAsmOp>(
+          loc, b.getI32Type(), ValueRange{}, "mov.u32 $0, %tid.x;", "=r",
+          /*has_side_effects=*/true, /*is_align_stack=*/false,
+          LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
+      Value tid = asmOp.getResult(0);
+      lane = b.create<arith::AndIOp>(loc, tid, i32(31));
+      warp = b.create<arith::ShRUIOp>(loc, tid, i32(5));
+    }
     scalars[srcIv] = newFor.getInductionVar();
     bind(newFor.getRegionIterArgs(), [&](size_t i) { return forOp.getRegionIterArgs()[i]; });
     Value slot;
@@ -334,6 +349,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
           loc, b.create<arith::AddIOp>(loc, slot, i32(1)), i32(S)));
     if (!inits.empty())
       b.create<scf::YieldOp>(loc, outs);
+    lane = savedLane;
+    warp = savedWarp;
   }
   (void)numCarried;
   bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });

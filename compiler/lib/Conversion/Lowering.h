@@ -81,6 +81,7 @@ public:
   int numWarps;
   bool aligned;
   int numStages;
+  bool reloadThreadIds = false; ///< see GpuTarget::reloadThreadIds
   const LayoutMap &layouts;
   mlir::Value lane, warp; ///< i32
   mlir::Value smemBase;   ///< !llvm.ptr<3>

@@ -115,6 +115,7 @@ std::string cacheKey(const Kernel &kernel, const GpuTarget &t) {
   kernel.impl().module->print(os, flags);
   return "kiln " KILN_VERSION "|" + t.arch + "|w" + std::to_string(t.numWarps) +
          "|s" + std::to_string(t.numStages) + "|a" + std::to_string(t.assumeAligned) +
+         "|r" + std::to_string(t.reloadThreadIds) +
          "|" + ir;
 }
 } // namespace
@@ -240,6 +241,7 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
     throw Error("compileForGpu: pipeline stages must be in [2, 8], got " +
                 std::to_string(numStages));
   gpu::Lowerer lowerer(func, numWarps, out.aligned, layouts, numStages);
+  lowerer.reloadThreadIds = target.reloadThreadIds || impl.reloadThreadIds;
   out.sharedBytes = lowerer.run(*lowered);
   out.layouts += "shared-memory layout conversions: " +
                  std::to_string(lowerer.genericConversions) + "\n";

@@ -22,6 +22,10 @@ struct GpuTarget {
   std::string arch = "sm_90a"; ///< sm_80 or sm_90a
   int numWarps = 0;            ///< 0: the kernel's own (its Config's warps)
   int numStages = 0;           ///< 0: the kernel's own
+  /// Re-read the thread id inside loops so that address arithmetic derived
+  /// from it stays in the loop instead of living in registers across it:
+  /// less register pressure, a little more ALU work. Or'ed with the kernel's.
+  bool reloadThreadIds = false;
   /// Specialise for tensors whose last dimension is contiguous (stride 1),
   /// whose other strides are multiples of 16 bytes and whose base pointers
   /// are 16-byte aligned: loads and stores become 16-byte vectors. The

@@ -24,6 +24,7 @@ struct Kernel::Impl {
   std::array<int64_t, 3> grid{1, 1, 1};
   int numWarps = 4; ///< the schedule's warps per program
   int numStages = 2; ///< software-pipeline depth of loads in loops
+  bool reloadThreadIds = false; ///< see GpuTarget::reloadThreadIds
 
   /// The kernel function: the func.func named `name` in the module.
   mlir::func::FuncOp func() const;

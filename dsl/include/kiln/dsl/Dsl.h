@@ -257,6 +257,8 @@ public:
   void setWarps(int warps, Loc loc = Loc::current());
   /// Software-pipeline depth of the loads in loops (>= 2; default 2).
   void setStages(int stages, Loc loc = Loc::current());
+  /// Codegen hint: re-read thread ids inside loops (GpuTarget::reloadThreadIds).
+  void setReloadThreadIds(bool reload);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

@@ -17,12 +17,14 @@ struct AttentionShape {
   double scale = 0; ///< 0: 1/sqrt(headDim)
 };
 
-/// Schedule: tile sizes, warps and pipeline stages. Zero picks the default
-/// for the head dim (measured on an H200: 128x64 at D=64, 128x32 at D=128,
-/// 4 warps).
+/// Schedule: tile sizes, warps, pipeline stages and a register-pressure hint.
+/// Zero / -1 pick the defaults measured on an H200: 128x64 blocks at D=64;
+/// at D=128, 128x64 with thread ids re-read in the loop when non-causal and
+/// 128x32 when causal; 4 warps, 2 stages.
 struct AttentionConfig {
   int64_t blockM = 0, blockN = 0;
   int warps = 4, stages = 2;
+  int reloadThreadIds = -1; ///< -1: default, 0: no, 1: yes
 };
 
 /// The config with its zero fields filled in for `shape`.
