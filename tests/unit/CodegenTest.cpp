@@ -4,6 +4,7 @@
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/Gemm.h"
+#include "kiln/kernels/Softmax.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -57,7 +58,8 @@ TEST(Codegen, PtxAssemblesWithPtxas) {
   s.seqQ = s.seqK = 1000;
   s.causal = true;
   for (const char *arch : {"sm_80", "sm_90a"})
-    for (const Kernel &k : {kernels::attentionForward(s), kernels::gemm({256, 256, 256})}) {
+    for (const Kernel &k : {kernels::attentionForward(s), kernels::gemm({256, 256, 256}),
+                            kernels::softmax({100, 1000, DType::bf16})}) {
       CompiledKernel c = compileForGpu(k, {arch, 0});
       std::string path = ::testing::TempDir() + "kiln_" + c.name + "_" + arch + ".ptx";
       std::ofstream(path) << c.ptx;
