@@ -1,4 +1,5 @@
-//===- attention_demo.cpp - flash attention from the DSL, end to end -------===//
+//===- attention_demo.cpp - flash attention from the DSL, end to end
+//-------===//
 //
 // Builds the flash-attention forward kernel (kernels/attention/Forward.cpp)
 // for one shape, shows the kiln IR it compiles to, runs it over the whole
@@ -34,7 +35,8 @@ int main(int argc, char **argv) try {
               (long long)s.batch, (long long)s.heads, (long long)s.seqQ,
               (long long)s.headDim, s.causal ? "causal" : "non-causal");
   std::printf("grid %lld x %lld programs, %zu parameters\n\n",
-              (long long)k.grid()[0], (long long)k.grid()[1], k.params().size());
+              (long long)k.grid()[0], (long long)k.grid()[1],
+              k.params().size());
 
   // The loop body of the kiln IR: what one program runs per K/V block.
   std::istringstream ir(k.ir());
@@ -62,10 +64,14 @@ int main(int argc, char **argv) try {
   std::printf("\nno GPU code generation in this build yet: running the CPU "
               "reference executor\n");
   auto t0 = std::chrono::steady_clock::now();
-  runOnCpu(k, k.bind({{"Q", q.ref()}, {"K", kk.ref()}, {"V", v.ref()},
-                      {"O", o.ref()}, {"LSE", lse.ref()}}));
+  runOnCpu(k, k.bind({{"Q", q.ref()},
+                      {"K", kk.ref()},
+                      {"V", v.ref()},
+                      {"O", o.ref()},
+                      {"LSE", lse.ref()}}));
   double ms = std::chrono::duration<double, std::milli>(
-                  std::chrono::steady_clock::now() - t0).count();
+                  std::chrono::steady_clock::now() - t0)
+                  .count();
 
   HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
   kernels::attentionReference(s, q, kk, v, oRef, lseRef);

@@ -1,4 +1,5 @@
-//===- custom_kernel.cpp - writing your own kiln kernel --------------------===//
+//===- custom_kernel.cpp - writing your own kiln kernel
+//--------------------===//
 //
 // A fused "scale, mask and row-normalise" kernel written from scratch: each
 // program takes 32 rows, multiplies by a scale, zeroes the entries above the
@@ -53,8 +54,10 @@ int main() {
     for (int64_t j = 0; j <= std::min(i, C - 1); ++j)
       norm += std::abs(0.5 * x.at(std::vector<int64_t>{i, j}));
     for (int64_t j = 0; j < C; ++j) {
-      double want = j <= i ? 0.5 * x.at(std::vector<int64_t>{i, j}) / norm : 0.0;
-      worst = std::max(worst, std::abs(y.at(std::vector<int64_t>{i, j}) - want));
+      double want =
+          j <= i ? 0.5 * x.at(std::vector<int64_t>{i, j}) / norm : 0.0;
+      worst =
+          std::max(worst, std::abs(y.at(std::vector<int64_t>{i, j}) - want));
     }
   }
   std::printf("row_normalize %lldx%lld: max abs error %.2e\n", (long long)R,

@@ -7,12 +7,12 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/AsmState.h"
-#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -26,25 +26,32 @@ std::shared_ptr<MLIRContext> makeKilnContext() {
   DialectRegistry registry;
   registerKilnDialects(registry);
   // What the GPU lowering emits and translates to LLVM IR.
-  registry.insert<LLVM::LLVMDialect, NVVM::NVVMDialect, cf::ControlFlowDialect>();
+  registry
+      .insert<LLVM::LLVMDialect, NVVM::NVVMDialect, cf::ControlFlowDialect>();
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
   registerNVVMDialectTranslation(registry);
   // Kernels are small and built on the caller's thread; a per-context thread
   // pool would only cost start-up time.
-  auto ctx = std::make_shared<MLIRContext>(registry,
-                                           MLIRContext::Threading::DISABLED);
+  auto ctx =
+      std::make_shared<MLIRContext>(registry, MLIRContext::Threading::DISABLED);
   ctx->loadAllAvailableDialects();
   return ctx;
 }
 
 DType dtypeOf(Type t) {
-  if (t.isF32()) return DType::f32;
-  if (t.isF16()) return DType::f16;
-  if (t.isBF16()) return DType::bf16;
-  if (t.isInteger(1)) return DType::i1;
-  if (t.isInteger(32)) return DType::i32;
-  if (t.isInteger(64)) return DType::i64;
+  if (t.isF32())
+    return DType::f32;
+  if (t.isF16())
+    return DType::f16;
+  if (t.isBF16())
+    return DType::bf16;
+  if (t.isInteger(1))
+    return DType::i1;
+  if (t.isInteger(32))
+    return DType::i32;
+  if (t.isInteger(64))
+    return DType::i64;
   std::string s;
   llvm::raw_string_ostream os(s);
   os << t;
@@ -54,12 +61,18 @@ DType dtypeOf(Type t) {
 Type mlirType(MLIRContext *ctx, DType t) {
   Builder b(ctx);
   switch (t) {
-  case DType::f32: return b.getF32Type();
-  case DType::f16: return b.getF16Type();
-  case DType::bf16: return b.getBF16Type();
-  case DType::i1: return b.getI1Type();
-  case DType::i32: return b.getI32Type();
-  case DType::i64: return b.getI64Type();
+  case DType::f32:
+    return b.getF32Type();
+  case DType::f16:
+    return b.getF16Type();
+  case DType::bf16:
+    return b.getBF16Type();
+  case DType::i1:
+    return b.getI1Type();
+  case DType::i32:
+    return b.getI32Type();
+  case DType::i64:
+    return b.getI64Type();
   }
   throw InternalError("bad DType");
 }
@@ -117,7 +130,8 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors) const {
     args[t.pointerParam] = r.data;
     set[t.pointerParam] = true;
     for (size_t d = 0; d < r.strides.size(); ++d) {
-      if (r.strides[d] < 0 || r.strides[d] > std::numeric_limits<int32_t>::max())
+      if (r.strides[d] < 0 ||
+          r.strides[d] > std::numeric_limits<int32_t>::max())
         throw Error(where + ": stride " + std::to_string(r.strides[d]) +
                     " of dimension " + std::to_string(d) +
                     " does not fit kiln's 32-bit index width");

@@ -24,8 +24,7 @@ struct KernelBuilder::State {
   mlir::func::FuncOp func;
   Loc createdAt;
 
-  explicit State(std::shared_ptr<mlir::MLIRContext> ctx)
-      : builder(ctx.get()) {
+  explicit State(std::shared_ptr<mlir::MLIRContext> ctx) : builder(ctx.get()) {
     kernel = std::make_shared<Kernel::Impl>();
     kernel->context = std::move(ctx);
   }

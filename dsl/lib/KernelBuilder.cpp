@@ -95,47 +95,60 @@ static Index indexOp(const Index &a, const IndexArg &b,
   }
   (void)name;
   OpBuilder &bld = builder(b.loc);
-  Value v = bld.create<Op>(location(b.loc), value(a.raw()), value(b.value.raw()));
+  Value v =
+      bld.create<Op>(location(b.loc), value(a.raw()), value(b.value.raw()));
   return Index::fromRaw(raw(v), std::nullopt);
 }
 
 Index operator+(const Index &a, IndexArg b) {
-  return indexOp<arith::AddIOp>(a, b, [](int64_t x, int64_t y) { return x + y; }, "+");
+  return indexOp<arith::AddIOp>(
+      a, b, [](int64_t x, int64_t y) { return x + y; }, "+");
 }
 Index operator-(const Index &a, IndexArg b) {
-  return indexOp<arith::SubIOp>(a, b, [](int64_t x, int64_t y) { return x - y; }, "-");
+  return indexOp<arith::SubIOp>(
+      a, b, [](int64_t x, int64_t y) { return x - y; }, "-");
 }
 Index operator*(const Index &a, IndexArg b) {
-  return indexOp<arith::MulIOp>(a, b, [](int64_t x, int64_t y) { return x * y; }, "*");
+  return indexOp<arith::MulIOp>(
+      a, b, [](int64_t x, int64_t y) { return x * y; }, "*");
 }
 Index operator/(const Index &a, IndexArg b) {
   if (b.value.isConstant() && b.value.constant() == 0)
     userError(b.loc, "index division by zero");
-  return indexOp<arith::DivSIOp>(a, b, [](int64_t x, int64_t y) { return x / y; }, "/");
+  return indexOp<arith::DivSIOp>(
+      a, b, [](int64_t x, int64_t y) { return x / y; }, "/");
 }
 Index operator%(const Index &a, IndexArg b) {
   if (b.value.isConstant() && b.value.constant() == 0)
     userError(b.loc, "index remainder by zero");
-  return indexOp<arith::RemSIOp>(a, b, [](int64_t x, int64_t y) { return x % y; }, "%");
+  return indexOp<arith::RemSIOp>(
+      a, b, [](int64_t x, int64_t y) { return x % y; }, "%");
 }
 Index operator+(int64_t a, IndexArg b) { return Index(a, b.loc) + b; }
 Index operator*(int64_t a, IndexArg b) { return Index(a, b.loc) * b; }
 Index operator-(int64_t a, IndexArg b) { return Index(a, b.loc) - b; }
 Index min(Index a, Index b, Loc loc) {
-  return indexOp<arith::MinSIOp>(a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::min(x, y); }, "min");
+  return indexOp<arith::MinSIOp>(
+      a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::min(x, y); },
+      "min");
 }
 Index max(Index a, Index b, Loc loc) {
-  return indexOp<arith::MaxSIOp>(a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::max(x, y); }, "max");
+  return indexOp<arith::MaxSIOp>(
+      a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::max(x, y); },
+      "max");
 }
 Index cdiv(Index a, Index b, Loc loc) {
   if (b.isConstant() && b.constant() <= 0)
     userError(loc, "cdiv by a non-positive constant");
-  return indexOp<arith::CeilDivSIOp>(a, IndexArg(b, loc), [](int64_t x, int64_t y) { return (x + y - 1) / y; }, "cdiv");
+  return indexOp<arith::CeilDivSIOp>(
+      a, IndexArg(b, loc), [](int64_t x, int64_t y) { return (x + y - 1) / y; },
+      "cdiv");
 }
 
 Index programId(int axis, Loc loc) {
   if (axis < 0 || axis > 2)
-    userError(loc, "programId: axis " + std::to_string(axis) + " is not 0, 1 or 2");
+    userError(loc,
+              "programId: axis " + std::to_string(axis) + " is not 0, 1 or 2");
   OpBuilder &b = builder(loc);
   Value v = b.create<ProgramIdOp>(location(loc), b.getI32Type(),
                                   b.getI32IntegerAttr(axis));
@@ -144,7 +157,8 @@ Index programId(int axis, Loc loc) {
 
 Index numPrograms(int axis, Loc loc) {
   if (axis < 0 || axis > 2)
-    userError(loc, "numPrograms: axis " + std::to_string(axis) + " is not 0, 1 or 2");
+    userError(loc, "numPrograms: axis " + std::to_string(axis) +
+                       " is not 0, 1 or 2");
   // The grid is compiled in, so this folds to a constant.
   return Index(state(loc).kernel->grid[axis], loc);
 }
@@ -155,12 +169,12 @@ Index numPrograms(int axis, Loc loc) {
 
 KernelBuilder::KernelBuilder(const std::string &name,
                              std::initializer_list<int64_t> grid, Loc loc)
-    : KernelBuilder(name,
-                    std::array<int64_t, 3>{
-                        grid.size() > 0 ? grid.begin()[0] : 1,
-                        grid.size() > 1 ? grid.begin()[1] : 1,
-                        grid.size() > 2 ? grid.begin()[2] : 1},
-                    loc) {
+    : KernelBuilder(
+          name,
+          std::array<int64_t, 3>{grid.size() > 0 ? grid.begin()[0] : 1,
+                                 grid.size() > 1 ? grid.begin()[1] : 1,
+                                 grid.size() > 2 ? grid.begin()[2] : 1},
+          loc) {
   if (grid.size() == 0 || grid.size() > 3) {
     current = nullptr;
     userError(loc, "KernelBuilder: the grid has 1 to 3 dimensions, got " +
@@ -206,7 +220,8 @@ TensorView KernelBuilder::tensorArg(const std::string &name, DType dtype,
   if (!state_ || current != state_.get())
     userError(loc, "tensorArg: the kernel is finished");
   if (shape.empty())
-    userError(loc, "tensorArg " + name + ": a tensor needs at least one dimension");
+    userError(loc,
+              "tensorArg " + name + ": a tensor needs at least one dimension");
   for (int64_t d : shape)
     if (d < 1 || d > std::numeric_limits<int32_t>::max())
       userError(loc, "tensorArg " + name + ": dimension " + std::to_string(d) +
@@ -232,7 +247,8 @@ TensorView KernelBuilder::tensorArg(const std::string &name, DType dtype,
     strides.push_back(Index::fromRaw(raw(s), std::nullopt));
   }
   k.tensors.push_back(info);
-  return TensorView(raw(ptr), dtype, std::move(shape), std::move(strides), name);
+  return TensorView(raw(ptr), dtype, std::move(shape), std::move(strides),
+                    name);
 }
 
 void KernelBuilder::setWarps(int warps, Loc loc) {
@@ -240,20 +256,24 @@ void KernelBuilder::setWarps(int warps, Loc loc) {
     userError(loc, "setWarps: " + std::to_string(warps) +
                        " is not a power of two in [1, 32]");
   state_->kernel->numWarps = warps;
-  state_->func->setAttr("kiln.num_warps", state_->builder.getI32IntegerAttr(warps));
+  state_->func->setAttr("kiln.num_warps",
+                        state_->builder.getI32IntegerAttr(warps));
 }
 
 void KernelBuilder::setStages(int stages, Loc loc) {
   if (stages < 2 || stages > 8)
-    userError(loc, "setStages: " + std::to_string(stages) + " is not in [2, 8]");
+    userError(loc,
+              "setStages: " + std::to_string(stages) + " is not in [2, 8]");
   state_->kernel->numStages = stages;
-  state_->func->setAttr("kiln.num_stages", state_->builder.getI32IntegerAttr(stages));
+  state_->func->setAttr("kiln.num_stages",
+                        state_->builder.getI32IntegerAttr(stages));
 }
 
 void KernelBuilder::setReloadThreadIds(bool reload) {
   state_->kernel->reloadThreadIds = reload;
   if (reload)
-    state_->func->setAttr("kiln.reload_thread_ids", state_->builder.getUnitAttr());
+    state_->func->setAttr("kiln.reload_thread_ids",
+                          state_->builder.getUnitAttr());
 }
 
 Kernel KernelBuilder::finish(Loc loc) {
@@ -263,7 +283,8 @@ Kernel KernelBuilder::finish(Loc loc) {
   func::FuncOp func = state_->func;
   b.setInsertionPointToEnd(&func.getBody().front());
   b.create<func::ReturnOp>(location(loc));
-  func.setType(b.getFunctionType(func.getBody().front().getArgumentTypes(), {}));
+  func.setType(
+      b.getFunctionType(func.getBody().front().getArgumentTypes(), {}));
   // Parameter names, so that the printed IR says which argument is which.
   for (auto [i, p] : llvm::enumerate(state_->kernel->params))
     func.setArgAttr(i, "kiln.name", b.getStringAttr(p.name));
@@ -317,9 +338,11 @@ TensorView TensorView::operator[](IndexArg i) const {
   OpBuilder &b = builder(i.loc);
   Location l = location(i.loc);
   Value idx = b.create<arith::ExtSIOp>(l, b.getI64Type(), value(i.value.raw()));
-  Value stride = b.create<arith::ExtSIOp>(l, b.getI64Type(), value(strides_[0].raw()));
+  Value stride =
+      b.create<arith::ExtSIOp>(l, b.getI64Type(), value(strides_[0].raw()));
   Value off = b.create<arith::MulIOp>(l, idx, stride);
-  Value p = b.create<AddPtrOp>(l, value(pointer_).getType(), value(pointer_), off);
+  Value p =
+      b.create<AddPtrOp>(l, value(pointer_).getType(), value(pointer_), off);
   return TensorView(raw(p), dtype_, Shape(shape_.begin() + 1, shape_.end()),
                     std::vector<Index>(strides_.begin() + 1, strides_.end()),
                     name_ + "[]");
@@ -362,9 +385,11 @@ Tile load(const Block &blk, double padding, Loc loc) {
   OpBuilder &b = builder(loc);
   SmallVector<Value> offsets, shape, strides;
   blockOperands(blk, loc, offsets, shape, strides);
-  auto type = RankedTensorType::get(blk.shape, mlirType(state(loc).ctx(), blk.view.dtype()));
-  auto op = b.create<LoadOp>(location(loc), type, value(blk.view.pointer()),
-                             offsets, shape, strides, b.getF64FloatAttr(padding));
+  auto type = RankedTensorType::get(
+      blk.shape, mlirType(state(loc).ctx(), blk.view.dtype()));
+  auto op =
+      b.create<LoadOp>(location(loc), type, value(blk.view.pointer()), offsets,
+                       shape, strides, b.getF64FloatAttr(padding));
   return Tile::fromRaw(raw(op.getResult()));
 }
 
@@ -377,7 +402,8 @@ void store(const Block &blk, const Tile &tile, Loc loc) {
                        " (convert with .to(...))");
   if ((size_t)t.getRank() != blk.view.shape().size())
     userError(loc, what + "a " + shapeStr(t.getShape()) + " tile into a " +
-                       shapeToString(blk.view.shape()) + " view (ranks differ)");
+                       shapeToString(blk.view.shape()) +
+                       " view (ranks differ)");
   if (!blk.shape.empty() && ArrayRef<int64_t>(blk.shape) != t.getShape())
     userError(loc, what + "store of the wrong shape: block is " +
                        shapeToString(blk.shape) + ", tile is " +
@@ -430,7 +456,8 @@ void forRange(Index lo, Index hi, Index step, Carry carried,
       Value v = t->valid() ? value(t->raw()) : Value();
       if (!v || v.getType() != inits[i].getType())
         userError(loc, "forRange: carried tile #" + std::to_string(i) +
-                           " enters the loop as " + typeStr(inits[i].getType()) +
+                           " enters the loop as " +
+                           typeStr(inits[i].getType()) +
                            " and leaves the body as " +
                            (v ? typeStr(v.getType()) : std::string("nothing")) +
                            " (a carried tile keeps its shape and dtype)");

@@ -28,7 +28,8 @@ Shape Tile::shape() const {
 DType Tile::dtype() const {
   if (!value_)
     throw Error("Tile::dtype: the tile is empty");
-  return dtypeOf(cast<RankedTensorType>(value(value_).getType()).getElementType());
+  return dtypeOf(
+      cast<RankedTensorType>(value(value_).getType()).getElementType());
 }
 
 Tile Tile::to(DType dtype, Loc loc) const {
@@ -36,7 +37,8 @@ Tile Tile::to(DType dtype, Loc loc) const {
   Type elem = mlirType(state(loc).ctx(), dtype);
   if (t.getElementType() == elem)
     return *this;
-  Value v = builder(loc).create<ConvertOp>(location(loc), t.clone(elem), value(value_));
+  Value v = builder(loc).create<ConvertOp>(location(loc), t.clone(elem),
+                                           value(value_));
   return fromRaw(detail::raw(v));
 }
 
@@ -128,8 +130,10 @@ static Value materialize(const TileArg &a, Type elem, ArrayRef<int64_t> shape,
   }
   if (a.index) {
     if (!elem.isInteger(32))
-      userError(loc, std::string(opName) + ": an Index operand is i32 but the "
-                                           "tile is " + typeStr(elem) +
+      userError(loc, std::string(opName) +
+                         ": an Index operand is i32 but the "
+                         "tile is " +
+                         typeStr(elem) +
                          " (convert the tile, or use a number)");
     return b.create<SplatOp>(l, type, value(a.index->raw()));
   }
@@ -211,11 +215,12 @@ Tile operator!=(TileArg a, TileArg b) {
   return binary(a, b, "!=", cmpOp<UNE, arith::CmpIPredicate::ne>);
 }
 Tile operator&&(TileArg a, TileArg b) {
-  return binary(a, b, "&&", [](OpBuilder &bl, Location l, Type elem, Value x,
-                               Value y) -> Value {
-    (void)elem;
-    return bl.create<arith::AndIOp>(l, x, y);
-  });
+  return binary(
+      a, b, "&&",
+      [](OpBuilder &bl, Location l, Type elem, Value x, Value y) -> Value {
+        (void)elem;
+        return bl.create<arith::AndIOp>(l, x, y);
+      });
 }
 Tile max(TileArg a, TileArg b, Loc loc) {
   a.loc = loc;
@@ -235,7 +240,8 @@ Tile where(TileArg cond, TileArg a, TileArg b, Loc loc) {
                        ", not i1 (compare to get a mask)");
   Operand vals[] = {{&a, "true value"}, {&b, "false value"}};
   Type elem = commonElementType(vals, "where", loc);
-  Operand all[] = {{&cond, "condition"}, {&a, "true value"}, {&b, "false value"}};
+  Operand all[] = {
+      {&cond, "condition"}, {&a, "true value"}, {&b, "false value"}};
   SmallVector<int64_t> shape = broadcastShape(all, "where", loc);
   Value c = materialize(cond, ct, shape, "where", loc);
   Value x = materialize(a, elem, shape, "where", loc);
@@ -250,15 +256,28 @@ static Tile unaryFloat(const Tile &x, const char *opName, const Loc &loc) {
   if (!isa<FloatType>(t.getElementType()))
     userError(loc, std::string(opName) + ": needs a float tile, got " +
                        typeStr(t.getElementType()));
-  return Tile::fromRaw(raw(builder(loc).create<Op>(location(loc), value(x.raw()))));
+  return Tile::fromRaw(
+      raw(builder(loc).create<Op>(location(loc), value(x.raw()))));
 }
 
-Tile neg(const Tile &x, Loc loc) { return unaryFloat<arith::NegFOp>(x, "neg", loc); }
-Tile exp(const Tile &x, Loc loc) { return unaryFloat<math::ExpOp>(x, "exp", loc); }
-Tile exp2(const Tile &x, Loc loc) { return unaryFloat<math::Exp2Op>(x, "exp2", loc); }
-Tile log(const Tile &x, Loc loc) { return unaryFloat<math::LogOp>(x, "log", loc); }
-Tile log2(const Tile &x, Loc loc) { return unaryFloat<math::Log2Op>(x, "log2", loc); }
-Tile sqrt(const Tile &x, Loc loc) { return unaryFloat<math::SqrtOp>(x, "sqrt", loc); }
+Tile neg(const Tile &x, Loc loc) {
+  return unaryFloat<arith::NegFOp>(x, "neg", loc);
+}
+Tile exp(const Tile &x, Loc loc) {
+  return unaryFloat<math::ExpOp>(x, "exp", loc);
+}
+Tile exp2(const Tile &x, Loc loc) {
+  return unaryFloat<math::Exp2Op>(x, "exp2", loc);
+}
+Tile log(const Tile &x, Loc loc) {
+  return unaryFloat<math::LogOp>(x, "log", loc);
+}
+Tile log2(const Tile &x, Loc loc) {
+  return unaryFloat<math::Log2Op>(x, "log2", loc);
+}
+Tile sqrt(const Tile &x, Loc loc) {
+  return unaryFloat<math::SqrtOp>(x, "sqrt", loc);
+}
 
 //===----------------------------------------------------------------------===//
 // Creation
@@ -266,7 +285,8 @@ Tile sqrt(const Tile &x, Loc loc) { return unaryFloat<math::SqrtOp>(x, "sqrt", l
 
 static void checkShape(const Shape &shape, const char *opName, const Loc &loc) {
   if (shape.empty())
-    userError(loc, std::string(opName) + ": a tile needs at least one dimension");
+    userError(loc,
+              std::string(opName) + ": a tile needs at least one dimension");
   for (int64_t d : shape)
     if (d < 1)
       userError(loc, std::string(opName) + ": shape " + shapeToString(shape) +
@@ -360,7 +380,8 @@ Tile permute(const Tile &x, const std::vector<int32_t> &order, Loc loc) {
 
 Tile transpose(const Tile &x, Loc loc) {
   if (x.valid() && x.rank() != 2)
-    userError(loc, "transpose: needs a 2-D tile, got " + shapeToString(x.shape()));
+    userError(loc,
+              "transpose: needs a 2-D tile, got " + shapeToString(x.shape()));
   return permute(x, {1, 0}, loc);
 }
 
@@ -397,14 +418,16 @@ Tile reduceMin(const Tile &x, int64_t axis, Loc loc) {
 Tile dot(const Tile &a, const Tile &b, const Tile &acc, Loc loc) {
   RankedTensorType ta = tileType(a, loc, "dot"), tb = tileType(b, loc, "dot");
   if (ta.getRank() != 2 || tb.getRank() != 2)
-    userError(loc, "dot: operands must be 2-D: lhs is " + shapeStr(ta.getShape()) +
-                       ", rhs is " + shapeStr(tb.getShape()));
+    userError(loc, "dot: operands must be 2-D: lhs is " +
+                       shapeStr(ta.getShape()) + ", rhs is " +
+                       shapeStr(tb.getShape()));
   Type ea = ta.getElementType(), eb = tb.getElementType();
   if (ea != eb)
     userError(loc, "dot: mixed dtypes without a conversion: lhs is " +
                        typeStr(ea) + ", rhs is " + typeStr(eb));
   if (!(ea.isBF16() || ea.isF16() || ea.isF32()))
-    userError(loc, "dot: operands must be bf16, f16 or f32, got " + typeStr(ea));
+    userError(loc,
+              "dot: operands must be bf16, f16 or f32, got " + typeStr(ea));
   if (ta.getDimSize(1) != tb.getDimSize(0))
     userError(loc, "dot: inner dimensions differ: lhs is " +
                        shapeStr(ta.getShape()) + ", rhs is " +
@@ -416,18 +439,23 @@ Tile dot(const Tile &a, const Tile &b, const Tile &acc, Loc loc) {
   if (acc.valid()) {
     RankedTensorType tc = tileType(acc, loc, "dot");
     if (tc != rt)
-      userError(loc, "dot: the accumulator is " + shapeStr(tc.getShape()) + "x" +
-                         typeStr(tc.getElementType()) + " but lhs times rhs is " +
-                         shapeStr(rt.getShape()) + "xf32");
+      userError(loc, "dot: the accumulator is " + shapeStr(tc.getShape()) +
+                         "x" + typeStr(tc.getElementType()) +
+                         " but lhs times rhs is " + shapeStr(rt.getShape()) +
+                         "xf32");
     c = value(acc.raw());
   } else {
-    c = value(zeros(Shape(rt.getShape().begin(), rt.getShape().end()), DType::f32, loc).raw());
+    c = value(zeros(Shape(rt.getShape().begin(), rt.getShape().end()),
+                    DType::f32, loc)
+                  .raw());
   }
   Value v = builder(loc).create<DotOp>(location(loc), rt, value(a.raw()),
                                        value(b.raw()), c);
   return Tile::fromRaw(raw(v));
 }
 
-Tile dot(const Tile &a, const Tile &b, Loc loc) { return dot(a, b, Tile(), loc); }
+Tile dot(const Tile &a, const Tile &b, Loc loc) {
+  return dot(a, b, Tile(), loc);
+}
 
 } // namespace kiln::dsl

@@ -7,8 +7,8 @@
 // exponentials are exp2.
 //
 //===----------------------------------------------------------------------===//
-#include "kiln/kernels/Attention.h"
 #include "kiln/dsl/Dsl.h"
+#include "kiln/kernels/Attention.h"
 
 #include <cmath>
 
@@ -41,7 +41,8 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   return c;
 }
 
-Kernel attentionForward(const AttentionShape &s, const AttentionConfig &config) {
+Kernel attentionForward(const AttentionShape &s,
+                        const AttentionConfig &config) {
   const AttentionConfig c = resolveConfig(s, config);
   checkShape(s, c);
   const int64_t D = s.headDim, BM = c.blockM, BN = c.blockN;
@@ -92,7 +93,8 @@ Kernel attentionForward(const AttentionShape &s, const AttentionConfig &config) 
     // Whole key blocks left of the diagonal need no mask; the diagonal ones
     // (and a ragged last block) do; those right of it are skipped.
     Index split = min(m0, Index(s.seqK / BN * BN));
-    forRange(0, split, BN, carry(acc, rowMax, rowSum), [&](Index n0) { step(n0, false); });
+    forRange(0, split, BN, carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, false); });
     forRange(split, min(m0 + BM, Index(s.seqK)), BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, true); });
   } else if (s.causal) {

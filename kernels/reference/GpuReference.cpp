@@ -102,16 +102,20 @@ void attentionReferenceGpu(const AttentionShape &s, const TensorRef &q,
         kSource, "attention_reference.cu", cuda::device().arch())));
   });
   cuda::Function fn = module->function("attention_reference");
-  Strides sq = stridesOf(q, "Q"), sk = stridesOf(k, "K"), sv = stridesOf(v, "V");
+  Strides sq = stridesOf(q, "Q"), sk = stridesOf(k, "K"),
+          sv = stridesOf(v, "V");
   const void *qp = q.data, *kp = k.data, *vp = v.data;
   int H = int(s.heads), Nq = int(s.seqQ), Nk = int(s.seqK), D = int(s.headDim);
-  int causal = s.causal, dtype = s.dtype == DType::f32 ? 0 : s.dtype == DType::f16 ? 1 : 2;
+  int causal = s.causal, dtype = s.dtype == DType::f32   ? 0
+                                 : s.dtype == DType::f16 ? 1
+                                                         : 2;
   float scale = float(s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D)));
-  std::vector<void *> args = {&qp, &kp, &vp, &sq, &sk, &sv, &o, &lse, &H,
-                              &Nq, &Nk, &D, &causal, &scale, &dtype};
+  std::vector<void *> args = {&qp, &kp, &vp, &sq, &sk,     &sv,    &o,    &lse,
+                              &H,  &Nq, &Nk, &D,  &causal, &scale, &dtype};
   unsigned threads = 128;
-  fn.launch({unsigned((Nq + threads - 1) / threads), unsigned(s.batch * s.heads), 1},
-            {threads, 1, 1}, 0, args);
+  fn.launch(
+      {unsigned((Nq + threads - 1) / threads), unsigned(s.batch * s.heads), 1},
+      {threads, 1, 1}, 0, args);
   cuda::synchronize();
 }
 

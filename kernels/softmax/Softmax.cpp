@@ -32,8 +32,8 @@ Kernel softmax(const SoftmaxShape &s, const SoftmaxConfig &c) {
   forRange(0, s.cols, BC, carry(rowMax, rowSum), [&](Index c0) {
     Tile x = load(X.block({r0, c0}, {BR, BC}), -inf).to(f32);
     Tile newMax = max(rowMax, reduceMax(x, 1));
-    rowSum = rowSum * exp(rowMax - newMax) +
-             reduceSum(exp(x - column(newMax)), 1);
+    rowSum =
+        rowSum * exp(rowMax - newMax) + reduceSum(exp(x - column(newMax)), 1);
     rowMax = newMax;
   });
   forRange(0, s.cols, BC, [&](Index c0) {

@@ -18,14 +18,20 @@ namespace {
 #define KILN_STR2(x) #x
 #define KILN_STR(x) KILN_STR2(x)
 #define KILN_DRIVER_FUNCTIONS(X)                                               \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)        \
-  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                        \
-  X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)      \
-  X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree)           \
-  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuModuleLoadDataEx)          \
-  X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute)               \
-  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy)   \
-  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)
+  X(cuInit)                                                                    \
+  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)                  \
+      X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                    \
+          X(cuDeviceGetAttribute) X(cuDeviceTotalMem)                          \
+              X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)                   \
+                  X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree)               \
+                      X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8)            \
+                          X(cuModuleLoadDataEx) X(cuModuleUnload)              \
+                              X(cuModuleGetFunction) X(cuFuncGetAttribute)     \
+                                  X(cuFuncSetAttribute) X(cuLaunchKernel)      \
+                                      X(cuEventCreate) X(cuEventDestroy)       \
+                                          X(cuEventRecord)                     \
+                                              X(cuEventSynchronize)            \
+                                                  X(cuEventElapsedTime)
 
 struct Driver {
 #define KILN_DECLARE(fn) decltype(&::fn) fn = nullptr;
@@ -139,7 +145,8 @@ Buffer::Buffer(size_t bytes) : bytes_(bytes) {
   if (bytes == 0)
     return;
   CUdeviceptr p = 0;
-  KILN_CHECK(cuMemAlloc(&p, bytes), "asked for " + std::to_string(bytes) + " bytes");
+  KILN_CHECK(cuMemAlloc(&p, bytes),
+             "asked for " + std::to_string(bytes) + " bytes");
   ptr_ = p;
 }
 
@@ -159,7 +166,8 @@ Buffer &Buffer::operator=(Buffer &&o) noexcept {
   return *this;
 }
 
-static void checkRange(size_t offset, size_t bytes, size_t size, const char *op) {
+static void checkRange(size_t offset, size_t bytes, size_t size,
+                       const char *op) {
   if (offset > size || bytes > size - offset)
     throw Error(std::string("Buffer::") + op + ": " + std::to_string(bytes) +
                 " bytes at offset " + std::to_string(offset) +
@@ -189,16 +197,19 @@ void Buffer::fill(uint8_t byte) {
 Module Module::fromPtx(const std::string &ptx) {
   Driver &d = ready();
   std::string info(1 << 14, '\0'), err(1 << 14, '\0');
-  CUjit_option opts[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-                         CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-                         CU_JIT_LOG_VERBOSE};
-  void *vals[] = {info.data(), reinterpret_cast<void *>(info.size()), err.data(),
-                  reinterpret_cast<void *>(err.size()), reinterpret_cast<void *>(1)};
+  CUjit_option opts[] = {
+      CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+      CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+      CU_JIT_LOG_VERBOSE};
+  void *vals[] = {info.data(), reinterpret_cast<void *>(info.size()),
+                  err.data(), reinterpret_cast<void *>(err.size()),
+                  reinterpret_cast<void *>(1)};
   CUmodule m = nullptr;
   CUresult r = d.cuModuleLoadDataEx(&m, ptx.c_str(), 5, opts, vals);
   info.resize(info.find('\0'));
   err.resize(err.find('\0'));
-  check(r, "cuModuleLoadDataEx", "JIT error log:\n" + err + "\nJIT info log:\n" + info);
+  check(r, "cuModuleLoadDataEx",
+        "JIT error log:\n" + err + "\nJIT info log:\n" + info);
   Module mod;
   mod.module_ = m;
   mod.infoLog_ = info;
@@ -218,8 +229,9 @@ Module::Module(Module &&o) noexcept
 Function Module::function(const std::string &name) const {
   Driver &d = ready();
   CUfunction f = nullptr;
-  KILN_CHECK(cuModuleGetFunction(&f, static_cast<CUmodule>(module_), name.c_str()),
-             "kernel name: " + name);
+  KILN_CHECK(
+      cuModuleGetFunction(&f, static_cast<CUmodule>(module_), name.c_str()),
+      "kernel name: " + name);
   Function fn;
   fn.fn_ = f;
   fn.name_ = name;
@@ -231,25 +243,30 @@ FunctionAttributes Function::attributes() const {
   auto f = static_cast<CUfunction>(fn_);
   FunctionAttributes a;
   KILN_CHECK(cuFuncGetAttribute(&a.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
-  KILN_CHECK(cuFuncGetAttribute(&a.staticSharedBytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f));
-  KILN_CHECK(cuFuncGetAttribute(&a.localBytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f));
-  KILN_CHECK(cuFuncGetAttribute(&a.maxThreadsPerBlock, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+  KILN_CHECK(cuFuncGetAttribute(&a.staticSharedBytes,
+                                CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f));
+  KILN_CHECK(
+      cuFuncGetAttribute(&a.localBytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f));
+  KILN_CHECK(cuFuncGetAttribute(&a.maxThreadsPerBlock,
+                                CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
   return a;
 }
 
 void Function::setMaxDynamicShared(int bytes) {
   Driver &d = ready();
   KILN_CHECK(cuFuncSetAttribute(static_cast<CUfunction>(fn_),
-                                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes),
+                                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                bytes),
              "kernel " + name_ + ", " + std::to_string(bytes) + " bytes");
 }
 
-void Function::launch(std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-                      unsigned sharedBytes, std::vector<void *> args) {
+void Function::launch(std::array<unsigned, 3> grid,
+                      std::array<unsigned, 3> block, unsigned sharedBytes,
+                      std::vector<void *> args) {
   Driver &d = ready();
-  KILN_CHECK(cuLaunchKernel(static_cast<CUfunction>(fn_), grid[0], grid[1], grid[2],
-                            block[0], block[1], block[2], sharedBytes, nullptr,
-                            args.data(), nullptr),
+  KILN_CHECK(cuLaunchKernel(static_cast<CUfunction>(fn_), grid[0], grid[1],
+                            grid[2], block[0], block[1], block[2], sharedBytes,
+                            nullptr, args.data(), nullptr),
              "kernel " + name_);
 }
 

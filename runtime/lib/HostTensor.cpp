@@ -80,38 +80,85 @@ int64_t HostTensor::offsetOfFlat(int64_t i) const {
 
 static double loadElem(const unsigned char *p, DType t) {
   switch (t) {
-  case DType::f32: { float f; std::memcpy(&f, p, 4); return f; }
-  case DType::f16: { uint16_t h; std::memcpy(&h, p, 2); return halfToFloat(h); }
-  case DType::bf16: { uint16_t b; std::memcpy(&b, p, 2); return bf16ToFloat(b); }
-  case DType::i1: return *p ? 1.0 : 0.0;
-  case DType::i32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-  case DType::i64: { int64_t v; std::memcpy(&v, p, 8); return double(v); }
+  case DType::f32: {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  case DType::f16: {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return halfToFloat(h);
+  }
+  case DType::bf16: {
+    uint16_t b;
+    std::memcpy(&b, p, 2);
+    return bf16ToFloat(b);
+  }
+  case DType::i1:
+    return *p ? 1.0 : 0.0;
+  case DType::i32: {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  case DType::i64: {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    return double(v);
+  }
   }
   return 0;
 }
 
 static void storeElem(unsigned char *p, DType t, double v) {
   switch (t) {
-  case DType::f32: { float f = float(v); std::memcpy(p, &f, 4); return; }
-  case DType::f16: { uint16_t h = floatToHalf(float(v)); std::memcpy(p, &h, 2); return; }
-  case DType::bf16: { uint16_t b = floatToBf16(float(v)); std::memcpy(p, &b, 2); return; }
-  case DType::i1: *p = v != 0; return;
-  case DType::i32: { int32_t x = int32_t(v); std::memcpy(p, &x, 4); return; }
-  case DType::i64: { int64_t x = int64_t(v); std::memcpy(p, &x, 8); return; }
+  case DType::f32: {
+    float f = float(v);
+    std::memcpy(p, &f, 4);
+    return;
+  }
+  case DType::f16: {
+    uint16_t h = floatToHalf(float(v));
+    std::memcpy(p, &h, 2);
+    return;
+  }
+  case DType::bf16: {
+    uint16_t b = floatToBf16(float(v));
+    std::memcpy(p, &b, 2);
+    return;
+  }
+  case DType::i1:
+    *p = v != 0;
+    return;
+  case DType::i32: {
+    int32_t x = int32_t(v);
+    std::memcpy(p, &x, 4);
+    return;
+  }
+  case DType::i64: {
+    int64_t x = int64_t(v);
+    std::memcpy(p, &x, 8);
+    return;
+  }
   }
 }
 
 double HostTensor::at(std::span<const int64_t> index) const {
-  return loadElem(storage_.data() + offsetOf(index) * dtypeSize(dtype_), dtype_);
+  return loadElem(storage_.data() + offsetOf(index) * dtypeSize(dtype_),
+                  dtype_);
 }
 void HostTensor::set(std::span<const int64_t> index, double value) {
-  storeElem(storage_.data() + offsetOf(index) * dtypeSize(dtype_), dtype_, value);
+  storeElem(storage_.data() + offsetOf(index) * dtypeSize(dtype_), dtype_,
+            value);
 }
 double HostTensor::flatAt(int64_t i) const {
-  return loadElem(storage_.data() + offsetOfFlat(i) * dtypeSize(dtype_), dtype_);
+  return loadElem(storage_.data() + offsetOfFlat(i) * dtypeSize(dtype_),
+                  dtype_);
 }
 void HostTensor::flatSet(int64_t i, double value) {
-  storeElem(storage_.data() + offsetOfFlat(i) * dtypeSize(dtype_), dtype_, value);
+  storeElem(storage_.data() + offsetOfFlat(i) * dtypeSize(dtype_), dtype_,
+            value);
 }
 
 void HostTensor::fillRandom(uint64_t seed, double lo, double hi) {
@@ -121,7 +168,9 @@ void HostTensor::fillRandom(uint64_t seed, double lo, double hi) {
     flatSet(i, isFloat(dtype_) ? dist(gen) : std::floor(dist(gen)));
 }
 
-void HostTensor::poison() { std::memset(storage_.data(), 0xFF, storage_.size()); }
+void HostTensor::poison() {
+  std::memset(storage_.data(), 0xFF, storage_.size());
+}
 
 ErrorStats compareTensors(const HostTensor &out, const HostTensor &ref) {
   if (out.shape() != ref.shape())

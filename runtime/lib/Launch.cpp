@@ -20,8 +20,8 @@ GpuKernel::GpuKernel(LaunchSpec spec) : spec_(std::move(spec)) {
     fn_.setMaxDynamicShared(int(spec_.sharedBytes));
   for (int64_t g : {spec_.grid[1], spec_.grid[2]})
     if (g > 65535)
-      throw Error("kernel " + spec_.name + ": grid y/z of " + std::to_string(g) +
-                  " exceeds the device's 65535");
+      throw Error("kernel " + spec_.name + ": grid y/z of " +
+                  std::to_string(g) + " exceeds the device's 65535");
 }
 
 void GpuKernel::launch(const std::vector<ArgValue> &args) {
@@ -68,15 +68,18 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
         int64_t s = std::get<int64_t>(args[t.strideParams[d]]);
         bool last = d + 1 == t.strideParams.size();
         if (last ? s != 1 : (s * esize) % 16 != 0)
-          throw Error("kernel " + spec_.name + ", tensor " + t.name + ": stride " +
-                      std::to_string(s) + " of dimension " + std::to_string(d) +
+          throw Error("kernel " + spec_.name + ", tensor " + t.name +
+                      ": stride " + std::to_string(s) + " of dimension " +
+                      std::to_string(d) +
                       (last ? " is not 1" : " is not a multiple of 16 bytes") +
                       "; the kernel was compiled for aligned, contiguous rows "
                       "(compile with GpuTarget::assumeAligned = false)");
       }
     }
-  fn_.launch({unsigned(spec_.grid[0]), unsigned(spec_.grid[1]), unsigned(spec_.grid[2])},
-             {unsigned(spec_.threads), 1, 1}, unsigned(spec_.sharedBytes), ptrs);
+  fn_.launch({unsigned(spec_.grid[0]), unsigned(spec_.grid[1]),
+              unsigned(spec_.grid[2])},
+             {unsigned(spec_.threads), 1, 1}, unsigned(spec_.sharedBytes),
+             ptrs);
 }
 
 } // namespace kiln

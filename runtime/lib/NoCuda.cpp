@@ -10,7 +10,8 @@
 
 namespace kiln {
 namespace {
-const char *kWhy = "kiln was built without CUDA headers (set CUDA_HOME and rebuild)";
+const char *kWhy =
+    "kiln was built without CUDA headers (set CUDA_HOME and rebuild)";
 [[noreturn]] void none() { throw cuda::CudaError(kWhy); }
 } // namespace
 
@@ -20,7 +21,9 @@ bool available(std::string *why) {
     *why = kWhy;
   return false;
 }
-std::string DeviceInfo::arch() const { return "sm_" + std::to_string(major * 10 + minor); }
+std::string DeviceInfo::arch() const {
+  return "sm_" + std::to_string(major * 10 + minor);
+}
 const DeviceInfo &device() { none(); }
 Buffer::Buffer(size_t) { none(); }
 Buffer::~Buffer() = default;
@@ -31,8 +34,10 @@ void Buffer::download(void *, size_t, size_t) const { none(); }
 void Buffer::fill(uint8_t) { none(); }
 FunctionAttributes Function::attributes() const { none(); }
 void Function::setMaxDynamicShared(int) { none(); }
-void Function::launch(std::array<unsigned, 3>, std::array<unsigned, 3>, unsigned,
-                      std::vector<void *>) { none(); }
+void Function::launch(std::array<unsigned, 3>, std::array<unsigned, 3>,
+                      unsigned, std::vector<void *>) {
+  none();
+}
 Module Module::fromPtx(const std::string &) { none(); }
 Module::~Module() = default;
 Module::Module(Module &&) noexcept {}
@@ -54,7 +59,8 @@ bool available(std::string *why) {
   return false;
 }
 std::string compileToPtx(const std::string &, const std::string &,
-                         const std::string &, const std::vector<std::string> &) {
+                         const std::string &,
+                         const std::vector<std::string> &) {
   none();
 }
 } // namespace nvrtc

@@ -2,8 +2,8 @@
 #include "kiln/runtime/Nvrtc.h"
 #include "kiln/runtime/Error.h"
 
-#include <nvrtc.h>
 #include <dlfcn.h>
+#include <nvrtc.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -30,7 +30,8 @@ Lib &lib() {
     std::vector<std::string> names;
     if (const char *p = std::getenv("KILN_NVRTC"))
       names.push_back(p);
-    names.insert(names.end(), {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"});
+    names.insert(names.end(),
+                 {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"});
     for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
       if (const char *home = std::getenv(var))
         names.push_back(std::string(home) + "/lib64/libnvrtc.so");
@@ -44,7 +45,8 @@ Lib &lib() {
       return;
     }
     auto sym = [&](auto &fn, const char *name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+          dlsym(h, name));
       if (!fn && l.error.empty())
         l.error = std::string("libnvrtc lacks ") + name;
     };
@@ -79,8 +81,8 @@ std::string compileToPtx(const std::string &source, const std::string &name,
     throw Error(std::string("NVRTC: ") + call + " failed on " + name + ": " +
                 l.errorString(r) + (log.empty() ? "" : "\n" + log));
   };
-  if (nvrtcResult r = l.create(&prog, source.c_str(), name.c_str(), 0, nullptr,
-                               nullptr);
+  if (nvrtcResult r =
+          l.create(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr);
       r != NVRTC_SUCCESS)
     fail(r, "nvrtcCreateProgram", "");
   std::vector<std::string> opts = {"--gpu-architecture=" + arch, "--std=c++17"};

@@ -24,13 +24,6 @@ using ::testing::HasSubstr;
 
 namespace {
 
-#define REQUIRE_GPU()                                                          \
-  do {                                                                         \
-    std::string why;                                                           \
-    if (!cuda::available(&why))                                                \
-      GTEST_SKIP() << "SKIPPED: no GPU: " << why;                              \
-  } while (0)
-
 /// Host tensors mirrored on the device.
 struct DeviceTensors {
   std::map<std::string, cuda::Buffer> buffers;
@@ -50,7 +43,9 @@ struct DeviceTensors {
 };
 
 void runOnGpu(const Kernel &k, DeviceTensors &dt) {
-  CompiledKernel c = compileForGpu(k, {.arch = cuda::device().arch(), .assumeAligned = tensorsAligned(k, dt.refs)});
+  CompiledKernel c =
+      compileForGpu(k, {.arch = cuda::device().arch(),
+                        .assumeAligned = tensorsAligned(k, dt.refs)});
   GpuKernel g(c.spec());
   g.launch(k.bind(dt.refs));
   cuda::synchronize();
@@ -84,7 +79,8 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
     return t;
   };
   uint64_t seed = uint64_t(c.N * 131 + c.D * 7 + c.causal);
-  HostTensor q = make(seed, true), k = make(seed + 1, true), v = make(seed + 2, true);
+  HostTensor q = make(seed, true), k = make(seed + 1, true),
+             v = make(seed + 2, true);
   HostTensor o = make(0, false), lse(DType::f32, {c.B, c.H, c.N});
   DeviceTensors dt;
   dt.add("Q", q, false);
@@ -96,7 +92,8 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   dt.download("O", o);
   dt.download("LSE", lse);
 
-  HostTensor oRef(DType::f32, {c.B, c.H, c.N, c.D}), lseRef(DType::f32, lse.shape());
+  HostTensor oRef(DType::f32, {c.B, c.H, c.N, c.D}),
+      lseRef(DType::f32, lse.shape());
   cuda::Buffer ro(oRef.storageBytes()), rl(lseRef.storageBytes());
   kernels::attentionReferenceGpu(s, dt.refs["Q"], dt.refs["K"], dt.refs["V"],
                                  ro.data(), rl.data());
@@ -105,7 +102,8 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
 
   ErrorStats eo = compareTensors(o, oRef), el = compareTensors(lse, lseRef);
   EXPECT_EQ(eo.nonFinite, 0) << "unwritten or NaN outputs";
-  EXPECT_LE(eo.relative, c.dtype == DType::bf16 ? 1e-2 : 5e-3) << "max abs " << eo.maxAbs;
+  EXPECT_LE(eo.relative, c.dtype == DType::bf16 ? 1e-2 : 5e-3)
+      << "max abs " << eo.maxAbs;
   EXPECT_LE(el.relative, 1e-4) << "max abs " << el.maxAbs;
 }
 
@@ -113,14 +111,19 @@ constexpr DType bf16 = DType::bf16, f16 = DType::f16;
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionOnGpu,
-    ::testing::Values(
-        AttnCase{1, 2, 1, 64, false, bf16, false}, AttnCase{1, 2, 1, 128, true, f16, false},
-        AttnCase{2, 2, 17, 64, true, bf16, false}, AttnCase{1, 3, 17, 128, false, f16, true},
-        AttnCase{2, 2, 128, 64, false, f16, false}, AttnCase{1, 2, 128, 128, true, bf16, false},
-        AttnCase{1, 2, 1000, 64, true, f16, true}, AttnCase{2, 1, 1000, 128, false, bf16, false},
-        AttnCase{1, 2, 4096, 64, false, bf16, false}, AttnCase{1, 2, 4096, 128, true, f16, false},
-        AttnCase{1, 1, 8191, 128, false, bf16, true}, AttnCase{1, 2, 8191, 64, true, bf16, false},
-        AttnCase{1, 1, 8191, 128, true, f16, false}),
+    ::testing::Values(AttnCase{1, 2, 1, 64, false, bf16, false},
+                      AttnCase{1, 2, 1, 128, true, f16, false},
+                      AttnCase{2, 2, 17, 64, true, bf16, false},
+                      AttnCase{1, 3, 17, 128, false, f16, true},
+                      AttnCase{2, 2, 128, 64, false, f16, false},
+                      AttnCase{1, 2, 128, 128, true, bf16, false},
+                      AttnCase{1, 2, 1000, 64, true, f16, true},
+                      AttnCase{2, 1, 1000, 128, false, bf16, false},
+                      AttnCase{1, 2, 4096, 64, false, bf16, false},
+                      AttnCase{1, 2, 4096, 128, true, f16, false},
+                      AttnCase{1, 1, 8191, 128, false, bf16, true},
+                      AttnCase{1, 2, 8191, 64, true, bf16, false},
+                      AttnCase{1, 1, 8191, 128, true, f16, false}),
     [](const auto &info) {
       const AttnCase &c = info.param;
       return std::to_string(c.B) + "x" + std::to_string(c.H) + "_n" +
@@ -131,10 +134,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(GpuKernels, GemmMatchesFp64) {
   REQUIRE_GPU();
-  for (auto [M, N, K, t] : {std::tuple{64, 64, 32, bf16}, std::tuple{100, 70, 33, f16},
-                            std::tuple{513, 257, 129, bf16}}) {
+  for (auto [M, N, K, t] :
+       {std::tuple{64, 64, 32, bf16}, std::tuple{100, 70, 33, f16},
+        std::tuple{513, 257, 129, bf16}}) {
     Kernel k = kernels::gemm({M, N, K, t, DType::f32});
-    HostTensor a(t, {M, K}), b(t, {K, N}), c(DType::f32, {M, N}), ref(DType::f32, {M, N});
+    HostTensor a(t, {M, K}), b(t, {K, N}), c(DType::f32, {M, N}),
+        ref(DType::f32, {M, N});
     a.fillRandom(M + K);
     b.fillRandom(N + K);
     DeviceTensors dt;
@@ -152,8 +157,9 @@ TEST(GpuKernels, GemmMatchesFp64) {
 
 TEST(GpuKernels, SoftmaxMatchesFp64) {
   REQUIRE_GPU();
-  for (auto [R, C, t] : {std::tuple{37, 1000, DType::f32}, std::tuple{16, 128, bf16},
-                         std::tuple{1, 1, DType::f32}}) {
+  for (auto [R, C, t] :
+       {std::tuple{37, 1000, DType::f32}, std::tuple{16, 128, bf16},
+        std::tuple{1, 1, DType::f32}}) {
     Kernel k = kernels::softmax({R, C, t});
     HostTensor x(t, {R, C}), y(t, {R, C}), ref(DType::f32, {R, C});
     x.fillRandom(R * 7 + C, -5, 5);
@@ -173,15 +179,20 @@ TEST(GpuKernels, SoftmaxMatchesFp64) {
 TEST(GpuKernels, AlignedKernelRejectsUnalignedStrides) {
   REQUIRE_GPU();
   Kernel k = kernels::gemm({64, 64, 32, bf16, DType::f32});
-  HostTensor a(bf16, {64, 32}, {36, 1}), b(bf16, {32, 64}), c(DType::f32, {64, 64});
+  HostTensor a(bf16, {64, 32}, {36, 1}), b(bf16, {32, 64}),
+      c(DType::f32, {64, 64});
   DeviceTensors dt;
   dt.add("A", a, false);
   dt.add("B", b, false);
   dt.add("C", c, true);
   EXPECT_FALSE(tensorsAligned(k, dt.refs)); // 36 bf16 = 72 bytes per row
-  GpuKernel g(compileForGpu(k, {.arch = cuda::device().arch(), .assumeAligned = true}).spec());
-  EXPECT_THAT(test::errorOf([&] { g.launch(k.bind(dt.refs)); }),
-              HasSubstr("tensor A: stride 36 of dimension 0 is not a multiple of 16 bytes"));
+  GpuKernel g(
+      compileForGpu(k, {.arch = cuda::device().arch(), .assumeAligned = true})
+          .spec());
+  EXPECT_THAT(
+      test::errorOf([&] { g.launch(k.bind(dt.refs)); }),
+      HasSubstr(
+          "tensor A: stride 36 of dimension 0 is not a multiple of 16 bytes"));
   // The general variant runs it, correctly.
   runOnGpu(k, dt);
   HostTensor ref(DType::f32, {64, 64});
@@ -197,13 +208,17 @@ TEST(GpuKernels, BadArgumentsAreRejectedBeforeLaunch) {
   CompiledKernel c = compileForGpu(k, {cuda::device().arch(), 0});
   GpuKernel g(c.spec());
   std::vector<ArgValue> args(c.params.size(), int64_t(1));
-  EXPECT_THAT(test::errorOf([&] { g.launch(args); }), HasSubstr("argument A must be a pointer"));
+  EXPECT_THAT(test::errorOf([&] { g.launch(args); }),
+              HasSubstr("argument A must be a pointer"));
   args[0] = static_cast<void *>(nullptr);
-  EXPECT_THAT(test::errorOf([&] { g.launch(args); }), HasSubstr("argument A is a null pointer"));
+  EXPECT_THAT(test::errorOf([&] { g.launch(args); }),
+              HasSubstr("argument A is a null pointer"));
   cuda::Buffer buf(4096);
   args[0] = static_cast<void *>(static_cast<char *>(buf.data()) + 2);
-  EXPECT_THAT(test::errorOf([&] { g.launch(args); }), HasSubstr("not 16-byte aligned"));
-  EXPECT_THAT(test::errorOf([&] { g.launch({}); }), HasSubstr("takes 9 arguments, got 0"));
+  EXPECT_THAT(test::errorOf([&] { g.launch(args); }),
+              HasSubstr("not 16-byte aligned"));
+  EXPECT_THAT(test::errorOf([&] { g.launch({}); }),
+              HasSubstr("takes 9 arguments, got 0"));
 }
 
 } // namespace

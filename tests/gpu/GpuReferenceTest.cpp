@@ -1,4 +1,5 @@
-//===- GpuReferenceTest.cpp - the Driver API runtime and the NVRTC reference ===//
+//===- GpuReferenceTest.cpp - the Driver API runtime and the NVRTC reference
+//===//
 //
 // GPU tests skip, saying why, where there is no GPU. The NVRTC test needs no
 // GPU: it compiles the reference kernels to PTX and, where ptxas is on the
@@ -23,13 +24,6 @@
 using namespace kiln;
 using ::testing::HasSubstr;
 
-#define REQUIRE_GPU()                                                          \
-  do {                                                                         \
-    std::string why;                                                           \
-    if (!cuda::available(&why))                                                \
-      GTEST_SKIP() << "SKIPPED: no GPU: " << why;                              \
-  } while (0)
-
 TEST(Nvrtc, CompilesAndAssemblesTheReferenceKernels) {
   std::string why;
   if (!nvrtc::available(&why))
@@ -45,8 +39,8 @@ TEST(Nvrtc, CompilesAndAssemblesTheReferenceKernels) {
     }
     std::string path = ::testing::TempDir() + "kiln_ref_" + arch + ".ptx";
     std::ofstream(path) << ptx;
-    std::string cmd = "ptxas -arch=" + std::string(arch) + " " + path +
-                      " -o /dev/null";
+    std::string cmd =
+        "ptxas -arch=" + std::string(arch) + " " + path + " -o /dev/null";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
   EXPECT_THAT(test::errorOf([] {
@@ -80,7 +74,8 @@ TEST(Gpu, RuntimeBasics) {
     cuda::Module::fromPtx(".version 8.0\n.target sm_90\n.address_size 64\n"
                           ".visible .entry f() { bogus; }\n");
   });
-  EXPECT_THAT(msg, HasSubstr("cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_PTX"));
+  EXPECT_THAT(msg,
+              HasSubstr("cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_PTX"));
   EXPECT_THAT(msg, HasSubstr("JIT error log:"));
 }
 
@@ -119,9 +114,11 @@ TEST(Gpu, ReferenceAttentionMatchesFp64) {
                         Case{1, 2, 1000, 128, false, DType::bf16, false},
                         Case{1, 1, 1000, 128, true, DType::f32, true}}) {
     kernels::AttentionShape s{c.B, c.H, c.N, c.N, c.D, c.causal, c.dtype, 0};
-    HostTensor q = bhnd(c.dtype, c, true, 11 + c.N), k = bhnd(c.dtype, c, true, 12 + c.N),
+    HostTensor q = bhnd(c.dtype, c, true, 11 + c.N),
+               k = bhnd(c.dtype, c, true, 12 + c.N),
                v = bhnd(c.dtype, c, true, 13 + c.N);
-    HostTensor o(DType::f32, {c.B, c.H, c.N, c.D}), lse(DType::f32, {c.B, c.H, c.N});
+    HostTensor o(DType::f32, {c.B, c.H, c.N, c.D}),
+        lse(DType::f32, {c.B, c.H, c.N});
     HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
     cuda::Buffer bq, bk, bv, bo(o.storageBytes()), bl(lse.storageBytes());
     bo.fill(0xFF); // NaN poison
@@ -148,8 +145,11 @@ TEST(Gpu, CpuExecutorAgreesWithGpuReference) {
   o.poison();
   lse.poison();
   Kernel kernel = kernels::attentionForward(s);
-  runOnCpu(kernel, kernel.bind({{"Q", q.ref()}, {"K", k.ref()}, {"V", v.ref()},
-                                {"O", o.ref()}, {"LSE", lse.ref()}}));
+  runOnCpu(kernel, kernel.bind({{"Q", q.ref()},
+                                {"K", k.ref()},
+                                {"V", v.ref()},
+                                {"O", o.ref()},
+                                {"LSE", lse.ref()}}));
   HostTensor oGpu(DType::f32, o.shape()), lseGpu(DType::f32, lse.shape());
   cuda::Buffer bq, bk, bv, bo(oGpu.storageBytes()), bl(lseGpu.storageBytes());
   kernels::attentionReferenceGpu(s, onDevice(q, bq), onDevice(k, bk),

@@ -36,12 +36,15 @@ TEST(Codegen, AttentionIsOneFusedKernel) {
     s.headDim = 128;
     CompiledKernel c = compileForGpu(kernels::attentionForward(s), {arch, 0});
     EXPECT_THAT(c.ptx, HasSubstr(std::string(".target ") + arch));
-    EXPECT_THAT(c.ptx, HasSubstr("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+    EXPECT_THAT(
+        c.ptx,
+        HasSubstr("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
     EXPECT_THAT(c.ptx, HasSubstr("ex2.approx.ftz.f32"));
     EXPECT_THAT(c.ptx, HasSubstr("shfl.sync.bfly"));
     std::set<std::string> forms = globalStoreForms(c.ptx);
     for (const std::string &f : forms)
-      EXPECT_TRUE(f == "st.global.b16" || f == "st.global.b32" || f == "st.global.f32")
+      EXPECT_TRUE(f == "st.global.b16" || f == "st.global.b32" ||
+                  f == "st.global.f32")
           << "unexpected global store " << f;
     EXPECT_FALSE(forms.empty());
     // Every global store writes O or LSE: count the distinct destinations by
@@ -58,27 +61,32 @@ TEST(Codegen, PtxAssemblesWithPtxas) {
   s.seqQ = s.seqK = 1000;
   s.causal = true;
   for (const char *arch : {"sm_80", "sm_90a"})
-    for (const Kernel &k : {kernels::attentionForward(s), kernels::gemm({256, 256, 256}),
-                            kernels::softmax({100, 1000, DType::bf16})}) {
+    for (const Kernel &k :
+         {kernels::attentionForward(s), kernels::gemm({256, 256, 256}),
+          kernels::softmax({100, 1000, DType::bf16})}) {
       CompiledKernel c = compileForGpu(k, {arch, 0});
-      std::string path = ::testing::TempDir() + "kiln_" + c.name + "_" + arch + ".ptx";
+      std::string path =
+          ::testing::TempDir() + "kiln_" + c.name + "_" + arch + ".ptx";
       std::ofstream(path) << c.ptx;
-      std::string cmd = std::string("ptxas -arch=") + arch + " " + path + " -o /dev/null";
+      std::string cmd =
+          std::string("ptxas -arch=") + arch + " " + path + " -o /dev/null";
       EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     }
 }
 
 TEST(Codegen, UnsupportedShapesAreNamed) {
-  EXPECT_THAT(test::errorOf([] {
-                compileForGpu(kernels::gemm({64, 64, 64, DType::f32, DType::f32}));
-              }),
-              HasSubstr("f32 dots are not supported on the GPU yet"));
+  EXPECT_THAT(
+      test::errorOf([] {
+        compileForGpu(kernels::gemm({64, 64, 64, DType::f32, DType::f32}));
+      }),
+      HasSubstr("f32 dots are not supported on the GPU yet"));
   EXPECT_THAT(test::errorOf([] {
                 compileForGpu(kernels::gemm({64, 64, 64}), {"sm_75", 0});
               }),
               HasSubstr("target sm_75 is not supported"));
   EXPECT_THAT(test::errorOf([] {
-                compileForGpu(kernels::gemm({64, 64, 64}), {.arch = "sm_90a", .numStages = 1});
+                compileForGpu(kernels::gemm({64, 64, 64}),
+                              {.arch = "sm_90a", .numStages = 1});
               }),
               HasSubstr("pipeline stages must be in [2, 8], got 1"));
 }

@@ -53,14 +53,18 @@ class AttentionOnCpu : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(AttentionOnCpu, MatchesFp64Reference) {
   const AttentionCase &c = GetParam();
-  kernels::AttentionShape s{c.batch, c.heads, c.seqQ, c.seqK, c.headDim,
-                            c.causal, c.dtype, 0};
+  kernels::AttentionShape s{c.batch,   c.heads,  c.seqQ,  c.seqK,
+                            c.headDim, c.causal, c.dtype, 0};
   Kernel k = kernels::attentionForward(s);
   uint64_t seed = std::hash<std::string>()(caseName(c));
-  HostTensor q = makeBHND(c.dtype, c.batch, c.heads, c.seqQ, c.headDim, c.interleavedHeads);
-  HostTensor kk = makeBHND(c.dtype, c.batch, c.heads, c.seqK, c.headDim, c.interleavedHeads);
-  HostTensor v = makeBHND(c.dtype, c.batch, c.heads, c.seqK, c.headDim, c.interleavedHeads);
-  HostTensor o = makeBHND(c.dtype, c.batch, c.heads, c.seqQ, c.headDim, c.interleavedHeads);
+  HostTensor q = makeBHND(c.dtype, c.batch, c.heads, c.seqQ, c.headDim,
+                          c.interleavedHeads);
+  HostTensor kk = makeBHND(c.dtype, c.batch, c.heads, c.seqK, c.headDim,
+                           c.interleavedHeads);
+  HostTensor v = makeBHND(c.dtype, c.batch, c.heads, c.seqK, c.headDim,
+                          c.interleavedHeads);
+  HostTensor o = makeBHND(c.dtype, c.batch, c.heads, c.seqQ, c.headDim,
+                          c.interleavedHeads);
   HostTensor lse(DType::f32, {c.batch, c.heads, c.seqQ});
   q.fillRandom(seed, -2, 2);
   kk.fillRandom(seed + 1, -2, 2);
@@ -68,8 +72,11 @@ TEST_P(AttentionOnCpu, MatchesFp64Reference) {
   o.poison();
   lse.poison();
 
-  auto args = k.bind({{"Q", q.ref()}, {"K", kk.ref()}, {"V", v.ref()},
-                      {"O", o.ref()}, {"LSE", lse.ref()}});
+  auto args = k.bind({{"Q", q.ref()},
+                      {"K", kk.ref()},
+                      {"V", v.ref()},
+                      {"O", o.ref()},
+                      {"LSE", lse.ref()}});
   runOnCpu(k, args);
 
   HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
@@ -167,16 +174,18 @@ TEST_P(SoftmaxOnCpu, MatchesFp64Reference) {
   EXPECT_EQ(e.nonFinite, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SoftmaxOnCpu,
-    ::testing::Values(SoftmaxCase{1, 1, f32}, SoftmaxCase{17, 100, f32},
-                      SoftmaxCase{16, 128, f32}, SoftmaxCase{33, 1000, bf16},
-                      SoftmaxCase{5, 257, f16}),
-    [](const auto &info) {
-      const SoftmaxCase &c = info.param;
-      return std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_" +
-             dtypeName(c.dtype);
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, SoftmaxOnCpu,
+                         ::testing::Values(SoftmaxCase{1, 1, f32},
+                                           SoftmaxCase{17, 100, f32},
+                                           SoftmaxCase{16, 128, f32},
+                                           SoftmaxCase{33, 1000, bf16},
+                                           SoftmaxCase{5, 257, f16}),
+                         [](const auto &info) {
+                           const SoftmaxCase &c = info.param;
+                           return std::to_string(c.rows) + "x" +
+                                  std::to_string(c.cols) + "_" +
+                                  dtypeName(c.dtype);
+                         });
 
 } // namespace
 
@@ -215,7 +224,7 @@ TEST(CpuExecutor, IntegerAndMaskSemantics) {
   auto X = b.tensorArg("X", DType::f32, {40});
   auto Z = b.tensorArg("Z", DType::f32, {40});
   Index base = programId(0) * 16;
-  Tile idx = arange(16) + base;                 // global index
+  Tile idx = arange(16) + base; // global index
   Tile v = where(idx % 1 == 0 && idx >= 10, idx * 3 - 7, min(idx, 4));
   store(Y.block({base}), v);
   // Elements past 40 read the padding 100; the store of them is skipped.
@@ -238,27 +247,47 @@ TEST(CpuExecutor, IntegerAndMaskSemantics) {
 TEST(CpuExecutor, RejectsBadArguments) {
   kernels::GemmShape s{16, 16, 16, DType::bf16, DType::f32};
   Kernel k = kernels::gemm(s);
-  HostTensor a(DType::bf16, {16, 16}), b(DType::bf16, {16, 16}), c(DType::f32, {16, 16});
+  HostTensor a(DType::bf16, {16, 16}), b(DType::bf16, {16, 16}),
+      c(DType::f32, {16, 16});
   HostTensor wrongType(DType::f16, {16, 16}), wrongShape(DType::bf16, {16, 17});
   using test::errorOf;
-  EXPECT_THAT(errorOf([&] { k.bind({{"A", wrongType.ref()}, {"B", b.ref()}, {"C", c.ref()}}); }),
-              HasSubstr("tensor A: expected bf16, got f16"));
-  EXPECT_THAT(errorOf([&] { k.bind({{"A", wrongShape.ref()}, {"B", b.ref()}, {"C", c.ref()}}); }),
-              HasSubstr("tensor A: the kernel was compiled for shape 16x16, got 16x17"));
-  EXPECT_THAT(errorOf([&] { k.bind({{"A", a.ref()}, {"C", c.ref()}}); }),
+  EXPECT_THAT(
+      errorOf([&] {
+        k.bind({{"A", wrongType.ref()}, {"B", b.ref()}, {"C", c.ref()}});
+      }),
+      HasSubstr("tensor A: expected bf16, got f16"));
+  EXPECT_THAT(
+      errorOf([&] {
+        k.bind({{"A", wrongShape.ref()}, {"B", b.ref()}, {"C", c.ref()}});
+      }),
+      HasSubstr(
+          "tensor A: the kernel was compiled for shape 16x16, got 16x17"));
+  EXPECT_THAT(errorOf([&] {
+                k.bind({{"A", a.ref()}, {"C", c.ref()}});
+              }),
               HasSubstr("tensor B: no tensor given"));
-  EXPECT_THAT(errorOf([&] { k.bind({{"A", a.ref()}, {"B", b.ref()}, {"C", c.ref()}, {"D", c.ref()}}); }),
-              HasSubstr("has no tensor parameter D"));
+  EXPECT_THAT(
+      errorOf([&] {
+        k.bind(
+            {{"A", a.ref()}, {"B", b.ref()}, {"C", c.ref()}, {"D", c.ref()}});
+      }),
+      HasSubstr("has no tensor parameter D"));
   TensorRef nullA = a.ref();
   nullA.data = nullptr;
-  EXPECT_THAT(errorOf([&] { k.bind({{"A", nullA}, {"B", b.ref()}, {"C", c.ref()}}); }),
+  EXPECT_THAT(errorOf([&] {
+                k.bind({{"A", nullA}, {"B", b.ref()}, {"C", c.ref()}});
+              }),
               HasSubstr("tensor A: null pointer"));
   TensorRef hugeStride = a.ref();
   hugeStride.strides[0] = int64_t(1) << 33;
-  EXPECT_THAT(errorOf([&] { k.bind({{"A", hugeStride}, {"B", b.ref()}, {"C", c.ref()}}); }),
+  EXPECT_THAT(errorOf([&] {
+                k.bind({{"A", hugeStride}, {"B", b.ref()}, {"C", c.ref()}});
+              }),
               HasSubstr("does not fit kiln's 32-bit index width"));
-  EXPECT_THAT(errorOf([&] { runOnCpu(k, {}); }), HasSubstr("takes 9 arguments, got 0"));
+  EXPECT_THAT(errorOf([&] { runOnCpu(k, {}); }),
+              HasSubstr("takes 9 arguments, got 0"));
   auto args = k.bind({{"A", a.ref()}, {"B", b.ref()}, {"C", c.ref()}});
   args[0] = int64_t(1);
-  EXPECT_THAT(errorOf([&] { runOnCpu(k, args); }), HasSubstr("argument A must be a pointer"));
+  EXPECT_THAT(errorOf([&] { runOnCpu(k, args); }),
+              HasSubstr("argument A must be a pointer"));
 }

@@ -28,8 +28,8 @@ TEST(DType, HalfConversions) {
   EXPECT_EQ(floatToHalf(65520.0f), 0x7C00); // rounds up to infinity
   EXPECT_EQ(floatToHalf(65519.0f), 0x7BFF);
   EXPECT_EQ(halfToFloat(0x0001), std::ldexp(1.0f, -24)); // smallest subnormal
-  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie to even: 0
-  EXPECT_EQ(floatToHalf(std::ldexp(3.0f, -25)), 0x0002);  // tie to even: 2
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000); // tie to even: 0
+  EXPECT_EQ(floatToHalf(std::ldexp(3.0f, -25)), 0x0002); // tie to even: 2
   EXPECT_EQ(halfToFloat(floatToHalf(0.1f)), 0.0999755859375f);
   // 1 + 2^-11 ties between 1 and 1 + 2^-10: even is 1.
   EXPECT_EQ(halfToFloat(floatToHalf(1.0f + std::ldexp(1.0f, -11))), 1.0f);

@@ -8,19 +8,22 @@
 
 using namespace kiln;
 using namespace kiln::dsl;
+using kiln::test::errorOf;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using kiln::test::errorOf;
 
 TEST(DslError, DotOfMismatchedShapes) {
   int line = 0;
   std::string msg = errorOf([&] {
     KernelBuilder k("t", {1});
     Tile a = zeros({128, 64}, bf16), b = zeros({128, 64}, bf16);
-    line = __LINE__; dot(a, b);
+    line = __LINE__ + 1; // the next line misuses the DSL
+    dot(a, b);
   });
-  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) + ": dot: inner dimensions differ"),
-                         HasSubstr("lhs is 128x64, rhs is 128x64 (rhs must be 64xN)")));
+  EXPECT_THAT(
+      msg,
+      AllOf(HasSubstr(KILN_FILE_LINE(line) + ": dot: inner dimensions differ"),
+            HasSubstr("lhs is 128x64, rhs is 128x64 (rhs must be 64xN)")));
 }
 
 TEST(DslError, DotOfMixedDtypes) {
@@ -28,9 +31,14 @@ TEST(DslError, DotOfMixedDtypes) {
   std::string msg = errorOf([&] {
     KernelBuilder k("t", {1});
     Tile a = zeros({16, 16}, bf16), b = zeros({16, 16}, f16);
-    line = __LINE__; dot(a, b);
+    line = __LINE__ + 1; // the next line misuses the DSL
+    dot(a, b);
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": dot: mixed dtypes without a conversion: lhs is bf16, rhs is f16"));
+  EXPECT_THAT(
+      msg,
+      HasSubstr(
+          KILN_FILE_LINE(line) +
+          ": dot: mixed dtypes without a conversion: lhs is bf16, rhs is f16"));
 }
 
 TEST(DslError, BroadcastOfIncompatibleShapes) {
@@ -38,15 +46,18 @@ TEST(DslError, BroadcastOfIncompatibleShapes) {
   std::string msg = errorOf([&] {
     KernelBuilder k("t", {1});
     Tile a = zeros({64, 32}, f32), b = zeros({64}, f32);
-    line = __LINE__; Tile c = a + b;
+    line = __LINE__ + 1; // the next line misuses the DSL
+    Tile c = a + b;
   });
-  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) + ": +: broadcast of incompatible shapes"),
+  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) +
+                                   ": +: broadcast of incompatible shapes"),
                          HasSubstr("lhs is 64x32, rhs is 64")));
 
   msg = errorOf([&] {
     KernelBuilder k("t", {1});
     Tile a = zeros({64, 32}, f32), b = zeros({64, 16}, f32);
-    line = __LINE__; Tile c = max(a, b);
+    line = __LINE__ + 1; // the next line misuses the DSL
+    Tile c = max(a, b);
   });
   EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) + ": max: broadcast"),
                          HasSubstr("lhs is 64x32, rhs is 64x16")));
@@ -57,10 +68,14 @@ TEST(DslError, MixedDtypesWithoutConversion) {
   std::string msg = errorOf([&] {
     KernelBuilder k("t", {1});
     Tile a = zeros({8, 8}, bf16), b = zeros({8, 8}, f32);
-    line = __LINE__; Tile c = a * b;
+    line = __LINE__ + 1; // the next line misuses the DSL
+    Tile c = a * b;
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
-                             ": *: mixed dtypes without a conversion: lhs is bf16, rhs is f32"));
+  EXPECT_THAT(
+      msg,
+      HasSubstr(
+          KILN_FILE_LINE(line) +
+          ": *: mixed dtypes without a conversion: lhs is bf16, rhs is f32"));
   // With the conversion written out it builds.
   EXPECT_EQ(errorOf([&] {
               KernelBuilder k("t", {1});
@@ -77,18 +92,22 @@ TEST(DslError, StoreOfTheWrongShapeOrDtype) {
     KernelBuilder k("t", {1});
     auto O = k.tensorArg("O", f32, {128, 64});
     Tile t = zeros({64, 32}, f32);
-    line = __LINE__; store(O.block({0, 0}, {64, 64}), t);
+    line = __LINE__ + 1; // the next line misuses the DSL
+    store(O.block({0, 0}, {64, 64}), t);
   });
   EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
-                             ": store to O: store of the wrong shape: block is 64x64, tile is 64x32"));
+                             ": store to O: store of the wrong shape: block is "
+                             "64x64, tile is 64x32"));
   msg = errorOf([&] {
     KernelBuilder k("t", {1});
     auto O = k.tensorArg("O", bf16, {128, 64});
     Tile t = zeros({64, 64}, f32);
-    line = __LINE__; store(O.block({0, 0}), t);
+    line = __LINE__ + 1; // the next line misuses the DSL
+    store(O.block({0, 0}), t);
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
-                             ": store to O: tile is f32 but the tensor holds bf16"));
+  EXPECT_THAT(msg,
+              HasSubstr(KILN_FILE_LINE(line) +
+                        ": store to O: tile is f32 but the tensor holds bf16"));
 }
 
 TEST(DslError, ReductionsAndShapes) {
@@ -96,27 +115,36 @@ TEST(DslError, ReductionsAndShapes) {
   std::string msg = errorOf([&] {
     KernelBuilder k("t", {1});
     Tile a = zeros({8, 4}, f32);
-    line = __LINE__; reduceMax(a, 2);
+    line = __LINE__ + 1; // the next line misuses the DSL
+    reduceMax(a, 2);
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": reduceMax: axis 2 is out of range for a 8x4 tile"));
+  EXPECT_THAT(msg,
+              HasSubstr(KILN_FILE_LINE(line) +
+                        ": reduceMax: axis 2 is out of range for a 8x4 tile"));
   msg = errorOf([&] {
     KernelBuilder k("t", {1});
     Tile a = zeros({8, 4}, f32);
-    line = __LINE__; transpose(reduceSum(a, 0));
+    line = __LINE__ + 1; // the next line misuses the DSL
+    transpose(reduceSum(a, 0));
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": transpose: needs a 2-D tile, got 4"));
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": transpose: needs a 2-D tile, got 4"));
   msg = errorOf([&] {
     KernelBuilder k("t", {1});
     Tile a = zeros({8, 4}, f32);
-    line = __LINE__; where(a, a, 0.0);
+    line = __LINE__ + 1; // the next line misuses the DSL
+    where(a, a, 0.0);
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": where: the condition is f32, not i1"));
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": where: the condition is f32, not i1"));
   msg = errorOf([&] {
     KernelBuilder k("t", {1});
     Tile a = arange(8);
-    line = __LINE__; exp(a);
+    line = __LINE__ + 1; // the next line misuses the DSL
+    exp(a);
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": exp: needs a float tile, got i32"));
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": exp: needs a float tile, got i32"));
 }
 
 TEST(DslError, LoopCarryMustKeepItsType) {
@@ -124,33 +152,44 @@ TEST(DslError, LoopCarryMustKeepItsType) {
   std::string msg = errorOf([&] {
     KernelBuilder k("t", {1});
     Tile acc = zeros({16}, f32);
-    line = __LINE__; forRange(0, 64, 16, carry(acc), [&](Index) { acc = zeros({32}, f32); });
+    line = __LINE__ + 1; // the next line misuses the DSL
+    forRange(0, 64, 16, carry(acc), [&](Index) { acc = zeros({32}, f32); });
   });
-  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) + ": forRange: carried tile #0"),
-                         HasSubstr("enters the loop as tensor<16xf32> and leaves the body as tensor<32xf32>")));
+  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) +
+                                   ": forRange: carried tile #0"),
+                         HasSubstr("enters the loop as tensor<16xf32> and "
+                                   "leaves the body as tensor<32xf32>")));
 }
 
 TEST(DslError, BadArgumentsAndState) {
   int line = 0;
   std::string msg = errorOf([&] {
-    line = __LINE__; Tile t = zeros({4}, f32);
+    line = __LINE__ + 1; // the next line misuses the DSL
+    Tile t = zeros({4}, f32);
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": kiln DSL call outside a KernelBuilder"));
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": kiln DSL call outside a KernelBuilder"));
   msg = errorOf([&] {
     KernelBuilder k("t", {1});
-    line = __LINE__; k.tensorArg("X", f32, {4, 0});
+    line = __LINE__ + 1; // the next line misuses the DSL
+    k.tensorArg("X", f32, {4, 0});
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": tensorArg X: dimension 0 of shape 4x0"));
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": tensorArg X: dimension 0 of shape 4x0"));
   msg = errorOf([&] {
     KernelBuilder k("t", {1});
     auto X = k.tensorArg("X", f32, {4, 4});
-    line = __LINE__; load(X.block({0}, {4}));
+    line = __LINE__ + 1; // the next line misuses the DSL
+    load(X.block({0}, {4}));
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": block of X: 1 offsets for a 4x4 view"));
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": block of X: 1 offsets for a 4x4 view"));
   msg = errorOf([&] {
-    line = __LINE__; KernelBuilder k("t", {0});
+    line = __LINE__ + 1; // the next line misuses the DSL
+    KernelBuilder k("t", {0});
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": KernelBuilder: grid dimension 0"));
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": KernelBuilder: grid dimension 0"));
   // After errors the thread can build kernels again.
   EXPECT_EQ(errorOf([&] {
               KernelBuilder k("t", {1});
@@ -163,7 +202,9 @@ TEST(DslError, OneBuilderPerThread) {
   int line = 0;
   std::string msg = errorOf([&] {
     KernelBuilder a("a", {1});
-    line = __LINE__; KernelBuilder b("b", {1});
+    line = __LINE__ + 1; // the next line misuses the DSL
+    KernelBuilder b("b", {1});
   });
-  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) + ": KernelBuilder: another kernel is being built"));
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": KernelBuilder: another kernel is being built"));
 }

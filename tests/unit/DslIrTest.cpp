@@ -40,7 +40,10 @@ TEST(DslIr, KernelSignatureAndMetadata) {
   EXPECT_EQ(kernel.tensors()[1].strideParams, (std::vector<int>{4, 5}));
 
   std::string ir = kernel.ir();
-  EXPECT_THAT(ir, HasSubstr("func.func @scale_rows(%arg0: !kiln.ptr<bf16> {kiln.name = \"X\"}"));
+  EXPECT_THAT(
+      ir,
+      HasSubstr(
+          "func.func @scale_rows(%arg0: !kiln.ptr<bf16> {kiln.name = \"X\"}"));
   EXPECT_THAT(ir, HasSubstr("kiln.grid = array<i64: 4, 2, 1>, kiln.kernel"));
   EXPECT_THAT(ir, HasSubstr("kiln.load %arg0["));
   EXPECT_THAT(ir, HasSubstr("-> tensor<64x64xbf16>"));
@@ -52,7 +55,7 @@ TEST(DslIr, KernelSignatureAndMetadata) {
 TEST(DslIr, ConstantsFoldAtBuildTime) {
   KernelBuilder k("fold", {1});
   auto X = k.tensorArg("X", f32, {64});
-  Index a = Index(3) * 4 + 5;           // 17, folded in C++
+  Index a = Index(3) * 4 + 5;            // 17, folded in C++
   Index b = cdiv(Index(100), Index(32)); // 4
   EXPECT_TRUE(a.isConstant());
   EXPECT_EQ(a.constant(), 17);
@@ -95,23 +98,30 @@ TEST(DslIr, BroadcastsAreExplicitOps) {
   Tile m = reduceMax(x, 1);
   store(X.block({0, 0}), x - column(m));
   std::string ir = k.finish().ir();
-  EXPECT_THAT(ir, HasSubstr("kiln.expand_dims %1 axis = 1 : tensor<8xf32> -> tensor<8x1xf32>"));
-  EXPECT_THAT(ir, HasSubstr("kiln.broadcast %2 : tensor<8x1xf32> -> tensor<8x8xf32>"));
+  EXPECT_THAT(
+      ir,
+      HasSubstr(
+          "kiln.expand_dims %1 axis = 1 : tensor<8xf32> -> tensor<8x1xf32>"));
+  EXPECT_THAT(
+      ir, HasSubstr("kiln.broadcast %2 : tensor<8x1xf32> -> tensor<8x8xf32>"));
 }
 
 TEST(DslIr, OpsRecordTheCallersSourceLine) {
   KernelBuilder k("loc", {1});
   auto X = k.tensorArg("X", f32, {16, 16});
   Tile a = load(X.block({0, 0}, {16, 16}));
-  int dotLine = __LINE__; Tile c = dot(a, a);
-  int addLine = __LINE__; Tile d = c + a;
+  int dotLine = __LINE__ + 1;
+  Tile c = dot(a, a);
+  int addLine = __LINE__ + 1;
+  Tile d = c + a;
   store(X.block({0, 0}), d);
   std::string ir = k.finish().ir(/*withLocations=*/true);
   std::string file = __FILE__;
-  EXPECT_THAT(ir, HasSubstr("kiln.dot %0, %0, %cst : tensor<16x16xf32>, tensor<16x16xf32> -> tensor<16x16xf32> loc(\"" +
+  EXPECT_THAT(ir, HasSubstr("kiln.dot %0, %0, %cst : tensor<16x16xf32>, "
+                            "tensor<16x16xf32> -> tensor<16x16xf32> loc(\"" +
                             file + "\":" + std::to_string(dotLine)));
-  EXPECT_THAT(ir, HasSubstr("arith.addf %1, %0 : tensor<16x16xf32> loc(\"" + file + "\":" +
-                            std::to_string(addLine)));
+  EXPECT_THAT(ir, HasSubstr("arith.addf %1, %0 : tensor<16x16xf32> loc(\"" +
+                            file + "\":" + std::to_string(addLine)));
 }
 
 TEST(DslIr, AttentionKernelShape) {
@@ -133,7 +143,8 @@ TEST(DslIr, AttentionKernelShape) {
   EXPECT_EQ(count(ir, "arith.cmpi sge"), 1); // the causal mask, once
   EXPECT_THAT(ir, HasSubstr("arith.minsi")); // causal loop bound
   // fp32 accumulator carried with the running max and sum.
-  EXPECT_THAT(ir, HasSubstr("-> (tensor<64x128xf32>, tensor<64xf32>, tensor<64xf32>)"));
+  EXPECT_THAT(
+      ir, HasSubstr("-> (tensor<64x128xf32>, tensor<64xf32>, tensor<64xf32>)"));
 
   s.causal = false;
   s.seqQ = s.seqK = 1024;

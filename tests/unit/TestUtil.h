@@ -18,8 +18,18 @@ template <class F> std::string errorOf(F &&f) {
   return "<no error>";
 }
 
+/// Skips the test, saying why, when no GPU can be used (needs
+/// kiln/runtime/Cuda.h).
+#define REQUIRE_GPU()                                                          \
+  do {                                                                         \
+    std::string why;                                                           \
+    if (!::kiln::cuda::available(&why))                                        \
+      GTEST_SKIP() << "SKIPPED: no GPU: " << why;                              \
+  } while (0)
+
 /// "file:line" of a line of the including file, as the DSL reports it.
-#define KILN_FILE_LINE(line) (std::string(__FILE__) + ":" + std::to_string(line))
+#define KILN_FILE_LINE(line)                                                   \
+  (std::string(__FILE__) + ":" + std::to_string(line))
 
 } // namespace kiln::test
 

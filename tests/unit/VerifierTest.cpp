@@ -22,7 +22,8 @@ TEST(Verifier, NamesTheShapes) {
       return
     })mlir");
   EXPECT_THAT(d, HasSubstr("input:3:12"));
-  EXPECT_THAT(d, HasSubstr("inner dimensions differ: lhs is 16x32, rhs is 16x8 (rhs must be 32xN)"));
+  EXPECT_THAT(d, HasSubstr("inner dimensions differ: lhs is 16x32, rhs is 16x8 "
+                           "(rhs must be 32xN)"));
 
   d = kiln::verifyModuleText(R"mlir(
     func.func @f(%x: tensor<16x2xf32>) {

@@ -55,11 +55,13 @@ int cmdBench(Options &opts) {
   const cuda::DeviceInfo &dev = cuda::device();
   fmt::print("# kiln bench attention on {} ({}), blockM={} blockN={} warps={} "
              "stages={} (0: the head dim's default), median of {} launches\n",
-             dev.name, dev.arch(), cfg.blockM, cfg.blockN, cfg.warps, cfg.stages, reps);
+             dev.name, dev.arch(), cfg.blockM, cfg.blockN, cfg.warps,
+             cfg.stages, reps);
   fmt::print("dtype,B,H,N,D,causal,ms,tflops,registers,spill_bytes,smem\n");
 
-  std::vector<int64_t> ns = quick ? std::vector<int64_t>{1024, 4096}
-                                  : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
+  std::vector<int64_t> ns =
+      quick ? std::vector<int64_t>{1024, 4096}
+            : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
   std::ostringstream json;
   json << "{\"rows\": [";
   bool first = true;
@@ -75,16 +77,21 @@ int cmdBench(Options &opts) {
         for (bool causal : {false, true}) {
           int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
           kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
-          CompiledKernel c = compileForGpu(kernels::attentionForward(s, cfg), {dev.arch(), 0});
+          CompiledKernel c =
+              compileForGpu(kernels::attentionForward(s, cfg), {dev.arch(), 0});
           GpuKernel g(c.spec());
           size_t n = size_t(B * H * N * D);
           uint64_t seed = uint64_t(N * 1000 + D + causal);
-          cuda::Buffer q = randomDevice(*dtype, n, seed), k = randomDevice(*dtype, n, seed + 1),
-                       v = randomDevice(*dtype, n, seed + 2), o(n * 2), lse(size_t(B * H * N) * 4);
+          cuda::Buffer q = randomDevice(*dtype, n, seed),
+                       k = randomDevice(*dtype, n, seed + 1),
+                       v = randomDevice(*dtype, n, seed + 2), o(n * 2),
+                       lse(size_t(B * H * N) * 4);
           std::vector<int64_t> shape{B, H, N, D}, st{H * N * D, N * D, D, 1};
           auto args = kernels::attentionForward(s, cfg).bind(
-              {{"Q", {q.data(), *dtype, shape, st}}, {"K", {k.data(), *dtype, shape, st}},
-               {"V", {v.data(), *dtype, shape, st}}, {"O", {o.data(), *dtype, shape, st}},
+              {{"Q", {q.data(), *dtype, shape, st}},
+               {"K", {k.data(), *dtype, shape, st}},
+               {"V", {v.data(), *dtype, shape, st}},
+               {"O", {o.data(), *dtype, shape, st}},
                {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}});
           for (int i = 0; i < 3; ++i)
             g.launch(args);
@@ -98,14 +105,17 @@ int cmdBench(Options &opts) {
           }
           std::sort(times.begin(), times.end());
           double ms = times[times.size() / 2];
-          double tflops = 4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
+          double tflops =
+              4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
           cuda::FunctionAttributes a = g.attributes();
-          fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}\n", dn, B, H, N, D,
-                     int(causal), ms, tflops, a.registers, a.localBytes, c.sharedBytes);
+          fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}\n", dn, B, H, N,
+                     D, int(causal), ms, tflops, a.registers, a.localBytes,
+                     c.sharedBytes);
           std::fflush(stdout);
           json << (first ? "" : ",") << "\n {\"peer\": \"kiln\", \"dtype\": \""
-               << (*dtype == DType::bf16 ? "bf16" : "fp16") << "\", \"B\": " << B
-               << ", \"H\": " << H << ", \"N\": " << N << ", \"D\": " << D
+               << (*dtype == DType::bf16 ? "bf16" : "fp16")
+               << "\", \"B\": " << B << ", \"H\": " << H << ", \"N\": " << N
+               << ", \"D\": " << D
                << ", \"causal\": " << (causal ? "true" : "false")
                << ", \"ms\": " << ms << ", \"tflops\": " << tflops << "}";
           first = false;

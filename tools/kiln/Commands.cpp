@@ -48,11 +48,13 @@ int64_t Options::integer(const std::string &name, int64_t fallback) {
   char *end = nullptr;
   long long v = std::strtoll(it->second.c_str(), &end, 10);
   if (it->second.empty() || *end)
-    throw Error("option --" + name + ": '" + it->second + "' is not an integer");
+    throw Error("option --" + name + ": '" + it->second +
+                "' is not an integer");
   return v;
 }
 
-std::string Options::string(const std::string &name, const std::string &fallback) {
+std::string Options::string(const std::string &name,
+                            const std::string &fallback) {
   used_.insert(name);
   auto it = values_.find(name);
   return it == values_.end() ? fallback : it->second;
@@ -78,7 +80,8 @@ static DType dtypeOption(Options &opts, const char *fallback) {
   return *t;
 }
 
-static int64_t positive(Options &opts, const std::string &name, int64_t fallback) {
+static int64_t positive(Options &opts, const std::string &name,
+                        int64_t fallback) {
   int64_t v = opts.integer(name, fallback);
   if (v < 1)
     throw Error("option --" + name + " must be >= 1, got " + std::to_string(v));
@@ -119,18 +122,23 @@ static Problem attentionProblem(Options &opts, bool withData) {
 
   Problem p;
   p.kernel = kernels::attentionForward(s, c);
-  p.summary = fmt::format("attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
-                          "blockM={} blockN={}",
-                          s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
-                          s.causal ? "causal" : "non-causal", dtypeName(s.dtype),
-                          layout, c.blockM, c.blockN);
+  p.summary =
+      fmt::format("attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
+                  "blockM={} blockN={}",
+                  s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
+                  s.causal ? "causal" : "non-causal", dtypeName(s.dtype),
+                  layout, c.blockM, c.blockN);
   if (!withData)
     return p;
   bool bshd = layout == "bshd";
-  auto q = randomTensor(s.dtype, {s.batch, s.heads, s.seqQ, s.headDim}, seed, bshd);
-  auto k = randomTensor(s.dtype, {s.batch, s.heads, s.seqK, s.headDim}, seed + 1, bshd);
-  auto v = randomTensor(s.dtype, {s.batch, s.heads, s.seqK, s.headDim}, seed + 2, bshd);
-  auto o = randomTensor(s.dtype, {s.batch, s.heads, s.seqQ, s.headDim}, 0, bshd);
+  auto q =
+      randomTensor(s.dtype, {s.batch, s.heads, s.seqQ, s.headDim}, seed, bshd);
+  auto k = randomTensor(s.dtype, {s.batch, s.heads, s.seqK, s.headDim},
+                        seed + 1, bshd);
+  auto v = randomTensor(s.dtype, {s.batch, s.heads, s.seqK, s.headDim},
+                        seed + 2, bshd);
+  auto o =
+      randomTensor(s.dtype, {s.batch, s.heads, s.seqQ, s.headDim}, 0, bshd);
   HostTensor lse(DType::f32, {s.batch, s.heads, s.seqQ});
   o.poison();
   lse.poison();
@@ -159,9 +167,10 @@ static Problem gemmProblem(Options &opts, bool withData) {
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::gemm(s, c);
-  p.summary = fmt::format("gemm M={} N={} K={} {} -> {} blockM={} blockN={} blockK={}",
-                          s.M, s.N, s.K, dtypeName(s.dtype), dtypeName(s.outDtype),
-                          c.blockM, c.blockN, c.blockK);
+  p.summary =
+      fmt::format("gemm M={} N={} K={} {} -> {} blockM={} blockN={} blockK={}",
+                  s.M, s.N, s.K, dtypeName(s.dtype), dtypeName(s.outDtype),
+                  c.blockM, c.blockN, c.blockK);
   if (!withData)
     return p;
   auto a = randomTensor(s.dtype, {s.M, s.K}, seed);
@@ -187,9 +196,9 @@ static Problem softmaxProblem(Options &opts, bool withData) {
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::softmax(s, c);
-  p.summary = fmt::format("softmax rows={} cols={} {} blockRows={} blockCols={}",
-                          s.rows, s.cols, dtypeName(s.dtype), c.blockRows,
-                          c.blockCols);
+  p.summary =
+      fmt::format("softmax rows={} cols={} {} blockRows={} blockCols={}",
+                  s.rows, s.cols, dtypeName(s.dtype), c.blockRows, c.blockCols);
   if (!withData)
     return p;
   HostTensor x(s.dtype, {s.rows, s.cols});
@@ -243,7 +252,8 @@ int cmdPtx(Options &opts) {
   else if (stage == "layouts")
     fmt::print("{}", c.layouts);
   else
-    throw Error("option --stage: '" + stage + "' is not ptx, llvm, lowered or layouts");
+    throw Error("option --stage: '" + stage +
+                "' is not ptx, llvm, lowered or layouts");
   return 0;
 }
 
@@ -253,7 +263,8 @@ int cmdRun(Options &opts) {
   char *end = nullptr;
   double tolerance = std::strtod(tolText.c_str(), &end);
   if (tolText.empty() || *end || !(tolerance > 0))
-    throw Error("option --tolerance: '" + tolText + "' is not a positive number");
+    throw Error("option --tolerance: '" + tolText +
+                "' is not a positive number");
   std::string name = kernelName(opts);
   std::string why;
   if (!cpu && !cuda::available(&why))
@@ -273,7 +284,8 @@ int cmdRun(Options &opts) {
     auto t0 = std::chrono::steady_clock::now();
     runOnCpu(*p.kernel, args);
     double ms = std::chrono::duration<double, std::milli>(
-                    std::chrono::steady_clock::now() - t0).count();
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
     fmt::print("  CPU executor time {:.1f} ms\n", ms);
   } else {
     const cuda::DeviceInfo &dev = cuda::device();
@@ -289,15 +301,19 @@ int cmdRun(Options &opts) {
     GpuTarget target{.arch = dev.arch(), .assumeAligned = aligned};
     const CompiledKernel &c = *compileCached(*p.kernel, target);
     GpuKernel &gpu = *jitKernel(*p.kernel, target);
-    fmt::print("  compiled for {} rows\n", aligned ? "aligned, contiguous" : "any strided");
+    fmt::print("  compiled for {} rows\n",
+               aligned ? "aligned, contiguous" : "any strided");
     gpu.launch(p.kernel->bind(refs));
     cuda::synchronize();
     cuda::FunctionAttributes a = gpu.attributes();
-    fmt::print("  {} on {}: {} threads, {} registers, {} bytes shared, {} bytes "
-               "local (spills)\n", dev.arch(), dev.name, c.threads, a.registers,
-               c.sharedBytes, a.localBytes);
+    fmt::print(
+        "  {} on {}: {} threads, {} registers, {} bytes shared, {} bytes "
+        "local (spills)\n",
+        dev.arch(), dev.name, c.threads, a.registers, c.sharedBytes,
+        a.localBytes);
     for (auto &[n, ref] : p.expected)
-      buffers[n].download(p.tensors.at(n).data(), p.tensors.at(n).storageBytes());
+      buffers[n].download(p.tensors.at(n).data(),
+                          p.tensors.at(n).storageBytes());
   }
 
   bool ok = true;

@@ -40,7 +40,8 @@ int main(int argc, char **argv) {
   std::string cmd = args[0];
   args.erase(args.begin());
   try {
-    auto opts = kiln::cli::Options::parse(args, {"causal", "cpu", "loc", "quick"});
+    auto opts =
+        kiln::cli::Options::parse(args, {"causal", "cpu", "loc", "quick"});
     if (cmd == "ir")
       return kiln::cli::cmdIr(opts);
     if (cmd == "run")

@@ -39,7 +39,8 @@ Coord Layout::regCoord(int64_t r) const {
 static int64_t zeroMask(const std::vector<Coord> &bases) {
   int64_t m = 0;
   for (size_t b = 0; b < bases.size(); ++b)
-    if (std::all_of(bases[b].begin(), bases[b].end(), [](int64_t v) { return v == 0; }))
+    if (std::all_of(bases[b].begin(), bases[b].end(),
+                    [](int64_t v) { return v == 0; }))
       m |= int64_t(1) << b;
   return m;
 }
@@ -62,7 +63,9 @@ std::string Layout::str() const {
     }
     return s + "]";
   };
-  const char *k = kind == Kind::Mma ? "mma" : kind == Kind::DotOperand ? "dot_op" : "blocked";
+  const char *k = kind == Kind::Mma          ? "mma"
+                  : kind == Kind::DotOperand ? "dot_op"
+                                             : "blocked";
   return std::string(k) + "<reg=" + list(reg) + ", lane=" + list(lane) +
          ", warp=" + list(warp) + ">";
 }
@@ -82,7 +85,8 @@ Layout Layout::blocked(const std::vector<int64_t> &shape, int numWarps,
     for (int i = 0; i < bits; ++i)
       into.push_back(next < flat.size() ? flat[next++] : Coord(rank, 0));
   };
-  int vecBits = std::min<int>(log2i(vec), log2i(shape.empty() ? 1 : shape.back()));
+  int vecBits =
+      std::min<int>(log2i(vec), log2i(shape.empty() ? 1 : shape.back()));
   take(l.reg, vecBits);
   take(l.lane, 5);
   take(l.warp, log2i(numWarps));
@@ -141,7 +145,7 @@ Layout Layout::dotOperand(int opIdx, int64_t M, int64_t N, int64_t K,
       l.warp.push_back({int64_t(16) << i, 0});
     for (int i = 0; i < log2i(numWarps) - log2i(wm); ++i)
       l.warp.push_back({0, 0}); // warps along N share A
-  } else { // B: KxN; registers b0..b3 per 16x8 piece
+  } else {                      // B: KxN; registers b0..b3 per 16x8 piece
     l.shape = {K, N};
     l.reg = {{1, 0}, {8, 0}};
     for (int64_t s = 16; s < K; s *= 2)

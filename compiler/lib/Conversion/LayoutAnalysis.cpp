@@ -22,7 +22,8 @@ public:
     if (l.state == ValueLayout::State::Fixed)
       return *l.layout;
     auto t = cast<RankedTensorType>(v.getType());
-    return Layout::blocked({t.getShape().begin(), t.getShape().end()}, numWarps);
+    return Layout::blocked({t.getShape().begin(), t.getShape().end()},
+                           numWarps);
   }
 
   /// The strongest fixed layout among `operands`; flexible if none is fixed
@@ -69,8 +70,9 @@ public:
       for (auto [i, arg] : llvm::enumerate(forOp.getRegionIterArgs())) {
         if (!isa<RankedTensorType>(arg.getType()))
           continue;
-        ValueLayout y = get(yield.getOperand(i)), init = get(forOp.getInitArgs()[i]);
-        ValueLayout l = y.state == ValueLayout::State::Fixed ? y
+        ValueLayout y = get(yield.getOperand(i)),
+                    init = get(forOp.getInitArgs()[i]);
+        ValueLayout l = y.state == ValueLayout::State::Fixed      ? y
                         : init.state == ValueLayout::State::Fixed ? init
                                                                   : y;
         // A carried tile must have one layout in every iteration: a flexible
@@ -84,15 +86,17 @@ public:
         visit(&inner);
       return;
     }
-    if (op->getNumResults() != 1 || !isa<RankedTensorType>(op->getResult(0).getType()))
+    if (op->getNumResults() != 1 ||
+        !isa<RankedTensorType>(op->getResult(0).getType()))
       return;
     Value r = op->getResult(0);
     auto shape = cast<RankedTensorType>(r.getType()).getShape();
     std::vector<int64_t> s(shape.begin(), shape.end());
     if (auto c = dyn_cast<arith::ConstantOp>(op)) {
       auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
-      map[r] = dense && dense.isSplat() ? ValueLayout::uniform()
-                                        : ValueLayout::fixed(Layout::blocked(s, numWarps));
+      map[r] = dense && dense.isSplat()
+                   ? ValueLayout::uniform()
+                   : ValueLayout::fixed(Layout::blocked(s, numWarps));
     } else if (isa<SplatOp>(op)) {
       map[r] = ValueLayout::uniform();
     } else if (isa<IotaOp>(op)) {
@@ -100,12 +104,15 @@ public:
     } else if (auto ld = dyn_cast<LoadOp>(op)) {
       // 16 bytes per thread along contiguous rows: one vector load each.
       Type elem = ld.getType().getElementType();
-      int64_t vec = aligned ? 16 / std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8) : 1;
+      int64_t vec =
+          aligned ? 16 / std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8)
+                  : 1;
       map[r] = ValueLayout::fixed(Layout::blocked(s, numWarps, vec));
     } else if (auto dot = dyn_cast<DotOp>(op)) {
       map[r] = ValueLayout::fixed(Layout::mma(s[0], s[1], numWarps));
     } else if (auto red = dyn_cast<ReduceOp>(op)) {
-      map[r] = ValueLayout::fixed(fixedOrBlocked(red.getSrc()).slice(red.getAxis()));
+      map[r] =
+          ValueLayout::fixed(fixedOrBlocked(red.getSrc()).slice(red.getAxis()));
     } else if (auto e = dyn_cast<ExpandDimsOp>(op)) {
       ValueLayout l = get(e.getSrc());
       map[r] = l.state == ValueLayout::State::Fixed
@@ -114,8 +121,8 @@ public:
     } else if (auto t = dyn_cast<TransOp>(op)) {
       ValueLayout l = get(t.getSrc());
       map[r] = l.state == ValueLayout::State::Fixed
-                   ? ValueLayout::fixed(l.layout->permute(
-                         std::vector<int32_t>(t.getOrder().begin(), t.getOrder().end())))
+                   ? ValueLayout::fixed(l.layout->permute(std::vector<int32_t>(
+                         t.getOrder().begin(), t.getOrder().end())))
                    : l;
     } else if (auto bc = dyn_cast<BroadcastOp>(op)) {
       ValueLayout l = get(bc.getSrc());
@@ -163,7 +170,9 @@ llvm::DenseSet<Value> findSharedOperands(func::FuncOp func) {
 
 int64_t knownDivisor(Value v) {
   constexpr int64_t kMax = int64_t(1) << 30;
-  auto pow2 = [](int64_t x) { return x == 0 ? kMax : (x < 0 ? -x : x) & -(x < 0 ? -x : x); };
+  auto pow2 = [](int64_t x) {
+    return x == 0 ? kMax : (x < 0 ? -x : x) & -(x < 0 ? -x : x);
+  };
   if (auto c = v.getDefiningOp<arith::ConstantOp>())
     if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
       return pow2(i.getInt());
@@ -176,7 +185,8 @@ int64_t knownDivisor(Value v) {
   if (auto arg = dyn_cast<BlockArgument>(v))
     if (auto f = dyn_cast<scf::ForOp>(arg.getOwner()->getParentOp()))
       if (arg == f.getInductionVar())
-        return std::min(knownDivisor(f.getLowerBound()), knownDivisor(f.getStep()));
+        return std::min(knownDivisor(f.getLowerBound()),
+                        knownDivisor(f.getStep()));
   return 1;
 }
 

@@ -17,13 +17,6 @@ using namespace mlir;
 
 namespace kiln::gpu {
 
-static int log2i(int64_t v) {
-  int l = 0;
-  while ((int64_t(1) << l) < v)
-    ++l;
-  return l;
-}
-
 static int dimOf(const Coord &c) {
   for (size_t d = 0; d < c.size(); ++d)
     if (c[d])
@@ -103,24 +96,17 @@ Value Lowerer::tileOffset(const SmemTile &t, Value row, Value col) {
       b.create<arith::AndIOp>(loc, row, i32(t.swz - 1)));
   Value off = b.create<arith::AddIOp>(
       loc, t.base, b.create<arith::MulIOp>(loc, row, i32(t.cols * 2)));
-  off = b.create<arith::AddIOp>(loc, off, b.create<arith::ShLIOp>(loc, chunk, i32(4)));
+  off = b.create<arith::AddIOp>(loc, off,
+                                b.create<arith::ShLIOp>(loc, chunk, i32(4)));
   return b.create<arith::AddIOp>(
       loc, off,
-      b.create<arith::ShLIOp>(loc, b.create<arith::AndIOp>(loc, col, i32(7)), i32(1)));
+      b.create<arith::ShLIOp>(loc, b.create<arith::AndIOp>(loc, col, i32(7)),
+                              i32(1)));
 }
 
 Value Lowerer::tilePtr(const SmemTile &t, Value row, Value col) {
-  Value chunk = b.create<arith::XOrIOp>(
-      loc, b.create<arith::ShRUIOp>(loc, col, i32(3)),
-      b.create<arith::AndIOp>(loc, row, i32(t.swz - 1)));
-  Value off = b.create<arith::AddIOp>(
-      loc, t.base, b.create<arith::MulIOp>(loc, row, i32(t.cols * 2)));
-  off = b.create<arith::AddIOp>(loc, off, b.create<arith::ShLIOp>(loc, chunk, i32(4)));
-  off = b.create<arith::AddIOp>(
-      loc, off,
-      b.create<arith::ShLIOp>(loc, b.create<arith::AndIOp>(loc, col, i32(7)), i32(1)));
   return b.create<LLVM::GEPOp>(loc, smemBase.getType(), b.getI8Type(), smemBase,
-                               ValueRange{off});
+                               ValueRange{tileOffset(t, row, col)});
 }
 
 void Lowerer::loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
@@ -228,7 +214,8 @@ Regs Lowerer::lowerDot(DotOp op) {
                 "f32 dots are not supported on the GPU yet");
   if (M % 16 || N % 8 || K % 16)
     throw Error("GPU lowering: dot shape must be multiples of 16x8x16, got M=" +
-                std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+                std::to_string(M) + " N=" + std::to_string(N) +
+                " K=" + std::to_string(K));
   Layout la = Layout::dotOperand(0, M, N, K, numWarps);
   Layout lb = Layout::dotOperand(1, M, N, K, numWarps);
   Layout lc = Layout::mma(M, N, numWarps);
@@ -254,7 +241,9 @@ Regs Lowerer::lowerDot(DotOp op) {
   auto pairTy = VectorType::get({2}, in);
   auto pack = [&](SmallVectorImpl<Value> &regs, int64_t i) -> Value {
     if (regs[i].getType().isInteger(32)) // straight from ldmatrix
-      return in.isBF16() ? regs[i] : Value(b.create<LLVM::BitcastOp>(loc, pairTy, regs[i]));
+      return in.isBF16()
+                 ? regs[i]
+                 : Value(b.create<LLVM::BitcastOp>(loc, pairTy, regs[i]));
     Value v = b.create<LLVM::UndefOp>(loc, pairTy);
     v = b.create<LLVM::InsertElementOp>(loc, v, regs[i], i32(0));
     v = b.create<LLVM::InsertElementOp>(loc, v, regs[i + 1], i32(1));
@@ -263,7 +252,8 @@ Regs Lowerer::lowerDot(DotOp op) {
     return v;
   };
   auto structTy = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
-  NVVM::MMATypes ptxTy = in.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
+  NVVM::MMATypes ptxTy =
+      in.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
   Regs out{lc, C.regs, {}};
   for (int64_t ki = 0; ki < kT; ++ki) {
     if (aSm)
@@ -275,7 +265,8 @@ Regs Lowerer::lowerDot(DotOp op) {
         int64_t cb = (ni << 2) | (mi << (2 + log2i(nT)));
         int64_t ab = (ki << 3) | (mi << (3 + log2i(kT)));
         int64_t bb = (ki << 2) | (ni << (2 + log2i(kT)));
-        SmallVector<Value> a, bv, c(out.regs.begin() + cb, out.regs.begin() + cb + 4);
+        SmallVector<Value> a, bv,
+            c(out.regs.begin() + cb, out.regs.begin() + cb + 4);
         for (int i = 0; i < 8; i += 2)
           a.push_back(pack(A, ab + i));
         for (int i = 0; i < 4; i += 2)
@@ -283,9 +274,11 @@ Regs Lowerer::lowerDot(DotOp op) {
         auto mma = NVVM::MmaOp::create(
             b, loc, structTy, a, bv, c, {16, 8, 16}, std::nullopt, std::nullopt,
             std::array<NVVM::MMATypes, 2>{ptxTy, ptxTy},
-            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
+            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                           NVVM::MMALayout::col});
         for (int i = 0; i < 4; ++i)
-          out.regs[cb + i] = b.create<LLVM::ExtractValueOp>(loc, mma, ArrayRef<int64_t>{i});
+          out.regs[cb + i] =
+              b.create<LLVM::ExtractValueOp>(loc, mma, ArrayRef<int64_t>{i});
       }
   }
   return out;

@@ -154,9 +154,11 @@ void Lowerer::lowerOp(Operation *op) {
   if (auto ld = dyn_cast<LoadOp>(op); ld && sharedOperands.count(r)) {
     Regs regs = lowerLoad(ld);
     barrier(); // the previous readers of this region are done
-    std::optional<SmemTile> t = stage(regs, ld.getType().getElementType(), i32(smemRegion[r]));
+    std::optional<SmemTile> t =
+        stage(regs, ld.getType().getElementType(), i32(smemRegion[r]));
     if (!t)
-      throw InternalError("GPU lowering: cannot stage a dot operand in shared memory");
+      throw InternalError(
+          "GPU lowering: cannot stage a dot operand in shared memory");
     barrier();
     smemTiles[r] = *t;
     return;
@@ -206,7 +208,8 @@ Regs Lowerer::materialize(Value v) {
   SmallVector<Value> operands;
   for (Value o : op->getOperands())
     operands.push_back(tiles.lookup(o).scalar);
-  return Regs{std::nullopt, {}, scalarOp(op, operands, elementType(v.getType()))};
+  return Regs{
+      std::nullopt, {}, scalarOp(op, operands, elementType(v.getType()))};
 }
 
 void Lowerer::lowerFor(scf::ForOp forOp) {
@@ -218,7 +221,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   SmallVector<LoadOp> prefetched;
   SmallVector<Operation *> slice;
   for (Operation &op : forOp.getBody()->without_terminator())
-    if (auto ld = dyn_cast<LoadOp>(op); ld && smemBufferBytes.count(ld.getResult()))
+    if (auto ld = dyn_cast<LoadOp>(op);
+        ld && smemBufferBytes.count(ld.getResult()))
       prefetched.push_back(ld);
   for (LoadOp ld : prefetched)
     canPrefetch(ld, &slice);
@@ -227,7 +231,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   auto bufferBase = [&](LoadOp ld, Value slot) -> Value {
     return b.create<arith::AddIOp>(
         loc, i32(smemRegion[ld.getResult()]),
-        b.create<arith::MulIOp>(loc, slot, i32(smemBufferBytes[ld.getResult()])));
+        b.create<arith::MulIOp>(loc, slot,
+                                i32(smemBufferBytes[ld.getResult()])));
   };
   auto fetch = [&](Value iv, Value slot) {
     Value saved = scalars.lookup(srcIv);
@@ -261,7 +266,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   };
   std::vector<Carried> carried;
   SmallVector<Value> inits;
-  for (auto [arg, init] : llvm::zip(forOp.getRegionIterArgs(), forOp.getInitArgs())) {
+  for (auto [arg, init] :
+       llvm::zip(forOp.getRegionIterArgs(), forOp.getInitArgs())) {
     if (!isTile(arg)) {
       carried.push_back({std::nullopt, inits.size(), 1});
       inits.push_back(scalarOf(init));
@@ -316,7 +322,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       warp = b.create<arith::ShRUIOp>(loc, tid, i32(5));
     }
     scalars[srcIv] = newFor.getInductionVar();
-    bind(newFor.getRegionIterArgs(), [&](size_t i) { return forOp.getRegionIterArgs()[i]; });
+    bind(newFor.getRegionIterArgs(),
+         [&](size_t i) { return forOp.getRegionIterArgs()[i]; });
     Value slot;
     if (!prefetched.empty()) {
       slot = newFor.getRegionIterArgs().back();
@@ -325,8 +332,9 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       Value ahead = b.create<arith::AddIOp>(
           loc, newFor.getInductionVar(),
           b.create<arith::MulIOp>(loc, scalarOf(forOp.getStep()), i32(S - 1)));
-      fetch(ahead, b.create<arith::RemUIOp>(
-                       loc, b.create<arith::AddIOp>(loc, slot, i32(S - 1)), i32(S)));
+      fetch(ahead,
+            b.create<arith::RemUIOp>(
+                loc, b.create<arith::AddIOp>(loc, slot, i32(S - 1)), i32(S)));
       for (LoadOp ld : prefetched)
         prefetchedBase[ld.getResult()] = bufferBase(ld, slot);
     }
@@ -384,7 +392,8 @@ static Layout squeeze(const Layout &l, int64_t axis) {
 }
 
 Regs Lowerer::rematerialize(Value v, const Layout &want) {
-  auto key = std::make_tuple((void *)b.getInsertionBlock(), v.getAsOpaquePointer(), want.str());
+  auto key = std::make_tuple((void *)b.getInsertionBlock(),
+                             v.getAsOpaquePointer(), want.str());
   if (auto it = remat.find(key); it != remat.end())
     return it->second;
   Operation *op = v.getDefiningOp();
@@ -392,7 +401,8 @@ Regs Lowerer::rematerialize(Value v, const Layout &want) {
   if (isa<IotaOp>(op)) {
     Value t = threadCoord(want)[0];
     for (int64_t r = 0; r < want.numRegs(); ++r)
-      out.regs.push_back(b.create<arith::AddIOp>(loc, t, i32(want.regCoord(r)[0])));
+      out.regs.push_back(
+          b.create<arith::AddIOp>(loc, t, i32(want.regCoord(r)[0])));
   } else if (auto e = dyn_cast<ExpandDimsOp>(op)) {
     out.regs = regsIn(e.getSrc(), squeeze(want, e.getAxis())).regs;
   } else if (auto t = dyn_cast<TransOp>(op)) {

@@ -14,13 +14,6 @@ using namespace mlir;
 
 namespace kiln::gpu {
 
-static int log2i(int64_t v) {
-  int l = 0;
-  while ((int64_t(1) << l) < v)
-    ++l;
-  return l;
-}
-
 SmallVector<Value> Lowerer::threadCoord(const Layout &l, bool lanes) {
   SmallVector<Value> c(l.rank(), i32(0));
   auto add = [&](Value id, const std::vector<Coord> &bases) {
@@ -46,7 +39,8 @@ Value Lowerer::isOwner(const Layout &l) {
       return;
     Value bits = b.create<arith::AndIOp>(loc, id, i32(mask));
     ok = b.create<arith::AndIOp>(
-        loc, ok, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, bits, i32(0)));
+        loc, ok,
+        b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, bits, i32(0)));
   };
   zero(lane, l.duplicateLaneMask());
   zero(warp, l.duplicateWarpMask());
@@ -71,9 +65,10 @@ static Value linearIndex(Lowerer &L, const Layout &l, const Coord &regPart,
   Value idx = L.i32(0);
   int64_t stride = 1;
   for (int64_t d = l.rank() - 1; d >= 0; --d) {
-    Value c = L.b.create<arith::AddIOp>(L.loc, threadPart[d], L.i32(regPart[d]));
-    idx = L.b.create<arith::AddIOp>(L.loc, idx,
-                                    L.b.create<arith::MulIOp>(L.loc, c, L.i32(stride)));
+    Value c =
+        L.b.create<arith::AddIOp>(L.loc, threadPart[d], L.i32(regPart[d]));
+    idx = L.b.create<arith::AddIOp>(
+        L.loc, idx, L.b.create<arith::MulIOp>(L.loc, c, L.i32(stride)));
     stride *= l.shape[d];
   }
   return idx;
@@ -96,7 +91,8 @@ Value Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
       return {};
     }
   }
-  if (to.kind == Layout::Kind::DotOperand && convertToDotOperand(in, to, elem, out))
+  if (to.kind == Layout::Kind::DotOperand &&
+      convertToDotOperand(in, to, elem, out))
     return {};
   // Otherwise through shared memory: every thread writes what it holds at the
   // element's row-major position and reads back what it needs.
@@ -183,10 +179,12 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
       Value n = L.scalarOf(shape[d]);
       // Unsigned compare: negative coordinates are out of range too.
       ok = b.create<arith::AndIOp>(
-          L.loc, ok, b.create<arith::CmpIOp>(L.loc, arith::CmpIPredicate::ult, c, n));
+          L.loc, ok,
+          b.create<arith::CmpIOp>(L.loc, arith::CmpIPredicate::ult, c, n));
       // Out-of-range elements use the first element's address, which exists.
       Value safe = b.create<arith::SelectOp>(L.loc, ok, c, L.i32(0));
-      Value stride = L.aligned && d + 1 == l.rank() ? L.i32(1) : L.scalarOf(strides[d]);
+      Value stride =
+          L.aligned && d + 1 == l.rank() ? L.i32(1) : L.scalarOf(strides[d]);
       Value term = b.create<arith::MulIOp>(
           L.loc, b.create<arith::ExtSIOp>(L.loc, b.getI64Type(), safe),
           b.create<arith::ExtSIOp>(L.loc, b.getI64Type(), stride));
@@ -225,13 +223,15 @@ Regs Lowerer::lowerLoad(LoadOp op) {
   Type elem = op.getType().getElementType();
   // Whole vectors are in or out of bounds when the row length and the block's
   // offset along it are multiples of the vector width.
-  int64_t vec = aligned ? std::min<int64_t>(vectorWidth(l), 16 / byteSize(elem)) : 1;
+  int64_t vec =
+      aligned ? std::min<int64_t>(vectorWidth(l), 16 / byteSize(elem)) : 1;
   std::optional<int64_t> rowLen = constantOf(op.getShape().back());
-  if (vec > 1 && (!rowLen || *rowLen % vec || knownDivisor(op.getOffsets().back()) % vec))
+  if (vec > 1 &&
+      (!rowLen || *rowLen % vec || knownDivisor(op.getOffsets().back()) % vec))
     vec = 1;
   SmallVector<Value> addrs, ok;
-  blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(), op.getShape(),
-                 op.getStrides(), elem, addrs, ok, vec);
+  blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(),
+                 op.getShape(), op.getStrides(), elem, addrs, ok, vec);
   Value pad = b.create<arith::ConstantOp>(
       loc, b.getFloatAttr(isa<FloatType>(elem) ? elem : b.getF32Type(),
                           op.getPadding().convertToDouble()));
@@ -244,7 +244,8 @@ Regs Lowerer::lowerLoad(LoadOp op) {
     for (int64_t i = 0; i < vec; ++i)
       padVec = b.create<LLVM::InsertElementOp>(loc, padVec, pad, i32(i));
     for (int64_t r = 0; r < l.numRegs(); r += vec) {
-      Value v = b.create<LLVM::LoadOp>(loc, vt, addrs[r], /*alignment=*/vec * byteSize(elem));
+      Value v = b.create<LLVM::LoadOp>(loc, vt, addrs[r],
+                                       /*alignment=*/vec * byteSize(elem));
       v = b.create<arith::SelectOp>(loc, ok[r], v, padVec);
       for (int64_t i = 0; i < vec; ++i)
         out.regs.push_back(b.create<LLVM::ExtractElementOp>(loc, v, i32(i)));
@@ -287,7 +288,8 @@ bool Lowerer::canPrefetch(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
     if (!forOp->isAncestor(d))
       return;
     if (d->getBlock() != forOp.getBody() || d->getNumRegions() ||
-        d->getNumResults() != 1 || isa<RankedTensorType>(d->getResult(0).getType()) ||
+        d->getNumResults() != 1 ||
+        isa<RankedTensorType>(d->getResult(0).getType()) ||
         !(isa<AddPtrOp>(d) || d->getDialect()->getNamespace() == "arith")) {
       ok = false;
       return;
@@ -300,7 +302,9 @@ bool Lowerer::canPrefetch(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
     visit(o);
   if (ok && slice) {
     SmallVector<Operation *> sorted(ops.begin(), ops.end());
-    llvm::sort(sorted, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    llvm::sort(sorted, [](Operation *a, Operation *b) {
+      return a->isBeforeInBlock(b);
+    });
     slice->append(sorted.begin(), sorted.end());
   }
   return ok;
@@ -310,8 +314,8 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
   Layout l = *layouts.lookup(ld.getResult()).layout;
   Type elem = ld.getType().getElementType();
   SmallVector<Value> addrs, ok;
-  blockAddresses(*this, l, scalarOf(ld.getPtr()), ld.getOffsets(), ld.getShape(),
-                 ld.getStrides(), elem, addrs, ok, 8);
+  blockAddresses(*this, l, scalarOf(ld.getPtr()), ld.getOffsets(),
+                 ld.getShape(), ld.getStrides(), elem, addrs, ok, 8);
   SmallVector<Value> tc = threadCoord(l);
   for (int64_t r = 0; r < l.numRegs(); r += 8) {
     Coord rc = l.regCoord(r);
@@ -320,7 +324,8 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
     Value bytes = b.create<arith::SelectOp>(loc, ok[r], i32(16), i32(0));
     b.create<NVVM::CpAsyncOp>(
         loc, tilePtr(t, row, col), addrs[r], b.getI32IntegerAttr(16),
-        NVVM::LoadCacheModifierKindAttr::get(b.getContext(), NVVM::LoadCacheModifierKind::CG),
+        NVVM::LoadCacheModifierKindAttr::get(b.getContext(),
+                                             NVVM::LoadCacheModifierKind::CG),
         bytes);
   }
 }
@@ -335,8 +340,8 @@ void Lowerer::lowerStore(StoreOp op) {
   Regs in = regsIn(v, l);
   Type elem = op.getValue().getType().getElementType();
   SmallVector<Value> addrs, ok;
-  blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(), op.getShape(),
-                 op.getStrides(), elem, addrs, ok);
+  blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(),
+                 op.getShape(), op.getStrides(), elem, addrs, ok);
   Value owner = isOwner(l);
   int64_t dup = l.duplicateRegMask();
   for (int64_t r = 0; r < l.numRegs(); ++r) {
@@ -350,15 +355,19 @@ void Lowerer::lowerStore(StoreOp op) {
   }
 }
 
-static Value combine(OpBuilder &b, Location loc, ReduceKind kind, Value x, Value y) {
+static Value combine(OpBuilder &b, Location loc, ReduceKind kind, Value x,
+                     Value y) {
   bool f = isa<FloatType>(x.getType());
   switch (kind) {
   case ReduceKind::Sum:
-    return f ? Value(b.create<arith::AddFOp>(loc, x, y)) : Value(b.create<arith::AddIOp>(loc, x, y));
+    return f ? Value(b.create<arith::AddFOp>(loc, x, y))
+             : Value(b.create<arith::AddIOp>(loc, x, y));
   case ReduceKind::Max:
-    return f ? Value(b.create<arith::MaximumFOp>(loc, x, y)) : Value(b.create<arith::MaxSIOp>(loc, x, y));
+    return f ? Value(b.create<arith::MaximumFOp>(loc, x, y))
+             : Value(b.create<arith::MaxSIOp>(loc, x, y));
   case ReduceKind::Min:
-    return f ? Value(b.create<arith::MinimumFOp>(loc, x, y)) : Value(b.create<arith::MinSIOp>(loc, x, y));
+    return f ? Value(b.create<arith::MinimumFOp>(loc, x, y))
+             : Value(b.create<arith::MinSIOp>(loc, x, y));
   }
   return x;
 }
@@ -381,16 +390,17 @@ Regs Lowerer::lowerReduce(ReduceOp op) {
     int64_t o = 0;
     for (size_t i = 0; i < keptBits.size(); ++i)
       o |= (r >> keptBits[i] & 1) << i;
-    acc[o] = acc[o] ? combine(b, loc, op.getKind(), acc[o], src.regs[r]) : src.regs[r];
+    acc[o] = acc[o] ? combine(b, loc, op.getKind(), acc[o], src.regs[r])
+                    : src.regs[r];
   }
   // 2. Across lanes: butterfly shuffles over the lane bits along the axis.
   for (size_t bit = 0; bit < in.lane.size(); ++bit) {
     if (!in.lane[bit][axis])
       continue;
     for (Value &a : acc) {
-      Value other = b.create<NVVM::ShflOp>(loc, a.getType(), i32(-1), a,
-                                           i32(1 << bit), i32(31),
-                                           NVVM::ShflKind::bfly, UnitAttr());
+      Value other =
+          b.create<NVVM::ShflOp>(loc, a.getType(), i32(-1), a, i32(1 << bit),
+                                 i32(31), NVVM::ShflKind::bfly, UnitAttr());
       a = combine(b, loc, op.getKind(), a, other);
     }
   }
@@ -407,14 +417,19 @@ Regs Lowerer::lowerReduce(ReduceOp op) {
       part = b.create<arith::OrIOp>(
           loc, part,
           b.create<arith::ShLIOp>(
-              loc, b.create<arith::AndIOp>(loc, b.create<arith::ShRUIOp>(loc, warp, i32(warpBits[i])), i32(1)),
+              loc,
+              b.create<arith::AndIOp>(
+                  loc, b.create<arith::ShRUIOp>(loc, warp, i32(warpBits[i])),
+                  i32(1)),
               i32(i)));
     SmallVector<Value> tc = threadCoord(out);
     barrier();
     for (int64_t r = 0; r < out.numRegs(); ++r) {
       Value idx = linearIndex(*this, out, out.regCoord(r), tc);
-      Value slot = b.create<arith::AddIOp>(loc, idx, b.create<arith::MulIOp>(loc, part, i32(outN)));
-      b.create<LLVM::StoreOp>(loc, acc[r], smemPtr(b.create<arith::MulIOp>(loc, slot, i32(4))));
+      Value slot = b.create<arith::AddIOp>(
+          loc, idx, b.create<arith::MulIOp>(loc, part, i32(outN)));
+      b.create<LLVM::StoreOp>(
+          loc, acc[r], smemPtr(b.create<arith::MulIOp>(loc, slot, i32(4))));
     }
     barrier();
     for (int64_t r = 0; r < out.numRegs(); ++r) {
@@ -422,7 +437,8 @@ Regs Lowerer::lowerReduce(ReduceOp op) {
       Value total;
       for (int64_t p = 0; p < parts; ++p) {
         Value slot = b.create<arith::AddIOp>(loc, idx, i32(p * outN));
-        Value v = b.create<LLVM::LoadOp>(loc, elem, smemPtr(b.create<arith::MulIOp>(loc, slot, i32(4))));
+        Value v = b.create<LLVM::LoadOp>(
+            loc, elem, smemPtr(b.create<arith::MulIOp>(loc, slot, i32(4))));
         total = total ? combine(b, loc, op.getKind(), total, v) : v;
       }
       acc[r] = total;

@@ -94,7 +94,8 @@ public:
   mlir::Value i64(int64_t v);
   /// Per dimension, the coordinate part contributed by this thread's lane and
   /// warp bits under `l`.
-  llvm::SmallVector<mlir::Value> threadCoord(const Layout &l, bool lanes = true);
+  llvm::SmallVector<mlir::Value> threadCoord(const Layout &l,
+                                             bool lanes = true);
   /// Whether this thread holds the first copy of replicated data.
   mlir::Value isOwner(const Layout &l);
   mlir::Value convertLayout(const Regs &in, const Layout &to, mlir::Type elem,
@@ -111,7 +112,8 @@ public:
                            llvm::SmallVectorImpl<mlir::Value> &out);
   /// Writes registers (2-D, 16-bit) to a swizzled tile at `base` (an offset
   /// into dynamic shared memory); nullopt when the layout does not fit.
-  std::optional<SmemTile> stage(const Regs &in, mlir::Type elem, mlir::Value base);
+  std::optional<SmemTile> stage(const Regs &in, mlir::Type elem,
+                                mlir::Value base);
   /// The swizzled tile a 2-D layout is staged into (base left unset).
   std::optional<SmemTile> tileGeometry(const Layout &from);
   /// Whether a dot-only load inside `loop` can be fetched one iteration ahead
@@ -154,6 +156,14 @@ private:
   /// Rematerialised flexible values, per insertion block and layout.
   std::map<std::tuple<void *, void *, std::string>, Regs> remat;
 };
+
+/// ceil(log2(v)) for v >= 1.
+inline int log2i(int64_t v) {
+  int l = 0;
+  while ((int64_t(1) << l) < v)
+    ++l;
+  return l;
+}
 
 /// Bytes of one element in memory (i1 takes a byte).
 int64_t byteSize(mlir::Type t);

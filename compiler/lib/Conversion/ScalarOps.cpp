@@ -14,8 +14,9 @@ using namespace mlir;
 namespace kiln::gpu {
 
 static Value intrinsic(OpBuilder &b, Location loc, const char *name, Value x) {
-  return b.create<LLVM::CallIntrinsicOp>(loc, b.getF32Type(), b.getStringAttr(name),
-                                         ValueRange{x})
+  return b
+      .create<LLVM::CallIntrinsicOp>(loc, b.getF32Type(), b.getStringAttr(name),
+                                     ValueRange{x})
       .getResult(0);
 }
 
@@ -30,13 +31,17 @@ Value Lowerer::scalarOp(Operation *op, ValueRange operands, Type resultElem) {
       r = intrinsic(b, loc, "llvm.nvvm.ex2.approx.ftz.f", x);
     else if (isa<math::ExpOp>(op))
       r = intrinsic(b, loc, "llvm.nvvm.ex2.approx.ftz.f",
-                    b.create<arith::MulFOp>(loc, x, b.create<arith::ConstantOp>(
-                                                        loc, b.getF32FloatAttr(1.4426950408889634f))));
+                    b.create<arith::MulFOp>(
+                        loc, x,
+                        b.create<arith::ConstantOp>(
+                            loc, b.getF32FloatAttr(1.4426950408889634f))));
     else if (isa<math::Log2Op>(op))
       r = intrinsic(b, loc, "llvm.nvvm.lg2.approx.ftz.f", x);
     else
-      r = b.create<arith::MulFOp>(loc, intrinsic(b, loc, "llvm.nvvm.lg2.approx.ftz.f", x),
-                                  b.create<arith::ConstantOp>(loc, b.getF32FloatAttr(0.6931471805599453f)));
+      r = b.create<arith::MulFOp>(
+          loc, intrinsic(b, loc, "llvm.nvvm.lg2.approx.ftz.f", x),
+          b.create<arith::ConstantOp>(loc,
+                                      b.getF32FloatAttr(0.6931471805599453f)));
     if (!t.isF32())
       r = b.create<arith::TruncFOp>(loc, t, r);
     return r;
@@ -50,8 +55,10 @@ Value Lowerer::scalarOp(Operation *op, ValueRange operands, Type resultElem) {
         return b.create<arith::ExtFOp>(loc, to, x);
       if (from == to)
         return x;
-      if (from.getIntOrFloatBitWidth() == to.getIntOrFloatBitWidth()) // bf16<->f16
-        return b.create<arith::TruncFOp>(loc, to, b.create<arith::ExtFOp>(loc, b.getF32Type(), x));
+      if (from.getIntOrFloatBitWidth() ==
+          to.getIntOrFloatBitWidth()) // bf16<->f16
+        return b.create<arith::TruncFOp>(
+            loc, to, b.create<arith::ExtFOp>(loc, b.getF32Type(), x));
       return b.create<arith::TruncFOp>(loc, to, x);
     }
     if (!ff && ft)
@@ -59,16 +66,18 @@ Value Lowerer::scalarOp(Operation *op, ValueRange operands, Type resultElem) {
                                : Value(b.create<arith::SIToFPOp>(loc, to, x));
     if (ff && !ft) {
       if (to.isInteger(1))
-        return b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, x,
-                                       b.create<arith::ConstantOp>(loc, b.getFloatAttr(from, 0.0)));
+        return b.create<arith::CmpFOp>(
+            loc, arith::CmpFPredicate::UNE, x,
+            b.create<arith::ConstantOp>(loc, b.getFloatAttr(from, 0.0)));
       return b.create<arith::FPToSIOp>(loc, to, x);
     }
     unsigned wf = from.getIntOrFloatBitWidth(), wt = to.getIntOrFloatBitWidth();
     if (wf == wt)
       return x;
     if (to.isInteger(1))
-      return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, x,
-                                     b.create<arith::ConstantIntOp>(loc, 0, wf));
+      return b.create<arith::CmpIOp>(
+          loc, arith::CmpIPredicate::ne, x,
+          b.create<arith::ConstantIntOp>(loc, 0, wf));
     if (wf < wt)
       return from.isInteger(1) ? Value(b.create<arith::ExtUIOp>(loc, to, x))
                                : Value(b.create<arith::ExtSIOp>(loc, to, x));

@@ -22,22 +22,65 @@ namespace {
 
 /// Reads one element of global memory of type `t` at `p`.
 double readElem(const char *p, Type t) {
-  if (t.isF32()) { float v; std::memcpy(&v, p, 4); return v; }
-  if (t.isBF16()) { uint16_t v; std::memcpy(&v, p, 2); return bf16ToFloat(v); }
-  if (t.isF16()) { uint16_t v; std::memcpy(&v, p, 2); return halfToFloat(v); }
-  if (t.isInteger(1)) return *p != 0;
-  if (t.isInteger(32)) { int32_t v; std::memcpy(&v, p, 4); return v; }
-  if (t.isInteger(64)) { int64_t v; std::memcpy(&v, p, 8); return double(v); }
+  if (t.isF32()) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  if (t.isBF16()) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return bf16ToFloat(v);
+  }
+  if (t.isF16()) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return halfToFloat(v);
+  }
+  if (t.isInteger(1))
+    return *p != 0;
+  if (t.isInteger(32)) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  if (t.isInteger(64)) {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    return double(v);
+  }
   throw InternalError("CPU executor: no memory format for element type");
 }
 
 void writeElem(char *p, Type t, const RtValue &v, int64_t k) {
-  if (t.isF32()) { float x = v.f[k]; std::memcpy(p, &x, 4); return; }
-  if (t.isBF16()) { uint16_t x = floatToBf16(v.f[k]); std::memcpy(p, &x, 2); return; }
-  if (t.isF16()) { uint16_t x = floatToHalf(v.f[k]); std::memcpy(p, &x, 2); return; }
-  if (t.isInteger(1)) { *p = v.i[k] != 0; return; }
-  if (t.isInteger(32)) { int32_t x = int32_t(v.i[k]); std::memcpy(p, &x, 4); return; }
-  if (t.isInteger(64)) { std::memcpy(p, &v.i[k], 8); return; }
+  if (t.isF32()) {
+    float x = v.f[k];
+    std::memcpy(p, &x, 4);
+    return;
+  }
+  if (t.isBF16()) {
+    uint16_t x = floatToBf16(v.f[k]);
+    std::memcpy(p, &x, 2);
+    return;
+  }
+  if (t.isF16()) {
+    uint16_t x = floatToHalf(v.f[k]);
+    std::memcpy(p, &x, 2);
+    return;
+  }
+  if (t.isInteger(1)) {
+    *p = v.i[k] != 0;
+    return;
+  }
+  if (t.isInteger(32)) {
+    int32_t x = int32_t(v.i[k]);
+    std::memcpy(p, &x, 4);
+    return;
+  }
+  if (t.isInteger(64)) {
+    std::memcpy(p, &v.i[k], 8);
+    return;
+  }
   throw InternalError("CPU executor: no memory format for element type");
 }
 
@@ -122,8 +165,8 @@ private:
   }
 
   void execFor(scf::ForOp forOp) {
-    int64_t lb = scalar(forOp.getLowerBound()), ub = scalar(forOp.getUpperBound()),
-            step = scalar(forOp.getStep());
+    int64_t lb = scalar(forOp.getLowerBound()),
+            ub = scalar(forOp.getUpperBound()), step = scalar(forOp.getStep());
     if (step <= 0)
       fault(forOp, "loop step " + std::to_string(step) + " is not positive");
     SmallVector<RtRef> carried;
@@ -233,8 +276,8 @@ private:
       const RtValue &s = *in[0];
       for (int64_t k = 0; k < r->numel(); ++k) {
         if (r->isFloatTy())
-          r->f[k] = roundToType(r->elemType,
-                                s.isFloatTy() ? s.f[k] : float(s.i[k]));
+          r->f[k] =
+              roundToType(r->elemType, s.isFloatTy() ? s.f[k] : float(s.i[k]));
         else if (s.isFloatTy())
           r->i[k] = r->elemType.isInteger(1)
                         ? s.f[k] != 0
@@ -269,16 +312,20 @@ private:
     if (!ptr.ptr)
       fault(op, "null pointer");
     BlockAddr a;
-    for (Value v : offsets) a.offsets.push_back(scalar(v));
-    for (Value v : shape) a.shape.push_back(scalar(v));
-    for (Value v : strides) a.strides.push_back(scalar(v));
+    for (Value v : offsets)
+      a.offsets.push_back(scalar(v));
+    for (Value v : shape)
+      a.shape.push_back(scalar(v));
+    for (Value v : strides)
+      a.strides.push_back(scalar(v));
     a.elemSize = int64_t(dtypeSize(dtypeOf(ptr.elemType)));
     return a;
   }
 
   RtRef execLoad(LoadOp op, ArrayRef<RtRef> in) {
     const RtValue &ptr = *in[0];
-    BlockAddr a = blockAddr(op, ptr, op.getOffsets(), op.getShape(), op.getStrides());
+    BlockAddr a =
+        blockAddr(op, ptr, op.getOffsets(), op.getShape(), op.getStrides());
     auto r = makeValue(op.getType());
     double pad = op.getPadding().convertToDouble();
     forEachIndex(r->shape, [&](int64_t k, ArrayRef<int64_t> idx) {
@@ -294,7 +341,8 @@ private:
 
   void execStore(StoreOp op, ArrayRef<RtRef> in) {
     const RtValue &val = *in[0], &ptr = *in[1];
-    BlockAddr a = blockAddr(op, ptr, op.getOffsets(), op.getShape(), op.getStrides());
+    BlockAddr a =
+        blockAddr(op, ptr, op.getOffsets(), op.getShape(), op.getStrides());
     forEachIndex(val.shape, [&](int64_t k, ArrayRef<int64_t> idx) {
       int64_t off = a.byteOffset(idx);
       if (off >= 0)
@@ -322,8 +370,10 @@ private:
     auto r = makeValue(op.getType());
     int64_t axis = op.getAxis();
     int64_t outer = 1, len = s.shape[axis], inner = 1;
-    for (int64_t d = 0; d < axis; ++d) outer *= s.shape[d];
-    for (size_t d = axis + 1; d < s.shape.size(); ++d) inner *= s.shape[d];
+    for (int64_t d = 0; d < axis; ++d)
+      outer *= s.shape[d];
+    for (size_t d = axis + 1; d < s.shape.size(); ++d)
+      inner *= s.shape[d];
     ReduceKind kind = op.getKind();
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = 0; i < inner; ++i) {
@@ -332,17 +382,22 @@ private:
           float acc = s.f[at(0)];
           for (int64_t j = 1; j < len; ++j) {
             float x = s.f[at(j)];
-            if (kind == ReduceKind::Sum) acc += x;
-            else if (std::isnan(x) || std::isnan(acc)) acc = NAN;
-            else acc = kind == ReduceKind::Max ? std::max(acc, x) : std::min(acc, x);
+            if (kind == ReduceKind::Sum)
+              acc += x;
+            else if (std::isnan(x) || std::isnan(acc))
+              acc = NAN;
+            else
+              acc =
+                  kind == ReduceKind::Max ? std::max(acc, x) : std::min(acc, x);
           }
           r->f[o * inner + i] = roundToType(r->elemType, acc);
         } else {
           int64_t acc = s.i[at(0)];
           for (int64_t j = 1; j < len; ++j) {
             int64_t x = s.i[at(j)];
-            acc = kind == ReduceKind::Sum ? acc + x
-                  : kind == ReduceKind::Max ? std::max(acc, x) : std::min(acc, x);
+            acc = kind == ReduceKind::Sum   ? acc + x
+                  : kind == ReduceKind::Max ? std::max(acc, x)
+                                            : std::min(acc, x);
           }
           r->i[o * inner + i] = wrapToType(r->elemType, acc);
         }
@@ -380,8 +435,9 @@ void runOnCpu(const Kernel &kernel, const std::vector<ArgValue> &args,
   }
   std::array<int64_t, 3> grid = kernel.grid();
   int64_t total = grid[0] * grid[1] * grid[2];
-  unsigned nThreads = options.threads ? options.threads
-                                      : std::max(1u, std::thread::hardware_concurrency());
+  unsigned nThreads = options.threads
+                          ? options.threads
+                          : std::max(1u, std::thread::hardware_concurrency());
   nThreads = unsigned(std::min<int64_t>(nThreads, total));
 
   std::atomic<int64_t> next{0};

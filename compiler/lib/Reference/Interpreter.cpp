@@ -78,7 +78,8 @@ static uint64_t asUnsigned(Type t, int64_t v) {
 
 static Type resultType(Operation *op) { return op->getResult(0).getType(); }
 
-template <class F> static RtRef mapFloat(Operation *op, ArrayRef<RtRef> in, F f) {
+template <class F>
+static RtRef mapFloat(Operation *op, ArrayRef<RtRef> in, F f) {
   auto r = makeValue(resultType(op));
   for (int64_t k = 0, n = r->numel(); k < n; ++k) {
     float x = in[0]->f[k], y = in.size() > 1 ? in[1]->f[k] : 0.f,
@@ -102,22 +103,38 @@ static bool cmpF(arith::CmpFPredicate p, float x, float y) {
   using P = arith::CmpFPredicate;
   bool uno = std::isnan(x) || std::isnan(y);
   switch (p) {
-  case P::AlwaysFalse: return false;
-  case P::OEQ: return !uno && x == y;
-  case P::OGT: return !uno && x > y;
-  case P::OGE: return !uno && x >= y;
-  case P::OLT: return !uno && x < y;
-  case P::OLE: return !uno && x <= y;
-  case P::ONE: return !uno && x != y;
-  case P::ORD: return !uno;
-  case P::UEQ: return uno || x == y;
-  case P::UGT: return uno || x > y;
-  case P::UGE: return uno || x >= y;
-  case P::ULT: return uno || x < y;
-  case P::ULE: return uno || x <= y;
-  case P::UNE: return uno || x != y;
-  case P::UNO: return uno;
-  case P::AlwaysTrue: return true;
+  case P::AlwaysFalse:
+    return false;
+  case P::OEQ:
+    return !uno && x == y;
+  case P::OGT:
+    return !uno && x > y;
+  case P::OGE:
+    return !uno && x >= y;
+  case P::OLT:
+    return !uno && x < y;
+  case P::OLE:
+    return !uno && x <= y;
+  case P::ONE:
+    return !uno && x != y;
+  case P::ORD:
+    return !uno;
+  case P::UEQ:
+    return uno || x == y;
+  case P::UGT:
+    return uno || x > y;
+  case P::UGE:
+    return uno || x >= y;
+  case P::ULT:
+    return uno || x < y;
+  case P::ULE:
+    return uno || x <= y;
+  case P::UNE:
+    return uno || x != y;
+  case P::UNO:
+    return uno;
+  case P::AlwaysTrue:
+    return true;
   }
   return false;
 }
@@ -126,16 +143,26 @@ static bool cmpI(arith::CmpIPredicate p, Type t, int64_t x, int64_t y) {
   using P = arith::CmpIPredicate;
   uint64_t ux = asUnsigned(t, x), uy = asUnsigned(t, y);
   switch (p) {
-  case P::eq: return x == y;
-  case P::ne: return x != y;
-  case P::slt: return x < y;
-  case P::sle: return x <= y;
-  case P::sgt: return x > y;
-  case P::sge: return x >= y;
-  case P::ult: return ux < uy;
-  case P::ule: return ux <= uy;
-  case P::ugt: return ux > uy;
-  case P::uge: return ux >= uy;
+  case P::eq:
+    return x == y;
+  case P::ne:
+    return x != y;
+  case P::slt:
+    return x < y;
+  case P::sle:
+    return x <= y;
+  case P::sgt:
+    return x > y;
+  case P::sge:
+    return x >= y;
+  case P::ult:
+    return ux < uy;
+  case P::ule:
+    return ux <= uy;
+  case P::ugt:
+    return ux > uy;
+  case P::uge:
+    return ux >= uy;
   }
   return false;
 }
@@ -176,8 +203,10 @@ RtRef evalElementwise(Operation *op, ArrayRef<RtRef> in) {
   };
 #define FLOAT_OP(OP, EXPR)                                                     \
   if (isa<OP>(op))                                                             \
-    return mapFloat(op, in, [](float x, float y, float z) -> float {          \
-      (void)x; (void)y; (void)z;                                               \
+    return mapFloat(op, in, [](float x, float y, float z) -> float {           \
+      (void)x;                                                                 \
+      (void)y;                                                                 \
+      (void)z;                                                                 \
       return EXPR;                                                             \
     });
 #define INT_OP(OP, EXPR)                                                       \
@@ -196,8 +225,10 @@ RtRef evalElementwise(Operation *op, ArrayRef<RtRef> in) {
   FLOAT_OP(arith::DivFOp, x / y)
   FLOAT_OP(arith::NegFOp, -x)
   FLOAT_OP(arith::RemFOp, std::fmod(x, y))
-  FLOAT_OP(arith::MaximumFOp, std::isnan(x) || std::isnan(y) ? NAN : std::max(x, y))
-  FLOAT_OP(arith::MinimumFOp, std::isnan(x) || std::isnan(y) ? NAN : std::min(x, y))
+  FLOAT_OP(arith::MaximumFOp,
+           std::isnan(x) || std::isnan(y) ? NAN : std::max(x, y))
+  FLOAT_OP(arith::MinimumFOp,
+           std::isnan(x) || std::isnan(y) ? NAN : std::min(x, y))
   FLOAT_OP(arith::MaxNumFOp, std::fmax(x, y))
   FLOAT_OP(arith::MinNumFOp, std::fmin(x, y))
   FLOAT_OP(math::ExpOp, std::exp(x))
@@ -215,10 +246,14 @@ RtRef evalElementwise(Operation *op, ArrayRef<RtRef> in) {
   INT_OP(arith::MulIOp, x * y)
   INT_OP(arith::DivSIOp, (divCheck(t, x, y), x / y))
   INT_OP(arith::RemSIOp, (divCheck(t, x, y), x % y))
-  INT_OP(arith::DivUIOp, (divCheck(t, x, y), int64_t(asUnsigned(t, x) / asUnsigned(t, y))))
-  INT_OP(arith::RemUIOp, (divCheck(t, x, y), int64_t(asUnsigned(t, x) % asUnsigned(t, y))))
-  INT_OP(arith::CeilDivSIOp, (divCheck(t, x, y), x / y + ((x % y != 0) && ((x < 0) == (y < 0)))))
-  INT_OP(arith::FloorDivSIOp, (divCheck(t, x, y), x / y - ((x % y != 0) && ((x < 0) != (y < 0)))))
+  INT_OP(arith::DivUIOp,
+         (divCheck(t, x, y), int64_t(asUnsigned(t, x) / asUnsigned(t, y))))
+  INT_OP(arith::RemUIOp,
+         (divCheck(t, x, y), int64_t(asUnsigned(t, x) % asUnsigned(t, y))))
+  INT_OP(arith::CeilDivSIOp,
+         (divCheck(t, x, y), x / y + ((x % y != 0) && ((x < 0) == (y < 0)))))
+  INT_OP(arith::FloorDivSIOp,
+         (divCheck(t, x, y), x / y - ((x % y != 0) && ((x < 0) != (y < 0)))))
   INT_OP(arith::MaxSIOp, std::max(x, y))
   INT_OP(arith::MinSIOp, std::min(x, y))
   INT_OP(arith::MaxUIOp, asUnsigned(t, x) > asUnsigned(t, y) ? x : y)
@@ -241,7 +276,8 @@ RtRef evalElementwise(Operation *op, ArrayRef<RtRef> in) {
   if (auto c = dyn_cast<arith::CmpIOp>(op)) {
     auto r = makeValue(resultType(op));
     for (int64_t k = 0, n = r->numel(); k < n; ++k)
-      r->i[k] = cmpI(c.getPredicate(), in[0]->elemType, in[0]->i[k], in[1]->i[k]);
+      r->i[k] =
+          cmpI(c.getPredicate(), in[0]->elemType, in[0]->i[k], in[1]->i[k]);
     return r;
   }
   if (isa<arith::SelectOp>(op)) {
@@ -265,8 +301,8 @@ RtRef evalElementwise(Operation *op, ArrayRef<RtRef> in) {
     bool u = isa<arith::UIToFPOp>(op);
     for (int64_t k = 0, n = r->numel(); k < n; ++k) {
       int64_t x = in[0]->i[k];
-      r->f[k] = roundToType(r->elemType,
-                            u ? float(asUnsigned(in[0]->elemType, x)) : float(x));
+      r->f[k] = roundToType(
+          r->elemType, u ? float(asUnsigned(in[0]->elemType, x)) : float(x));
     }
     return r;
   }
@@ -289,7 +325,8 @@ RtRef evalElementwise(Operation *op, ArrayRef<RtRef> in) {
   if (isa<arith::ExtUIOp>(op)) {
     auto r = makeValue(resultType(op));
     for (int64_t k = 0, n = r->numel(); k < n; ++k)
-      r->i[k] = wrapToType(r->elemType, int64_t(asUnsigned(in[0]->elemType, in[0]->i[k])));
+      r->i[k] = wrapToType(r->elemType,
+                           int64_t(asUnsigned(in[0]->elemType, in[0]->i[k])));
     return r;
   }
   return nullptr;

@@ -89,7 +89,8 @@ static std::string emitPtx(llvm::Module &m, const std::string &arch,
   llvm::SmallString<0> ptx;
   llvm::raw_svector_ostream os(ptx);
   llvm::legacy::PassManager pm;
-  if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
+  if (tm->addPassesToEmitFile(pm, os, nullptr,
+                              llvm::CodeGenFileType::AssemblyFile))
     throw InternalError("NVPTX cannot emit assembly");
   pm.run(m);
   return std::string(ptx.str());
@@ -114,9 +115,9 @@ std::string cacheKey(const Kernel &kernel, const GpuTarget &t) {
   flags.printGenericOpForm().enableDebugInfo(false);
   kernel.impl().module->print(os, flags);
   return "kiln " KILN_VERSION "|" + t.arch + "|w" + std::to_string(t.numWarps) +
-         "|s" + std::to_string(t.numStages) + "|a" + std::to_string(t.assumeAligned) +
-         "|r" + std::to_string(t.reloadThreadIds) +
-         "|" + ir;
+         "|s" + std::to_string(t.numStages) + "|a" +
+         std::to_string(t.assumeAligned) + "|r" +
+         std::to_string(t.reloadThreadIds) + "|" + ir;
 }
 } // namespace
 
@@ -133,13 +134,16 @@ std::shared_ptr<const CompiledKernel> compileCached(const Kernel &kernel,
     ++c.stats.misses;
   }
   // Compile outside the lock: other threads' compiles go on meanwhile.
-  auto compiled = std::make_shared<const CompiledKernel>(compileForGpu(kernel, target));
+  auto compiled =
+      std::make_shared<const CompiledKernel>(compileForGpu(kernel, target));
   std::lock_guard<std::mutex> lock(c.mutex);
   return c.compiled.emplace(key, compiled).first->second;
 }
 
-std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel, const GpuTarget &target) {
-  std::shared_ptr<const CompiledKernel> compiled = compileCached(kernel, target);
+std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
+                                     const GpuTarget &target) {
+  std::shared_ptr<const CompiledKernel> compiled =
+      compileCached(kernel, target);
   std::string key = cacheKey(kernel, target);
   Cache &c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
@@ -175,7 +179,8 @@ bool tensorsAligned(const Kernel &kernel,
 }
 
 CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
-  if (target.arch != "sm_80" && target.arch != "sm_90a" && target.arch != "sm_90")
+  if (target.arch != "sm_80" && target.arch != "sm_90a" &&
+      target.arch != "sm_90")
     throw Error("compileForGpu: target " + target.arch +
                 " is not supported (sm_80, sm_90, sm_90a)");
   Kernel::Impl &impl = kernel.impl();
@@ -193,7 +198,8 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
       if (auto rt = dyn_cast<RankedTensorType>(t))
         for (int64_t d : rt.getShape())
           if (d & (d - 1)) {
-            op->emitError("GPU lowering: tile dimension ") << d << " is not a power of two";
+            op->emitError("GPU lowering: tile dimension ")
+                << d << " is not a power of two";
             return WalkResult::interrupt();
           }
     return WalkResult::advance();
@@ -225,7 +231,8 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
           continue;
         auto it = layouts.find(r);
         os << op->getName() << " " << r.getType() << ": "
-           << (it == layouts.end() || it->second.state == gpu::ValueLayout::State::Uniform
+           << (it == layouts.end() ||
+                       it->second.state == gpu::ValueLayout::State::Uniform
                    ? std::string("uniform")
                : it->second.state == gpu::ValueLayout::State::Flexible
                    ? std::string("flexible (rematerialised where used)")
@@ -260,9 +267,11 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
   out.loweredIR = print(*lowered);
 
   llvm::LLVMContext llctx;
-  std::unique_ptr<llvm::Module> m = translateModuleToLLVMIR(*lowered, llctx, impl.name);
+  std::unique_ptr<llvm::Module> m =
+      translateModuleToLLVMIR(*lowered, llctx, impl.name);
   if (!m)
-    throw InternalError("translating kernel " + impl.name + " to LLVM IR failed:\n" + diags);
+    throw InternalError("translating kernel " + impl.name +
+                        " to LLVM IR failed:\n" + diags);
   out.ptx = emitPtx(*m, target.arch, out.llvmIR);
   return out;
 }

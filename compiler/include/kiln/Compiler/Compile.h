@@ -60,14 +60,15 @@ struct CompiledKernel {
 
 /// Compiles a kernel for a GPU target. Throws kiln::Error when the kernel
 /// uses something the GPU path does not support, naming it.
-CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target = {});
+CompiledKernel compileForGpu(const Kernel &kernel,
+                             const GpuTarget &target = {});
 
 /// JIT per shape: the compiled kernel from the in-process cache, compiling it
 /// on a miss. The key is the kernel's canonical IR (generic form, without
 /// locations), every GpuTarget field and the compiler's version, so that two
 /// kernels built alike share one entry and nothing else does. Thread-safe.
-std::shared_ptr<const CompiledKernel> compileCached(const Kernel &kernel,
-                                                    const GpuTarget &target = {});
+std::shared_ptr<const CompiledKernel>
+compileCached(const Kernel &kernel, const GpuTarget &target = {});
 
 /// The same, loaded on the device and ready to launch.
 std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,

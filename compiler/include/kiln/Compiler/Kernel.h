@@ -39,7 +39,8 @@ public:
   /// The argument list for a launch: each tensor parameter bound by name to a
   /// tensor of the same dtype and shape, strides checked against the index
   /// width. Throws kiln::Error naming the tensor on any mismatch.
-  std::vector<ArgValue> bind(const std::map<std::string, TensorRef> &tensors) const;
+  std::vector<ArgValue>
+  bind(const std::map<std::string, TensorRef> &tensors) const;
 
   Impl &impl() const { return *impl_; }
 

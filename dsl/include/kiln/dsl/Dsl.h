@@ -105,8 +105,8 @@ private:
 struct TileArg {
   TileArg(const Tile &t, Loc l = Loc::current()) : tile(t), loc(l) {}
   template <class T>
-    requires std::is_arithmetic_v<T>
-  TileArg(T s, Loc l = Loc::current()) : number(double(s)), loc(l) {}
+  requires std::is_arithmetic_v<T> TileArg(T s, Loc l = Loc::current())
+      : number(double(s)), loc(l) {}
   TileArg(const Index &i, Loc l = Loc::current()) : index(i), loc(l) {}
   std::optional<Tile> tile;
   std::optional<double> number;
@@ -257,7 +257,8 @@ public:
   void setWarps(int warps, Loc loc = Loc::current());
   /// Software-pipeline depth of the loads in loops (>= 2; default 2).
   void setStages(int stages, Loc loc = Loc::current());
-  /// Codegen hint: re-read thread ids inside loops (GpuTarget::reloadThreadIds).
+  /// Codegen hint: re-read thread ids inside loops
+  /// (GpuTarget::reloadThreadIds).
   void setReloadThreadIds(bool reload);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());

@@ -28,7 +28,8 @@ struct AttentionConfig {
 };
 
 /// The config with its zero fields filled in for `shape`.
-AttentionConfig resolveConfig(const AttentionShape &shape, AttentionConfig config);
+AttentionConfig resolveConfig(const AttentionShape &shape,
+                              AttentionConfig config);
 
 /// Checks the shape (D in {64, 128}, float dtype, positive sizes) and builds
 /// the kernel; throws kiln::Error naming the bad field.

@@ -6,7 +6,8 @@
 
 namespace kiln::kernels {
 
-/// C (M x N, outDtype) = A (M x K, dtype) · B (K x N, dtype), fp32 accumulation.
+/// C (M x N, outDtype) = A (M x K, dtype) · B (K x N, dtype), fp32
+/// accumulation.
 struct GemmShape {
   int64_t M = 128, N = 128, K = 128;
   DType dtype = DType::bf16;

@@ -16,8 +16,8 @@ namespace kiln::kernels {
 
 /// O (B,H,Nq,D) and LSE (B,H,Nq) from Q, K, V; every output element written.
 void attentionReference(const AttentionShape &s, const HostTensor &q,
-                        const HostTensor &k, const HostTensor &v,
-                        HostTensor &o, HostTensor &lse);
+                        const HostTensor &k, const HostTensor &v, HostTensor &o,
+                        HostTensor &lse);
 void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c);
 void softmaxReference(const HostTensor &x, HostTensor &y);
 

@@ -64,8 +64,8 @@ std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &shape);
 
 /// Comparison of a result against a reference of the same shape.
 struct ErrorStats {
-  double maxAbs = 0;   ///< max |out - ref|
-  double relative = 0; ///< ||out - ref||_2 / ||ref||_2
+  double maxAbs = 0;     ///< max |out - ref|
+  double relative = 0;   ///< ||out - ref||_2 / ||ref||_2
   int64_t nonFinite = 0; ///< elements of out that are NaN or inf
 };
 ErrorStats compareTensors(const HostTensor &out, const HostTensor &ref);

@@ -145,9 +145,9 @@ LogicalResult DotOp::verify() {
                          << a.getDimSize(1) << "xN)";
   if (c.getDimSize(0) != a.getDimSize(0) || c.getDimSize(1) != b.getDimSize(1))
     return emitOpError() << "result is " << shapeStr(c.getShape())
-                         << " but lhs " << shapeStr(a.getShape()) << " times rhs "
-                         << shapeStr(b.getShape()) << " is " << a.getDimSize(0)
-                         << "x" << b.getDimSize(1);
+                         << " but lhs " << shapeStr(a.getShape())
+                         << " times rhs " << shapeStr(b.getShape()) << " is "
+                         << a.getDimSize(0) << "x" << b.getDimSize(1);
   return success();
 }
 
@@ -161,11 +161,13 @@ LogicalResult ReduceOp::verify() {
   want.erase(want.begin() + axis);
   if (res.getShape() != ArrayRef<int64_t>(want))
     return emitOpError() << "reducing " << shapeStr(src.getShape())
-                         << " along axis " << axis << " gives " << shapeStr(want)
-                         << ", not " << shapeStr(res.getShape());
+                         << " along axis " << axis << " gives "
+                         << shapeStr(want) << ", not "
+                         << shapeStr(res.getShape());
   if (res.getElementType() != src.getElementType())
     return emitOpError() << "result element type " << res.getElementType()
-                         << " differs from the source's " << src.getElementType();
+                         << " differs from the source's "
+                         << src.getElementType();
   return success();
 }
 
