@@ -48,6 +48,7 @@ int cmdBench(Options &opts) {
   cfg.blockN = opts.integer("block-n", cfg.blockN);
   cfg.warps = int(opts.integer("warps", cfg.warps));
   cfg.stages = int(opts.integer("stages", cfg.stages));
+  cfg.reloadThreadIds = int(opts.integer("reload-ids", cfg.reloadThreadIds));
   opts.checkAllUsed();
   std::string why;
   if (!cuda::available(&why))

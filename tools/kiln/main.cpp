@@ -17,7 +17,8 @@ commands:
   ptx <kernel> [shape options] [--arch sm_80|sm_90a]
       [--stage ptx|llvm|lowered|layouts] print the PTX (or an earlier stage)
   bench attention [--quick] [--dtypes bf16,fp16] [--json FILE] [--reps R]
-      [--head-dim D] [--block-m M] [--block-n N] [--warps W]
+      [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
+      [--reload-ids 0|1]
                                         TFLOP/s on the GPU over B*N=16k tokens
   help                                  this text
 
