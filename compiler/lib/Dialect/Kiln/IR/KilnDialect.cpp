@@ -55,9 +55,6 @@ static std::string shapeStr(ArrayRef<int64_t> shape) {
   return s;
 }
 
-static std::string shapeStr(Type t) {
-  return shapeStr(cast<RankedTensorType>(t).getShape());
-}
 
 static LogicalResult requireStatic(Operation *op, Type t, StringRef what) {
   auto rt = cast<RankedTensorType>(t);
