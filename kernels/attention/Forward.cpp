@@ -25,9 +25,11 @@ static void checkShape(const AttentionShape &s, const AttentionConfig &c) {
   if (!isFloat(s.dtype))
     throw Error(std::string("attention: dtype ") + dtypeName(s.dtype) +
                 " is not a float type");
-  if (c.blockM < 16 || c.blockN < 16 || (c.blockM & (c.blockM - 1)) ||
-      (c.blockN & (c.blockN - 1)))
-    throw Error("attention: blockM and blockN must be powers of two >= 16");
+  for (int64_t b : {c.blockM, c.blockN, c.blockNDiagonal})
+    if (b < 16 || (b & (b - 1)))
+      throw Error("attention: blockM, blockN and blockNDiagonal must be "
+                  "powers of two >= 16, got " +
+                  std::to_string(b));
 }
 
 AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
@@ -36,6 +38,8 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   bool wide = s.headDim >= 128;
   if (!c.blockN)
     c.blockN = wide && s.causal ? 32 : 64;
+  if (!c.blockNDiagonal)
+    c.blockNDiagonal = c.blockN;
   if (c.reloadThreadIds < 0)
     c.reloadThreadIds = wide && !s.causal;
   return c;
@@ -71,7 +75,7 @@ Kernel attentionForward(const AttentionShape &s,
   Tile rows = arange(BM) + m0;
 
   // One step of the online softmax over the keys [n0, n0 + BN).
-  auto step = [&](Index n0, bool mask) {
+  auto step = [&](Index n0, bool mask, int64_t BN) {
     Tile kTile = load(kv.block({n0, 0}, {BN, D}));
     Tile scores = dot(qTile, transpose(kTile)) * (scale * log2e);
     if (mask) {
@@ -89,21 +93,24 @@ Kernel attentionForward(const AttentionShape &s,
     acc = dot(p.to(s.dtype), vTile, acc * column(alpha));
     rowMax = newMax;
   };
-  if (s.causal && BM % BN == 0) {
+  const int64_t BND = c.blockNDiagonal;
+  if (s.causal && BM % BN == 0 && BM % BND == 0) {
     // Whole key blocks left of the diagonal need no mask; the diagonal ones
-    // (and a ragged last block) do; those right of it are skipped.
+    // (and a ragged last block) do, in blocks of their own size; those right
+    // of it are skipped.
     Index split = min(m0, Index(s.seqK / BN * BN));
     forRange(0, split, BN, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, false); });
-    forRange(split, min(m0 + BM, Index(s.seqK)), BN, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, true); });
+             [&](Index n0) { step(n0, false, BN); });
+    forRange(split, min(m0 + BM, Index(s.seqK)), BND,
+             carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, true, BND); });
   } else if (s.causal) {
     forRange(0, min(m0 + BM, Index(s.seqK)), BN, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, true); });
+             [&](Index n0) { step(n0, true, BN); });
   } else {
     // Only the last block can be ragged; masking every block costs little.
     forRange(0, s.seqK, BN, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, s.seqK % BN != 0); });
+             [&](Index n0) { step(n0, s.seqK % BN != 0, BN); });
   }
 
   store(O[b][h].block({m0, 0}), (acc / column(rowSum)).to(s.dtype));

@@ -291,3 +291,30 @@ TEST(CpuExecutor, RejectsBadArguments) {
   EXPECT_THAT(errorOf([&] { runOnCpu(k, args); }),
               HasSubstr("argument A must be a pointer"));
 }
+
+// Causal attention with its diagonal blocks smaller than the others, and
+// with the general (unsplit) loop when blockN does not divide blockM.
+TEST(CpuExecutor, AttentionScheduleVariantsAgree) {
+  kernels::AttentionShape s{1, 2, 300, 300, 64, true, DType::bf16, 0};
+  HostTensor q(s.dtype, {1, 2, 300, 64}), k(s.dtype, {1, 2, 300, 64}),
+      v(s.dtype, {1, 2, 300, 64});
+  q.fillRandom(21, -2, 2);
+  k.fillRandom(22, -2, 2);
+  v.fillRandom(23);
+  HostTensor oRef(DType::f32, q.shape()), lseRef(DType::f32, {1, 2, 300});
+  kernels::attentionReference(s, q, k, v, oRef, lseRef);
+  kernels::AttentionConfig diag{128, 64, 4, 2, -1, 32}, unsplit{64, 128, 4, 2};
+  for (const kernels::AttentionConfig &c : {diag, unsplit}) {
+    Kernel kern = kernels::attentionForward(s, c);
+    HostTensor o(s.dtype, q.shape()), lse(DType::f32, {1, 2, 300});
+    o.poison();
+    lse.poison();
+    runOnCpu(kern, kern.bind({{"Q", q.ref()},
+                              {"K", k.ref()},
+                              {"V", v.ref()},
+                              {"O", o.ref()},
+                              {"LSE", lse.ref()}}));
+    EXPECT_LE(compareTensors(o, oRef).relative, 1e-2) << c.blockN;
+    EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5) << c.blockN;
+  }
+}

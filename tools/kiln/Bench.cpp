@@ -49,6 +49,7 @@ int cmdBench(Options &opts) {
   cfg.warps = int(opts.integer("warps", cfg.warps));
   cfg.stages = int(opts.integer("stages", cfg.stages));
   cfg.reloadThreadIds = int(opts.integer("reload-ids", cfg.reloadThreadIds));
+  cfg.blockNDiagonal = opts.integer("block-n-diagonal", cfg.blockNDiagonal);
   opts.checkAllUsed();
   std::string why;
   if (!cuda::available(&why))

@@ -115,6 +115,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c = kernels::resolveConfig(s, c);
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
+  c.blockNDiagonal = positive(opts, "block-n-diagonal", c.blockN);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
     throw Error("option --layout: '" + layout + "' is not bhsd or bshd");

@@ -24,7 +24,8 @@ struct AttentionShape {
 struct AttentionConfig {
   int64_t blockM = 0, blockN = 0;
   int warps = 4, stages = 2;
-  int reloadThreadIds = -1; ///< -1: default, 0: no, 1: yes
+  int reloadThreadIds = -1;   ///< -1: default, 0: no, 1: yes
+  int64_t blockNDiagonal = 0; ///< causal: key block on the diagonal; 0: blockN
 };
 
 /// The config with its zero fields filled in for `shape`.
