@@ -11,15 +11,15 @@
 //===----------------------------------------------------------------------===//
 #include "kiln/Compiler/Compile.h"
 #include "kiln/Reference/CpuExecutor.h"
-#include "kiln/runtime/Cuda.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/Reference.h"
+#include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Error.h"
 
 #include <chrono>
-#include <map>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -65,8 +65,10 @@ int main(int argc, char **argv) try {
   o.poison();
   lse.poison();
 
-  std::map<std::string, TensorRef> host = {{"Q", q.ref()}, {"K", kk.ref()},
-                                           {"V", v.ref()}, {"O", o.ref()},
+  std::map<std::string, TensorRef> host = {{"Q", q.ref()},
+                                           {"K", kk.ref()},
+                                           {"V", v.ref()},
+                                           {"O", o.ref()},
                                            {"LSE", lse.ref()}};
   std::string why;
   double ms = 0;
@@ -87,7 +89,8 @@ int main(int argc, char **argv) try {
       refs[name] = ref;
       refs[name].data = buffers[name].data();
     }
-    GpuTarget target{.arch = dev.arch(), .assumeAligned = tensorsAligned(k, refs)};
+    GpuTarget target{.arch = dev.arch(),
+                     .assumeAligned = tensorsAligned(k, refs)};
     std::shared_ptr<GpuKernel> gpu = jitKernel(k, target);
     auto args = k.bind(refs);
     gpu->launch(args); // warm-up

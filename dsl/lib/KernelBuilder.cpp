@@ -57,7 +57,7 @@ Value i32Constant(int64_t v, const Loc &loc) {
     userError(loc, "constant " + std::to_string(v) +
                        " does not fit kiln's 32-bit index width");
   OpBuilder &b = builder(loc);
-  return b.create<arith::ConstantIntOp>(location(loc), v, 32);
+  return arith::ConstantIntOp::create(b, location(loc), v, 32);
 }
 
 } // namespace detail
@@ -96,7 +96,7 @@ static Index indexOp(const Index &a, const IndexArg &b,
   (void)name;
   OpBuilder &bld = builder(b.loc);
   Value v =
-      bld.create<Op>(location(b.loc), value(a.raw()), value(b.value.raw()));
+      Op::create(bld, location(b.loc), value(a.raw()), value(b.value.raw()));
   return Index::fromRaw(raw(v), std::nullopt);
 }
 
@@ -150,8 +150,8 @@ Index programId(int axis, Loc loc) {
     userError(loc,
               "programId: axis " + std::to_string(axis) + " is not 0, 1 or 2");
   OpBuilder &b = builder(loc);
-  Value v = b.create<ProgramIdOp>(location(loc), b.getI32Type(),
-                                  b.getI32IntegerAttr(axis));
+  Value v = ProgramIdOp::create(b, location(loc), b.getI32Type(),
+                                b.getI32IntegerAttr(axis));
   return Index::fromRaw(raw(v), std::nullopt);
 }
 
@@ -203,7 +203,7 @@ KernelBuilder::KernelBuilder(const std::string &name,
   Location l = location(loc);
   state_->kernel->module = ModuleOp::create(l);
   b.setInsertionPointToEnd(state_->kernel->module->getBody());
-  auto func = b.create<func::FuncOp>(l, name, b.getFunctionType({}, {}));
+  auto func = func::FuncOp::create(b, l, name, b.getFunctionType({}, {}));
   func->setAttr(kKernelAttr, b.getUnitAttr());
   func->setAttr(kGridAttr, b.getDenseI64ArrayAttr(grid));
   state_->func = func;
@@ -282,7 +282,7 @@ Kernel KernelBuilder::finish(Loc loc) {
   OpBuilder &b = state_->builder;
   func::FuncOp func = state_->func;
   b.setInsertionPointToEnd(&func.getBody().front());
-  b.create<func::ReturnOp>(location(loc));
+  func::ReturnOp::create(b, location(loc));
   func.setType(
       b.getFunctionType(func.getBody().front().getArgumentTypes(), {}));
   // Parameter names, so that the printed IR says which argument is which.
@@ -337,12 +337,13 @@ TensorView TensorView::operator[](IndexArg i) const {
   // Pointer offsets are i64: a view may start past 2^31 elements.
   OpBuilder &b = builder(i.loc);
   Location l = location(i.loc);
-  Value idx = b.create<arith::ExtSIOp>(l, b.getI64Type(), value(i.value.raw()));
+  Value idx =
+      arith::ExtSIOp::create(b, l, b.getI64Type(), value(i.value.raw()));
   Value stride =
-      b.create<arith::ExtSIOp>(l, b.getI64Type(), value(strides_[0].raw()));
-  Value off = b.create<arith::MulIOp>(l, idx, stride);
+      arith::ExtSIOp::create(b, l, b.getI64Type(), value(strides_[0].raw()));
+  Value off = arith::MulIOp::create(b, l, idx, stride);
   Value p =
-      b.create<AddPtrOp>(l, value(pointer_).getType(), value(pointer_), off);
+      AddPtrOp::create(b, l, value(pointer_).getType(), value(pointer_), off);
   return TensorView(raw(p), dtype_, Shape(shape_.begin() + 1, shape_.end()),
                     std::vector<Index>(strides_.begin() + 1, strides_.end()),
                     name_ + "[]");
@@ -387,9 +388,8 @@ Tile load(const Block &blk, double padding, Loc loc) {
   blockOperands(blk, loc, offsets, shape, strides);
   auto type = RankedTensorType::get(
       blk.shape, mlirType(state(loc).ctx(), blk.view.dtype()));
-  auto op =
-      b.create<LoadOp>(location(loc), type, value(blk.view.pointer()), offsets,
-                       shape, strides, b.getF64FloatAttr(padding));
+  auto op = LoadOp::create(b, location(loc), type, value(blk.view.pointer()),
+                           offsets, shape, strides, b.getF64FloatAttr(padding));
   return Tile::fromRaw(raw(op.getResult()));
 }
 
@@ -411,8 +411,8 @@ void store(const Block &blk, const Tile &tile, Loc loc) {
   OpBuilder &b = builder(loc);
   SmallVector<Value> offsets, shape, strides;
   blockOperands(blk, loc, offsets, shape, strides);
-  b.create<StoreOp>(location(loc), value(tile.raw()), value(blk.view.pointer()),
-                    offsets, shape, strides);
+  StoreOp::create(b, location(loc), value(tile.raw()),
+                  value(blk.view.pointer()), offsets, shape, strides);
 }
 
 //===----------------------------------------------------------------------===//
@@ -438,8 +438,8 @@ void forRange(Index lo, Index hi, Index step, Carry carried,
                          " has no value before the loop");
     inits.push_back(value(t->raw()));
   }
-  auto forOp = b.create<scf::ForOp>(l, value(lo.raw()), value(hi.raw()),
-                                    value(step.raw()), inits);
+  auto forOp = scf::ForOp::create(b, l, value(lo.raw()), value(hi.raw()),
+                                  value(step.raw()), inits);
   OpBuilder::InsertionGuard guard(b);
   mlir::Block *bodyBlock = forOp.getBody();
   if (inits.empty())
@@ -463,7 +463,7 @@ void forRange(Index lo, Index hi, Index step, Carry carried,
                            " (a carried tile keeps its shape and dtype)");
       yields.push_back(v);
     }
-    b.create<scf::YieldOp>(l, yields);
+    scf::YieldOp::create(b, l, yields);
   }
   for (auto [t, res] : llvm::zip(carried.tiles, forOp.getResults()))
     *t = Tile::fromRaw(raw(res));

@@ -37,8 +37,8 @@ Tile Tile::to(DType dtype, Loc loc) const {
   Type elem = mlirType(state(loc).ctx(), dtype);
   if (t.getElementType() == elem)
     return *this;
-  Value v = builder(loc).create<ConvertOp>(location(loc), t.clone(elem),
-                                           value(value_));
+  Value v = ConvertOp::create(builder(loc), location(loc), t.clone(elem),
+                              value(value_));
   return fromRaw(detail::raw(v));
 }
 
@@ -126,7 +126,7 @@ static Value materialize(const TileArg &a, Type elem, ArrayRef<int64_t> shape,
     if (cast<RankedTensorType>(v.getType()).getShape() == shape)
       return v;
     // kiln.broadcast takes a rank-0 source to any shape.
-    return b.create<BroadcastOp>(l, type, v);
+    return BroadcastOp::create(b, l, type, v);
   }
   if (a.index) {
     if (!elem.isInteger(32))
@@ -135,17 +135,17 @@ static Value materialize(const TileArg &a, Type elem, ArrayRef<int64_t> shape,
                          "tile is " +
                          typeStr(elem) +
                          " (convert the tile, or use a number)");
-    return b.create<SplatOp>(l, type, value(a.index->raw()));
+    return SplatOp::create(b, l, type, value(a.index->raw()));
   }
   double x = *a.number;
   if (isa<FloatType>(elem))
-    return b.create<arith::ConstantOp>(
-        l, DenseElementsAttr::get(type, b.getFloatAttr(elem, x)));
+    return arith::ConstantOp::create(
+        b, l, DenseElementsAttr::get(type, b.getFloatAttr(elem, x)));
   if (x != (double)(int64_t)x)
     userError(loc, std::string(opName) + ": number " + std::to_string(x) +
                        " is not an integer but the tile is " + typeStr(elem));
-  return b.create<arith::ConstantOp>(
-      l, DenseElementsAttr::get(type, b.getIntegerAttr(elem, (int64_t)x)));
+  return arith::ConstantOp::create(
+      b, l, DenseElementsAttr::get(type, b.getIntegerAttr(elem, (int64_t)x)));
 }
 
 using BuildFn = Value (*)(OpBuilder &, Location, Type, Value, Value);
@@ -164,15 +164,15 @@ static Tile binary(const TileArg &a, const TileArg &b, const char *opName,
 template <class FOp, class IOp>
 static Value arithOp(OpBuilder &b, Location l, Type elem, Value x, Value y) {
   if (isa<FloatType>(elem))
-    return b.create<FOp>(l, x, y);
-  return b.create<IOp>(l, x, y);
+    return FOp::create(b, l, x, y);
+  return IOp::create(b, l, x, y);
 }
 
 template <arith::CmpFPredicate F, arith::CmpIPredicate I>
 static Value cmpOp(OpBuilder &b, Location l, Type elem, Value x, Value y) {
   if (isa<FloatType>(elem))
-    return b.create<arith::CmpFOp>(l, F, x, y);
-  return b.create<arith::CmpIOp>(l, I, x, y);
+    return arith::CmpFOp::create(b, l, F, x, y);
+  return arith::CmpIOp::create(b, l, I, x, y);
 }
 
 Tile operator+(TileArg a, TileArg b) {
@@ -219,7 +219,7 @@ Tile operator&&(TileArg a, TileArg b) {
       a, b, "&&",
       [](OpBuilder &bl, Location l, Type elem, Value x, Value y) -> Value {
         (void)elem;
-        return bl.create<arith::AndIOp>(l, x, y);
+        return arith::AndIOp::create(bl, l, x, y);
       });
 }
 Tile max(TileArg a, TileArg b, Loc loc) {
@@ -246,7 +246,7 @@ Tile where(TileArg cond, TileArg a, TileArg b, Loc loc) {
   Value c = materialize(cond, ct, shape, "where", loc);
   Value x = materialize(a, elem, shape, "where", loc);
   Value y = materialize(b, elem, shape, "where", loc);
-  Value r = builder(loc).create<arith::SelectOp>(location(loc), c, x, y);
+  Value r = arith::SelectOp::create(builder(loc), location(loc), c, x, y);
   return Tile::fromRaw(raw(r));
 }
 
@@ -257,7 +257,7 @@ static Tile unaryFloat(const Tile &x, const char *opName, const Loc &loc) {
     userError(loc, std::string(opName) + ": needs a float tile, got " +
                        typeStr(t.getElementType()));
   return Tile::fromRaw(
-      raw(builder(loc).create<Op>(location(loc), value(x.raw()))));
+      raw(Op::create(builder(loc), location(loc), value(x.raw()))));
 }
 
 Tile neg(const Tile &x, Loc loc) {
@@ -305,13 +305,13 @@ Tile zeros(const Shape &shape, DType dtype, Loc loc) {
 Tile arange(int64_t n, Loc loc) {
   checkShape({n}, "arange", loc);
   auto type = RankedTensorType::get({n}, builder(loc).getI32Type());
-  return Tile::fromRaw(raw(builder(loc).create<IotaOp>(location(loc), type)));
+  return Tile::fromRaw(raw(IotaOp::create(builder(loc), location(loc), type)));
 }
 Tile splat(Index v, const Shape &shape, Loc loc) {
   checkShape(shape, "splat", loc);
   auto type = RankedTensorType::get(shape, builder(loc).getI32Type());
   return Tile::fromRaw(
-      raw(builder(loc).create<SplatOp>(location(loc), type, value(v.raw()))));
+      raw(SplatOp::create(builder(loc), location(loc), type, value(v.raw()))));
 }
 
 //===----------------------------------------------------------------------===//
@@ -326,8 +326,8 @@ Tile expandDims(const Tile &x, int64_t axis, Loc loc) {
                        " tile");
   SmallVector<int64_t> s(t.getShape());
   s.insert(s.begin() + axis, 1);
-  Value v = builder(loc).create<ExpandDimsOp>(location(loc), t.clone(s),
-                                              value(x.raw()), axis);
+  Value v = ExpandDimsOp::create(builder(loc), location(loc), t.clone(s),
+                                 value(x.raw()), axis);
   return Tile::fromRaw(raw(v));
 }
 
@@ -352,8 +352,8 @@ Tile broadcastTo(const Tile &x, const Shape &shape, Loc loc) {
                        shapeStr(t.getShape()) + " to " + shapeToString(shape));
   if (t.getShape() == ArrayRef<int64_t>(shape))
     return x;
-  Value v = builder(loc).create<BroadcastOp>(location(loc), t.clone(shape),
-                                             value(x.raw()));
+  Value v = BroadcastOp::create(builder(loc), location(loc), t.clone(shape),
+                                value(x.raw()));
   return Tile::fromRaw(raw(v));
 }
 
@@ -373,8 +373,8 @@ Tile permute(const Tile &x, const std::vector<int32_t> &order, Loc loc) {
   SmallVector<int64_t> s;
   for (int32_t o : order)
     s.push_back(t.getDimSize(o));
-  Value v = builder(loc).create<TransOp>(location(loc), t.clone(s),
-                                         value(x.raw()), order);
+  Value v = TransOp::create(builder(loc), location(loc), t.clone(s),
+                            value(x.raw()), order);
   return Tile::fromRaw(raw(v));
 }
 
@@ -399,9 +399,9 @@ static Tile reduce(const Tile &x, int64_t axis, ReduceKind kind,
   SmallVector<int64_t> s(t.getShape());
   s.erase(s.begin() + axis);
   OpBuilder &b = builder(loc);
-  Value v = b.create<ReduceOp>(location(loc), t.clone(s),
-                               ReduceKindAttr::get(b.getContext(), kind),
-                               value(x.raw()), b.getI32IntegerAttr(axis));
+  Value v = ReduceOp::create(b, location(loc), t.clone(s),
+                             ReduceKindAttr::get(b.getContext(), kind),
+                             value(x.raw()), b.getI32IntegerAttr(axis));
   return Tile::fromRaw(raw(v));
 }
 
@@ -449,8 +449,8 @@ Tile dot(const Tile &a, const Tile &b, const Tile &acc, Loc loc) {
                     DType::f32, loc)
                   .raw());
   }
-  Value v = builder(loc).create<DotOp>(location(loc), rt, value(a.raw()),
-                                       value(b.raw()), c);
+  Value v = DotOp::create(builder(loc), location(loc), rt, value(a.raw()),
+                          value(b.raw()), c);
   return Tile::fromRaw(raw(v));
 }
 

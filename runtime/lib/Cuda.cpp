@@ -19,19 +19,17 @@ namespace {
 #define KILN_STR(x) KILN_STR2(x)
 #define KILN_DRIVER_FUNCTIONS(X)                                               \
   X(cuInit)                                                                    \
-  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)                  \
-      X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                    \
-          X(cuDeviceGetAttribute) X(cuDeviceTotalMem)                          \
-              X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)                   \
-                  X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree)               \
-                      X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8)            \
-                          X(cuModuleLoadDataEx) X(cuModuleUnload)              \
-                              X(cuModuleGetFunction) X(cuFuncGetAttribute)     \
-                                  X(cuFuncSetAttribute) X(cuLaunchKernel)      \
-                                      X(cuEventCreate) X(cuEventDestroy)       \
-                                          X(cuEventRecord)                     \
-                                              X(cuEventSynchronize)            \
-                                                  X(cuEventElapsedTime)
+  X(cuDriverGetVersion)                                                        \
+  X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)     \
+      X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)           \
+          X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize)   \
+              X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)       \
+                  X(cuMemsetD8) X(cuModuleLoadDataEx) X(cuModuleUnload)        \
+                      X(cuModuleGetFunction) X(cuFuncGetAttribute)             \
+                          X(cuFuncSetAttribute) X(cuLaunchKernel)              \
+                              X(cuEventCreate) X(cuEventDestroy)               \
+                                  X(cuEventRecord) X(cuEventSynchronize)       \
+                                      X(cuEventElapsedTime)
 
 struct Driver {
 #define KILN_DECLARE(fn) decltype(&::fn) fn = nullptr;

@@ -75,38 +75,38 @@ std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, Value base) {
     if (r & dup)
       continue;
     Coord rc = from.regCoord(r);
-    Value row = b.create<arith::AddIOp>(loc, tc[t.rowDim], i32(rc[t.rowDim]));
-    Value col = b.create<arith::AddIOp>(loc, tc[C], i32(rc[C]));
+    Value row = arith::AddIOp::create(b, loc, tc[t.rowDim], i32(rc[t.rowDim]));
+    Value col = arith::AddIOp::create(b, loc, tc[C], i32(rc[C]));
     Value ptr = tilePtr(t, row, col);
     if (vec == 1) {
-      b.create<LLVM::StoreOp>(loc, in.regs[r], ptr);
+      LLVM::StoreOp::create(b, loc, in.regs[r], ptr);
       continue;
     }
-    Value v = b.create<LLVM::UndefOp>(loc, VectorType::get({vec}, elem));
+    Value v = LLVM::UndefOp::create(b, loc, VectorType::get({vec}, elem));
     for (int64_t i = 0; i < vec; ++i)
-      v = b.create<LLVM::InsertElementOp>(loc, v, in.regs[r + i], i32(i));
-    b.create<LLVM::StoreOp>(loc, v, ptr, /*alignment=*/vec * 2);
+      v = LLVM::InsertElementOp::create(b, loc, v, in.regs[r + i], i32(i));
+    LLVM::StoreOp::create(b, loc, v, ptr, /*alignment=*/vec * 2);
   }
   return t;
 }
 
 Value Lowerer::tileOffset(const SmemTile &t, Value row, Value col) {
-  Value chunk = b.create<arith::XOrIOp>(
-      loc, b.create<arith::ShRUIOp>(loc, col, i32(3)),
-      b.create<arith::AndIOp>(loc, row, i32(t.swz - 1)));
-  Value off = b.create<arith::AddIOp>(
-      loc, t.base, b.create<arith::MulIOp>(loc, row, i32(t.cols * 2)));
-  off = b.create<arith::AddIOp>(loc, off,
-                                b.create<arith::ShLIOp>(loc, chunk, i32(4)));
-  return b.create<arith::AddIOp>(
-      loc, off,
-      b.create<arith::ShLIOp>(loc, b.create<arith::AndIOp>(loc, col, i32(7)),
-                              i32(1)));
+  Value chunk =
+      arith::XOrIOp::create(b, loc, arith::ShRUIOp::create(b, loc, col, i32(3)),
+                            arith::AndIOp::create(b, loc, row, i32(t.swz - 1)));
+  Value off = arith::AddIOp::create(
+      b, loc, t.base, arith::MulIOp::create(b, loc, row, i32(t.cols * 2)));
+  off = arith::AddIOp::create(b, loc, off,
+                              arith::ShLIOp::create(b, loc, chunk, i32(4)));
+  return arith::AddIOp::create(
+      b, loc, off,
+      arith::ShLIOp::create(b, loc, arith::AndIOp::create(b, loc, col, i32(7)),
+                            i32(1)));
 }
 
 Value Lowerer::tilePtr(const SmemTile &t, Value row, Value col) {
-  return b.create<LLVM::GEPOp>(loc, smemBase.getType(), b.getI8Type(), smemBase,
-                               ValueRange{tileOffset(t, row, col)});
+  return LLVM::GEPOp::create(b, loc, smemBase.getType(), b.getI8Type(),
+                             smemBase, ValueRange{tileOffset(t, row, col)});
 }
 
 void Lowerer::loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
@@ -115,41 +115,41 @@ void Lowerer::loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
   int P = opIdx == 0 ? 1 : 0, Q = 1 - P;
   bool trans = t.colDim == Q;
   SmallVector<Value> wc = threadCoord(to, /*lanes=*/false);
-  Value mat = b.create<arith::ShRUIOp>(loc, lane, i32(3));
-  Value j = b.create<arith::AndIOp>(loc, lane, i32(7));
-  Value bit0 = b.create<arith::AndIOp>(loc, mat, i32(1));
-  Value bit1 = b.create<arith::ShRUIOp>(loc, mat, i32(1));
+  Value mat = arith::ShRUIOp::create(b, loc, lane, i32(3));
+  Value j = arith::AndIOp::create(b, loc, lane, i32(7));
+  Value bit0 = arith::AndIOp::create(b, loc, mat, i32(1));
+  Value bit1 = arith::ShRUIOp::create(b, loc, mat, i32(1));
   // Which 8x8 matrix each lane group addresses: A takes (q,p) = (0,0),(8,0),
   // (0,8),(8,8) (registers a0a1, a2a3, a4a5, a6a7); B takes (0,0),(0,8),
   // (8,0),(8,8) (b0b1, b2b3 of one n8 tile, then of the next).
-  Value qOff = b.create<arith::MulIOp>(loc, opIdx == 0 ? bit0 : bit1, i32(8));
-  Value pOff = b.create<arith::MulIOp>(loc, opIdx == 0 ? bit1 : bit0, i32(8));
+  Value qOff = arith::MulIOp::create(b, loc, opIdx == 0 ? bit0 : bit1, i32(8));
+  Value pOff = arith::MulIOp::create(b, loc, opIdx == 0 ? bit1 : bit0, i32(8));
   Type i32Ty = b.getI32Type();
   // The lane's address for the tile's first fragment; every other fragment's
   // is that plus whole rows (affine) XOR whole 16-byte chunks: the swizzle
   // only permutes chunks within a row, and tile bases keep those bits clear.
-  Value q0 = b.create<arith::AddIOp>(loc, wc[Q], qOff);
-  Value p0 = b.create<arith::AddIOp>(loc, wc[P], pOff);
-  Value row0 = b.create<arith::AddIOp>(loc, trans ? p0 : q0, j);
+  Value q0 = arith::AddIOp::create(b, loc, wc[Q], qOff);
+  Value p0 = arith::AddIOp::create(b, loc, wc[P], pOff);
+  Value row0 = arith::AddIOp::create(b, loc, trans ? p0 : q0, j);
   Value col0 = trans ? q0 : p0;
   Value base0 = tileOffset(t, row0, col0);
   auto load = [&](int64_t originReg, int num, ArrayRef<int64_t> dests) {
     Coord o = to.regCoord(originReg);
     int64_t dRow = trans ? o[P] : o[Q], dCol = trans ? o[Q] : o[P];
-    Value off = b.create<arith::AddIOp>(loc, base0, i32(dRow * t.cols * 2));
+    Value off = arith::AddIOp::create(b, loc, base0, i32(dRow * t.cols * 2));
     if (dCol)
-      off = b.create<arith::XOrIOp>(loc, off, i32(dCol / 8 * 16));
-    Value ptr = b.create<LLVM::GEPOp>(loc, smemBase.getType(), b.getI8Type(),
-                                      smemBase, ValueRange{off});
+      off = arith::XOrIOp::create(b, loc, off, i32(dCol / 8 * 16));
+    Value ptr = LLVM::GEPOp::create(b, loc, smemBase.getType(), b.getI8Type(),
+                                    smemBase, ValueRange{off});
     SmallVector<Type> fields(num, i32Ty);
     Type resTy = LLVM::LLVMStructType::getLiteral(b.getContext(), fields);
-    Value res = b.create<NVVM::LdMatrixOp>(
-        loc, resTy, ptr, uint32_t(num),
+    Value res = NVVM::LdMatrixOp::create(
+        b, loc, resTy, ptr, uint32_t(num),
         trans ? NVVM::MMALayout::col : NVVM::MMALayout::row,
         NVVM::LdStMatrixShapeAttr::get(b.getContext(), 8, 8),
         NVVM::LdStMatrixEltType::B16);
     for (int i = 0; i < num; ++i) {
-      Value w = b.create<LLVM::ExtractValueOp>(loc, res, ArrayRef<int64_t>{i});
+      Value w = LLVM::ExtractValueOp::create(b, loc, res, ArrayRef<int64_t>{i});
       out[dests[i]] = w; // a packed pair; unpacked by the caller
     }
   };
@@ -180,9 +180,9 @@ static void unpackPairs(OpBuilder &b, Location loc, Type elem,
   auto pairTy = VectorType::get({2}, elem);
   for (size_t r = 0; r < regs.size(); r += 2)
     if (regs[r] && regs[r].getType().isInteger(32)) {
-      Value pair = b.create<LLVM::BitcastOp>(loc, pairTy, regs[r]);
-      regs[r] = b.create<LLVM::ExtractElementOp>(loc, pair, L.i32(0));
-      regs[r + 1] = b.create<LLVM::ExtractElementOp>(loc, pair, L.i32(1));
+      Value pair = LLVM::BitcastOp::create(b, loc, pairTy, regs[r]);
+      regs[r] = LLVM::ExtractElementOp::create(b, loc, pair, L.i32(0));
+      regs[r + 1] = LLVM::ExtractElementOp::create(b, loc, pair, L.i32(1));
     }
 }
 
@@ -243,12 +243,12 @@ Regs Lowerer::lowerDot(DotOp op) {
     if (regs[i].getType().isInteger(32)) // straight from ldmatrix
       return in.isBF16()
                  ? regs[i]
-                 : Value(b.create<LLVM::BitcastOp>(loc, pairTy, regs[i]));
-    Value v = b.create<LLVM::UndefOp>(loc, pairTy);
-    v = b.create<LLVM::InsertElementOp>(loc, v, regs[i], i32(0));
-    v = b.create<LLVM::InsertElementOp>(loc, v, regs[i + 1], i32(1));
+                 : Value(LLVM::BitcastOp::create(b, loc, pairTy, regs[i]));
+    Value v = LLVM::UndefOp::create(b, loc, pairTy);
+    v = LLVM::InsertElementOp::create(b, loc, v, regs[i], i32(0));
+    v = LLVM::InsertElementOp::create(b, loc, v, regs[i + 1], i32(1));
     if (in.isBF16()) // mma.sync takes bf16 pairs as b32
-      return b.create<LLVM::BitcastOp>(loc, b.getI32Type(), v);
+      return LLVM::BitcastOp::create(b, loc, b.getI32Type(), v);
     return v;
   };
   auto structTy = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
@@ -278,7 +278,7 @@ Regs Lowerer::lowerDot(DotOp op) {
                                            NVVM::MMALayout::col});
         for (int i = 0; i < 4; ++i)
           out.regs[cb + i] =
-              b.create<LLVM::ExtractValueOp>(loc, mma, ArrayRef<int64_t>{i});
+              LLVM::ExtractValueOp::create(b, loc, mma, ArrayRef<int64_t>{i});
       }
   }
   return out;

@@ -18,10 +18,10 @@ Lowerer::Lowerer(func::FuncOp src, int numWarps, bool aligned,
       aligned(aligned), numStages(numStages), layouts(layouts), src(src) {}
 
 Value Lowerer::i32(int64_t v) {
-  return b.create<arith::ConstantIntOp>(loc, v, 32);
+  return arith::ConstantIntOp::create(b, loc, v, 32);
 }
 Value Lowerer::i64(int64_t v) {
-  return b.create<arith::ConstantIntOp>(loc, v, 64);
+  return arith::ConstantIntOp::create(b, loc, v, 64);
 }
 
 const ValueLayout &Lowerer::layoutOf(Value v) const {
@@ -39,15 +39,15 @@ int64_t Lowerer::run(ModuleOp module) {
   b.setInsertionPointToEnd(module.getBody());
   // Dynamic shared memory: one scratch area that layout conversions and
   // cross-warp reductions reuse, sized by the largest of them.
-  b.create<LLVM::GlobalOp>(loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
-                           /*isConstant=*/false, LLVM::Linkage::External,
-                           "kiln_smem", Attribute(), /*alignment=*/16,
-                           /*addrSpace=*/3);
+  LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                         /*isConstant=*/false, LLVM::Linkage::External,
+                         "kiln_smem", Attribute(), /*alignment=*/16,
+                         /*addrSpace=*/3);
   SmallVector<Type> argTypes;
   for (Type t : src.getArgumentTypes())
     argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);
-  auto fn = b.create<LLVM::LLVMFuncOp>(
-      loc, src.getName(),
+  auto fn = LLVM::LLVMFuncOp::create(
+      b, loc, src.getName(),
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), argTypes));
   fn->setAttr("nvvm.kernel", b.getUnitAttr());
   fn->setAttr("nvvm.maxntid", b.getDenseI32ArrayAttr({32 * numWarps, 1, 1}));
@@ -55,10 +55,10 @@ int64_t Lowerer::run(ModuleOp module) {
   b.setInsertionPointToStart(entry);
   for (auto [s, d] : llvm::zip(src.getArguments(), entry->getArguments()))
     scalars[s] = d;
-  Value tid = b.create<NVVM::ThreadIdXOp>(loc, b.getI32Type());
-  lane = b.create<arith::AndIOp>(loc, tid, i32(31));
-  warp = b.create<arith::ShRUIOp>(loc, tid, i32(5));
-  smemBase = b.create<LLVM::AddressOfOp>(loc, ptrType(ctx, 3), "kiln_smem");
+  Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
+  lane = arith::AndIOp::create(b, loc, tid, i32(31));
+  warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
+  smemBase = LLVM::AddressOfOp::create(b, loc, ptrType(ctx, 3), "kiln_smem");
   // Each load that only feeds dots gets its own shared-memory region; the
   // scratch area for conversions and reductions follows them.
   sharedOperands = findSharedOperands(src);
@@ -91,30 +91,30 @@ static bool isTile(Value v) { return isa<RankedTensorType>(v.getType()); }
 void Lowerer::lowerOp(Operation *op) {
   loc = op->getLoc();
   if (isa<func::ReturnOp>(op)) {
-    b.create<LLVM::ReturnOp>(loc, ValueRange{});
+    LLVM::ReturnOp::create(b, loc, ValueRange{});
     return;
   }
   if (auto p = dyn_cast<ProgramIdOp>(op)) {
     Type t = b.getI32Type();
-    Value v = p.getAxis() == 0   ? Value(b.create<NVVM::BlockIdXOp>(loc, t))
-              : p.getAxis() == 1 ? Value(b.create<NVVM::BlockIdYOp>(loc, t))
-                                 : Value(b.create<NVVM::BlockIdZOp>(loc, t));
+    Value v = p.getAxis() == 0   ? Value(NVVM::BlockIdXOp::create(b, loc, t))
+              : p.getAxis() == 1 ? Value(NVVM::BlockIdYOp::create(b, loc, t))
+                                 : Value(NVVM::BlockIdZOp::create(b, loc, t));
     scalars[p] = v;
     return;
   }
   if (auto p = dyn_cast<NumProgramsOp>(op)) {
     Type t = b.getI32Type();
-    Value v = p.getAxis() == 0   ? Value(b.create<NVVM::GridDimXOp>(loc, t))
-              : p.getAxis() == 1 ? Value(b.create<NVVM::GridDimYOp>(loc, t))
-                                 : Value(b.create<NVVM::GridDimZOp>(loc, t));
+    Value v = p.getAxis() == 0   ? Value(NVVM::GridDimXOp::create(b, loc, t))
+              : p.getAxis() == 1 ? Value(NVVM::GridDimYOp::create(b, loc, t))
+                                 : Value(NVVM::GridDimZOp::create(b, loc, t));
     scalars[p] = v;
     return;
   }
   if (auto a = dyn_cast<AddPtrOp>(op)) {
     Type elem = a.getPtr().getType().getPointeeType();
     Value off = scalarOf(a.getOffset());
-    scalars[a] = b.create<LLVM::GEPOp>(loc, ptrType(b.getContext(), 1), elem,
-                                       scalarOf(a.getPtr()), ValueRange{off});
+    scalars[a] = LLVM::GEPOp::create(b, loc, ptrType(b.getContext(), 1), elem,
+                                     scalarOf(a.getPtr()), ValueRange{off});
     return;
   }
   if (auto f = dyn_cast<scf::ForOp>(op))
@@ -199,7 +199,7 @@ Regs Lowerer::materialize(Value v) {
   if (auto c = dyn_cast<arith::ConstantOp>(op)) {
     auto dense = cast<DenseElementsAttr>(c.getValue());
     auto attr = cast<TypedAttr>(dense.getSplatValue<Attribute>());
-    return Regs{std::nullopt, {}, b.create<arith::ConstantOp>(loc, attr)};
+    return Regs{std::nullopt, {}, arith::ConstantOp::create(b, loc, attr)};
   }
   if (auto s = dyn_cast<SplatOp>(op))
     return Regs{std::nullopt, {}, scalarOf(s.getValue())};
@@ -229,10 +229,10 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   llvm::SetVector<Operation *> sliceOps(slice.begin(), slice.end());
   Value srcIv = forOp.getInductionVar();
   auto bufferBase = [&](LoadOp ld, Value slot) -> Value {
-    return b.create<arith::AddIOp>(
-        loc, i32(smemRegion[ld.getResult()]),
-        b.create<arith::MulIOp>(loc, slot,
-                                i32(smemBufferBytes[ld.getResult()])));
+    return arith::AddIOp::create(
+        b, loc, i32(smemRegion[ld.getResult()]),
+        arith::MulIOp::create(b, loc, slot,
+                              i32(smemBufferBytes[ld.getResult()])));
   };
   auto fetch = [&](Value iv, Value slot) {
     Value saved = scalars.lookup(srcIv);
@@ -244,7 +244,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       t.base = bufferBase(ld, slot);
       issueAsyncCopy(ld, t);
     }
-    b.create<NVVM::CpAsyncCommitGroupOp>(loc);
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
     for (Operation *op : sliceOps)
       scalars.erase(op->getResult(0));
     if (saved)
@@ -254,9 +254,9 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   };
   int S = numStages;
   for (int i = 0; !prefetched.empty() && i < S - 1; ++i)
-    fetch(b.create<arith::AddIOp>(
-              loc, scalarOf(forOp.getLowerBound()),
-              b.create<arith::MulIOp>(loc, scalarOf(forOp.getStep()), i32(i))),
+    fetch(arith::AddIOp::create(
+              b, loc, scalarOf(forOp.getLowerBound()),
+              arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(i))),
           i32(i));
 
   // Each carried tile becomes its registers (one value if uniform).
@@ -286,9 +286,9 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   size_t numCarried = inits.size();
   if (!prefetched.empty())
     inits.push_back(i32(0)); // the buffer that holds this iteration's blocks
-  auto newFor = b.create<scf::ForOp>(loc, scalarOf(forOp.getLowerBound()),
-                                     scalarOf(forOp.getUpperBound()),
-                                     scalarOf(forOp.getStep()), inits);
+  auto newFor = scf::ForOp::create(b, loc, scalarOf(forOp.getLowerBound()),
+                                   scalarOf(forOp.getUpperBound()),
+                                   scalarOf(forOp.getStep()), inits);
   auto bind = [&](ValueRange values, auto target) {
     for (auto [i, c] : llvm::enumerate(carried)) {
       Value v = target(i);
@@ -313,13 +313,13 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     // hoisting dozens of live addresses out of it.
     Value savedLane = lane, savedWarp = warp;
     if (reloadThreadIds) {
-      auto asmOp = b.create<LLVM::InlineAsmOp>(
-          loc, b.getI32Type(), ValueRange{}, "mov.u32 $0, %tid.x;", "=r",
+      auto asmOp = LLVM::InlineAsmOp::create(
+          b, loc, b.getI32Type(), ValueRange{}, "mov.u32 $0, %tid.x;", "=r",
           /*has_side_effects=*/true, /*is_align_stack=*/false,
           LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
       Value tid = asmOp.getResult(0);
-      lane = b.create<arith::AndIOp>(loc, tid, i32(31));
-      warp = b.create<arith::ShRUIOp>(loc, tid, i32(5));
+      lane = arith::AndIOp::create(b, loc, tid, i32(31));
+      warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
     }
     scalars[srcIv] = newFor.getInductionVar();
     bind(newFor.getRegionIterArgs(),
@@ -327,14 +327,14 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     Value slot;
     if (!prefetched.empty()) {
       slot = newFor.getRegionIterArgs().back();
-      b.create<NVVM::CpAsyncWaitGroupOp>(loc, S - 2); // this iteration's group
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, S - 2); // this iteration's group
       barrier();
-      Value ahead = b.create<arith::AddIOp>(
-          loc, newFor.getInductionVar(),
-          b.create<arith::MulIOp>(loc, scalarOf(forOp.getStep()), i32(S - 1)));
-      fetch(ahead,
-            b.create<arith::RemUIOp>(
-                loc, b.create<arith::AddIOp>(loc, slot, i32(S - 1)), i32(S)));
+      Value ahead = arith::AddIOp::create(
+          b, loc, newFor.getInductionVar(),
+          arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(S - 1)));
+      fetch(ahead, arith::RemUIOp::create(
+                       b, loc, arith::AddIOp::create(b, loc, slot, i32(S - 1)),
+                       i32(S)));
       for (LoadOp ld : prefetched)
         prefetchedBase[ld.getResult()] = bufferBase(ld, slot);
     }
@@ -353,17 +353,17 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
         outs.push_back(materialize(y).scalar);
     }
     if (!prefetched.empty())
-      outs.push_back(b.create<arith::RemUIOp>(
-          loc, b.create<arith::AddIOp>(loc, slot, i32(1)), i32(S)));
+      outs.push_back(arith::RemUIOp::create(
+          b, loc, arith::AddIOp::create(b, loc, slot, i32(1)), i32(S)));
     if (!inits.empty())
-      b.create<scf::YieldOp>(loc, outs);
+      scf::YieldOp::create(b, loc, outs);
     lane = savedLane;
     warp = savedWarp;
   }
   (void)numCarried;
   bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
   if (!prefetched.empty())
-    b.create<NVVM::CpAsyncWaitGroupOp>(loc, 0); // the last, unused fetch
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0); // the last, unused fetch
 }
 
 Regs Lowerer::lowerElementwise(Operation *op, const Layout &l) {
@@ -402,7 +402,7 @@ Regs Lowerer::rematerialize(Value v, const Layout &want) {
     Value t = threadCoord(want)[0];
     for (int64_t r = 0; r < want.numRegs(); ++r)
       out.regs.push_back(
-          b.create<arith::AddIOp>(loc, t, i32(want.regCoord(r)[0])));
+          arith::AddIOp::create(b, loc, t, i32(want.regCoord(r)[0])));
   } else if (auto e = dyn_cast<ExpandDimsOp>(op)) {
     out.regs = regsIn(e.getSrc(), squeeze(want, e.getAxis())).regs;
   } else if (auto t = dyn_cast<TransOp>(op)) {

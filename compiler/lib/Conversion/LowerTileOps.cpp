@@ -20,10 +20,11 @@ SmallVector<Value> Lowerer::threadCoord(const Layout &l, bool lanes) {
     for (size_t bit = 0; bit < bases.size(); ++bit)
       for (int64_t d = 0; d < l.rank(); ++d)
         if (bases[bit][d]) {
-          Value set = b.create<arith::AndIOp>(
-              loc, b.create<arith::ShRUIOp>(loc, id, i32(bit)), i32(1));
-          c[d] = b.create<arith::AddIOp>(
-              loc, c[d], b.create<arith::MulIOp>(loc, set, i32(bases[bit][d])));
+          Value set = arith::AndIOp::create(
+              b, loc, arith::ShRUIOp::create(b, loc, id, i32(bit)), i32(1));
+          c[d] = arith::AddIOp::create(
+              b, loc, c[d],
+              arith::MulIOp::create(b, loc, set, i32(bases[bit][d])));
         }
   };
   if (lanes)
@@ -33,26 +34,26 @@ SmallVector<Value> Lowerer::threadCoord(const Layout &l, bool lanes) {
 }
 
 Value Lowerer::isOwner(const Layout &l) {
-  Value ok = b.create<arith::ConstantIntOp>(loc, 1, 1);
+  Value ok = arith::ConstantIntOp::create(b, loc, 1, 1);
   auto zero = [&](Value id, int64_t mask) {
     if (!mask)
       return;
-    Value bits = b.create<arith::AndIOp>(loc, id, i32(mask));
-    ok = b.create<arith::AndIOp>(
-        loc, ok,
-        b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, bits, i32(0)));
+    Value bits = arith::AndIOp::create(b, loc, id, i32(mask));
+    ok = arith::AndIOp::create(
+        b, loc, ok,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, bits, i32(0)));
   };
   zero(lane, l.duplicateLaneMask());
   zero(warp, l.duplicateWarpMask());
   return ok;
 }
 
-void Lowerer::barrier() { b.create<NVVM::Barrier0Op>(loc); }
+void Lowerer::barrier() { NVVM::Barrier0Op::create(b, loc); }
 
 Value Lowerer::smemPtr(Value byteOffset) {
-  Value off = b.create<arith::AddIOp>(loc, byteOffset, i32(scratchBase));
-  return b.create<LLVM::GEPOp>(loc, smemBase.getType(), b.getI8Type(), smemBase,
-                               ValueRange{off});
+  Value off = arith::AddIOp::create(b, loc, byteOffset, i32(scratchBase));
+  return LLVM::GEPOp::create(b, loc, smemBase.getType(), b.getI8Type(),
+                             smemBase, ValueRange{off});
 }
 
 int64_t byteSize(Type t) {
@@ -66,9 +67,9 @@ static Value linearIndex(Lowerer &L, const Layout &l, const Coord &regPart,
   int64_t stride = 1;
   for (int64_t d = l.rank() - 1; d >= 0; --d) {
     Value c =
-        L.b.create<arith::AddIOp>(L.loc, threadPart[d], L.i32(regPart[d]));
-    idx = L.b.create<arith::AddIOp>(
-        L.loc, idx, L.b.create<arith::MulIOp>(L.loc, c, L.i32(stride)));
+        arith::AddIOp::create(L.b, L.loc, threadPart[d], L.i32(regPart[d]));
+    idx = arith::AddIOp::create(
+        L.b, L.loc, idx, arith::MulIOp::create(L.b, L.loc, c, L.i32(stride)));
     stride *= l.shape[d];
   }
   return idx;
@@ -109,18 +110,18 @@ Value Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
     Value idx = linearIndex(*this, from, from.regCoord(r), tc);
     Value v = in.regs[r];
     if (elem.isInteger(1))
-      v = b.create<arith::ExtUIOp>(loc, b.getI8Type(), v);
-    Value off = b.create<arith::MulIOp>(loc, idx, i32(esize));
-    b.create<LLVM::StoreOp>(loc, v, smemPtr(off));
+      v = arith::ExtUIOp::create(b, loc, b.getI8Type(), v);
+    Value off = arith::MulIOp::create(b, loc, idx, i32(esize));
+    LLVM::StoreOp::create(b, loc, v, smemPtr(off));
   }
   barrier();
   SmallVector<Value> tcTo = threadCoord(to);
   for (int64_t r = 0; r < to.numRegs(); ++r) {
     Value idx = linearIndex(*this, to, to.regCoord(r), tcTo);
-    Value off = b.create<arith::MulIOp>(loc, idx, i32(esize));
-    Value v = b.create<LLVM::LoadOp>(loc, memTy, smemPtr(off));
+    Value off = arith::MulIOp::create(b, loc, idx, i32(esize));
+    Value v = LLVM::LoadOp::create(b, loc, memTy, smemPtr(off));
     if (elem.isInteger(1))
-      v = b.create<arith::TruncIOp>(loc, b.getI1Type(), v);
+      v = arith::TruncIOp::create(b, loc, b.getI1Type(), v);
     out.push_back(v);
   }
   return {};
@@ -170,29 +171,29 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
       continue;
     }
     Coord rc = l.regCoord(r);
-    Value ok = b.create<arith::ConstantIntOp>(L.loc, 1, 1);
+    Value ok = arith::ConstantIntOp::create(b, L.loc, 1, 1);
     Value off = L.i64(0);
     for (int64_t d = 0; d < l.rank(); ++d) {
-      Value c = b.create<arith::AddIOp>(
-          L.loc, L.scalarOf(offsets[d]),
-          b.create<arith::AddIOp>(L.loc, tc[d], L.i32(rc[d])));
+      Value c = arith::AddIOp::create(
+          b, L.loc, L.scalarOf(offsets[d]),
+          arith::AddIOp::create(b, L.loc, tc[d], L.i32(rc[d])));
       Value n = L.scalarOf(shape[d]);
       // Unsigned compare: negative coordinates are out of range too.
-      ok = b.create<arith::AndIOp>(
-          L.loc, ok,
-          b.create<arith::CmpIOp>(L.loc, arith::CmpIPredicate::ult, c, n));
+      ok = arith::AndIOp::create(
+          b, L.loc, ok,
+          arith::CmpIOp::create(b, L.loc, arith::CmpIPredicate::ult, c, n));
       // Out-of-range elements use the first element's address, which exists.
-      Value safe = b.create<arith::SelectOp>(L.loc, ok, c, L.i32(0));
+      Value safe = arith::SelectOp::create(b, L.loc, ok, c, L.i32(0));
       Value stride =
           L.aligned && d + 1 == l.rank() ? L.i32(1) : L.scalarOf(strides[d]);
-      Value term = b.create<arith::MulIOp>(
-          L.loc, b.create<arith::ExtSIOp>(L.loc, b.getI64Type(), safe),
-          b.create<arith::ExtSIOp>(L.loc, b.getI64Type(), stride));
-      off = b.create<arith::AddIOp>(L.loc, off, term);
+      Value term = arith::MulIOp::create(
+          b, L.loc, arith::ExtSIOp::create(b, L.loc, b.getI64Type(), safe),
+          arith::ExtSIOp::create(b, L.loc, b.getI64Type(), stride));
+      off = arith::AddIOp::create(b, L.loc, off, term);
     }
-    Value safeOff = b.create<arith::SelectOp>(L.loc, ok, off, L.i64(0));
-    addrs.push_back(b.create<LLVM::GEPOp>(L.loc, base.getType(), elem, base,
-                                          ValueRange{safeOff}));
+    Value safeOff = arith::SelectOp::create(b, L.loc, ok, off, L.i64(0));
+    addrs.push_back(LLVM::GEPOp::create(b, L.loc, base.getType(), elem, base,
+                                        ValueRange{safeOff}));
     inBounds.push_back(ok);
   }
 }
@@ -232,29 +233,30 @@ Regs Lowerer::lowerLoad(LoadOp op) {
   SmallVector<Value> addrs, ok;
   blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(),
                  op.getShape(), op.getStrides(), elem, addrs, ok, vec);
-  Value pad = b.create<arith::ConstantOp>(
-      loc, b.getFloatAttr(isa<FloatType>(elem) ? elem : b.getF32Type(),
-                          op.getPadding().convertToDouble()));
+  Value pad = arith::ConstantOp::create(
+      b, loc,
+      b.getFloatAttr(isa<FloatType>(elem) ? elem : b.getF32Type(),
+                     op.getPadding().convertToDouble()));
   if (!isa<FloatType>(elem))
-    pad = b.create<arith::FPToSIOp>(loc, elem, pad);
+    pad = arith::FPToSIOp::create(b, loc, elem, pad);
   Regs out{l, {}, {}};
   if (vec > 1) {
     auto vt = VectorType::get({vec}, elem);
-    Value padVec = b.create<LLVM::UndefOp>(loc, vt);
+    Value padVec = LLVM::UndefOp::create(b, loc, vt);
     for (int64_t i = 0; i < vec; ++i)
-      padVec = b.create<LLVM::InsertElementOp>(loc, padVec, pad, i32(i));
+      padVec = LLVM::InsertElementOp::create(b, loc, padVec, pad, i32(i));
     for (int64_t r = 0; r < l.numRegs(); r += vec) {
-      Value v = b.create<LLVM::LoadOp>(loc, vt, addrs[r],
-                                       /*alignment=*/vec * byteSize(elem));
-      v = b.create<arith::SelectOp>(loc, ok[r], v, padVec);
+      Value v = LLVM::LoadOp::create(b, loc, vt, addrs[r],
+                                     /*alignment=*/vec * byteSize(elem));
+      v = arith::SelectOp::create(b, loc, ok[r], v, padVec);
       for (int64_t i = 0; i < vec; ++i)
-        out.regs.push_back(b.create<LLVM::ExtractElementOp>(loc, v, i32(i)));
+        out.regs.push_back(LLVM::ExtractElementOp::create(b, loc, v, i32(i)));
     }
     return out;
   }
   for (int64_t r = 0; r < l.numRegs(); ++r) {
-    Value v = b.create<LLVM::LoadOp>(loc, elem, addrs[r]);
-    out.regs.push_back(b.create<arith::SelectOp>(loc, ok[r], v, pad));
+    Value v = LLVM::LoadOp::create(b, loc, elem, addrs[r]);
+    out.regs.push_back(arith::SelectOp::create(b, loc, ok[r], v, pad));
   }
   return out;
 }
@@ -319,11 +321,11 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
   SmallVector<Value> tc = threadCoord(l);
   for (int64_t r = 0; r < l.numRegs(); r += 8) {
     Coord rc = l.regCoord(r);
-    Value row = b.create<arith::AddIOp>(loc, tc[t.rowDim], i32(rc[t.rowDim]));
-    Value col = b.create<arith::AddIOp>(loc, tc[t.colDim], i32(rc[t.colDim]));
-    Value bytes = b.create<arith::SelectOp>(loc, ok[r], i32(16), i32(0));
-    b.create<NVVM::CpAsyncOp>(
-        loc, tilePtr(t, row, col), addrs[r], b.getI32IntegerAttr(16),
+    Value row = arith::AddIOp::create(b, loc, tc[t.rowDim], i32(rc[t.rowDim]));
+    Value col = arith::AddIOp::create(b, loc, tc[t.colDim], i32(rc[t.colDim]));
+    Value bytes = arith::SelectOp::create(b, loc, ok[r], i32(16), i32(0));
+    NVVM::CpAsyncOp::create(
+        b, loc, tilePtr(t, row, col), addrs[r], b.getI32IntegerAttr(16),
         NVVM::LoadCacheModifierKindAttr::get(b.getContext(),
                                              NVVM::LoadCacheModifierKind::CG),
         bytes);
@@ -347,11 +349,11 @@ void Lowerer::lowerStore(StoreOp op) {
   for (int64_t r = 0; r < l.numRegs(); ++r) {
     if (r & dup)
       continue; // another register holds the same element
-    Value pred = b.create<arith::AndIOp>(loc, ok[r], owner);
-    auto ifOp = b.create<scf::IfOp>(loc, pred, /*withElse=*/false);
+    Value pred = arith::AndIOp::create(b, loc, ok[r], owner);
+    auto ifOp = scf::IfOp::create(b, loc, pred, /*withElse=*/false);
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
-    b.create<LLVM::StoreOp>(loc, in.regs[r], addrs[r]);
+    LLVM::StoreOp::create(b, loc, in.regs[r], addrs[r]);
   }
 }
 
@@ -360,14 +362,14 @@ static Value combine(OpBuilder &b, Location loc, ReduceKind kind, Value x,
   bool f = isa<FloatType>(x.getType());
   switch (kind) {
   case ReduceKind::Sum:
-    return f ? Value(b.create<arith::AddFOp>(loc, x, y))
-             : Value(b.create<arith::AddIOp>(loc, x, y));
+    return f ? Value(arith::AddFOp::create(b, loc, x, y))
+             : Value(arith::AddIOp::create(b, loc, x, y));
   case ReduceKind::Max:
-    return f ? Value(b.create<arith::MaximumFOp>(loc, x, y))
-             : Value(b.create<arith::MaxSIOp>(loc, x, y));
+    return f ? Value(arith::MaximumFOp::create(b, loc, x, y))
+             : Value(arith::MaxSIOp::create(b, loc, x, y));
   case ReduceKind::Min:
-    return f ? Value(b.create<arith::MinimumFOp>(loc, x, y))
-             : Value(b.create<arith::MinSIOp>(loc, x, y));
+    return f ? Value(arith::MinimumFOp::create(b, loc, x, y))
+             : Value(arith::MinSIOp::create(b, loc, x, y));
   }
   return x;
 }
@@ -399,8 +401,8 @@ Regs Lowerer::lowerReduce(ReduceOp op) {
       continue;
     for (Value &a : acc) {
       Value other =
-          b.create<NVVM::ShflOp>(loc, a.getType(), i32(-1), a, i32(1 << bit),
-                                 i32(31), NVVM::ShflKind::bfly, UnitAttr());
+          NVVM::ShflOp::create(b, loc, a.getType(), i32(-1), a, i32(1 << bit),
+                               i32(31), NVVM::ShflKind::bfly, UnitAttr());
       a = combine(b, loc, op.getKind(), a, other);
     }
   }
@@ -414,31 +416,32 @@ Regs Lowerer::lowerReduce(ReduceOp op) {
     smemBytes = std::max(smemBytes, outN * parts * 4);
     Value part = i32(0);
     for (size_t i = 0; i < warpBits.size(); ++i)
-      part = b.create<arith::OrIOp>(
-          loc, part,
-          b.create<arith::ShLIOp>(
-              loc,
-              b.create<arith::AndIOp>(
-                  loc, b.create<arith::ShRUIOp>(loc, warp, i32(warpBits[i])),
+      part = arith::OrIOp::create(
+          b, loc, part,
+          arith::ShLIOp::create(
+              b, loc,
+              arith::AndIOp::create(
+                  b, loc,
+                  arith::ShRUIOp::create(b, loc, warp, i32(warpBits[i])),
                   i32(1)),
               i32(i)));
     SmallVector<Value> tc = threadCoord(out);
     barrier();
     for (int64_t r = 0; r < out.numRegs(); ++r) {
       Value idx = linearIndex(*this, out, out.regCoord(r), tc);
-      Value slot = b.create<arith::AddIOp>(
-          loc, idx, b.create<arith::MulIOp>(loc, part, i32(outN)));
-      b.create<LLVM::StoreOp>(
-          loc, acc[r], smemPtr(b.create<arith::MulIOp>(loc, slot, i32(4))));
+      Value slot = arith::AddIOp::create(
+          b, loc, idx, arith::MulIOp::create(b, loc, part, i32(outN)));
+      LLVM::StoreOp::create(
+          b, loc, acc[r], smemPtr(arith::MulIOp::create(b, loc, slot, i32(4))));
     }
     barrier();
     for (int64_t r = 0; r < out.numRegs(); ++r) {
       Value idx = linearIndex(*this, out, out.regCoord(r), tc);
       Value total;
       for (int64_t p = 0; p < parts; ++p) {
-        Value slot = b.create<arith::AddIOp>(loc, idx, i32(p * outN));
-        Value v = b.create<LLVM::LoadOp>(
-            loc, elem, smemPtr(b.create<arith::MulIOp>(loc, slot, i32(4))));
+        Value slot = arith::AddIOp::create(b, loc, idx, i32(p * outN));
+        Value v = LLVM::LoadOp::create(
+            b, loc, elem, smemPtr(arith::MulIOp::create(b, loc, slot, i32(4))));
         total = total ? combine(b, loc, op.getKind(), total, v) : v;
       }
       acc[r] = total;

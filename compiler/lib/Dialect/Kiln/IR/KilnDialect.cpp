@@ -55,7 +55,6 @@ static std::string shapeStr(ArrayRef<int64_t> shape) {
   return s;
 }
 
-
 static LogicalResult requireStatic(Operation *op, Type t, StringRef what) {
   auto rt = cast<RankedTensorType>(t);
   if (!rt.hasStaticShape())
