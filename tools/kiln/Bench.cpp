@@ -79,8 +79,8 @@ int cmdBench(Options &opts) {
         for (bool causal : {false, true}) {
           int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
           kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
-          CompiledKernel c =
-              compileForGpu(kernels::attentionForward(s, cfg), {dev.arch(), 0});
+          Kernel kernel = kernels::attentionForward(s, cfg);
+          CompiledKernel c = compileForGpu(kernel, {dev.arch(), 0});
           GpuKernel g(c.spec());
           size_t n = size_t(B * H * N * D);
           uint64_t seed = uint64_t(N * 1000 + D + causal);
@@ -89,7 +89,7 @@ int cmdBench(Options &opts) {
                        v = randomDevice(*dtype, n, seed + 2), o(n * 2),
                        lse(size_t(B * H * N) * 4);
           std::vector<int64_t> shape{B, H, N, D}, st{H * N * D, N * D, D, 1};
-          auto args = kernels::attentionForward(s, cfg).bind(
+          auto args = kernel.bind(
               {{"Q", {q.data(), *dtype, shape, st}},
                {"K", {k.data(), *dtype, shape, st}},
                {"V", {v.data(), *dtype, shape, st}},

@@ -3,16 +3,8 @@
 
 #include <algorithm>
 #include <cassert>
-#include <set>
 
 namespace kiln {
-
-static int log2i(int64_t v) {
-  int l = 0;
-  while ((int64_t(1) << l) < v)
-    ++l;
-  return l;
-}
 
 static Coord unit(int64_t rank, int64_t dim, int64_t value) {
   Coord c(rank, 0);
@@ -250,40 +242,6 @@ Layout Layout::project(const std::vector<int64_t> &dims) const {
     l.warp.push_back(zeroed(b));
   l.parent = std::make_shared<const Layout>(*this);
   return l;
-}
-
-bool isWellFormed(const Layout &l, std::string *why) {
-  std::vector<std::multiset<int64_t>> seen(l.rank());
-  for (const auto *bases : {&l.reg, &l.lane, &l.warp})
-    for (const Coord &b : *bases) {
-      if ((int64_t)b.size() != l.rank()) {
-        if (why)
-          *why = "a basis of the wrong rank";
-        return false;
-      }
-      int nonzero = 0;
-      for (int64_t d = 0; d < l.rank(); ++d)
-        if (b[d]) {
-          ++nonzero;
-          seen[d].insert(b[d]);
-        }
-      if (nonzero > 1) {
-        if (why)
-          *why = "a basis spans two dimensions";
-        return false;
-      }
-    }
-  for (int64_t d = 0; d < l.rank(); ++d) {
-    std::multiset<int64_t> want;
-    for (int64_t v = 1; v < l.shape[d]; v *= 2)
-      want.insert(v);
-    if (seen[d] != want) {
-      if (why)
-        *why = "dimension " + std::to_string(d) + " is not covered exactly";
-      return false;
-    }
-  }
-  return true;
 }
 
 } // namespace kiln

@@ -52,6 +52,7 @@ std::optional<SmemTile> Lowerer::tileGeometry(const Layout &from) {
   if (t.cols % 8)
     return std::nullopt;
   t.swz = std::min<int64_t>(t.cols / 8, 8);
+  t.sourceVec = vec;
   return t;
 }
 
@@ -65,10 +66,7 @@ std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, Value base) {
   SmemTile t = *g;
   t.base = base;
   int C = t.colDim;
-  int64_t vec = 1;
-  while (vec < 8 && int64_t(from.reg.size()) > log2i(vec) &&
-         from.reg[log2i(vec)][C] == vec)
-    vec *= 2;
+  int64_t vec = std::min<int64_t>(t.sourceVec, 8); // one 16-byte store at most
   SmallVector<Value> tc = threadCoord(from);
   int64_t dup = from.duplicateRegMask();
   for (int64_t r = 0; r < from.numRegs(); r += vec) {

@@ -88,6 +88,17 @@ void Lowerer::lowerBlock(mlir::Block &block) {
 
 static bool isTile(Value v) { return isa<RankedTensorType>(v.getType()); }
 
+/// The i32 special register X, Y or Z for grid axis 0, 1 or 2.
+template <class X, class Y, class Z>
+static Value perAxis(OpBuilder &b, Location loc, uint32_t axis) {
+  Type t = b.getI32Type();
+  if (axis == 0)
+    return X::create(b, loc, t);
+  if (axis == 1)
+    return Y::create(b, loc, t);
+  return Z::create(b, loc, t);
+}
+
 void Lowerer::lowerOp(Operation *op) {
   loc = op->getLoc();
   if (isa<func::ReturnOp>(op)) {
@@ -95,19 +106,13 @@ void Lowerer::lowerOp(Operation *op) {
     return;
   }
   if (auto p = dyn_cast<ProgramIdOp>(op)) {
-    Type t = b.getI32Type();
-    Value v = p.getAxis() == 0   ? Value(NVVM::BlockIdXOp::create(b, loc, t))
-              : p.getAxis() == 1 ? Value(NVVM::BlockIdYOp::create(b, loc, t))
-                                 : Value(NVVM::BlockIdZOp::create(b, loc, t));
-    scalars[p] = v;
+    scalars[p] = perAxis<NVVM::BlockIdXOp, NVVM::BlockIdYOp, NVVM::BlockIdZOp>(
+        b, loc, p.getAxis());
     return;
   }
   if (auto p = dyn_cast<NumProgramsOp>(op)) {
-    Type t = b.getI32Type();
-    Value v = p.getAxis() == 0   ? Value(NVVM::GridDimXOp::create(b, loc, t))
-              : p.getAxis() == 1 ? Value(NVVM::GridDimYOp::create(b, loc, t))
-                                 : Value(NVVM::GridDimZOp::create(b, loc, t));
-    scalars[p] = v;
+    scalars[p] = perAxis<NVVM::GridDimXOp, NVVM::GridDimYOp, NVVM::GridDimZOp>(
+        b, loc, p.getAxis());
     return;
   }
   if (auto a = dyn_cast<AddPtrOp>(op)) {
@@ -283,7 +288,6 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     carried.push_back({vl.layout, inits.size(), r.regs.size()});
     inits.append(r.regs.begin(), r.regs.end());
   }
-  size_t numCarried = inits.size();
   if (!prefetched.empty())
     inits.push_back(i32(0)); // the buffer that holds this iteration's blocks
   auto newFor = scf::ForOp::create(b, loc, scalarOf(forOp.getLowerBound()),
@@ -360,7 +364,6 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     lane = savedLane;
     warp = savedWarp;
   }
-  (void)numCarried;
   bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
   if (!prefetched.empty())
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0); // the last, unused fetch

@@ -75,8 +75,8 @@ static Value linearIndex(Lowerer &L, const Layout &l, const Coord &regPart,
   return idx;
 }
 
-Value Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
-                             SmallVectorImpl<Value> &out) {
+void Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
+                            SmallVectorImpl<Value> &out) {
   const Layout &from = *in.layout;
   // Same threads hold the same elements: the conversion renames registers.
   if (from.lane == to.lane && from.warp == to.warp) {
@@ -89,12 +89,12 @@ Value Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
     if (all) {
       for (int64_t r = 0; r < to.numRegs(); ++r)
         out.push_back(in.regs[where[to.regCoord(r)]]);
-      return {};
+      return;
     }
   }
   if (to.kind == Layout::Kind::DotOperand &&
       convertToDotOperand(in, to, elem, out))
-    return {};
+    return;
   // Otherwise through shared memory: every thread writes what it holds at the
   // element's row-major position and reads back what it needs.
   int64_t esize = byteSize(elem);
@@ -124,7 +124,6 @@ Value Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
       v = arith::TruncIOp::create(b, loc, b.getI1Type(), v);
     out.push_back(v);
   }
-  return {};
 }
 
 Regs Lowerer::lowerBroadcast(Value src, const Layout &dst) {

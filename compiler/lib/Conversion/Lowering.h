@@ -65,6 +65,9 @@ struct SmemTile {
   std::vector<int64_t> shape;
   int rowDim = 0, colDim = 1;
   int64_t cols = 0, swz = 1;
+  /// Consecutive elements along colDim that each thread of the source layout
+  /// holds (what one staging store writes).
+  int64_t sourceVec = 1;
 };
 
 class Lowerer {
@@ -98,8 +101,8 @@ public:
                                              bool lanes = true);
   /// Whether this thread holds the first copy of replicated data.
   mlir::Value isOwner(const Layout &l);
-  mlir::Value convertLayout(const Regs &in, const Layout &to, mlir::Type elem,
-                            llvm::SmallVectorImpl<mlir::Value> &out);
+  void convertLayout(const Regs &in, const Layout &to, mlir::Type elem,
+                     llvm::SmallVectorImpl<mlir::Value> &out);
   void barrier();
   mlir::Value smemPtr(mlir::Value byteOffset);
 
@@ -156,14 +159,6 @@ private:
   /// Rematerialised flexible values, per insertion block and layout.
   std::map<std::tuple<void *, void *, std::string>, Regs> remat;
 };
-
-/// ceil(log2(v)) for v >= 1.
-inline int log2i(int64_t v) {
-  int l = 0;
-  while ((int64_t(1) << l) < v)
-    ++l;
-  return l;
-}
 
 /// Bytes of one element in memory (i1 takes a byte).
 int64_t byteSize(mlir::Type t);

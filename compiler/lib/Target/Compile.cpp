@@ -189,8 +189,6 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
   if (numWarps < 1 || numWarps > 32 || (numWarps & (numWarps - 1)))
     throw Error("compileForGpu: warps must be a power of two in [1, 32], got " +
                 std::to_string(numWarps));
-  for (auto &t : impl.tensors)
-    (void)t;
   func::FuncOp func = impl.func();
   // Tile shapes must be powers of two: layouts spread them bit by bit.
   WalkResult bad = func.walk([&](Operation *op) {

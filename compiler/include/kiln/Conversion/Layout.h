@@ -23,6 +23,14 @@ namespace kiln {
 
 using Coord = std::vector<int64_t>;
 
+/// ceil(log2(v)) for v >= 1: how many bits index v things.
+inline int log2i(int64_t v) {
+  int l = 0;
+  while ((int64_t(1) << l) < v)
+    ++l;
+  return l;
+}
+
 struct Layout {
   /// Where a layout comes from: it decides which layout wins when operands
   /// of an elementwise op disagree (the one that saves a conversion of the
@@ -74,10 +82,6 @@ struct Layout {
   /// broadcast along `dims` to this layout reads from.
   Layout project(const std::vector<int64_t> &dims) const;
 };
-
-/// Whether every register/lane/warp basis has at most one non-zero component
-/// and the bases cover the shape: what the lowering relies on.
-bool isWellFormed(const Layout &l, std::string *why = nullptr);
 
 } // namespace kiln
 
