@@ -12,10 +12,9 @@ using namespace mlir;
 
 namespace kiln::gpu {
 
-Lowerer::Lowerer(func::FuncOp src, int numWarps, bool aligned,
-                 const LayoutMap &layouts, int numStages)
+Lowerer::Lowerer(func::FuncOp src, int numWarps, bool aligned, int numStages)
     : b(src.getContext()), loc(src.getLoc()), numWarps(numWarps),
-      aligned(aligned), numStages(numStages), layouts(layouts), src(src) {}
+      aligned(aligned), numStages(numStages), src(src) {}
 
 Value Lowerer::i32(int64_t v) {
   return arith::ConstantIntOp::create(b, loc, v, 32);
@@ -24,10 +23,12 @@ Value Lowerer::i64(int64_t v) {
   return arith::ConstantIntOp::create(b, loc, v, 64);
 }
 
-const ValueLayout &Lowerer::layoutOf(Value v) const {
-  static const ValueLayout uniform = ValueLayout::uniform();
-  auto it = layouts.find(v);
-  return it == layouts.end() ? uniform : it->second;
+Layout Lowerer::layoutOf(Value v) const {
+  std::optional<Layout> l = kiln::layoutOf(v.getType());
+  if (!l)
+    throw InternalError("GPU lowering: a tile without a layout (run "
+                        "kiln-assign-layouts first)");
+  return *l;
 }
 
 static LLVM::LLVMPointerType ptrType(MLIRContext *ctx, unsigned addrSpace) {
@@ -39,10 +40,11 @@ int64_t Lowerer::run(ModuleOp module) {
   b.setInsertionPointToEnd(module.getBody());
   // Dynamic shared memory: one scratch area that layout conversions and
   // cross-warp reductions reuse, sized by the largest of them.
-  LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
-                         /*isConstant=*/false, LLVM::Linkage::External,
-                         "kiln_smem", Attribute(), /*alignment=*/16,
-                         /*addrSpace=*/3);
+  if (!module.lookupSymbol("kiln_smem"))
+    LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                           /*isConstant=*/false, LLVM::Linkage::External,
+                           "kiln_smem", Attribute(), /*alignment=*/16,
+                           /*addrSpace=*/3);
   SmallVector<Type> argTypes;
   for (Type t : src.getArgumentTypes())
     argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);
@@ -141,14 +143,11 @@ void Lowerer::lowerOp(Operation *op) {
     scalars[r] = scalarOp(op, operands, r.getType());
     return;
   }
-  const ValueLayout &vl = layoutOf(r);
-  if (vl.state == ValueLayout::State::Flexible)
-    return; // rematerialised where it is used
-  if (vl.state == ValueLayout::State::Uniform) {
+  if (isUniform(op)) {
     tiles[r] = materialize(r);
     return;
   }
-  const Layout &l = *vl.layout;
+  const Layout l = layoutOf(r);
   if (auto ld = dyn_cast<LoadOp>(op); ld && prefetchedBase.count(r)) {
     // Fetched by the previous iteration (or the prologue) into this buffer.
     std::optional<SmemTile> t = tileGeometry(l);
@@ -179,7 +178,23 @@ void Lowerer::lowerOp(Operation *op) {
     smemTiles[r] = t;
     return;
   }
-  if (auto ld = dyn_cast<LoadOp>(op))
+  if (auto cv = dyn_cast<ConvertLayoutOp>(op);
+      cv && smemTiles.count(cv.getSrc())) {
+    // A staged dot operand: the dot reads it with ldmatrix, a k-slice at a
+    // time.
+    smemTiles[r] = smemTiles[cv.getSrc()];
+    return;
+  }
+  if (auto cv = dyn_cast<ConvertLayoutOp>(op))
+    tiles[r] = lowerConvertLayout(cv, l);
+  else if (auto io = dyn_cast<IotaOp>(op)) {
+    Value t = threadCoord(l)[0];
+    Regs out{l, {}, {}};
+    for (int64_t i = 0; i < l.numRegs(); ++i)
+      out.regs.push_back(
+          arith::AddIOp::create(b, loc, t, i32(l.regCoord(i)[0])));
+    tiles[r] = out;
+  } else if (auto ld = dyn_cast<LoadOp>(op))
     tiles[r] = lowerLoad(ld);
   else if (auto d = dyn_cast<DotOp>(op))
     tiles[r] = lowerDot(d);
@@ -196,6 +211,26 @@ void Lowerer::lowerOp(Operation *op) {
     tiles[r] = lowerElementwise(op, l);
 }
 
+/// Whether a tile op's result has one value for all elements: splats, and
+/// what elementwise ops and shape changes make of uniform tiles. It lowers
+/// to one scalar whatever its layout says.
+bool Lowerer::isUniform(Operation *op) const {
+  if (auto c = dyn_cast<arith::ConstantOp>(op)) {
+    auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+    return dense && dense.isSplat();
+  }
+  if (isa<LoadOp, DotOp, ReduceOp, IotaOp>(op) || op->getNumRegions())
+    return false;
+  for (Value o : op->getOperands()) {
+    if (!isTile(o))
+      continue;
+    auto it = tiles.find(o);
+    if (it == tiles.end() || it->second.layout)
+      return false;
+  }
+  return true;
+}
+
 /// The scalar of a uniform tile.
 Regs Lowerer::materialize(Value v) {
   Operation *op = v.getDefiningOp();
@@ -208,7 +243,7 @@ Regs Lowerer::materialize(Value v) {
   }
   if (auto s = dyn_cast<SplatOp>(op))
     return Regs{std::nullopt, {}, scalarOf(s.getValue())};
-  if (isa<ExpandDimsOp, TransOp, BroadcastOp>(op))
+  if (isa<ExpandDimsOp, TransOp, BroadcastOp, ConvertLayoutOp>(op))
     return tiles.lookup(op->getOperand(0));
   SmallVector<Value> operands;
   for (Value o : op->getOperands())
@@ -245,7 +280,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     for (Operation *op : sliceOps)
       lowerOp(op);
     for (LoadOp ld : prefetched) {
-      SmemTile t = *tileGeometry(*layouts.lookup(ld.getResult()).layout);
+      SmemTile t = *tileGeometry(layoutOf(ld.getResult()));
       t.base = bufferBase(ld, slot);
       issueAsyncCopy(ld, t);
     }
@@ -278,14 +313,9 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       inits.push_back(scalarOf(init));
       continue;
     }
-    const ValueLayout &vl = layoutOf(arg);
-    if (vl.state != ValueLayout::State::Fixed) {
-      carried.push_back({std::nullopt, inits.size(), 1});
-      inits.push_back(materialize(init).scalar);
-      continue;
-    }
-    Regs r = regsIn(init, *vl.layout);
-    carried.push_back({vl.layout, inits.size(), r.regs.size()});
+    Layout l = layoutOf(arg);
+    Regs r = regsIn(init, l);
+    carried.push_back({l, inits.size(), r.regs.size()});
     inits.append(r.regs.begin(), r.regs.end());
   }
   if (!prefetched.empty())
@@ -384,59 +414,30 @@ Regs Lowerer::lowerElementwise(Operation *op, const Layout &l) {
   return out;
 }
 
-static Layout squeeze(const Layout &l, int64_t axis) {
-  Layout s = l;
-  s.shape.erase(s.shape.begin() + axis);
-  for (auto *bases : {&s.reg, &s.lane, &s.warp})
-    for (Coord &c : *bases)
-      c.erase(c.begin() + axis);
-  s.parent = nullptr;
-  return s;
-}
-
-Regs Lowerer::rematerialize(Value v, const Layout &want) {
-  auto key = std::make_tuple((void *)b.getInsertionBlock(),
-                             v.getAsOpaquePointer(), want.str());
-  if (auto it = remat.find(key); it != remat.end())
-    return it->second;
-  Operation *op = v.getDefiningOp();
-  Regs out{want, {}, {}};
-  if (isa<IotaOp>(op)) {
-    Value t = threadCoord(want)[0];
-    for (int64_t r = 0; r < want.numRegs(); ++r)
-      out.regs.push_back(
-          arith::AddIOp::create(b, loc, t, i32(want.regCoord(r)[0])));
-  } else if (auto e = dyn_cast<ExpandDimsOp>(op)) {
-    out.regs = regsIn(e.getSrc(), squeeze(want, e.getAxis())).regs;
-  } else if (auto t = dyn_cast<TransOp>(op)) {
-    std::vector<int32_t> inv(t.getOrder().size());
-    for (size_t i = 0; i < inv.size(); ++i)
-      inv[t.getOrder()[i]] = int32_t(i);
-    out.regs = regsIn(t.getSrc(), want.permute(inv)).regs;
-  } else if (auto bc = dyn_cast<BroadcastOp>(op)) {
-    out = lowerBroadcast(bc.getSrc(), want);
-  } else {
-    out = lowerElementwise(op, want);
-  }
-  remat[key] = out;
+Regs Lowerer::lowerConvertLayout(ConvertLayoutOp op, const Layout &to) {
+  auto it = tiles.find(op.getSrc());
+  if (it == tiles.end())
+    throw InternalError("GPU lowering: tile used before it was lowered");
+  const Regs &have = it->second;
+  if (*have.layout == to) // the same distribution under another name
+    return Regs{to, have.regs, {}};
+  Regs out{to, {}, {}};
+  convertLayout(have, to, elementType(op.getType()), out.regs);
   return out;
 }
 
 Regs Lowerer::regsIn(Value v, const Layout &want) {
-  const ValueLayout &vl = layoutOf(v);
-  if (vl.state == ValueLayout::State::Flexible)
-    return rematerialize(v, want);
   auto it = tiles.find(v);
   if (it == tiles.end())
     throw InternalError("GPU lowering: tile used before it was lowered");
   const Regs &have = it->second;
   if (!have.layout) // uniform
     return Regs{want, SmallVector<Value>(want.numRegs(), have.scalar), {}};
-  if (*have.layout == want)
-    return have;
-  Regs out{want, {}, {}};
-  convertLayout(have, want, elementType(v.getType()), out.regs);
-  return out;
+  if (*have.layout != want)
+    throw InternalError("GPU lowering: a tile in " + have.layout->str() +
+                        " is read in " + want.str() +
+                        " without a kiln.convert_layout");
+  return Regs{want, have.regs, {}};
 }
 
 } // namespace kiln::gpu

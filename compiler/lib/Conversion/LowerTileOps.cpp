@@ -219,7 +219,7 @@ static std::optional<int64_t> constantOf(Value v) {
 }
 
 Regs Lowerer::lowerLoad(LoadOp op) {
-  Layout l = *layouts.lookup(op.getResult()).layout;
+  Layout l = layoutOf(op.getResult());
   Type elem = op.getType().getElementType();
   // Whole vectors are in or out of bounds when the row length and the block's
   // offset along it are multiples of the vector width.
@@ -265,10 +265,9 @@ bool Lowerer::canPrefetch(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
       ld.getPadding().convertToDouble() != 0.0)
     return false; // cp.async fills with zeros only
   auto forOp = dyn_cast<scf::ForOp>(ld->getParentOp());
-  ValueLayout vl = layouts.lookup(ld.getResult());
-  if (!forOp || vl.state != ValueLayout::State::Fixed)
+  if (!forOp)
     return false;
-  const Layout &l = *vl.layout;
+  const Layout l = layoutOf(ld.getResult());
   std::optional<int64_t> rowLen = constantOf(ld.getShape().back());
   if (vectorWidth(l) < 8 || byteSize(ld.getType().getElementType()) != 2 ||
       !rowLen || *rowLen % 8 || knownDivisor(ld.getOffsets().back()) % 8 ||
@@ -312,7 +311,7 @@ bool Lowerer::canPrefetch(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
 }
 
 void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
-  Layout l = *layouts.lookup(ld.getResult()).layout;
+  Layout l = layoutOf(ld.getResult());
   Type elem = ld.getType().getElementType();
   SmallVector<Value> addrs, ok;
   blockAddresses(*this, l, scalarOf(ld.getPtr()), ld.getOffsets(),
@@ -333,11 +332,7 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
 
 void Lowerer::lowerStore(StoreOp op) {
   Value v = op.getValue();
-  ValueLayout vl = layouts.lookup(v);
-  auto shape = op.getValue().getType().getShape();
-  Layout l = vl.state == ValueLayout::State::Fixed
-                 ? *vl.layout
-                 : Layout::blocked({shape.begin(), shape.end()}, numWarps);
+  Layout l = layoutOf(v);
   Regs in = regsIn(v, l);
   Type elem = op.getValue().getType().getElementType();
   SmallVector<Value> addrs, ok;
@@ -375,8 +370,8 @@ static Value combine(OpBuilder &b, Location loc, ReduceKind kind, Value x,
 
 Regs Lowerer::lowerReduce(ReduceOp op) {
   int64_t axis = op.getAxis();
-  Layout out = *layouts.lookup(op.getResult()).layout;
-  Layout in = *out.parent;
+  Layout out = layoutOf(op.getResult());
+  Layout in = layoutOf(op.getSrc());
   Regs src = regsIn(op.getSrc(), in);
   Type elem = op.getType().getElementType();
   if (!elem.isF32() && !elem.isInteger(32))

@@ -8,8 +8,8 @@
 #ifndef KILN_LIB_CONVERSION_LOWERING_H
 #define KILN_LIB_CONVERSION_LOWERING_H
 
-#include "kiln/Conversion/Layout.h"
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/Layout.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
@@ -21,28 +21,9 @@
 
 namespace kiln::gpu {
 
-/// What the layout analysis says of a tile value.
-struct ValueLayout {
-  enum class State { Uniform, Flexible, Fixed } state = State::Uniform;
-  std::optional<Layout> layout; ///< set when Fixed
-  static ValueLayout uniform() { return {}; }
-  static ValueLayout flexible() { return {State::Flexible, std::nullopt}; }
-  static ValueLayout fixed(Layout l) { return {State::Fixed, std::move(l)}; }
-};
-using LayoutMap = llvm::DenseMap<mlir::Value, ValueLayout>;
-
-/// Layout assignment. Anchors: loads are blocked (coalesced), dots produce the
-/// mma accumulator, reductions slice their operand's layout. Elementwise ops
-/// take the strongest layout among their operands. Uniform tiles (constants,
-/// splats) and tiles computed from iota, uniforms and scalars alone are
-/// "flexible": the lowering rematerialises them in whatever layout a user
-/// needs instead of moving them between threads.
-/// `aligned`: rows are contiguous and 16-byte aligned, so loads take a
-/// blocked layout with 16 bytes per thread along the last dimension.
-LayoutMap assignLayouts(mlir::func::FuncOp func, int numWarps, bool aligned);
-
-/// Loads of 16-bit tiles whose every use is a dot operand (directly or
-/// through a transpose): they go to shared memory, not registers.
+/// Loads of 16-bit tiles whose every use is a dot operand (through the
+/// conversion to the operand layout, and a transpose): they go to shared
+/// memory, not registers.
 llvm::DenseSet<mlir::Value> findSharedOperands(mlir::func::FuncOp func);
 
 /// The largest power of two known to divide an i32 value of the kiln IR
@@ -72,8 +53,10 @@ struct SmemTile {
 
 class Lowerer {
 public:
+  /// `src` must be laid out (kiln-assign-layouts): every tile's type has a
+  /// #kiln.layout encoding, and conversions are kiln.convert_layout ops.
   Lowerer(mlir::func::FuncOp src, int numWarps, bool aligned,
-          const LayoutMap &layouts, int numStages = 2);
+          int numStages = 2);
   /// Emits the kernel into `module`; returns the dynamic shared-memory bytes
   /// it needs.
   int64_t run(mlir::ModuleOp module);
@@ -85,13 +68,16 @@ public:
   bool aligned;
   int numStages;
   bool reloadThreadIds = false; ///< see GpuTarget::reloadThreadIds
-  const LayoutMap &layouts;
-  mlir::Value lane, warp; ///< i32
-  mlir::Value smemBase;   ///< !llvm.ptr<3>
+  mlir::Value lane, warp;       ///< i32
+  mlir::Value smemBase;         ///< !llvm.ptr<3>
   int64_t smemBytes = 0;
   int genericConversions = 0; ///< layout changes through shared memory
 
+  /// The registers of tile `v`, which must already be in `want` (or be
+  /// uniform): conversions are explicit ops, never implied by a use.
   Regs regsIn(mlir::Value v, const Layout &want);
+  /// The layout of a laid-out tile value.
+  Layout layoutOf(mlir::Value v) const;
   mlir::Value scalarOf(mlir::Value v) { return scalars.lookup(v); }
   mlir::Value i32(int64_t v);
   mlir::Value i64(int64_t v);
@@ -147,17 +133,15 @@ private:
   void lowerOp(mlir::Operation *op);
   void lowerFor(mlir::scf::ForOp op);
   Regs lowerElementwise(mlir::Operation *op, const Layout &l);
-  Regs rematerialize(mlir::Value v, const Layout &want);
+  Regs lowerConvertLayout(ConvertLayoutOp op, const Layout &to);
+  bool isUniform(mlir::Operation *op) const;
   mlir::Value scalarOp(mlir::Operation *op, mlir::ValueRange operands,
                        mlir::Type resultElem);
   Regs materialize(mlir::Value v);
-  const ValueLayout &layoutOf(mlir::Value v) const;
 
   mlir::func::FuncOp src;
   llvm::DenseMap<mlir::Value, mlir::Value> scalars;
   llvm::DenseMap<mlir::Value, Regs> tiles;
-  /// Rematerialised flexible values, per insertion block and layout.
-  std::map<std::tuple<void *, void *, std::string>, Regs> remat;
 };
 
 /// Bytes of one element in memory (i1 takes a byte).

@@ -1,28 +1,20 @@
 //===- Compile.cpp - kiln IR to PTX, in process ---------------------------===//
 //
-// The pass order, in one place:
-//   1. layout assignment (Conversion/LayoutAnalysis.cpp)
-//   2. lowering to per-thread LLVM + NVVM dialect (Conversion/Lower*.cpp)
-//   3. scf -> cf, arith/math/cf -> llvm, canonicalize, cse
-//   4. translation to LLVM IR, LLVM O3 for the NVPTX target machine
-//   5. PTX from LLVM's NVPTX backend
+// The MLIR passes run in the order Pipeline.cpp gives, on a copy of the
+// kernel's module; then translation to LLVM IR, LLVM O3 for the NVPTX target
+// machine, and PTX from LLVM's NVPTX backend.
 //
 //===----------------------------------------------------------------------===//
 #include "kiln/Compiler/Compile.h"
-#include "../Conversion/Lowering.h"
 #include "kiln/Compiler/KernelImpl.h"
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Transforms/Passes.h"
 #include "kiln/runtime/Error.h"
 
-#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
-#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
-#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
-#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
-#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Export.h"
-#include "mlir/Transforms/Passes.h"
 
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -220,48 +212,51 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target) {
   out.tensors = impl.tensors;
 
   out.aligned = target.assumeAligned;
-  gpu::LayoutMap layouts = gpu::assignLayouts(func, numWarps, out.aligned);
-  {
-    llvm::raw_string_ostream os(out.layouts);
-    func.walk([&](Operation *op) {
-      for (Value r : op->getResults()) {
-        if (!isa<RankedTensorType>(r.getType()))
-          continue;
-        auto it = layouts.find(r);
-        os << op->getName() << " " << r.getType() << ": "
-           << (it == layouts.end() ||
-                       it->second.state == gpu::ValueLayout::State::Uniform
-                   ? std::string("uniform")
-               : it->second.state == gpu::ValueLayout::State::Flexible
-                   ? std::string("flexible (rematerialised where used)")
-                   : it->second.layout->str())
-           << "\n";
-      }
-    });
-  }
-
-  OwningOpRef<ModuleOp> lowered = ModuleOp::create(func.getLoc());
   int numStages = target.numStages ? target.numStages : impl.numStages;
   if (numStages < 2 || numStages > 8)
     throw Error("compileForGpu: pipeline stages must be in [2, 8], got " +
                 std::to_string(numStages));
-  gpu::Lowerer lowerer(func, numWarps, out.aligned, layouts, numStages);
-  lowerer.reloadThreadIds = target.reloadThreadIds || impl.reloadThreadIds;
-  out.sharedBytes = lowerer.run(*lowered);
-  out.layouts += "shared-memory layout conversions: " +
-                 std::to_string(lowerer.genericConversions) + "\n";
-
-  PassManager pm(ctx);
-  pm.addPass(createSCFToControlFlowPass());
-  pm.addPass(createArithToLLVMConversionPass());
-  pm.addPass(createConvertMathToLLVMPass());
-  pm.addPass(createConvertControlFlowToLLVMPass());
-  pm.addPass(createReconcileUnrealizedCastsPass());
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
-  if (failed(verify(*lowered)) || failed(pm.run(*lowered)))
-    throw InternalError("lowering kernel " + impl.name + " to LLVM failed:\n" +
-                        diags + print(*lowered));
+  GpuPipelineOptions options{.numWarps = numWarps,
+                             .aligned = out.aligned,
+                             .numStages = numStages,
+                             .reloadThreadIds = target.reloadThreadIds ||
+                                                impl.reloadThreadIds};
+  // The kernel's own module stays as the DSL built it (the CPU executor and
+  // the cache key read it); the passes work on a copy.
+  OwningOpRef<ModuleOp> lowered(cast<ModuleOp>(impl.module->clone()));
+  auto run = [&](auto build, const char *what) {
+    PassManager pm(ctx);
+    build(pm, options);
+    if (succeeded(pm.run(*lowered)))
+      return;
+    // The lowering reports what the GPU path does not support as a plain
+    // error; everything else is a bug of kiln's.
+    if (diags.find("internal error:") == std::string::npos &&
+        std::string(what) == "lowering to LLVM")
+      throw Error(diags);
+    throw InternalError(std::string(what) + " of kernel " + impl.name +
+                        " failed:\n" + diags + print(*lowered));
+  };
+  run(buildLayoutPipeline, "layout assignment");
+  {
+    OpPrintingFlags flags;
+    flags.enableDebugInfo(false);
+    llvm::raw_string_ostream os(out.layouts);
+    lowered->print(os, flags);
+    int converts = 0;
+    lowered->walk([&](ConvertLayoutOp) { ++converts; });
+    os << "// kiln.convert_layout ops left: " << converts << "\n";
+  }
+  run(buildLLVMLoweringPipeline, "lowering to LLVM");
+  out.sharedBytes =
+      (*lowered)->getAttrOfType<IntegerAttr>("kiln.shared_bytes").getInt();
+  out.layouts +=
+      "// of them through shared memory (not ldmatrix, not register "
+      "renames): " +
+      std::to_string((*lowered)
+                         ->getAttrOfType<IntegerAttr>("kiln.smem_conversions")
+                         .getInt()) +
+      "\n";
   out.loweredIR = print(*lowered);
 
   llvm::LLVMContext llctx;

@@ -150,3 +150,40 @@ func.func @dynamic(%p: !kiln.ptr<f32>, %i: i32) {
   %0 = kiln.load %p[%i, %i] shape[%i, %i] strides[%i, %i] : !kiln.ptr<f32> -> tensor<?x16xf32>
   return
 }
+
+// -----
+
+// expected-error @+1 {{layout kind must be blocked, mma or dot_operand, got swizzled}}
+func.func @layout_kind(%a: tensor<32xf32, #kiln.layout<swizzled, [32], reg = [], lane = [[1], [2], [4], [8], [16]], warp = []>>) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{a layout has 5 lane bases (32 lanes), got 4}}
+func.func @layout_lanes(%a: tensor<32xf32, #kiln.layout<blocked, [32], reg = [[16]], lane = [[1], [2], [4], [8]], warp = []>>) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{reg basis coordinate 64 is outside dimension 0 of size 32}}
+func.func @layout_outside(%a: tensor<32xf32, #kiln.layout<blocked, [32], reg = [[64]], lane = [[1], [2], [4], [8], [16]], warp = []>>) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{lane basis must have 2 coordinates}}
+func.func @layout_rank(%a: tensor<32x1xf32, #kiln.layout<blocked, [32, 1], reg = [], lane = [[1], [2], [4], [8], [16]], warp = []>>) {
+  return
+}
+
+// -----
+
+#l = #kiln.layout<blocked, [32], reg = [], lane = [[1], [2], [4], [8], [16]], warp = []>
+func.func @convert_layout_shape(%a: tensor<32xf32, #l>) {
+  // expected-error @+1 {{requires the same shape for all operands and results}}
+  %0 = kiln.convert_layout %a : tensor<32xf32, #l> -> tensor<64xf32>
+  return
+}

@@ -50,3 +50,4 @@ func.func @all_ops(%a: !kiln.ptr<bf16>, %out: !kiln.ptr<f32>, %s0: i32, %s1: i32
   }
   return
 }
+

@@ -23,6 +23,7 @@ using namespace kiln;
 #include "kiln/Dialect/Kiln/IR/KilnTypes.cpp.inc"
 
 void KilnDialect::initialize() {
+  registerLayoutAttr();
   addTypes<
 #define GET_TYPEDEF_LIST
 #include "kiln/Dialect/Kiln/IR/KilnTypes.cpp.inc"
@@ -226,6 +227,16 @@ LogicalResult TransOp::verify() {
                          << " gives " << shapeStr(want) << ", not "
                          << shapeStr(res.getShape());
   return success();
+}
+
+OpFoldResult ConvertLayoutOp::fold(FoldAdaptor) {
+  if (getSrc().getType() == getType())
+    return getSrc();
+  // A round trip through another layout is no conversion at all.
+  if (auto inner = getSrc().getDefiningOp<ConvertLayoutOp>())
+    if (inner.getSrc().getType() == getType())
+      return inner.getSrc();
+  return {};
 }
 
 LogicalResult ConvertOp::verify() {

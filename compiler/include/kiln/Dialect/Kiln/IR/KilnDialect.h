@@ -11,11 +11,16 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "kiln/Dialect/Kiln/IR/Layout.h"
+
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h.inc"
 #include "kiln/Dialect/Kiln/IR/KilnEnums.h.inc"
 
 #define GET_TYPEDEF_CLASSES
 #include "kiln/Dialect/Kiln/IR/KilnTypes.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "kiln/Dialect/Kiln/IR/KilnAttrs.h.inc"
 
 #define GET_OP_CLASSES
 #include "kiln/Dialect/Kiln/IR/KilnOps.h.inc"
@@ -24,6 +29,14 @@ namespace kiln {
 /// Attribute names on a kernel's func.func.
 inline constexpr llvm::StringLiteral kKernelAttr = "kiln.kernel";
 inline constexpr llvm::StringLiteral kGridAttr = "kiln.grid";
+
+/// The layout of a tile type's #kiln.layout encoding, if it has one.
+std::optional<Layout> layoutOf(mlir::Type type);
+/// `type` with the encoding `layout`.
+mlir::RankedTensorType withLayout(mlir::Type type, const Layout &layout);
+/// Gives the value `v` the tile type `t` (same shape and element type), and
+/// a constant's value attribute along with it.
+void setTileType(mlir::Value v, mlir::RankedTensorType t);
 
 /// Registers every dialect a kiln module may contain.
 void registerKilnDialects(mlir::DialectRegistry &registry);

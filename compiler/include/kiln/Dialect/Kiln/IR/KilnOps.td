@@ -175,4 +175,20 @@ def Kiln_ConvertOp : Kiln_Op<"convert", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Kiln_ConvertLayoutOp : Kiln_Op<"convert_layout", [Pure,
+    SameOperandsAndResultShape, SameOperandsAndResultElementType]> {
+  let summary = "move a tile to another layout";
+  let description = [{
+    The same tile, spread over the threads as the result's #kiln.layout
+    encoding says. On the GPU this is free when only register names change
+    (an mma accumulator read as an mma operand), takes ldmatrix when the
+    source is staged in shared memory, and otherwise goes through shared
+    memory. kiln-remove-layout-conversions removes the needless ones.
+  }];
+  let arguments = (ins AnyRankedTensor:$src);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$src attr-dict `:` type($src) `->` type($result)";
+  let hasFolder = 1;
+}
+
 #endif // KILN_DIALECT_KILN_IR_KILNOPS_TD

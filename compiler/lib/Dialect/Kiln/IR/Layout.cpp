@@ -1,5 +1,5 @@
 //===- Layout.cpp - how a tile is spread over a CTA's threads -------------===//
-#include "kiln/Conversion/Layout.h"
+#include "kiln/Dialect/Kiln/IR/Layout.h"
 
 #include <algorithm>
 #include <cassert>

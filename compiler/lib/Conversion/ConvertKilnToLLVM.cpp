@@ -1,0 +1,64 @@
+//===- ConvertKilnToLLVM.cpp - the lowering as a pass ---------------------===//
+//
+// Each laid-out kernel func.func becomes an llvm.func (Lowerer, in
+// LowerFunction.cpp and friends) in the same module, and the func.func goes.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+#include "kiln/Transforms/Passes.h"
+#include "kiln/runtime/Error.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+namespace kiln {
+#define GEN_PASS_DEF_CONVERTKILNTOLLVM
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+
+namespace {
+struct ConvertKilnToLLVM
+    : public kiln::impl::ConvertKilnToLLVMBase<ConvertKilnToLLVM> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (numStages < 2 || numStages > 8) {
+      module.emitError("convert-kiln-to-llvm: num-stages must be in [2, 8], "
+                       "got ")
+          << int(numStages);
+      return signalPassFailure();
+    }
+    SmallVector<func::FuncOp> kernels;
+    for (auto f : module.getOps<func::FuncOp>())
+      kernels.push_back(f);
+    int64_t shared = 0, conversions = 0;
+    for (func::FuncOp f : kernels) {
+      auto warps = f->getAttrOfType<IntegerAttr>("kiln.num_warps");
+      if (!warps) {
+        f.emitError("convert-kiln-to-llvm: run kiln-assign-layouts first "
+                    "(no kiln.num_warps)");
+        return signalPassFailure();
+      }
+      try {
+        kiln::gpu::Lowerer lowerer(f, int(warps.getInt()),
+                                   f->hasAttr("kiln.aligned"), numStages);
+        lowerer.reloadThreadIds = reloadThreadIds;
+        shared = std::max(shared, lowerer.run(module));
+        conversions += lowerer.genericConversions;
+      } catch (const kiln::Error &e) { // unsupported input: the user's
+        f.emitError(e.what());
+        return signalPassFailure();
+      } catch (const kiln::InternalError &e) { // a bug of kiln's
+        f.emitError("internal error: ") << e.what();
+        return signalPassFailure();
+      }
+      f.erase();
+    }
+    Builder b(module.getContext());
+    module->setAttr("kiln.shared_bytes", b.getI64IntegerAttr(shared));
+    module->setAttr("kiln.smem_conversions", b.getI64IntegerAttr(conversions));
+  }
+};
+} // namespace

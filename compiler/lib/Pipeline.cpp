@@ -1,0 +1,51 @@
+//===- Pipeline.cpp - kiln's pass order, in one place ---------------------===//
+//
+//   kiln IR (from the DSL)
+//   1. kiln-assign-layouts            a #kiln.layout on every tile, explicit
+//                                     kiln.convert_layout where layouts differ
+//   2. kiln-remove-layout-conversions recompute instead of moving, fold chains
+//   3. cse                            merge the recomputed copies
+//   4. convert-kiln-to-llvm           one thread's view: LLVM + NVVM dialects
+//   5. scf -> cf; arith, math, cf -> llvm; canonicalize; cse
+//   then (Target/Compile.cpp) translation to LLVM IR, LLVM O3 and the NVPTX
+//   backend's PTX.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+namespace kiln {
+
+void buildLayoutPipeline(OpPassManager &pm, const GpuPipelineOptions &o) {
+  KilnAssignLayoutsOptions assign;
+  assign.numWarps = o.numWarps;
+  assign.aligned = o.aligned;
+  OpPassManager &fn = pm.nest<func::FuncOp>();
+  fn.addPass(createKilnAssignLayouts(assign));
+  fn.addPass(createKilnRemoveLayoutConversions());
+  fn.addPass(createCSEPass());
+}
+
+void buildLLVMLoweringPipeline(OpPassManager &pm, const GpuPipelineOptions &o) {
+  ConvertKilnToLLVMOptions lower;
+  lower.numStages = o.numStages;
+  lower.reloadThreadIds = o.reloadThreadIds;
+  pm.addPass(createConvertKilnToLLVM(lower));
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+} // namespace kiln

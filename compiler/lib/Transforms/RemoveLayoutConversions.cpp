@@ -1,0 +1,146 @@
+//===- RemoveLayoutConversions.cpp - drop conversions that move nothing ---===//
+//
+// kiln-assign-layouts converts wherever a user reads another layout; most of
+// those conversions are of tiles that cost less to recompute than to move
+// between threads: the row and column indices of a causal mask (iota plus an
+// offset, expanded and broadcast), splat constants. Such a conversion is
+// replaced by a copy of the computation in the target layout, right where the
+// conversion was (so inside the loop that reads it, as a GPU thread would
+// compute its indices); chains of conversions collapse. The originals that
+// nobody reads any more are erased, and CSE (next in the pipeline) merges the
+// copies made in the same block.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
+
+#include <map>
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNREMOVELAYOUTCONVERSIONS
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+
+/// Ops in the computation of `v` (up to a limit: beyond it recomputing costs
+/// more than moving), or -1 when `v` depends on something that cannot be
+/// recomputed anywhere: a load, a dot, a reduction, a loop-carried tile.
+int rematCost(Value v, int budget = 64) {
+  Operation *op = v.getDefiningOp();
+  if (!op || budget <= 0)
+    return -1;
+  if (isa<IotaOp, SplatOp>(op))
+    return 1;
+  if (auto c = dyn_cast<arith::ConstantOp>(op)) {
+    auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+    return dense && dense.isSplat() ? 1 : -1;
+  }
+  if (isa<LoadOp, DotOp, ReduceOp>(op) || op->getNumRegions() ||
+      op->getNumResults() != 1 || !isPure(op))
+    return -1;
+  int cost = 1;
+  for (Value o : op->getOperands()) {
+    if (!isa<RankedTensorType>(o.getType()))
+      continue;
+    int c = rematCost(o, budget - cost);
+    if (c < 0)
+      return -1;
+    cost += c;
+  }
+  return cost;
+}
+
+/// The layout operand `i` of `op` must have for `op`'s result to be `want`.
+Layout operandWant(Operation *op, unsigned i, const Layout &want) {
+  if (auto e = dyn_cast<ExpandDimsOp>(op))
+    return want.slice(e.getAxis());
+  if (auto t = dyn_cast<TransOp>(op)) {
+    std::vector<int32_t> inv(t.getOrder().size());
+    for (size_t d = 0; d < inv.size(); ++d)
+      inv[t.getOrder()[d]] = int32_t(d);
+    return want.permute(inv);
+  }
+  if (auto bc = dyn_cast<BroadcastOp>(op)) {
+    std::vector<int64_t> dims;
+    auto srcShape = bc.getSrc().getType().getShape();
+    for (int64_t d = 0; d < want.rank(); ++d)
+      if (srcShape[d] == 1 && want.shape[d] != 1)
+        dims.push_back(d);
+    return want.project(dims);
+  }
+  return want; // elementwise
+}
+
+class Rematerializer {
+public:
+  explicit Rematerializer(OpBuilder &b) : b(b) {}
+
+  /// `v` computed in `want`, by copies of its defining ops placed at the
+  /// builder's insertion point.
+  Value get(Value v, const Layout &want) {
+    if (auto c = v.getDefiningOp<ConvertLayoutOp>())
+      return get(c.getSrc(), want);
+    RankedTensorType t = withLayout(v.getType(), want);
+    if (v.getType() == t)
+      return v;
+    auto key = std::make_pair(v.getAsOpaquePointer(), t.getAsOpaquePointer());
+    if (auto it = made.find(key); it != made.end())
+      return it->second;
+    Operation *op = v.getDefiningOp();
+    SmallVector<Value> operands;
+    for (auto [i, o] : llvm::enumerate(op->getOperands()))
+      operands.push_back(isa<RankedTensorType>(o.getType())
+                             ? get(o, operandWant(op, i, want))
+                             : o);
+    Operation *copy = b.clone(*op);
+    copy->setOperands(operands);
+    setTileType(copy->getResult(0), t);
+    return made[key] = copy->getResult(0);
+  }
+
+private:
+  OpBuilder &b;
+  std::map<std::pair<void *, const void *>, Value> made;
+};
+
+struct RemoveLayoutConversions
+    : public kiln::impl::KilnRemoveLayoutConversionsBase<
+          RemoveLayoutConversions> {
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    SmallVector<ConvertLayoutOp> converts;
+    func.walk([&](ConvertLayoutOp c) { converts.push_back(c); });
+    for (ConvertLayoutOp c : converts) {
+      Value src = c.getSrc();
+      while (auto inner = src.getDefiningOp<ConvertLayoutOp>())
+        src = inner.getSrc();
+      if (src.getType() == c.getType()) {
+        c.replaceAllUsesWith(src);
+        c.erase();
+        continue;
+      }
+      c.getSrcMutable().assign(src);
+      if (rematCost(src) < 0)
+        continue; // a conversion that has to move data
+      OpBuilder b(c);
+      Rematerializer remat(b);
+      c.replaceAllUsesWith(remat.get(src, *layoutOf(c.getType())));
+      c.erase();
+    }
+    // The originals that only fed removed conversions.
+    SmallVector<Operation *> ops;
+    func.walk([&](Operation *op) { ops.push_back(op); });
+    for (Operation *op : llvm::reverse(ops))
+      if (op->getNumRegions() == 0 && isOpTriviallyDead(op))
+        op->erase();
+  }
+};
+
+} // namespace
