@@ -116,6 +116,8 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
   c.blockNDiagonal = positive(opts, "block-n-diagonal", c.blockN);
+  c.longestFirstGlobally =
+      int(opts.integer("longest-first-globally", c.longestFirstGlobally));
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
     throw Error("option --layout: '" + layout + "' is not bhsd or bshd");
@@ -240,6 +242,9 @@ int cmdIr(Options &opts) {
 int cmdPtx(Options &opts) {
   GpuTarget target;
   target.arch = opts.string("arch", "sm_90a");
+  target.numWarps = int(opts.integer("warps", 0));
+  target.numStages = int(opts.integer("stages", 0));
+  target.reloadThreadIds = opts.integer("reload-ids", 0) != 0;
   std::string stage = opts.string("stage", "ptx");
   Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
   opts.checkAllUsed();

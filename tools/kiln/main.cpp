@@ -14,7 +14,8 @@ commands:
   run --cpu <kernel> [shape options]    run on the CPU reference executor and
                                         compare against an fp64 reference;
                                         exits 1 if the relative error > 1e-2
-  ptx <kernel> [shape options] [--arch sm_80|sm_90a]
+  ptx <kernel> [shape options] [--arch sm_80|sm_90a] [--warps W]
+      [--stages S] [--reload-ids 0|1]
       [--stage ptx|llvm|lowered|layouts] print the PTX (or an earlier stage)
   bench attention [--quick] [--dtypes bf16,fp16] [--json FILE] [--reps R]
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]

@@ -293,11 +293,19 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       scalars.erase(srcIv);
   };
   int S = numStages;
+  // The prologue re-reads the thread id too: otherwise LLVM shares its
+  // addresses with an earlier loop's prologue and keeps them live across
+  // that loop.
+  Value outerLane = lane, outerWarp = warp;
+  if (reloadThreadIds && !prefetched.empty())
+    rereadThreadId();
   for (int i = 0; !prefetched.empty() && i < S - 1; ++i)
     fetch(arith::AddIOp::create(
               b, loc, scalarOf(forOp.getLowerBound()),
               arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(i))),
           i32(i));
+  lane = outerLane;
+  warp = outerWarp;
 
   // Each carried tile becomes its registers (one value if uniform).
   struct Carried {
@@ -346,15 +354,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     // keep the lane-derived address arithmetic inside the loop instead of
     // hoisting dozens of live addresses out of it.
     Value savedLane = lane, savedWarp = warp;
-    if (reloadThreadIds) {
-      auto asmOp = LLVM::InlineAsmOp::create(
-          b, loc, b.getI32Type(), ValueRange{}, "mov.u32 $0, %tid.x;", "=r",
-          /*has_side_effects=*/true, /*is_align_stack=*/false,
-          LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
-      Value tid = asmOp.getResult(0);
-      lane = arith::AndIOp::create(b, loc, tid, i32(31));
-      warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
-    }
+    if (reloadThreadIds)
+      rereadThreadId();
     scalars[srcIv] = newFor.getInductionVar();
     bind(newFor.getRegionIterArgs(),
          [&](size_t i) { return forOp.getRegionIterArgs()[i]; });
@@ -397,6 +398,20 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
   if (!prefetched.empty())
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0); // the last, unused fetch
+  // And the code after the loop (the next loop, the epilogue) reads a fresh
+  // one instead of keeping thread-id bits live across this loop.
+  if (reloadThreadIds)
+    rereadThreadId();
+}
+
+void Lowerer::rereadThreadId() {
+  auto asmOp = LLVM::InlineAsmOp::create(
+      b, loc, b.getI32Type(), ValueRange{}, "mov.u32 $0, %tid.x;", "=r",
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
+  Value tid = asmOp.getResult(0);
+  lane = arith::AndIOp::create(b, loc, tid, i32(31));
+  warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
 }
 
 Regs Lowerer::lowerElementwise(Operation *op, const Layout &l) {

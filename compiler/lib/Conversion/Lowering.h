@@ -90,6 +90,8 @@ public:
   void convertLayout(const Regs &in, const Layout &to, mlir::Type elem,
                      llvm::SmallVectorImpl<mlir::Value> &out);
   void barrier();
+  /// lane and warp from a fresh, opaque read of %tid.x (reloadThreadIds).
+  void rereadThreadId();
   mlir::Value smemPtr(mlir::Value byteOffset);
 
   Regs lowerLoad(LoadOp op);
