@@ -292,8 +292,9 @@ TEST(CpuExecutor, RejectsBadArguments) {
               HasSubstr("argument A must be a pointer"));
 }
 
-// Causal attention with its diagonal blocks smaller than the others, and
-// with the general (unsplit) loop when blockN does not divide blockM.
+// Causal attention with its diagonal blocks smaller than the others, with
+// the general (unsplit) loop when blockN does not divide blockM, and with the
+// row blocks launched head by head instead of longest first globally.
 TEST(CpuExecutor, AttentionScheduleVariantsAgree) {
   kernels::AttentionShape s{1, 2, 300, 300, 64, true, DType::bf16, 0};
   HostTensor q(s.dtype, {1, 2, 300, 64}), k(s.dtype, {1, 2, 300, 64}),
@@ -303,8 +304,9 @@ TEST(CpuExecutor, AttentionScheduleVariantsAgree) {
   v.fillRandom(23);
   HostTensor oRef(DType::f32, q.shape()), lseRef(DType::f32, {1, 2, 300});
   kernels::attentionReference(s, q, k, v, oRef, lseRef);
-  kernels::AttentionConfig diag{128, 64, 4, 2, -1, 32}, unsplit{64, 128, 4, 2};
-  for (const kernels::AttentionConfig &c : {diag, unsplit}) {
+  kernels::AttentionConfig diag{128, 64, 4, 2, -1, 32}, unsplit{64, 128, 4, 2},
+      perHead{128, 64, 4, 2, -1, 0, 0};
+  for (const kernels::AttentionConfig &c : {diag, unsplit, perHead}) {
     Kernel kern = kernels::attentionForward(s, c);
     HostTensor o(s.dtype, q.shape()), lse(DType::f32, {1, 2, 300});
     o.poison();
@@ -314,7 +316,9 @@ TEST(CpuExecutor, AttentionScheduleVariantsAgree) {
                               {"V", v.ref()},
                               {"O", o.ref()},
                               {"LSE", lse.ref()}}));
-    EXPECT_LE(compareTensors(o, oRef).relative, 1e-2) << c.blockN;
-    EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5) << c.blockN;
+    EXPECT_LE(compareTensors(o, oRef).relative, 1e-2)
+        << c.blockN << " " << c.longestFirstGlobally;
+    EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5)
+        << c.blockN << " " << c.longestFirstGlobally;
   }
 }

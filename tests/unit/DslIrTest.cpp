@@ -132,7 +132,12 @@ TEST(DslIr, AttentionKernelShape) {
   s.batch = 2;
   s.heads = 3;
   Kernel k = kernels::attentionForward(s, {64, 64, 4, 2});
-  EXPECT_EQ(k.grid(), (std::array<int64_t, 3>{16, 6, 1}));
+  // Causal: heads on x, so that every head's longest row blocks go first.
+  EXPECT_EQ(k.grid(), (std::array<int64_t, 3>{6, 16, 1}));
+  kernels::AttentionConfig perHead{64, 64, 4, 2};
+  perHead.longestFirstGlobally = 0;
+  EXPECT_EQ(kernels::attentionForward(s, perHead).grid(),
+            (std::array<int64_t, 3>{16, 6, 1}));
   std::string ir = k.ir();
   // Causal: a loop over the blocks left of the diagonal, without masks, and
   // one over the diagonal blocks, with them; each does two dots.

@@ -26,6 +26,10 @@ struct AttentionConfig {
   int warps = 4, stages = 2;
   int reloadThreadIds = -1;   ///< -1: default, 0: no, 1: yes
   int64_t blockNDiagonal = 0; ///< causal: key block on the diagonal; 0: blockN
+  /// Causal: launch order of the row blocks. 0: each head's blocks longest
+  /// first, one head after another; 1: the longest blocks of every head
+  /// first (the grid's x axis runs over heads); -1: default.
+  int longestFirstGlobally = -1;
 };
 
 /// The config with its zero fields filled in for `shape`.
