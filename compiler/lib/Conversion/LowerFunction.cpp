@@ -293,19 +293,11 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       scalars.erase(srcIv);
   };
   int S = numStages;
-  // The prologue re-reads the thread id too: otherwise LLVM shares its
-  // addresses with an earlier loop's prologue and keeps them live across
-  // that loop.
-  Value outerLane = lane, outerWarp = warp;
-  if (reloadThreadIds && !prefetched.empty())
-    rereadThreadId();
   for (int i = 0; !prefetched.empty() && i < S - 1; ++i)
     fetch(arith::AddIOp::create(
               b, loc, scalarOf(forOp.getLowerBound()),
               arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(i))),
           i32(i));
-  lane = outerLane;
-  warp = outerWarp;
 
   // Each carried tile becomes its registers (one value if uniform).
   struct Carried {
@@ -398,10 +390,6 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
   if (!prefetched.empty())
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0); // the last, unused fetch
-  // And the code after the loop (the next loop, the epilogue) reads a fresh
-  // one instead of keeping thread-id bits live across this loop.
-  if (reloadThreadIds)
-    rereadThreadId();
 }
 
 void Lowerer::rereadThreadId() {
