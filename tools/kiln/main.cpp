@@ -19,7 +19,7 @@ commands:
       [--stage ptx|llvm|lowered|layouts] print the PTX (or an earlier stage)
   bench attention [--quick] [--dtypes bf16,fp16] [--json FILE] [--reps R]
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
-      [--reload-ids 0|1]
+      [--reload-ids 0|1] [--block-n-diagonal N] [--longest-first-globally 0|1]
                                         TFLOP/s on the GPU over B*N=16k tokens
   help                                  this text
 
