@@ -128,10 +128,8 @@ void Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
 
 Regs Lowerer::lowerBroadcast(Value src, const Layout &dst) {
   auto srcShape = cast<RankedTensorType>(src.getType()).getShape();
-  std::vector<int64_t> dims;
-  for (int64_t d = 0; d < dst.rank(); ++d)
-    if (srcShape[d] == 1 && dst.shape[d] != 1)
-      dims.push_back(d);
+  std::vector<int64_t> dims =
+      broadcastDims({srcShape.begin(), srcShape.end()}, dst.shape);
   Layout proj = dst.project(dims);
   Regs in = regsIn(src, proj);
   // proj's register bits are dst's minus those along `dims`, in order.

@@ -80,10 +80,7 @@ public:
   /// be read without moving data (a row statistic of one mma tile broadcast
   /// over a wider mma tile, say); blocked when none fits.
   Layout broadcastLayout(const Layout &src, const std::vector<int64_t> &s) {
-    std::vector<int64_t> dims;
-    for (size_t d = 0; d < s.size(); ++d)
-      if (src.shape[d] == 1 && s[d] != 1)
-        dims.push_back(int64_t(d));
+    std::vector<int64_t> dims = broadcastDims(src.shape, s);
     std::vector<Layout> candidates;
     if (s.size() == 2 && s[0] % 16 == 0 && s[1] % 8 == 0)
       candidates.push_back(Layout::mma(s[0], s[1], numWarps));
@@ -185,12 +182,9 @@ std::optional<Layout> operandLayout(Operation *op, unsigned i, int numWarps) {
   }
   if (auto bc = dyn_cast<BroadcastOp>(op)) {
     Layout dst = *layoutOf(bc.getType());
-    std::vector<int64_t> dims;
     auto srcShape = bc.getSrc().getType().getShape();
-    for (int64_t d = 0; d < dst.rank(); ++d)
-      if (srcShape[d] == 1 && dst.shape[d] != 1)
-        dims.push_back(d);
-    return dst.project(dims);
+    return dst.project(
+        broadcastDims({srcShape.begin(), srcShape.end()}, dst.shape));
   }
   if (auto f = dyn_cast<scf::ForOp>(op)) {
     unsigned first = f.getNumControlOperands();

@@ -68,12 +68,9 @@ Layout operandWant(Operation *op, unsigned i, const Layout &want) {
     return want.permute(inv);
   }
   if (auto bc = dyn_cast<BroadcastOp>(op)) {
-    std::vector<int64_t> dims;
     auto srcShape = bc.getSrc().getType().getShape();
-    for (int64_t d = 0; d < want.rank(); ++d)
-      if (srcShape[d] == 1 && want.shape[d] != 1)
-        dims.push_back(d);
-    return want.project(dims);
+    return want.project(
+        broadcastDims({srcShape.begin(), srcShape.end()}, want.shape));
   }
   return want; // elementwise
 }

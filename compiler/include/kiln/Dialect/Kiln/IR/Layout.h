@@ -31,6 +31,17 @@ inline int log2i(int64_t v) {
   return l;
 }
 
+/// The dimensions a broadcast from shape `src` to shape `dst` repeats along:
+/// size 1 in `src`, larger in `dst` (what Layout::project collapses).
+inline std::vector<int64_t> broadcastDims(const std::vector<int64_t> &src,
+                                          const std::vector<int64_t> &dst) {
+  std::vector<int64_t> dims;
+  for (size_t d = 0; d < dst.size(); ++d)
+    if (src[d] == 1 && dst[d] != 1)
+      dims.push_back(int64_t(d));
+  return dims;
+}
+
 struct Layout {
   /// Where a layout comes from: it decides which layout wins when operands
   /// of an elementwise op disagree (the one that saves a conversion of the
