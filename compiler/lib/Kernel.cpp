@@ -3,6 +3,9 @@
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/runtime/Error.h"
 
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -17,12 +20,13 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <limits>
+#include <mutex>
 
 using namespace mlir;
 
 namespace kiln {
 
-std::shared_ptr<MLIRContext> makeKilnContext() {
+static std::shared_ptr<MLIRContext> newKilnContext() {
   DialectRegistry registry;
   registerKilnDialects(registry);
   // What the GPU lowering emits and translates to LLVM IR.
@@ -31,11 +35,41 @@ std::shared_ptr<MLIRContext> makeKilnContext() {
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
   registerNVVMDialectTranslation(registry);
+  // What convert-to-llvm converts, through each dialect's interface.
+  arith::registerConvertArithToLLVMInterface(registry);
+  registerConvertMathToLLVMInterface(registry);
+  cf::registerConvertControlFlowToLLVMInterface(registry);
   // Kernels are small and built on the caller's thread; a per-context thread
   // pool would only cost start-up time.
   auto ctx =
       std::make_shared<MLIRContext>(registry, MLIRContext::Threading::DISABLED);
   ctx->loadAllAvailableDialects();
+  return ctx;
+}
+
+std::shared_ptr<MLIRContext> makeKilnContext() {
+  // Creating a context and loading its dialects costs ~0.8 ms, half of
+  // building an attention kernel. A context no kernel holds any more (the
+  // pool's reference is the only one left) is handed out again; it is never
+  // shared between live kernels, so kernels stay independent across threads.
+  // Each is retired after a number of kernels so that the attributes it
+  // uniqued do not accumulate without bound.
+  static std::mutex mutex;
+  static std::vector<std::pair<std::shared_ptr<MLIRContext>, int>> pool;
+  constexpr int kMaxUses = 256;
+  constexpr size_t kMaxPooled = 8;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto &[ctx, uses] : pool)
+    if (ctx.use_count() == 1 && uses < kMaxUses) {
+      ++uses;
+      return ctx;
+    }
+  std::erase_if(pool, [&](const auto &p) {
+    return p.first.use_count() == 1 && p.second >= kMaxUses;
+  });
+  auto ctx = newKilnContext();
+  if (pool.size() < kMaxPooled)
+    pool.emplace_back(ctx, 1);
   return ctx;
 }
 

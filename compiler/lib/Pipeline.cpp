@@ -6,16 +6,15 @@
 //   2. kiln-remove-layout-conversions recompute instead of moving, fold chains
 //   3. cse                            merge the recomputed copies
 //   4. convert-kiln-to-llvm           one thread's view: LLVM + NVVM dialects
-//   5. scf -> cf; arith, math, cf -> llvm; canonicalize; cse
+//   5. scf -> cf; arith, math, cf -> llvm in one convert-to-llvm (through
+//      the dialects' ConvertToLLVM interfaces); canonicalize; cse
 //   then (Target/Compile.cpp) translation to LLVM IR, LLVM O3 and the NVPTX
 //   backend's PTX.
 //
 //===----------------------------------------------------------------------===//
 #include "kiln/Transforms/Passes.h"
 
-#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
-#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
-#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/ConvertToLLVM/ToLLVMPass.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Transforms/Passes.h"
@@ -39,10 +38,15 @@ void buildLLVMLoweringPipeline(OpPassManager &pm, const GpuPipelineOptions &o) {
   lower.numStages = o.numStages;
   lower.reloadThreadIds = o.reloadThreadIds;
   pm.addPass(createConvertKilnToLLVM(lower));
-  pm.addPass(createSCFToControlFlowPass());
-  pm.addPass(createArithToLLVMConversionPass());
-  pm.addPass(createConvertMathToLLVMPass());
-  pm.addPass(createConvertControlFlowToLLVMPass());
+  // One-shot conversions (no pattern rollback): none of these patterns
+  // fails halfway, and rollback bookkeeping doubles the time on kiln's
+  // unrolled code.
+  SCFToControlFlowPassOptions scf;
+  scf.allowPatternRollback = false;
+  pm.addPass(createSCFToControlFlowPass(scf));
+  ConvertToLLVMPassOptions toLLVM;
+  toLLVM.allowPatternRollback = false;
+  pm.addPass(createConvertToLLVMPass(toLLVM));
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
+#include "kiln/kernels/AttentionTune.h"
 
 #include <cmath>
 
@@ -33,6 +34,14 @@ static void checkShape(const AttentionShape &s, const AttentionConfig &c) {
 }
 
 AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
+  // No tile sizes chosen: the autotuner's winner for this GPU and shape
+  // bucket, when `kiln tune` recorded one.
+  if (!c.blockM && !c.blockN)
+    if (std::optional<AttentionConfig> tuned = tunedAttentionConfig(s)) {
+      tuned->blockNDiagonal = c.blockNDiagonal;
+      tuned->longestFirstGlobally = c.longestFirstGlobally;
+      c = *tuned;
+    }
   if (!c.blockM)
     c.blockM = 128;
   bool wide = s.headDim >= 128;

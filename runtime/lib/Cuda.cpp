@@ -20,16 +20,16 @@ namespace {
 #define KILN_DRIVER_FUNCTIONS(X)                                               \
   X(cuInit)                                                                    \
   X(cuDriverGetVersion)                                                        \
-  X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)     \
-      X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)           \
-          X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize)   \
-              X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)       \
-                  X(cuMemsetD8) X(cuModuleLoadDataEx) X(cuModuleUnload)        \
-                      X(cuModuleGetFunction) X(cuFuncGetAttribute)             \
-                          X(cuFuncSetAttribute) X(cuLaunchKernel)              \
-                              X(cuEventCreate) X(cuEventDestroy)               \
-                                  X(cuEventRecord) X(cuEventSynchronize)       \
-                                      X(cuEventElapsedTime)
+  X(cuGetErrorName)                                                            \
+  X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X( \
+      cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)    \
+      X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree)        \
+          X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuModuleLoadDataEx)  \
+              X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute)   \
+                  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuEventCreate)     \
+                      X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) \
+                          X(cuEventElapsedTime)                                \
+                              X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 struct Driver {
 #define KILN_DECLARE(fn) decltype(&::fn) fn = nullptr;
@@ -248,6 +248,16 @@ FunctionAttributes Function::attributes() const {
   KILN_CHECK(cuFuncGetAttribute(&a.maxThreadsPerBlock,
                                 CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
   return a;
+}
+
+int Function::maxActiveBlocksPerSM(int threads, int dynamicSharedBytes) const {
+  Driver &d = ready();
+  int blocks = 0;
+  KILN_CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                 &blocks, static_cast<CUfunction>(fn_), threads,
+                 size_t(dynamicSharedBytes)),
+             "kernel " + name_);
+  return blocks;
 }
 
 void Function::setMaxDynamicShared(int bytes) {

@@ -34,6 +34,7 @@ void Buffer::download(void *, size_t, size_t) const { none(); }
 void Buffer::fill(uint8_t) { none(); }
 FunctionAttributes Function::attributes() const { none(); }
 void Function::setMaxDynamicShared(int) { none(); }
+int Function::maxActiveBlocksPerSM(int, int) const { none(); }
 void Function::launch(std::array<unsigned, 3>, std::array<unsigned, 3>,
                       unsigned, std::vector<void *>) {
   none();

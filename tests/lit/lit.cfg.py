@@ -14,3 +14,5 @@ config.test_exec_root = os.path.join(config.kiln_obj_root, "tests", "lit")
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")]
 )
+# The command line's disk cache: one of the tests' own, never the user's.
+config.environment["KILN_CACHE_DIR"] = os.path.join(config.test_exec_root, "kiln-cache")

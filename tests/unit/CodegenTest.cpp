@@ -104,5 +104,6 @@ TEST(Codegen, JitCacheKeysOnIrAndTarget) {
   EXPECT_NE(a.get(), d.get());
   CompileCacheStats after = compileCacheStats();
   EXPECT_EQ(after.hits - before.hits, 1);
-  EXPECT_EQ(after.misses - before.misses, 3);
+  // Compiled, or found on disk by an earlier run.
+  EXPECT_EQ(after.misses + after.diskHits - before.misses - before.diskHits, 3);
 }

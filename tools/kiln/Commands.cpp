@@ -96,7 +96,7 @@ static HostTensor randomTensor(DType t, std::vector<int64_t> shape,
     return x;
   }
   // A (B,H,N,D) view of (B,N,H,D) memory: heads interleaved in each row.
-  int64_t B = shape[0], H = shape[1], N = shape[2], D = shape[3];
+  int64_t H = shape[1], N = shape[2], D = shape[3];
   HostTensor x(t, shape, {N * H * D, D, H * D, 1});
   x.fillRandom(seed);
   return x;
@@ -229,38 +229,6 @@ static std::string kernelName(Options &opts) {
   if (opts.positional.size() != 1)
     throw Error("name one kernel: attention, gemm or softmax");
   return opts.positional[0];
-}
-
-int cmdIr(Options &opts) {
-  bool withLoc = opts.flag("loc");
-  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
-  opts.checkAllUsed();
-  fmt::print("// {}\n{}", p.summary, p.kernel->ir(withLoc));
-  return 0;
-}
-
-int cmdPtx(Options &opts) {
-  GpuTarget target;
-  target.arch = opts.string("arch", "sm_90a");
-  target.numWarps = int(opts.integer("warps", 0));
-  target.numStages = int(opts.integer("stages", 0));
-  target.reloadThreadIds = opts.integer("reload-ids", 0) != 0;
-  std::string stage = opts.string("stage", "ptx");
-  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
-  opts.checkAllUsed();
-  CompiledKernel c = compileForGpu(*p.kernel, target);
-  if (stage == "ptx")
-    fmt::print("{}", c.ptx);
-  else if (stage == "llvm")
-    fmt::print("{}", c.llvmIR);
-  else if (stage == "lowered")
-    fmt::print("{}", c.loweredIR);
-  else if (stage == "layouts")
-    fmt::print("{}", c.layouts);
-  else
-    throw Error("option --stage: '" + stage +
-                "' is not ptx, llvm, lowered or layouts");
-  return 0;
 }
 
 int cmdRun(Options &opts) {

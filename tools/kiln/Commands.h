@@ -2,6 +2,7 @@
 #ifndef KILN_TOOLS_KILN_COMMANDS_H
 #define KILN_TOOLS_KILN_COMMANDS_H
 
+#include "kiln/Compiler/Compile.h"
 #include "kiln/Compiler/Kernel.h"
 #include "kiln/runtime/HostTensor.h"
 
@@ -44,10 +45,19 @@ struct Problem {
 /// `withData`, also random inputs, poisoned outputs and references.
 Problem makeProblem(const std::string &kernel, Options &opts, bool withData);
 
+/// --arch, --warps, --stages, --reload-ids.
+GpuTarget targetOptions(Options &opts);
+
 int cmdIr(Options &opts);
 int cmdRun(Options &opts);
 int cmdPtx(Options &opts);
+int cmdLlvmIr(Options &opts);
+int cmdSass(Options &opts);
+int cmdResources(Options &opts);
+int cmdCache(Options &opts);
 int cmdBench(Options &opts);
+int cmdBenchJit(Options &opts);
+int cmdTune(Options &opts);
 
 } // namespace kiln::cli
 

@@ -6,22 +6,49 @@
 #include <fmt/core.h>
 
 #include <exception>
+#include <set>
 
 static const char *kUsage = R"(usage: kiln <command> [options]
 
 commands:
   ir <kernel> [shape options] [--loc]   print the kiln IR built for that shape
+  ir <kernel> [shape options] --stage list|<stage> [target options]
+                                        list every compiler stage with its
+                                        compile time, or print one (a pass
+                                        name such as kiln-assign-layouts or
+                                        cse.2, its number, llvm-ir, llvm-opt,
+                                        ptx)
+  llvm-ir <kernel> [shape options] [--unoptimized] [target options]
+  ptx <kernel> [shape options] [target options]
+  sass <kernel> [shape options] [target options]
+                                        SASS through ptxas and cuobjdump or
+                                        nvdisasm, when installed
+  resources <kernel> [shape options] [target options]
+                                        registers, spills, shared memory,
+                                        occupancy, compile time per stage
+  cache ls | info <key> [--stage S] | clear
+                                        the disk cache (KILN_CACHE_DIR, else
+                                        ~/.cache/kiln; KILN_CACHE_MAX_MB)
   run --cpu <kernel> [shape options]    run on the CPU reference executor and
                                         compare against an fp64 reference;
                                         exits 1 if the relative error > 1e-2
-  ptx <kernel> [shape options] [--arch sm_80|sm_90a] [--warps W]
-      [--stages S] [--reload-ids 0|1]
-      [--stage ptx|llvm|lowered|layouts] print the PTX (or an earlier stage)
   bench attention [--quick] [--dtypes bf16,fp16] [--json FILE] [--reps R]
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--longest-first-globally 0|1]
                                         TFLOP/s on the GPU over B*N=16k tokens
+  tune attention --seq N --head-dim D [--causal] [--dtype bf16|fp16]
+      [--batch B] [--heads H] [--budget S] [--threads T] [--force]
+      [--exhaustive]                    autotune on the GPU: every candidate's
+                                        time and the winner, recorded for this
+                                        GPU (KILN_TUNING_DB); the JIT then
+                                        uses it; a second run tunes nothing
+  bench jit [--seq N] [--head-dim D] [--causal] [--reps R] [--json]
+                                        compile latency without a GPU: cold
+                                        DSL -> PTX, and a disk-cache hit
   help                                  this text
+
+target options: --arch sm_80|sm_90a (default sm_90a) --warps W --stages S
+  --reload-ids 0|1. KILN_DUMP_DIR=<dir> writes every stage of every compile.
 
 kernels and their shape options:
   attention  --seq N [--seq-k N] --head-dim 64|128 [--causal] [--batch B]
@@ -42,8 +69,16 @@ int main(int argc, char **argv) {
   std::string cmd = args[0];
   args.erase(args.begin());
   try {
-    auto opts =
-        kiln::cli::Options::parse(args, {"causal", "cpu", "loc", "quick"});
+    std::set<std::string> flags{"causal",      "cpu",   "loc",       "quick",
+                                "unoptimized", "force", "exhaustive"};
+    bool benchJit = cmd == "bench" && !args.empty() && args[0] == "jit";
+    if (benchJit)
+      flags.insert("json"); // bench attention's --json takes a file
+    auto opts = kiln::cli::Options::parse(args, flags);
+    if (benchJit) {
+      opts.positional.erase(opts.positional.begin());
+      return kiln::cli::cmdBenchJit(opts);
+    }
     if (cmd == "ir")
       return kiln::cli::cmdIr(opts);
     if (cmd == "run")
@@ -52,6 +87,16 @@ int main(int argc, char **argv) {
       return kiln::cli::cmdBench(opts);
     if (cmd == "ptx")
       return kiln::cli::cmdPtx(opts);
+    if (cmd == "llvm-ir")
+      return kiln::cli::cmdLlvmIr(opts);
+    if (cmd == "sass")
+      return kiln::cli::cmdSass(opts);
+    if (cmd == "resources")
+      return kiln::cli::cmdResources(opts);
+    if (cmd == "cache")
+      return kiln::cli::cmdCache(opts);
+    if (cmd == "tune")
+      return kiln::cli::cmdTune(opts);
     fmt::print(stderr, "kiln: unknown command '{}'\n\n{}", cmd, kUsage);
     return 2;
   } catch (const kiln::Error &e) {

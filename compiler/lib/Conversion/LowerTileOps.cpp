@@ -179,12 +179,15 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
       ok = arith::AndIOp::create(
           b, L.loc, ok,
           arith::CmpIOp::create(b, L.loc, arith::CmpIPredicate::ult, c, n));
-      // Out-of-range elements use the first element's address, which exists.
-      Value safe = arith::SelectOp::create(b, L.loc, ok, c, L.i32(0));
+      // 64-bit products cannot overflow for 32-bit coordinates and strides;
+      // the select below gives out-of-range elements the first element's
+      // address, which exists. (One select per address, not per dimension:
+      // selects inside the products hide their common strides from LLVM's
+      // straight-line strength reduction, which then goes quadratic.)
       Value stride =
           L.aligned && d + 1 == l.rank() ? L.i32(1) : L.scalarOf(strides[d]);
       Value term = arith::MulIOp::create(
-          b, L.loc, arith::ExtSIOp::create(b, L.loc, b.getI64Type(), safe),
+          b, L.loc, arith::ExtSIOp::create(b, L.loc, b.getI64Type(), c),
           arith::ExtSIOp::create(b, L.loc, b.getI64Type(), stride));
       off = arith::AddIOp::create(b, L.loc, off, term);
     }

@@ -37,6 +37,24 @@ struct GpuTarget {
 bool tensorsAligned(const Kernel &kernel,
                     const std::map<std::string, TensorRef> &tensors);
 
+/// One stage of a compile: the kernel's IR after a pass (named by the pass's
+/// argument, `cse.2` for its second run), or `kiln` (the DSL's output),
+/// `llvm-ir` (translated), `llvm-opt` (after LLVM O3), `ptx`; how long it took.
+struct CompileStage {
+  std::string name;
+  std::string text; ///< kept for passes only under CompileOptions::keepPasses
+  double ms = 0;
+};
+
+/// How much of a compile to keep for inspection.
+struct CompileOptions {
+  /// The IR after every pass (costs one print per pass).
+  bool keepPasses = false;
+  /// Run MLIR's verifier after every pass of the lowering to LLVM, not only
+  /// after the kiln passes and at the end (costs ~20 ms on attention).
+  bool verifyEachPass = false;
+};
+
 struct CompiledKernel {
   std::string name;
   std::string arch;
@@ -51,6 +69,10 @@ struct CompiledKernel {
   std::string loweredIR; ///< LLVM + NVVM dialect
   std::string llvmIR;    ///< optimised LLVM IR
   std::string ptx;
+  std::string kilnIR; ///< the DSL's IR, as the compile saw it
+  /// Every stage in order, with its compile time.
+  std::vector<CompileStage> stages;
+  double compileMs = 0; ///< all stages together
 
   /// What the runtime needs to load and launch it.
   LaunchSpec spec() const {
@@ -58,15 +80,20 @@ struct CompiledKernel {
   }
 };
 
+/// Writes every stage of `kernel` under `dir`/<name>-<arch>-<hash>/ as
+/// NN-<stage>.{mlir,ll,ptx} plus stages.txt (times); returns that folder.
+/// compileForGpu calls it for every compile when KILN_DUMP_DIR is set.
+std::string dumpStages(const CompiledKernel &kernel, const std::string &dir);
+
 /// Compiles a kernel for a GPU target. Throws kiln::Error when the kernel
 /// uses something the GPU path does not support, naming it.
-CompiledKernel compileForGpu(const Kernel &kernel,
-                             const GpuTarget &target = {});
+CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target = {},
+                             const CompileOptions &options = {});
 
-/// JIT per shape: the compiled kernel from the in-process cache, compiling it
-/// on a miss. The key is the kernel's canonical IR (generic form, without
-/// locations), every GpuTarget field and the compiler's version, so that two
-/// kernels built alike share one entry and nothing else does. Thread-safe.
+/// JIT per shape: the compiled kernel from the in-process cache, else from
+/// the disk cache (DiskCache::fromEnvironment), compiling it on a miss of
+/// both. Two kernels built alike share one entry and nothing else does: see
+/// compileCacheKey. Thread-safe.
 std::shared_ptr<const CompiledKernel>
 compileCached(const Kernel &kernel, const GpuTarget &target = {});
 
@@ -74,10 +101,20 @@ compileCached(const Kernel &kernel, const GpuTarget &target = {});
 std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
                                      const GpuTarget &target = {});
 
+/// The cache key (64 hex digits): SHA-256 of the compiler's build id, every
+/// GpuTarget field and the kernel's canonical IR (generic form, without
+/// locations; it holds the shape constants and the Config).
+std::string compileCacheKey(const Kernel &kernel, const GpuTarget &target);
+
 struct CompileCacheStats {
-  int64_t hits = 0, misses = 0, entries = 0;
+  int64_t hits = 0;     ///< found in the process
+  int64_t diskHits = 0; ///< found on disk
+  int64_t misses = 0;   ///< compiled
+  int64_t entries = 0;  ///< in the process now
 };
 CompileCacheStats compileCacheStats();
+/// Forgets the in-process entries (the disk cache stays).
+void clearInProcessCompileCache();
 
 } // namespace kiln
 

@@ -32,7 +32,9 @@ struct AttentionConfig {
   int longestFirstGlobally = -1;
 };
 
-/// The config with its zero fields filled in for `shape`.
+/// The config with its zero fields filled in for `shape`. With blockM and
+/// blockN both 0, the config `kiln tune` recorded for this GPU and the
+/// shape's bucket is taken first (tile sizes, warps, stages, reload).
 AttentionConfig resolveConfig(const AttentionShape &shape,
                               AttentionConfig config);
 

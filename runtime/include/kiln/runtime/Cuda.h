@@ -78,6 +78,8 @@ struct FunctionAttributes {
 class Function {
 public:
   FunctionAttributes attributes() const;
+  /// Blocks of `threads` threads that fit on one SM at once (occupancy).
+  int maxActiveBlocksPerSM(int threads, int dynamicSharedBytes) const;
   /// Raises the dynamic shared-memory limit (needed past 48 KB).
   void setMaxDynamicShared(int bytes);
   /// Launches and checks the launch; `args` points to each parameter's value.

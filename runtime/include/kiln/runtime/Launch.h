@@ -37,6 +37,10 @@ public:
   /// then launches on the default stream. Does not synchronise.
   void launch(const std::vector<ArgValue> &args);
   cuda::FunctionAttributes attributes() const { return fn_.attributes(); }
+  /// Blocks per SM at this kernel's threads and dynamic shared memory.
+  int blocksPerSM() const {
+    return fn_.maxActiveBlocksPerSM(spec_.threads, int(spec_.sharedBytes));
+  }
   const std::string &jitLog() const { return module_->infoLog(); }
   const LaunchSpec &spec() const { return spec_; }
 

@@ -1,0 +1,80 @@
+//===- DiskCache.h - compiled kernels kept on disk --------------*- C++ -*-===//
+//
+// One file per compiled kernel, named by the SHA-256 of everything that
+// decides the compile: the compiler build (libkiln's ELF build id), the
+// kernel's canonical IR (with its constants and Config), the target and the
+// options. An entry holds every stage and the launch metadata. Entries are
+// published atomically (temporary file, then rename), carry a checksum (a
+// corrupt one is deleted and recompiled), and the least recently used ones
+// are evicted above a size cap. Several processes may share one directory.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_COMPILER_DISKCACHE_H
+#define KILN_COMPILER_DISKCACHE_H
+
+#include "kiln/Compiler/Compile.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct DiskCacheEntry {
+  std::string key;  ///< 64 hex digits
+  std::string path; ///< the entry's file
+  int64_t bytes = 0;
+  int64_t lastUsed = 0; ///< seconds since the epoch (the file's mtime)
+  std::string kernel, arch;
+  double compileMs = 0;
+};
+
+class DiskCache {
+public:
+  /// A cache in `dir` (created when missing) holding at most `maxBytes`.
+  DiskCache(std::string dir, int64_t maxBytes);
+
+  /// The process's cache: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else
+  /// $HOME/.cache/kiln; capped at KILN_CACHE_MAX_MB (default 1024).
+  /// KILN_CACHE_DIR=off turns it off: nullptr.
+  static DiskCache *fromEnvironment();
+
+  /// The entry's kernel, or nothing on a miss. A corrupt entry is deleted
+  /// and reported as a miss. A hit marks the entry as used (for the LRU).
+  std::optional<CompiledKernel> load(const std::string &key);
+  /// Publishes an entry atomically, then evicts down to the cap.
+  void store(const std::string &key, const CompiledKernel &kernel);
+
+  /// The entries, most recently used first. Unreadable ones are listed with
+  /// kernel "(corrupt)".
+  std::vector<DiskCacheEntry> list() const;
+  /// Removes every entry; returns how many.
+  int clear();
+  /// Removes least recently used entries until the total is under the cap.
+  void evict();
+
+  const std::string &dir() const { return dir_; }
+  int64_t maxBytes() const { return maxBytes_; }
+
+private:
+  std::string pathOf(const std::string &key) const;
+  std::string dir_;
+  int64_t maxBytes_;
+};
+
+/// Encodes a compiled kernel as an entry's bytes and back. decode throws
+/// kiln::Error on a bad magic, checksum or field.
+std::string encodeCompiledKernel(const CompiledKernel &kernel);
+CompiledKernel decodeCompiledKernel(const std::string &bytes);
+
+/// SHA-256 of `text` as 64 hex digits.
+std::string sha256Hex(const std::string &text);
+
+/// Identifies this build of the compiler: libkiln's ELF build id, or its
+/// version and build time when the library has none.
+const std::string &compilerBuildId();
+
+} // namespace kiln
+
+#endif // KILN_COMPILER_DISKCACHE_H

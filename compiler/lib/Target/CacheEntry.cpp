@@ -1,0 +1,205 @@
+//===- CacheEntry.cpp - a compiled kernel as a disk-cache entry ----------===//
+//
+// Entry file: "kiln-cache 1\n", the xxh3 checksum of the body in hex, "\n",
+// then the body: records "<tag> <length>\n<bytes>\n". Plain text around
+// length-prefixed payloads, so that `head` shows what an entry is and any
+// byte may appear in a payload.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Compiler/DiskCache.h"
+#include "kiln/runtime/Error.h"
+
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/xxhash.h"
+
+#include <fmt/core.h>
+
+#include <sstream>
+#include <string_view>
+
+namespace kiln {
+
+static const char kMagic[] = "kiln-cache 1\n";
+
+std::string sha256Hex(const std::string &text) {
+  llvm::SHA256 h;
+  h.update(llvm::StringRef(text));
+  std::string out;
+  for (uint8_t b : h.final())
+    out += fmt::format("{:02x}", b);
+  return out;
+}
+
+//===-- Encoding ----------------------------------------------------------===//
+
+namespace {
+class Writer {
+public:
+  void put(const std::string &tag, const std::string &payload) {
+    body += tag + " " + std::to_string(payload.size()) + "\n";
+    body += payload;
+    body += "\n";
+  }
+  std::string body;
+};
+
+class Reader {
+public:
+  explicit Reader(std::string_view body) : body_(body) {}
+  bool next(std::string &tag, std::string_view &payload) {
+    if (pos_ >= body_.size())
+      return false;
+    size_t nl = body_.find('\n', pos_);
+    size_t sp = body_.find(' ', pos_);
+    if (nl == std::string::npos || sp == std::string::npos || sp > nl)
+      throw Error("kiln cache entry: malformed record header");
+    tag = std::string(body_.substr(pos_, sp - pos_));
+    size_t len = std::stoull(std::string(body_.substr(sp + 1, nl - sp - 1)));
+    if (nl + 1 + len + 1 > body_.size() || body_[nl + 1 + len] != '\n')
+      throw Error("kiln cache entry: record " + tag + " is truncated");
+    payload = body_.substr(nl + 1, len);
+    pos_ = nl + 1 + len + 1;
+    return true;
+  }
+
+private:
+  std::string_view body_;
+  size_t pos_ = 0;
+};
+
+DType dtypeField(const std::string &s) {
+  auto t = parseDType(s);
+  if (!t)
+    throw Error("kiln cache entry: unknown dtype " + s);
+  return *t;
+}
+
+std::string joinInts(const std::vector<int64_t> &v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i)
+    s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::vector<int64_t> splitInts(const std::string &s) {
+  std::vector<int64_t> v;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty())
+      v.push_back(std::stoll(item));
+  return v;
+}
+} // namespace
+
+std::string encodeCompiledKernel(const CompiledKernel &k) {
+  Writer w;
+  w.put("name", k.name);
+  w.put("arch", k.arch);
+  w.put("grid", joinInts({k.grid[0], k.grid[1], k.grid[2]}));
+  w.put("threads", std::to_string(k.threads));
+  w.put("shared_bytes", std::to_string(k.sharedBytes));
+  w.put("aligned", k.aligned ? "1" : "0");
+  w.put("compile_ms", fmt::format("{:.3f}", k.compileMs));
+  for (const ParamInfo &p : k.params)
+    w.put("param", p.name + " " +
+                       (p.kind == ParamInfo::Kind::Pointer ? "ptr" : "scalar") +
+                       " " + dtypeName(p.dtype));
+  for (const TensorParamInfo &t : k.tensors) {
+    std::vector<int64_t> strides(t.strideParams.begin(), t.strideParams.end());
+    w.put("tensor",
+          t.name + " " + dtypeName(t.dtype) + " " + joinInts(t.shape) + " " +
+              std::to_string(t.pointerParam) + " " + joinInts(strides));
+  }
+  for (const CompileStage &s : k.stages) {
+    w.put("stage", fmt::format("{} {:.3f}", s.name, s.ms));
+    if (!s.text.empty())
+      w.put("stage_text", s.text);
+  }
+  w.put("kiln_ir", k.kilnIR);
+  w.put("layouts", k.layouts);
+  w.put("lowered_ir", k.loweredIR);
+  w.put("llvm_ir", k.llvmIR);
+  w.put("ptx", k.ptx);
+  return kMagic + fmt::format("{:016x}\n", llvm::xxh3_64bits(w.body)) + w.body;
+}
+
+CompiledKernel decodeCompiledKernel(const std::string &bytes) {
+  const size_t magic = sizeof(kMagic) - 1, head = magic + 17;
+  if (bytes.size() < head || bytes.compare(0, magic, kMagic) != 0 ||
+      bytes[head - 1] != '\n')
+    throw Error("kiln cache entry: not a kiln cache file (bad magic)");
+  std::string_view body = std::string_view(bytes).substr(head);
+  if (fmt::format("{:016x}", llvm::xxh3_64bits(llvm::StringRef(body))) !=
+      bytes.substr(magic, 16))
+    throw Error("kiln cache entry: checksum mismatch (corrupt entry)");
+  CompiledKernel k;
+  Reader r(body);
+  std::string tag;
+  std::string_view payload;
+  try {
+    while (r.next(tag, payload)) {
+      // Large payloads (the stages) go straight into their fields.
+      bool big = tag == "kiln_ir" || tag == "layouts" || tag == "lowered_ir" ||
+                 tag == "llvm_ir" || tag == "ptx" || tag == "stage_text";
+      std::string v = big ? std::string() : std::string(payload);
+      std::stringstream in(v);
+      if (tag == "name")
+        k.name = v;
+      else if (tag == "arch")
+        k.arch = v;
+      else if (tag == "grid") {
+        auto g = splitInts(v);
+        if (g.size() != 3)
+          throw Error("kiln cache entry: bad grid");
+        k.grid = {g[0], g[1], g[2]};
+      } else if (tag == "threads")
+        k.threads = std::stoi(v);
+      else if (tag == "shared_bytes")
+        k.sharedBytes = std::stoll(v);
+      else if (tag == "aligned")
+        k.aligned = v == "1";
+      else if (tag == "compile_ms")
+        k.compileMs = std::stod(v);
+      else if (tag == "param") {
+        std::string name, kind, dtype;
+        in >> name >> kind >> dtype;
+        k.params.push_back(
+            {name,
+             kind == "ptr" ? ParamInfo::Kind::Pointer : ParamInfo::Kind::Scalar,
+             dtypeField(dtype)});
+      } else if (tag == "tensor") {
+        std::string name, dtype, shape, strides;
+        int ptr = 0;
+        in >> name >> dtype >> shape >> ptr >> strides;
+        TensorParamInfo t{name, dtypeField(dtype), splitInts(shape), ptr, {}};
+        for (int64_t s : splitInts(strides))
+          t.strideParams.push_back(int(s));
+        k.tensors.push_back(std::move(t));
+      } else if (tag == "stage") {
+        CompileStage s;
+        in >> s.name >> s.ms;
+        k.stages.push_back(std::move(s));
+      } else if (tag == "stage_text" && !k.stages.empty())
+        k.stages.back().text = payload;
+      else if (tag == "kiln_ir")
+        k.kilnIR = payload;
+      else if (tag == "layouts")
+        k.layouts = payload;
+      else if (tag == "lowered_ir")
+        k.loweredIR = payload;
+      else if (tag == "llvm_ir")
+        k.llvmIR = payload;
+      else if (tag == "ptx")
+        k.ptx = payload;
+      // Unknown tags are skipped: a newer kiln may add records.
+    }
+  } catch (const std::logic_error &e) { // stoi and friends
+    throw Error("kiln cache entry: bad field " + tag + " (" + e.what() + ")");
+  }
+  if (k.name.empty() || k.ptx.empty())
+    throw Error("kiln cache entry: no kernel name or PTX");
+  return k;
+}
+
+} // namespace kiln

@@ -1,0 +1,269 @@
+//===- DiskCache.cpp - the cache directory and the compiler's build id ----===//
+//
+// Entries are files named <key>.kiln (CacheEntry.cpp encodes them). Writers
+// publish with rename, readers touch the mtime on a hit, and eviction
+// removes the oldest mtimes first; every step tolerates another process
+// doing the same at once.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Compiler/DiskCache.h"
+#include "kiln/runtime/Error.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+
+//===-- The cache directory -----------------------------------------------===//
+
+DiskCache::DiskCache(std::string dir, int64_t maxBytes)
+    : dir_(std::move(dir)), maxBytes_(maxBytes) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec)
+    throw Error("kiln cache: cannot create " + dir_ + ": " + ec.message());
+}
+
+DiskCache *DiskCache::fromEnvironment() {
+  static DiskCache *cache = []() -> DiskCache * {
+    std::string dir;
+    if (const char *d = std::getenv("KILN_CACHE_DIR"))
+      dir = d;
+    else if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
+      dir = std::string(x) + "/kiln";
+    else if (const char *h = std::getenv("HOME"); h && *h)
+      dir = std::string(h) + "/.cache/kiln";
+    if (dir.empty() || dir == "off")
+      return nullptr;
+    int64_t mb = 1024;
+    if (const char *m = std::getenv("KILN_CACHE_MAX_MB")) {
+      char *end = nullptr;
+      mb = std::strtoll(m, &end, 10);
+      if (!*m || *end || mb < 1)
+        throw Error(std::string("KILN_CACHE_MAX_MB: '") + m +
+                    "' is not a positive number of megabytes");
+    }
+    return new DiskCache(dir, mb << 20);
+  }();
+  return cache;
+}
+
+std::string DiskCache::pathOf(const std::string &key) const {
+  return dir_ + "/" + key + ".kiln";
+}
+
+static bool readFile(const std::string &path, std::string &out) {
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return false;
+  struct stat st;
+  bool ok = ::fstat(::fileno(f), &st) == 0;
+  if (ok) {
+    out.resize(size_t(st.st_size));
+    ok = std::fread(out.data(), 1, out.size(), f) == out.size();
+  }
+  std::fclose(f);
+  return ok;
+}
+
+std::optional<CompiledKernel> DiskCache::load(const std::string &key) {
+  std::string path = pathOf(key), bytes;
+  if (!readFile(path, bytes))
+    return std::nullopt;
+  try {
+    CompiledKernel k = decodeCompiledKernel(bytes);
+    ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); // now: recently used
+    return k;
+  } catch (const Error &) {
+    // Corrupt or from an incompatible writer: drop it; the caller compiles.
+    std::error_code ec;
+    fs::remove(path, ec);
+    return std::nullopt;
+  }
+}
+
+void DiskCache::store(const std::string &key, const CompiledKernel &kernel) {
+  static std::atomic<int> counter{0};
+  std::string tmp = fmt::format("{}/.tmp-{}-{}-{}", dir_, ::getpid(), counter++,
+                                key.substr(0, 16));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    std::string bytes = encodeCompiledKernel(kernel);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!out.flush()) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return; // a full disk costs a recompile later, never a failure now
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, pathOf(key), ec); // atomic: readers see all or nothing
+  if (ec)
+    fs::remove(tmp, ec);
+  evict();
+}
+
+std::vector<DiskCacheEntry> DiskCache::list() const {
+  std::vector<DiskCacheEntry> out;
+  std::error_code ec;
+  for (const auto &e : fs::directory_iterator(dir_, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() != 64 + 5 || e.path().extension() != ".kiln")
+      continue;
+    DiskCacheEntry d;
+    d.key = name.substr(0, 64);
+    d.path = e.path().string();
+    struct stat st;
+    if (::stat(d.path.c_str(), &st) != 0)
+      continue; // evicted meanwhile
+    d.bytes = st.st_size;
+    d.lastUsed = st.st_mtim.tv_sec;
+    std::string bytes;
+    try {
+      if (!readFile(d.path, bytes))
+        continue;
+      CompiledKernel k = decodeCompiledKernel(bytes);
+      d.kernel = k.name;
+      d.arch = k.arch;
+      d.compileMs = k.compileMs;
+    } catch (const Error &) {
+      d.kernel = "(corrupt)";
+    }
+    out.push_back(std::move(d));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const DiskCacheEntry &a, const DiskCacheEntry &b) {
+              return a.lastUsed > b.lastUsed;
+            });
+  return out;
+}
+
+int DiskCache::clear() {
+  int n = 0;
+  std::error_code ec;
+  for (const auto &e : fs::directory_iterator(dir_, ec)) {
+    std::string name = e.path().filename().string();
+    if (e.path().extension() == ".kiln" || name.rfind(".tmp-", 0) == 0)
+      n += fs::remove(e.path(), ec) && e.path().extension() == ".kiln";
+  }
+  return n;
+}
+
+void DiskCache::evict() {
+  struct File {
+    std::string path;
+    int64_t bytes;
+    struct timespec used;
+  };
+  std::vector<File> files;
+  int64_t total = 0;
+  std::error_code ec;
+  time_t now = ::time(nullptr);
+  for (const auto &e : fs::directory_iterator(dir_, ec)) {
+    std::string name = e.path().filename().string();
+    struct stat st;
+    if (::stat(e.path().c_str(), &st) != 0)
+      continue;
+    // Temporary files a crashed writer left behind.
+    if (name.rfind(".tmp-", 0) == 0) {
+      if (now - st.st_mtim.tv_sec > 3600)
+        fs::remove(e.path(), ec);
+      continue;
+    }
+    if (e.path().extension() != ".kiln")
+      continue;
+    files.push_back({e.path().string(), st.st_size, st.st_mtim});
+    total += st.st_size;
+  }
+  if (total <= maxBytes_)
+    return;
+  std::sort(files.begin(), files.end(), [](const File &a, const File &b) {
+    return a.used.tv_sec != b.used.tv_sec ? a.used.tv_sec < b.used.tv_sec
+                                          : a.used.tv_nsec < b.used.tv_nsec;
+  });
+  // Another process may evict the same files: a failed remove is fine.
+  for (const File &f : files) {
+    if (total <= maxBytes_)
+      break;
+    fs::remove(f.path, ec);
+    total -= f.bytes;
+  }
+}
+
+//===-- Build id ----------------------------------------------------------===//
+
+/// The NT_GNU_BUILD_ID note of the loaded object (libkiln) that holds this
+/// function's code.
+static std::string elfBuildId() {
+  std::string id;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info *obj, size_t, void *data) {
+        auto fn = reinterpret_cast<ElfW(Addr)>(&elfBuildId);
+        bool ours = false;
+        for (int i = 0; i < obj->dlpi_phnum; ++i) {
+          const ElfW(Phdr) &p = obj->dlpi_phdr[i];
+          ElfW(Addr) lo = obj->dlpi_addr + p.p_vaddr;
+          ours |= p.p_type == PT_LOAD && fn >= lo && fn < lo + p.p_memsz;
+        }
+        if (!ours)
+          return 0;
+        for (int i = 0; i < obj->dlpi_phnum; ++i) {
+          const ElfW(Phdr) &p = obj->dlpi_phdr[i];
+          if (p.p_type != PT_NOTE)
+            continue;
+          auto *at = reinterpret_cast<const char *>(obj->dlpi_addr + p.p_vaddr);
+          const char *end = at + p.p_memsz;
+          while (at + sizeof(ElfW(Nhdr)) <= end) {
+            auto *n = reinterpret_cast<const ElfW(Nhdr) *>(at);
+            const char *name = at + sizeof(ElfW(Nhdr));
+            const char *desc = name + ((n->n_namesz + 3) & ~3u);
+            if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 &&
+                std::string(name, 3) == "GNU") {
+              auto *out = static_cast<std::string *>(data);
+              for (unsigned j = 0; j < n->n_descsz; ++j)
+                *out += fmt::format("{:02x}", uint8_t(desc[j]));
+              return 1;
+            }
+            at = desc + ((n->n_descsz + 3) & ~3u);
+          }
+        }
+        return 1;
+      },
+      &id);
+  return id;
+}
+
+const std::string &compilerBuildId() {
+  static const std::string id = [] {
+    std::string elf = elfBuildId();
+    if (!elf.empty())
+      return "kiln " KILN_VERSION " build-id " + elf;
+    // Linked without a build id: the library file's identity instead.
+    Dl_info info;
+    struct stat st {};
+    if (dladdr(reinterpret_cast<void *>(&elfBuildId), &info) &&
+        ::stat(info.dli_fname, &st) == 0)
+      return fmt::format("kiln {} file {} size {} mtime {}.{}", KILN_VERSION,
+                         info.dli_fname, st.st_size, st.st_mtim.tv_sec,
+                         st.st_mtim.tv_nsec);
+    return std::string("kiln " KILN_VERSION);
+  }();
+  return id;
+}
+
+} // namespace kiln

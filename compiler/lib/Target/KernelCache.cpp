@@ -1,0 +1,112 @@
+//===- KernelCache.cpp - JIT per shape: memory, then disk, then compile ---===//
+//
+// compileCached looks a kernel up in the process's map, then in the disk
+// cache, and compiles on a miss of both, publishing the result to both.
+// Keys hash the compiler build, every GpuTarget field and the kernel's
+// canonical IR, which holds its shape constants and Config (grid, warps,
+// stages are attributes of the kernel function).
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Compiler/Compile.h"
+#include "kiln/Compiler/DiskCache.h"
+#include "kiln/Compiler/KernelImpl.h"
+
+#include "mlir/IR/OperationSupport.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+namespace kiln {
+
+namespace {
+struct Cache {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<const CompiledKernel>> compiled;
+  std::map<std::string, std::shared_ptr<GpuKernel>> loaded;
+  CompileCacheStats stats;
+};
+Cache &cache() {
+  static Cache c;
+  return c;
+}
+} // namespace
+
+std::string compileCacheKey(const Kernel &kernel, const GpuTarget &t) {
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  mlir::OpPrintingFlags flags;
+  flags.printGenericOpForm().enableDebugInfo(false);
+  kernel.impl().module->print(os, flags);
+  return sha256Hex(compilerBuildId() + "|" + t.arch + "|w" +
+                   std::to_string(t.numWarps) + "|s" +
+                   std::to_string(t.numStages) + "|a" +
+                   std::to_string(t.assumeAligned) + "|r" +
+                   std::to_string(t.reloadThreadIds) + "|" + ir);
+}
+
+std::shared_ptr<const CompiledKernel> compileCached(const Kernel &kernel,
+                                                    const GpuTarget &target) {
+  std::string key = compileCacheKey(kernel, target);
+  Cache &c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (auto it = c.compiled.find(key); it != c.compiled.end()) {
+      ++c.stats.hits;
+      return it->second;
+    }
+  }
+  // Disk and compiler work happen outside the lock: other threads' lookups
+  // and compiles go on meanwhile.
+  DiskCache *disk = DiskCache::fromEnvironment();
+  std::shared_ptr<const CompiledKernel> compiled;
+  bool fromDisk = false;
+  // KILN_DUMP_DIR asks for the stages of every kernel the process JITs: a
+  // disk entry would skip the compile that writes them.
+  const char *dump = std::getenv("KILN_DUMP_DIR");
+  if (disk && !(dump && *dump))
+    if (std::optional<CompiledKernel> k = disk->load(key)) {
+      compiled = std::make_shared<const CompiledKernel>(std::move(*k));
+      fromDisk = true;
+    }
+  if (!compiled) {
+    compiled =
+        std::make_shared<const CompiledKernel>(compileForGpu(kernel, target));
+    if (disk)
+      disk->store(key, *compiled);
+  }
+  std::lock_guard<std::mutex> lock(c.mutex);
+  ++(fromDisk ? c.stats.diskHits : c.stats.misses);
+  return c.compiled.emplace(key, compiled).first->second;
+}
+
+std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
+                                     const GpuTarget &target) {
+  std::shared_ptr<const CompiledKernel> compiled =
+      compileCached(kernel, target);
+  std::string key = compileCacheKey(kernel, target);
+  Cache &c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto &slot = c.loaded[key];
+  if (!slot)
+    slot = std::make_shared<GpuKernel>(compiled->spec());
+  return slot;
+}
+
+CompileCacheStats compileCacheStats() {
+  Cache &c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  CompileCacheStats s = c.stats;
+  s.entries = int64_t(c.compiled.size());
+  return s;
+}
+
+void clearInProcessCompileCache() {
+  Cache &c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.compiled.clear();
+  c.loaded.clear();
+}
+
+} // namespace kiln

@@ -1,0 +1,207 @@
+//===- Tune.cpp - attention's Config space and harness for the autotuner -===//
+#include "kiln/kernels/AttentionTune.h"
+#include "kiln/kernels/GpuReference.h"
+#include "kiln/runtime/Cuda.h"
+#include "kiln/runtime/Error.h"
+#include "kiln/runtime/Launch.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <sstream>
+
+namespace kiln::kernels {
+
+std::string configString(const AttentionConfig &c) {
+  return fmt::format("blockM={} blockN={} warps={} stages={} reloadIds={}",
+                     c.blockM, c.blockN, c.warps, c.stages, c.reloadThreadIds);
+}
+
+AttentionConfig parseConfigString(const std::string &text) {
+  AttentionConfig c;
+  std::stringstream in(text);
+  for (std::string item; in >> item;) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw Error("attention config '" + text + "': '" + item +
+                  "' is not name=value");
+    std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+    char *end = nullptr;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end)
+      throw Error("attention config: " + name + "=" + value +
+                  " is not an integer");
+    if (name == "blockM")
+      c.blockM = v;
+    else if (name == "blockN")
+      c.blockN = v;
+    else if (name == "warps")
+      c.warps = int(v);
+    else if (name == "stages")
+      c.stages = int(v);
+    else if (name == "reloadIds")
+      c.reloadThreadIds = int(v);
+    else
+      throw Error("attention config: unknown field " + name);
+  }
+  return c;
+}
+
+std::string attentionTuneBucket(const AttentionShape &s) {
+  int64_t n = 512;
+  while (n < std::max(s.seqQ, s.seqK))
+    n *= 2;
+  return fmt::format("D={} causal={} N<={}", s.headDim, int(s.causal), n);
+}
+
+std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
+  std::vector<TuneCandidate> out;
+  const int64_t D = s.headDim, elem = int64_t(dtypeSize(s.dtype));
+  for (int64_t bm : {64, 128})
+    for (int64_t bn : {32, 64, 128})
+      for (int warps : {4, 8})
+        for (int stages : {2, 3})
+          for (int reload : {0, 1}) {
+            if (bm < 16 * warps) // each warp owns >= 16 rows of the mma
+              continue;
+            AttentionConfig c;
+            c.blockM = bm;
+            c.blockN = bn;
+            c.warps = warps;
+            c.stages = stages;
+            c.reloadThreadIds = reload;
+            int64_t threads = 32 * warps;
+            TuneCandidate t;
+            t.config = configString(c);
+            // Q resident, K and V `stages` deep.
+            t.sharedBytes = (bm * D + 2 * stages * bn * D) * elem;
+            // fp32 O and S accumulators, P packed to 16 bits.
+            t.registers = int((bm * D + bm * bn * 3 / 2) / threads);
+            t.build = [s, c] { return attentionForward(s, c); };
+            out.push_back(std::move(t));
+          }
+  return out;
+}
+
+namespace {
+std::shared_ptr<cuda::Buffer>
+randomBuffer(DType t, const std::vector<int64_t> &shape, uint64_t seed) {
+  HostTensor h(t, shape);
+  h.fillRandom(seed);
+  auto b = std::make_shared<cuda::Buffer>(h.storageBytes());
+  b->upload(h.data(), h.storageBytes());
+  return b;
+}
+
+std::vector<int64_t> contiguous(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> st(shape.size(), 1);
+  for (size_t i = shape.size() - 1; i-- > 0;)
+    st[i] = st[i + 1] * shape[i + 1];
+  return st;
+}
+} // namespace
+
+TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
+  std::vector<int64_t> qShape{s.batch, s.heads, s.seqQ, s.headDim},
+      kShape{s.batch, s.heads, s.seqK, s.headDim},
+      lShape{s.batch, s.heads, s.seqQ};
+  int64_t setBytes = (2 * s.batch * s.heads * (s.seqQ + s.seqK) * s.headDim) *
+                         int64_t(dtypeSize(s.dtype)) +
+                     s.batch * s.heads * s.seqQ * 4;
+  // Enough sets that consecutive launches never find their inputs in the
+  // 50 MB L2 (H100/H200): at least 128 MB of rotation, 2..16 sets.
+  int sets = int(std::clamp<int64_t>(
+      (128 << 20) / std::max<int64_t>(setBytes, 1) + 1, 2, 16));
+  struct Set {
+    std::shared_ptr<cuda::Buffer> q, k, v, o, lse;
+  };
+  auto data = std::make_shared<std::vector<Set>>();
+
+  TuneHarness h;
+  h.sets = sets;
+  h.args = [=](const Kernel &kernel, int i) {
+    while (int(data->size()) <= i) {
+      uint64_t seed = 1000 + 10 * data->size();
+      data->push_back({randomBuffer(s.dtype, qShape, seed),
+                       randomBuffer(s.dtype, kShape, seed + 1),
+                       randomBuffer(s.dtype, kShape, seed + 2),
+                       randomBuffer(s.dtype, qShape, seed + 3),
+                       randomBuffer(DType::f32, lShape, seed + 4)});
+    }
+    const Set &d = (*data)[size_t(i)];
+    return kernel.bind(
+        {{"Q", {d.q->data(), s.dtype, qShape, contiguous(qShape)}},
+         {"K", {d.k->data(), s.dtype, kShape, contiguous(kShape)}},
+         {"V", {d.v->data(), s.dtype, kShape, contiguous(kShape)}},
+         {"O", {d.o->data(), s.dtype, qShape, contiguous(qShape)}},
+         {"LSE", {d.lse->data(), DType::f32, lShape, contiguous(lShape)}}});
+  };
+  h.check = [=](const Kernel &kernel, GpuKernel &g) -> std::string {
+    // Fresh inputs, poisoned outputs; the NVRTC reference computes the first
+    // two heads of batch 0 (it is a plain fp32 loop, too slow for all).
+    auto q = randomBuffer(s.dtype, qShape, 77),
+         k = randomBuffer(s.dtype, kShape, 78),
+         v = randomBuffer(s.dtype, kShape, 79);
+    HostTensor o(s.dtype, qShape), lse(DType::f32, lShape);
+    cuda::Buffer bo(o.storageBytes()), bl(lse.storageBytes());
+    bo.fill(0xFF);
+    bl.fill(0xFF);
+    g.launch(kernel.bind(
+        {{"Q", {q->data(), s.dtype, qShape, contiguous(qShape)}},
+         {"K", {k->data(), s.dtype, kShape, contiguous(kShape)}},
+         {"V", {v->data(), s.dtype, kShape, contiguous(kShape)}},
+         {"O", {bo.data(), s.dtype, qShape, contiguous(qShape)}},
+         {"LSE", {bl.data(), DType::f32, lShape, contiguous(lShape)}}}));
+    cuda::synchronize();
+    bo.download(o.data(), o.storageBytes());
+    bl.download(lse.data(), lse.storageBytes());
+    AttentionShape part = s;
+    part.batch = 1;
+    part.heads = std::min<int64_t>(2, s.heads);
+    std::vector<int64_t> pq{1, part.heads, s.seqQ, s.headDim},
+        pk{1, part.heads, s.seqK, s.headDim}, pl{1, part.heads, s.seqQ};
+    HostTensor oRef(DType::f32, pq), lseRef(DType::f32, pl);
+    cuda::Buffer ro(oRef.storageBytes()), rl(lseRef.storageBytes());
+    ro.fill(0xFF);
+    rl.fill(0xFF);
+    attentionReferenceGpu(part, {q->data(), s.dtype, pq, contiguous(qShape)},
+                          {k->data(), s.dtype, pk, contiguous(kShape)},
+                          {v->data(), s.dtype, pk, contiguous(kShape)},
+                          ro.data(), rl.data());
+    ro.download(oRef.data(), oRef.storageBytes());
+    rl.download(lseRef.data(), lseRef.storageBytes());
+    // The same heads of kiln's output, as contiguous views.
+    HostTensor oPart(s.dtype, pq), lsePart(DType::f32, pl);
+    std::memcpy(oPart.data(), o.data(), oPart.storageBytes());
+    std::memcpy(lsePart.data(), lse.data(), lsePart.storageBytes());
+    ErrorStats eo = compareTensors(oPart, oRef),
+               el = compareTensors(lsePart, lseRef);
+    double tol = s.dtype == DType::f16 ? 5e-3 : 1e-2;
+    if (eo.nonFinite || el.nonFinite || eo.relative > tol || el.relative > tol)
+      return fmt::format("O relative error {:.2e}, LSE {:.2e}, {} non-finite "
+                         "(tolerance {:.0e})",
+                         eo.relative, el.relative, eo.nonFinite + el.nonFinite,
+                         tol);
+    // Every other head was written too: no poison left anywhere.
+    ErrorStats all = compareTensors(o, o);
+    if (all.nonFinite)
+      return fmt::format("{} output elements left unwritten (NaN)",
+                         all.nonFinite);
+    return "";
+  };
+  return autotune("attention", attentionTuneBucket(s), dtypeName(s.dtype),
+                  attentionCandidates(s), h, options);
+}
+
+std::optional<AttentionConfig> tunedAttentionConfig(const AttentionShape &s) {
+  std::optional<std::string> text =
+      tunedConfig("attention", attentionTuneBucket(s), dtypeName(s.dtype));
+  if (!text)
+    return std::nullopt;
+  return parseConfigString(*text);
+}
+
+} // namespace kiln::kernels

@@ -1,0 +1,38 @@
+//===- AttentionTune.h - attention's Config space for the autotuner -*- C++
+//-*-===//
+#ifndef KILN_KERNELS_ATTENTIONTUNE_H
+#define KILN_KERNELS_ATTENTIONTUNE_H
+
+#include "kiln/Compiler/Autotune.h"
+#include "kiln/kernels/Attention.h"
+
+#include <optional>
+#include <string>
+
+namespace kiln::kernels {
+
+/// "blockM=128 blockN=64 warps=4 stages=2 reloadIds=1" and back. parse
+/// throws kiln::Error naming a bad field.
+std::string configString(const AttentionConfig &c);
+AttentionConfig parseConfigString(const std::string &text);
+
+/// Shapes tuned alike: head dim, causal, and N rounded up to a power of two
+/// (at least 512). Batch and heads do not split buckets.
+std::string attentionTuneBucket(const AttentionShape &s);
+
+/// The space searched: blockM {64, 128} x blockN {32, 64, 128} x warps
+/// {4, 8} x stages {2, 3} x thread-id reload {0, 1}, with blockM >= 16 per
+/// warp; each with its shared-memory and accumulator-register estimates.
+std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s);
+
+/// Tunes attention for `s` (its batch and heads give the timed problem):
+/// random inputs in rotating buffer sets, the winner checked against the
+/// NVRTC reference on fresh inputs with poisoned outputs.
+TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options);
+
+/// The tuned config recorded for `s` on this GPU, if any.
+std::optional<AttentionConfig> tunedAttentionConfig(const AttentionShape &s);
+
+} // namespace kiln::kernels
+
+#endif // KILN_KERNELS_ATTENTIONTUNE_H

@@ -1,0 +1,150 @@
+//===- InspectTest.cpp - stages, dumps, resources, tuning space (no GPU) --===//
+#include "kiln/Compiler/Compile.h"
+#include "kiln/Compiler/Toolkit.h"
+#include "kiln/kernels/AttentionTune.h"
+#include "kiln/kernels/Gemm.h"
+#include "kiln/runtime/Error.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace kiln;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+static std::vector<std::string> names(const CompiledKernel &c) {
+  std::vector<std::string> n;
+  for (const CompileStage &s : c.stages)
+    n.push_back(s.name);
+  return n;
+}
+
+// Every pass of Pipeline.cpp is a stage, in order, with its IR when asked,
+// and the stages' times add up to no more than the compile.
+TEST(Inspect, EveryPassIsAStageWithItsIR) {
+  Kernel k = kernels::gemm({64, 64, 64});
+  CompiledKernel c = compileForGpu(k, {}, {.keepPasses = true});
+  EXPECT_EQ(names(c),
+            (std::vector<std::string>{
+                "kiln", "kiln-assign-layouts", "kiln-remove-layout-conversions",
+                "cse", "convert-kiln-to-llvm", "convert-scf-to-cf",
+                "convert-to-llvm", "reconcile-unrealized-casts", "canonicalize",
+                "cse.2", "llvm-ir", "llvm-opt", "ptx"}));
+  double sum = 0;
+  for (const CompileStage &s : c.stages) {
+    sum += s.ms;
+    EXPECT_GE(s.ms, 0) << s.name;
+    bool textual = s.name != "kiln" && s.name != "llvm-opt" && s.name != "ptx";
+    if (textual)
+      EXPECT_FALSE(s.text.empty()) << s.name;
+  }
+  EXPECT_LE(sum, c.compileMs + 1e-6);
+  EXPECT_THAT(c.stages[1].text, HasSubstr("#kiln.layout"));
+  EXPECT_THAT(c.stages[4].text, HasSubstr("llvm."));
+  EXPECT_THAT(c.stages[10].text, HasSubstr("define "));
+  // Without keepPasses the times are there, the texts are not.
+  CompiledKernel lean = compileForGpu(k);
+  EXPECT_EQ(names(lean), names(c));
+  EXPECT_TRUE(lean.stages[1].text.empty());
+  EXPECT_EQ(lean.ptx, c.ptx);
+}
+
+TEST(Inspect, DumpWritesEveryStage) {
+  std::string dir =
+      (fs::temp_directory_path() / ("kiln-dump-" + std::to_string(::getpid())))
+          .string();
+  CompiledKernel c =
+      compileForGpu(kernels::gemm({64, 64, 64}), {}, {.keepPasses = true});
+  std::string folder = dumpStages(c, dir);
+  EXPECT_TRUE(fs::exists(folder + "/00-kiln.mlir"));
+  EXPECT_TRUE(fs::exists(folder + "/01-kiln-assign-layouts.mlir"));
+  EXPECT_TRUE(fs::exists(folder + "/10-llvm-ir.ll"));
+  EXPECT_TRUE(fs::exists(folder + "/12-ptx.ptx"));
+  std::ifstream times(folder + "/stages.txt");
+  std::string all((std::istreambuf_iterator<char>(times)), {});
+  EXPECT_THAT(all, HasSubstr("total"));
+  std::ifstream ptx(folder + "/12-ptx.ptx");
+  std::string text((std::istreambuf_iterator<char>(ptx)), {});
+  EXPECT_EQ(text, c.ptx);
+  fs::remove_all(dir);
+}
+
+TEST(Inspect, OccupancyFromArchitectureLimits) {
+  // 128 threads, 255 registers: 4 warps x 8192 registers = 32768 per block.
+  Occupancy o = estimateOccupancy("sm_90a", 128, 255, 98304);
+  EXPECT_EQ(o.blocksPerSM, 2);
+  EXPECT_EQ(o.warpsPerSM, 8);
+  EXPECT_EQ(o.limiter, "registers");
+  // 128 KB of shared memory: one block per SM whatever the registers.
+  o = estimateOccupancy("sm_90a", 128, 64, 128 * 1024);
+  EXPECT_EQ(o.blocksPerSM, 1);
+  EXPECT_EQ(o.limiter, "shared memory");
+  o = estimateOccupancy("sm_80", 1024, 32, 0);
+  EXPECT_EQ(o.blocksPerSM, 2);
+  EXPECT_EQ(o.limiter, "threads");
+}
+
+// ptxas, when the CUDA toolkit is installed, reports what the NVPTX backend
+// cannot know: registers and spills.
+TEST(Inspect, PtxasReportsRegistersAndSpills) {
+  if (!findCudaTool("ptxas"))
+    GTEST_SKIP() << "ptxas (CUDA toolkit) not installed";
+  CompiledKernel c = compileForGpu(kernels::gemm({128, 128, 64}));
+  Assembled a = assembleWithPtxas(c);
+  EXPECT_GT(a.registers, 16);
+  EXPECT_LE(a.registers, 255);
+  EXPECT_EQ(a.spillStoreBytes, 0);
+  EXPECT_GT(a.cubin.size(), 1000u);
+  EXPECT_EQ(a.cubin.substr(1, 3), "ELF");
+  c.ptx = "this is not ptx";
+  EXPECT_THROW(assembleWithPtxas(c), Error);
+}
+
+TEST(Tuning, AttentionConfigStringsRoundTrip) {
+  kernels::AttentionConfig c;
+  c.blockM = 64;
+  c.blockN = 128;
+  c.warps = 4;
+  c.stages = 3;
+  c.reloadThreadIds = 1;
+  kernels::AttentionConfig d =
+      kernels::parseConfigString(kernels::configString(c));
+  EXPECT_EQ(d.blockM, 64);
+  EXPECT_EQ(d.blockN, 128);
+  EXPECT_EQ(d.stages, 3);
+  EXPECT_EQ(d.reloadThreadIds, 1);
+  EXPECT_THROW(kernels::parseConfigString("blockM=x"), Error);
+  EXPECT_THROW(kernels::parseConfigString("tiles=3"), Error);
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = 3000;
+  s.headDim = 128;
+  s.causal = true;
+  EXPECT_EQ(kernels::attentionTuneBucket(s), "D=128 causal=1 N<=4096");
+}
+
+// The tuner prunes on estimates made before compiling. Where every layout
+// conversion stays in registers (4 warps), the shared-memory estimate is the
+// compiler's own figure; elsewhere it is a lower bound, and the tuner checks
+// the compiled figure too.
+TEST(Tuning, CandidateEstimatesMatchTheCompiler) {
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = 1024;
+  s.headDim = 128;
+  auto cands = kernels::attentionCandidates(s);
+  EXPECT_EQ(cands.size(), 36u);
+  int checked = 0;
+  for (const TuneCandidate &c : cands) {
+    if (c.config.find("warps=8") != std::string::npos ||
+        c.config.find("reloadIds=1") != std::string::npos)
+      continue; // same shared memory as their warps=4, reload=0 twins
+    if (c.config.find("blockN=128") != std::string::npos)
+      continue; // keep the test short
+    CompiledKernel k = compileForGpu(c.build());
+    EXPECT_EQ(k.sharedBytes, c.sharedBytes) << c.config;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 8);
+}

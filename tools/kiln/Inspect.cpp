@@ -1,0 +1,253 @@
+//===- Inspect.cpp - every stage of a compile, resources, the disk cache --===//
+#include "Commands.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/Compiler/DiskCache.h"
+#include "kiln/Compiler/Toolkit.h"
+#include "kiln/runtime/Cuda.h"
+#include "kiln/runtime/Error.h"
+#include "kiln/runtime/Launch.h"
+
+#include <fmt/core.h>
+
+#include <ctime>
+
+namespace kiln::cli {
+
+GpuTarget targetOptions(Options &opts) {
+  GpuTarget target;
+  target.arch = opts.string("arch", "sm_90a");
+  target.numWarps = int(opts.integer("warps", 0));
+  target.numStages = int(opts.integer("stages", 0));
+  target.reloadThreadIds = opts.integer("reload-ids", 0) != 0;
+  return target;
+}
+
+static std::string kernelArg(Options &opts) {
+  if (opts.positional.size() != 1)
+    throw Error("name one kernel: attention, gemm or softmax");
+  return opts.positional[0];
+}
+
+/// The text of a stage by name (`cse.2`), by number (`07`, `7`) or by the
+/// older aliases layouts, lowered, llvm.
+static std::string stageText(const CompiledKernel &c, const std::string &want) {
+  if (want == "layouts")
+    return c.layouts;
+  if (want == "lowered")
+    return c.loweredIR;
+  if (want == "llvm")
+    return c.llvmIR;
+  for (size_t i = 0; i < c.stages.size(); ++i) {
+    const CompileStage &s = c.stages[i];
+    bool byNumber = !want.empty() &&
+                    want.find_first_not_of("0123456789") == std::string::npos &&
+                    std::stoul(want) == i;
+    if (s.name != want && !byNumber)
+      continue;
+    if (s.name == "kiln")
+      return c.kilnIR;
+    if (s.name == "llvm-opt")
+      return c.llvmIR;
+    if (s.name == "ptx")
+      return c.ptx;
+    return s.text;
+  }
+  std::string names;
+  for (const CompileStage &s : c.stages)
+    names += " " + s.name;
+  throw Error("no stage '" + want + "'; the stages are:" + names +
+              " (or layouts, lowered, llvm; --stage list shows them)");
+}
+
+static void printStageList(const CompiledKernel &c) {
+  fmt::print("{:>3}  {:<32} {:>9} {:>10}\n", "#", "stage", "ms", "bytes");
+  for (size_t i = 0; i < c.stages.size(); ++i) {
+    const CompileStage &s = c.stages[i];
+    size_t bytes = s.name == "kiln"       ? c.kilnIR.size()
+                   : s.name == "llvm-opt" ? c.llvmIR.size()
+                   : s.name == "ptx"      ? c.ptx.size()
+                                          : s.text.size();
+    fmt::print("{:>3}  {:<32} {:9.2f} {:>10}\n", i, s.name, s.ms, bytes);
+  }
+  fmt::print("     {:<32} {:9.2f}\n", "total", c.compileMs);
+}
+
+int cmdIr(Options &opts) {
+  bool withLoc = opts.flag("loc");
+  std::string stage = opts.string("stage", "");
+  GpuTarget target = targetOptions(opts);
+  Problem p = makeProblem(kernelArg(opts), opts, /*withData=*/false);
+  opts.checkAllUsed();
+  if (stage.empty()) {
+    fmt::print("// {}\n{}", p.summary, p.kernel->ir(withLoc));
+    return 0;
+  }
+  CompiledKernel c = compileForGpu(*p.kernel, target, {.keepPasses = true});
+  if (stage == "list")
+    printStageList(c);
+  else
+    fmt::print("{}", stageText(c, stage));
+  return 0;
+}
+
+int cmdPtx(Options &opts) {
+  std::string stage = opts.string("stage", "ptx");
+  GpuTarget target = targetOptions(opts);
+  Problem p = makeProblem(kernelArg(opts), opts, /*withData=*/false);
+  opts.checkAllUsed();
+  if (stage == "ptx") { // through the JIT's caches: instant the second time
+    fmt::print("{}", compileCached(*p.kernel, target)->ptx);
+    return 0;
+  }
+  CompiledKernel c = compileForGpu(*p.kernel, target, {.keepPasses = true});
+  if (stage == "list")
+    printStageList(c);
+  else
+    fmt::print("{}", stageText(c, stage));
+  return 0;
+}
+
+int cmdLlvmIr(Options &opts) {
+  bool unoptimized = opts.flag("unoptimized");
+  GpuTarget target = targetOptions(opts);
+  Problem p = makeProblem(kernelArg(opts), opts, /*withData=*/false);
+  opts.checkAllUsed();
+  CompiledKernel c =
+      compileForGpu(*p.kernel, target, {.keepPasses = unoptimized});
+  fmt::print("{}", unoptimized ? stageText(c, "llvm-ir") : c.llvmIR);
+  return 0;
+}
+
+int cmdSass(Options &opts) {
+  GpuTarget target = targetOptions(opts);
+  Problem p = makeProblem(kernelArg(opts), opts, /*withData=*/false);
+  opts.checkAllUsed();
+  CompiledKernel c = compileForGpu(*p.kernel, target);
+  Assembled a = assembleWithPtxas(c);
+  fmt::print("{}", disassemble(a.cubin));
+  return 0;
+}
+
+int cmdResources(Options &opts) {
+  GpuTarget target = targetOptions(opts);
+  Problem p = makeProblem(kernelArg(opts), opts, /*withData=*/false);
+  opts.checkAllUsed();
+  CompiledKernel c = compileForGpu(*p.kernel, target);
+  fmt::print("{}\n  {} threads per block, {} dynamic shared bytes, grid "
+             "{}x{}x{}\n",
+             p.summary, c.threads, c.sharedBytes, c.grid[0], c.grid[1],
+             c.grid[2]);
+  int registers = 0;
+  int64_t staticShared = 0;
+  if (findCudaTool("ptxas")) {
+    Assembled a = assembleWithPtxas(c);
+    registers = a.registers;
+    staticShared = a.staticSharedBytes;
+    fmt::print("  ptxas -arch={}: {} registers, {} bytes stack, {} bytes "
+               "spill stores, {} bytes spill loads, {} bytes static shared\n",
+               c.arch, a.registers, a.stackBytes, a.spillStoreBytes,
+               a.spillLoadBytes, a.staticSharedBytes);
+  } else {
+    fmt::print("  ptxas: not installed (PATH, $CUDA_HOME/bin, "
+               "/usr/local/cuda/bin): no register or spill counts without a "
+               "GPU\n");
+  }
+  std::string why;
+  if (cuda::available(&why) && cuda::device().arch() == c.arch) {
+    GpuKernel k(c.spec());
+    cuda::FunctionAttributes a = k.attributes();
+    int blocks = k.blocksPerSM();
+    registers = a.registers;
+    fmt::print("  driver on {}: {} registers, {} bytes local (spills and "
+               "stack) per thread, {} bytes static shared; {} blocks per SM "
+               "({} of 64 warps)\n",
+               cuda::device().name, a.registers, a.localBytes,
+               a.staticSharedBytes, blocks, blocks * c.threads / 32);
+  } else if (registers) {
+    Occupancy o = estimateOccupancy(c.arch, c.threads, registers,
+                                    c.sharedBytes + staticShared);
+    fmt::print("  occupancy (from the {} limits, no {} GPU here): {} blocks "
+               "per SM, {} of {} warps, limited by {}\n",
+               c.arch, c.arch, o.blocksPerSM, o.warpsPerSM, o.maxWarpsPerSM,
+               o.limiter);
+  }
+  fmt::print("  compile time {:.1f} ms:", c.compileMs);
+  for (const CompileStage &s : c.stages)
+    if (s.ms >= 1)
+      fmt::print(" {} {:.1f}", s.name, s.ms);
+  fmt::print("\n");
+  return 0;
+}
+
+static std::string age(int64_t when) {
+  int64_t s = int64_t(std::time(nullptr)) - when;
+  if (s < 120)
+    return fmt::format("{} s ago", s);
+  if (s < 7200)
+    return fmt::format("{} min ago", s / 60);
+  if (s < 172800)
+    return fmt::format("{} h ago", s / 3600);
+  return fmt::format("{} days ago", s / 86400);
+}
+
+int cmdCache(Options &opts) {
+  if (opts.positional.empty())
+    throw Error("kiln cache: say ls, info <key> or clear");
+  std::string what = opts.positional[0];
+  std::string stage = opts.string("stage", "");
+  opts.checkAllUsed();
+  DiskCache *cache = DiskCache::fromEnvironment();
+  if (!cache)
+    throw Error("the disk cache is off (KILN_CACHE_DIR=off)");
+  if (what == "ls") {
+    auto entries = cache->list();
+    int64_t total = 0;
+    fmt::print("{:<16}  {:<16} {:<7} {:>10} {:>11}  {}\n", "key", "kernel",
+               "arch", "bytes", "compile ms", "used");
+    for (const DiskCacheEntry &e : entries) {
+      total += e.bytes;
+      fmt::print("{:<16}  {:<16} {:<7} {:>10} {:>11.1f}  {}\n",
+                 e.key.substr(0, 16), e.kernel, e.arch, e.bytes, e.compileMs,
+                 age(e.lastUsed));
+    }
+    fmt::print("{} entries, {:.1f} MB of {:.0f} MB in {}\n", entries.size(),
+               total / 1048576.0, cache->maxBytes() / 1048576.0, cache->dir());
+    return 0;
+  }
+  if (what == "clear") {
+    fmt::print("removed {} entries from {}\n", cache->clear(), cache->dir());
+    return 0;
+  }
+  if (what == "info") {
+    if (opts.positional.size() != 2)
+      throw Error("kiln cache info: give one key (or its first digits, as "
+                  "kiln cache ls prints them) or a kernel name");
+    const std::string &prefix = opts.positional[1];
+    std::vector<DiskCacheEntry> found;
+    for (const DiskCacheEntry &e : cache->list())
+      if (e.key.rfind(prefix, 0) == 0 || e.kernel == prefix)
+        found.push_back(e);
+    if (found.size() != 1)
+      throw Error(fmt::format("kiln cache info: {} entries start with or "
+                              "are kernel '{}'",
+                              found.size(), prefix));
+    std::optional<CompiledKernel> k = cache->load(found[0].key);
+    if (!k)
+      throw Error("kiln cache info: entry " + found[0].key +
+                  " is corrupt (now removed)");
+    if (!stage.empty()) {
+      fmt::print("{}", stageText(*k, stage));
+      return 0;
+    }
+    fmt::print("key      {}\nfile     {} ({} bytes)\nkernel   {} for {}, "
+               "grid {}x{}x{}, {} threads, {} dynamic shared bytes\n",
+               found[0].key, found[0].path, found[0].bytes, k->name, k->arch,
+               k->grid[0], k->grid[1], k->grid[2], k->threads, k->sharedBytes);
+    printStageList(*k);
+    return 0;
+  }
+  throw Error("kiln cache: unknown action '" + what + "' (ls, info, clear)");
+}
+
+} // namespace kiln::cli
