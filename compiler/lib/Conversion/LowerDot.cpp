@@ -65,17 +65,13 @@ std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, Value base) {
     return std::nullopt;
   SmemTile t = *g;
   t.base = base;
-  int C = t.colDim;
   int64_t vec = std::min<int64_t>(t.sourceVec, 8); // one 16-byte store at most
-  SmallVector<Value> tc = threadCoord(from);
   int64_t dup = from.duplicateRegMask();
+  SmallVector<Value> ptrs = tilePtrs(t, from, vec);
   for (int64_t r = 0; r < from.numRegs(); r += vec) {
     if (r & dup)
       continue;
-    Coord rc = from.regCoord(r);
-    Value row = arith::AddIOp::create(b, loc, tc[t.rowDim], i32(rc[t.rowDim]));
-    Value col = arith::AddIOp::create(b, loc, tc[C], i32(rc[C]));
-    Value ptr = tilePtr(t, row, col);
+    Value ptr = ptrs[r / vec];
     if (vec == 1) {
       LLVM::StoreOp::create(b, loc, in.regs[r], ptr);
       continue;
@@ -100,6 +96,50 @@ Value Lowerer::tileOffset(const SmemTile &t, Value row, Value col) {
       b, loc, off,
       arith::ShLIOp::create(b, loc, arith::AndIOp::create(b, loc, col, i32(7)),
                             i32(1)));
+}
+
+/// Whether register coordinates and thread coordinates occupy disjoint bits
+/// of every dimension, each basis one bit: then a coordinate is the OR (and
+/// the XOR, and the sum) of its register and thread parts.
+static bool disjointBits(const Layout &l) {
+  for (int64_t d = 0; d < l.rank(); ++d) {
+    int64_t seen = 0;
+    for (const auto *bases : {&l.reg, &l.lane, &l.warp})
+      for (const Coord &c : *bases) {
+        if (c[d] & (c[d] - 1) || c[d] & seen)
+          return false;
+        seen |= c[d];
+      }
+  }
+  return true;
+}
+
+SmallVector<Value> Lowerer::tilePtrs(const SmemTile &t, const Layout &l,
+                                     int64_t step) {
+  SmallVector<Value> tc = threadCoord(l), out;
+  int R = t.rowDim, C = t.colDim;
+  Value base0 = tileOffset(t, tc[R], tc[C]);
+  // Tile bases are 1 KB aligned (LowerFunction.cpp): a row of up to 1 KB
+  // leaves base0's chunk bits to the thread's own chunk.
+  bool reduced = disjointBits(l) && t.cols * 2 <= 1024;
+  for (int64_t r = 0; r < l.numRegs(); r += step) {
+    Coord rc = l.regCoord(r);
+    Value off;
+    if (reduced && rc[C] % 8 == 0) {
+      // Row bits above the thread's add whole rows; the register's chunk
+      // bits (its column's, XOR its row's swizzle bits) flip the thread's.
+      int64_t chunk = (rc[C] / 8) ^ (rc[R] & (t.swz - 1));
+      off = arith::AddIOp::create(b, loc, base0, i32(rc[R] * t.cols * 2));
+      if (chunk)
+        off = arith::XOrIOp::create(b, loc, off, i32(chunk * 16));
+    } else {
+      off = tileOffset(t, arith::AddIOp::create(b, loc, tc[R], i32(rc[R])),
+                       arith::AddIOp::create(b, loc, tc[C], i32(rc[C])));
+    }
+    out.push_back(LLVM::GEPOp::create(b, loc, smemBase.getType(), b.getI8Type(),
+                                      smemBase, ValueRange{off}));
+  }
+  return out;
 }
 
 Value Lowerer::tilePtr(const SmemTile &t, Value row, Value col) {

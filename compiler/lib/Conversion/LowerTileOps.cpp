@@ -180,10 +180,8 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
           b, L.loc, ok,
           arith::CmpIOp::create(b, L.loc, arith::CmpIPredicate::ult, c, n));
       // 64-bit products cannot overflow for 32-bit coordinates and strides;
-      // the select below gives out-of-range elements the first element's
-      // address, which exists. (One select per address, not per dimension:
-      // selects inside the products hide their common strides from LLVM's
-      // straight-line strength reduction, which then goes quadratic.)
+      // the one select below gives out-of-range elements the first element's
+      // address, which exists.
       Value stride =
           L.aligned && d + 1 == l.rank() ? L.i32(1) : L.scalarOf(strides[d]);
       Value term = arith::MulIOp::create(
@@ -317,14 +315,11 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
   SmallVector<Value> addrs, ok;
   blockAddresses(*this, l, scalarOf(ld.getPtr()), ld.getOffsets(),
                  ld.getShape(), ld.getStrides(), elem, addrs, ok, 8);
-  SmallVector<Value> tc = threadCoord(l);
+  SmallVector<Value> ptrs = tilePtrs(t, l, 8);
   for (int64_t r = 0; r < l.numRegs(); r += 8) {
-    Coord rc = l.regCoord(r);
-    Value row = arith::AddIOp::create(b, loc, tc[t.rowDim], i32(rc[t.rowDim]));
-    Value col = arith::AddIOp::create(b, loc, tc[t.colDim], i32(rc[t.colDim]));
     Value bytes = arith::SelectOp::create(b, loc, ok[r], i32(16), i32(0));
     NVVM::CpAsyncOp::create(
-        b, loc, tilePtr(t, row, col), addrs[r], b.getI32IntegerAttr(16),
+        b, loc, ptrs[r / 8], addrs[r], b.getI32IntegerAttr(16),
         NVVM::LoadCacheModifierKindAttr::get(b.getContext(),
                                              NVVM::LoadCacheModifierKind::CG),
         bytes);

@@ -121,6 +121,13 @@ public:
   mlir::Value tilePtr(const SmemTile &t, mlir::Value row, mlir::Value col);
   /// Byte offset of element (row, col) of a tile in dynamic shared memory.
   mlir::Value tileOffset(const SmemTile &t, mlir::Value row, mlir::Value col);
+  /// Pointers into tile `t` for every `step`-th register of layout `l`:
+  /// the thread's own offset once, then a constant row offset and a constant
+  /// chunk XOR per register when `l`'s register and thread coordinates use
+  /// disjoint bits (the strength-reduced form LLVM would otherwise have to
+  /// find); one full tileOffset per register otherwise.
+  llvm::SmallVector<mlir::Value> tilePtrs(const SmemTile &t, const Layout &l,
+                                          int64_t step);
   void loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
                      llvm::SmallVectorImpl<mlir::Value> &out);
   llvm::DenseMap<mlir::Value, SmemTile> smemTiles;

@@ -195,6 +195,8 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
         result.exhaustiveBestMs = t.ms;
         result.exhaustiveBestConfig = t.config;
       }
+      if (previous && previous->config == t.config)
+        result.previousWinnerMs = t.ms;
       if (!pruned && (best == 0 || t.ms < best)) {
         best = t.ms;
         bestIdx = i;
