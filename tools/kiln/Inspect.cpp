@@ -73,6 +73,17 @@ static void printStageList(const CompiledKernel &c) {
   fmt::print("     {:<32} {:9.2f}\n", "total", c.compileMs);
 }
 
+/// Compiles keeping every pass's IR; prints the stage list or one stage.
+static int printStage(const Kernel &k, const GpuTarget &target,
+                      const std::string &stage) {
+  CompiledKernel c = compileForGpu(k, target, {.keepPasses = true});
+  if (stage == "list")
+    printStageList(c);
+  else
+    fmt::print("{}", stageText(c, stage));
+  return 0;
+}
+
 int cmdIr(Options &opts) {
   bool withLoc = opts.flag("loc");
   std::string stage = opts.string("stage", "");
@@ -83,12 +94,7 @@ int cmdIr(Options &opts) {
     fmt::print("// {}\n{}", p.summary, p.kernel->ir(withLoc));
     return 0;
   }
-  CompiledKernel c = compileForGpu(*p.kernel, target, {.keepPasses = true});
-  if (stage == "list")
-    printStageList(c);
-  else
-    fmt::print("{}", stageText(c, stage));
-  return 0;
+  return printStage(*p.kernel, target, stage);
 }
 
 int cmdPtx(Options &opts) {
@@ -100,12 +106,7 @@ int cmdPtx(Options &opts) {
     fmt::print("{}", compileCached(*p.kernel, target)->ptx);
     return 0;
   }
-  CompiledKernel c = compileForGpu(*p.kernel, target, {.keepPasses = true});
-  if (stage == "list")
-    printStageList(c);
-  else
-    fmt::print("{}", stageText(c, stage));
-  return 0;
+  return printStage(*p.kernel, target, stage);
 }
 
 int cmdLlvmIr(Options &opts) {

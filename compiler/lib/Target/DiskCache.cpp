@@ -58,7 +58,13 @@ DiskCache *DiskCache::fromEnvironment() {
         throw Error(std::string("KILN_CACHE_MAX_MB: '") + m +
                     "' is not a positive number of megabytes");
     }
-    return new DiskCache(dir, mb << 20);
+    try {
+      return new DiskCache(dir, mb << 20);
+    } catch (const Error &e) {
+      // An unusable folder costs recompiles, never a failed compile.
+      std::fprintf(stderr, "kiln: disk cache off: %s\n", e.what());
+      return nullptr;
+    }
   }();
   return cache;
 }

@@ -37,7 +37,8 @@ public:
 
   /// The process's cache: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else
   /// $HOME/.cache/kiln; capped at KILN_CACHE_MAX_MB (default 1024).
-  /// KILN_CACHE_DIR=off turns it off: nullptr.
+  /// KILN_CACHE_DIR=off turns it off: nullptr; so does a folder that cannot
+  /// be created (with a warning on stderr).
   static DiskCache *fromEnvironment();
 
   /// The entry's kernel, or nothing on a miss. A corrupt entry is deleted
