@@ -32,19 +32,20 @@ TEST(Inspect, EveryPassIsAStageWithItsIR) {
                 "kiln", "kiln-assign-layouts", "kiln-remove-layout-conversions",
                 "cse", "convert-kiln-to-llvm", "convert-scf-to-cf",
                 "convert-to-llvm", "reconcile-unrealized-casts", "canonicalize",
-                "cse.2", "llvm-ir", "llvm-opt", "ptx"}));
+                "cse.2", "verify", "llvm-ir", "llvm-opt", "ptx"}));
   double sum = 0;
   for (const CompileStage &s : c.stages) {
     sum += s.ms;
     EXPECT_GE(s.ms, 0) << s.name;
-    bool textual = s.name != "kiln" && s.name != "llvm-opt" && s.name != "ptx";
+    bool textual = s.name != "kiln" && s.name != "verify" &&
+                   s.name != "llvm-opt" && s.name != "ptx";
     if (textual)
       EXPECT_FALSE(s.text.empty()) << s.name;
   }
   EXPECT_LE(sum, c.compileMs + 1e-6);
   EXPECT_THAT(c.stages[1].text, HasSubstr("#kiln.layout"));
   EXPECT_THAT(c.stages[4].text, HasSubstr("llvm."));
-  EXPECT_THAT(c.stages[10].text, HasSubstr("define "));
+  EXPECT_THAT(c.stages[11].text, HasSubstr("define "));
   // Without keepPasses the times are there, the texts are not.
   CompiledKernel lean = compileForGpu(k);
   EXPECT_EQ(names(lean), names(c));
@@ -61,12 +62,12 @@ TEST(Inspect, DumpWritesEveryStage) {
   std::string folder = dumpStages(c, dir);
   EXPECT_TRUE(fs::exists(folder + "/00-kiln.mlir"));
   EXPECT_TRUE(fs::exists(folder + "/01-kiln-assign-layouts.mlir"));
-  EXPECT_TRUE(fs::exists(folder + "/10-llvm-ir.ll"));
-  EXPECT_TRUE(fs::exists(folder + "/12-ptx.ptx"));
+  EXPECT_TRUE(fs::exists(folder + "/11-llvm-ir.ll"));
+  EXPECT_TRUE(fs::exists(folder + "/13-ptx.ptx"));
   std::ifstream times(folder + "/stages.txt");
   std::string all((std::istreambuf_iterator<char>(times)), {});
   EXPECT_THAT(all, HasSubstr("total"));
-  std::ifstream ptx(folder + "/12-ptx.ptx");
+  std::ifstream ptx(folder + "/13-ptx.ptx");
   std::string text((std::istreambuf_iterator<char>(ptx)), {});
   EXPECT_EQ(text, c.ptx);
   fs::remove_all(dir);

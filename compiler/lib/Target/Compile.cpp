@@ -261,7 +261,12 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
                                                           inspect.keepPasses));
     build(pm, options);
     if (succeeded(pm.run(*lowered))) {
-      if (layoutPasses || inspect.verifyEachPass || succeeded(verify(*lowered)))
+      if (layoutPasses || inspect.verifyEachPass)
+        return;
+      auto t0 = Clock::now();
+      bool valid = succeeded(verify(*lowered));
+      out.stages.push_back({"verify", "", msSince(t0)});
+      if (valid)
         return;
       throw InternalError("the lowering of kernel " + impl.name +
                           " produced invalid IR:\n" + diags + print(*lowered));

@@ -39,7 +39,8 @@ bool tensorsAligned(const Kernel &kernel,
 
 /// One stage of a compile: the kernel's IR after a pass (named by the pass's
 /// argument, `cse.2` for its second run), or `kiln` (the DSL's output),
-/// `llvm-ir` (translated), `llvm-opt` (after LLVM O3), `ptx`; how long it took.
+/// `verify` (of the lowered IR, no text), `llvm-ir` (translated), `llvm-opt`
+/// (after LLVM O3), `ptx`; how long it took.
 struct CompileStage {
   std::string name;
   std::string text; ///< kept for passes only under CompileOptions::keepPasses
