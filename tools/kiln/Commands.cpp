@@ -225,7 +225,7 @@ Problem makeProblem(const std::string &kernel, Options &opts, bool withData) {
   throw Error("unknown kernel '" + kernel + "' (attention, gemm, softmax)");
 }
 
-static std::string kernelName(Options &opts) {
+std::string kernelName(Options &opts) {
   if (opts.positional.size() != 1)
     throw Error("name one kernel: attention, gemm or softmax");
   return opts.positional[0];

@@ -45,6 +45,9 @@ struct Problem {
 /// `withData`, also random inputs, poisoned outputs and references.
 Problem makeProblem(const std::string &kernel, Options &opts, bool withData);
 
+/// The one positional argument: attention, gemm or softmax.
+std::string kernelName(Options &opts);
+
 /// --arch, --warps, --stages, --reload-ids.
 GpuTarget targetOptions(Options &opts);
 

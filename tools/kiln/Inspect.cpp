@@ -23,12 +23,6 @@ GpuTarget targetOptions(Options &opts) {
   return target;
 }
 
-static std::string kernelArg(Options &opts) {
-  if (opts.positional.size() != 1)
-    throw Error("name one kernel: attention, gemm or softmax");
-  return opts.positional[0];
-}
-
 /// The text of a stage by name (`cse.2`), by number (`07`, `7`) or by the
 /// older aliases layouts, lowered, llvm.
 static std::string stageText(const CompiledKernel &c, const std::string &want) {
@@ -88,7 +82,7 @@ int cmdIr(Options &opts) {
   bool withLoc = opts.flag("loc");
   std::string stage = opts.string("stage", "");
   GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelArg(opts), opts, /*withData=*/false);
+  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
   opts.checkAllUsed();
   if (stage.empty()) {
     fmt::print("// {}\n{}", p.summary, p.kernel->ir(withLoc));
@@ -100,7 +94,7 @@ int cmdIr(Options &opts) {
 int cmdPtx(Options &opts) {
   std::string stage = opts.string("stage", "ptx");
   GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelArg(opts), opts, /*withData=*/false);
+  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
   opts.checkAllUsed();
   if (stage == "ptx") { // through the JIT's caches: instant the second time
     fmt::print("{}", compileCached(*p.kernel, target)->ptx);
@@ -112,7 +106,7 @@ int cmdPtx(Options &opts) {
 int cmdLlvmIr(Options &opts) {
   bool unoptimized = opts.flag("unoptimized");
   GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelArg(opts), opts, /*withData=*/false);
+  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
   opts.checkAllUsed();
   CompiledKernel c =
       compileForGpu(*p.kernel, target, {.keepPasses = unoptimized});
@@ -122,7 +116,7 @@ int cmdLlvmIr(Options &opts) {
 
 int cmdSass(Options &opts) {
   GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelArg(opts), opts, /*withData=*/false);
+  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
   opts.checkAllUsed();
   CompiledKernel c = compileForGpu(*p.kernel, target);
   Assembled a = assembleWithPtxas(c);
@@ -132,7 +126,7 @@ int cmdSass(Options &opts) {
 
 int cmdResources(Options &opts) {
   GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelArg(opts), opts, /*withData=*/false);
+  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
   opts.checkAllUsed();
   CompiledKernel c = compileForGpu(*p.kernel, target);
   fmt::print("{}\n  {} threads per block, {} dynamic shared bytes, grid "
