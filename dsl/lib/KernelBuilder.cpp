@@ -278,6 +278,14 @@ void KernelBuilder::setReloadThreadIds(bool reload) {
                           state_->builder.getUnitAttr());
 }
 
+void KernelBuilder::setCopyAddressesPerRegister(bool perRegister) {
+  if (perRegister)
+    state_->func->setAttr("kiln.copy_addresses_per_register",
+                          state_->builder.getUnitAttr());
+  else
+    state_->func->removeAttr("kiln.copy_addresses_per_register");
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -50,6 +50,8 @@ int cmdBench(Options &opts) {
   cfg.stages = int(opts.integer("stages", cfg.stages));
   cfg.reloadThreadIds = int(opts.integer("reload-ids", cfg.reloadThreadIds));
   cfg.blockNDiagonal = opts.integer("block-n-diagonal", cfg.blockNDiagonal);
+  cfg.copyAddressesPerRegister =
+      int(opts.integer("copy-per-register", cfg.copyAddressesPerRegister));
   cfg.longestFirstGlobally =
       int(opts.integer("longest-first-globally", cfg.longestFirstGlobally));
   opts.checkAllUsed();

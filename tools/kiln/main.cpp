@@ -35,6 +35,7 @@ commands:
   bench attention [--quick] [--dtypes bf16,fp16] [--json FILE] [--reps R]
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--longest-first-globally 0|1]
+      [--copy-per-register 0|1]
                                         TFLOP/s on the GPU over B*N=16k tokens
   tune attention --seq N --head-dim D [--causal] [--dtype bf16|fp16]
       [--batch B] [--heads H] [--budget S] [--threads T] [--force]

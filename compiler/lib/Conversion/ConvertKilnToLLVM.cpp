@@ -45,6 +45,8 @@ struct ConvertKilnToLLVM
         kiln::gpu::Lowerer lowerer(f, int(warps.getInt()),
                                    f->hasAttr("kiln.aligned"), numStages);
         lowerer.reloadThreadIds = reloadThreadIds;
+        lowerer.copyAddressesPerRegister =
+            f->hasAttr("kiln.copy_addresses_per_register");
         shared = std::max(shared, lowerer.run(module));
         conversions += lowerer.genericConversions;
       } catch (const kiln::Error &e) { // unsupported input: the user's

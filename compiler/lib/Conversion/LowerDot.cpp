@@ -115,13 +115,13 @@ static bool disjointBits(const Layout &l) {
 }
 
 SmallVector<Value> Lowerer::tilePtrs(const SmemTile &t, const Layout &l,
-                                     int64_t step) {
+                                     int64_t step, bool reduce) {
   SmallVector<Value> tc = threadCoord(l), out;
   int R = t.rowDim, C = t.colDim;
   Value base0 = tileOffset(t, tc[R], tc[C]);
   // Tile bases are 1 KB aligned (LowerFunction.cpp): a row of up to 1 KB
   // leaves base0's chunk bits to the thread's own chunk.
-  bool reduced = disjointBits(l) && t.cols * 2 <= 1024;
+  bool reduced = reduce && disjointBits(l) && t.cols * 2 <= 1024;
   for (int64_t r = 0; r < l.numRegs(); r += step) {
     Coord rc = l.regCoord(r);
     Value off;

@@ -315,7 +315,7 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
   SmallVector<Value> addrs, ok;
   blockAddresses(*this, l, scalarOf(ld.getPtr()), ld.getOffsets(),
                  ld.getShape(), ld.getStrides(), elem, addrs, ok, 8);
-  SmallVector<Value> ptrs = tilePtrs(t, l, 8);
+  SmallVector<Value> ptrs = tilePtrs(t, l, 8, !copyAddressesPerRegister);
   for (int64_t r = 0; r < l.numRegs(); r += 8) {
     Value bytes = arith::SelectOp::create(b, loc, ok[r], i32(16), i32(0));
     NVVM::CpAsyncOp::create(

@@ -68,8 +68,11 @@ public:
   bool aligned;
   int numStages;
   bool reloadThreadIds = false; ///< see GpuTarget::reloadThreadIds
-  mlir::Value lane, warp;       ///< i32
-  mlir::Value smemBase;         ///< !llvm.ptr<3>
+  /// cp.async destinations: a full offset per register (the kernel's
+  /// kiln.copy_addresses_per_register), else base plus constants.
+  bool copyAddressesPerRegister = false;
+  mlir::Value lane, warp; ///< i32
+  mlir::Value smemBase;   ///< !llvm.ptr<3>
   int64_t smemBytes = 0;
   int genericConversions = 0; ///< layout changes through shared memory
 
@@ -127,7 +130,7 @@ public:
   /// disjoint bits (the strength-reduced form LLVM would otherwise have to
   /// find); one full tileOffset per register otherwise.
   llvm::SmallVector<mlir::Value> tilePtrs(const SmemTile &t, const Layout &l,
-                                          int64_t step);
+                                          int64_t step, bool reduce = true);
   void loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
                      llvm::SmallVectorImpl<mlir::Value> &out);
   llvm::DenseMap<mlir::Value, SmemTile> smemTiles;

@@ -260,6 +260,11 @@ public:
   /// Codegen hint: re-read thread ids inside loops
   /// (GpuTarget::reloadThreadIds).
   void setReloadThreadIds(bool reload);
+  /// Codegen hint: shared-memory destinations of asynchronous copies as one
+  /// full swizzled offset per register rather than the thread's base offset
+  /// plus per-register constants (the default). Which allocates better
+  /// depends on the kernel's register pressure; it is measured, not derived.
+  void setCopyAddressesPerRegister(bool perRegister);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

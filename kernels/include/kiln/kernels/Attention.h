@@ -24,7 +24,10 @@ struct AttentionShape {
 struct AttentionConfig {
   int64_t blockM = 0, blockN = 0;
   int warps = 4, stages = 2;
-  int reloadThreadIds = -1;   ///< -1: default, 0: no, 1: yes
+  int reloadThreadIds = -1; ///< -1: default, 0: no, 1: yes
+  /// K/V copy destinations: 1 one full offset per register, 0 base plus
+  /// constants; -1: 0 for causal D=128, else 1 (measured on the H200).
+  int copyAddressesPerRegister = -1;
   int64_t blockNDiagonal = 0; ///< causal: key block on the diagonal; 0: blockN
   /// Causal: launch order of the row blocks. 0: each head's blocks longest
   /// first, one head after another; 1: the longest blocks of every head
