@@ -26,7 +26,7 @@ struct AttentionConfig {
   int warps = 4, stages = 2;
   int reloadThreadIds = -1; ///< -1: default, 0: no, 1: yes
   /// K/V copy destinations: 1 one full offset per register, 0 base plus
-  /// constants; -1: 0 for causal D=128, else 1 (measured on the H200).
+  /// constants; -1: 1 for non-causal D=128, else 0 (measured on the H200).
   int copyAddressesPerRegister = -1;
   int64_t blockNDiagonal = 0; ///< causal: key block on the diagonal; 0: blockN
   /// Causal: launch order of the row blocks. 0: each head's blocks longest
