@@ -16,6 +16,7 @@
 
 using namespace kiln;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 static std::set<std::string> globalStoreForms(const std::string &ptx) {
   std::set<std::string> forms;
@@ -72,6 +73,36 @@ TEST(Codegen, PtxAssemblesWithPtxas) {
           std::string("ptxas -arch=") + arch + " " + path + " -o /dev/null";
       EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     }
+}
+
+// The K/V copy-address knob changes only how cp.async destinations are
+// computed: both forms copy into the same shared memory and assemble.
+TEST(Codegen, CopyAddressFormsDifferOnlyInAddressing) {
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = 1024;
+  s.headDim = 128;
+  s.causal = true;
+  kernels::AttentionConfig base, perRegister;
+  base.copyAddressesPerRegister = 0;
+  perRegister.copyAddressesPerRegister = 1;
+  Kernel a = kernels::attentionForward(s, base),
+         b = kernels::attentionForward(s, perRegister);
+  EXPECT_THAT(b.ir(), HasSubstr("kiln.copy_addresses_per_register"));
+  EXPECT_THAT(a.ir(), Not(HasSubstr("kiln.copy_addresses_per_register")));
+  CompiledKernel ca = compileForGpu(a), cb = compileForGpu(b);
+  EXPECT_NE(ca.ptx, cb.ptx);
+  EXPECT_EQ(ca.sharedBytes, cb.sharedBytes);
+  auto count = [](const std::string &ptx, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = ptx.find(what); at != std::string::npos;
+         at = ptx.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  // The same copies and tensor-core work either way.
+  EXPECT_EQ(count(ca.ptx, "cp.async.cg.shared.global"),
+            count(cb.ptx, "cp.async.cg.shared.global"));
+  EXPECT_EQ(count(ca.ptx, "mma.sync"), count(cb.ptx, "mma.sync"));
 }
 
 TEST(Codegen, UnsupportedShapesAreNamed) {
