@@ -39,8 +39,9 @@ TEST(Inspect, EveryPassIsAStageWithItsIR) {
     EXPECT_GE(s.ms, 0) << s.name;
     bool textual = s.name != "kiln" && s.name != "verify" &&
                    s.name != "llvm-opt" && s.name != "ptx";
-    if (textual)
+    if (textual) {
       EXPECT_FALSE(s.text.empty()) << s.name;
+    }
   }
   EXPECT_LE(sum, c.compileMs + 1e-6);
   EXPECT_THAT(c.stages[1].text, HasSubstr("#kiln.layout"));

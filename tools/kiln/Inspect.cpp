@@ -37,15 +37,8 @@ static std::string stageText(const CompiledKernel &c, const std::string &want) {
     bool byNumber = !want.empty() &&
                     want.find_first_not_of("0123456789") == std::string::npos &&
                     std::stoul(want) == i;
-    if (s.name != want && !byNumber)
-      continue;
-    if (s.name == "kiln")
-      return c.kilnIR;
-    if (s.name == "llvm-opt")
-      return c.llvmIR;
-    if (s.name == "ptx")
-      return c.ptx;
-    return s.text;
+    if (s.name == want || byNumber)
+      return c.textOf(s);
   }
   std::string names;
   for (const CompileStage &s : c.stages)
@@ -58,11 +51,8 @@ static void printStageList(const CompiledKernel &c) {
   fmt::print("{:>3}  {:<32} {:>9} {:>10}\n", "#", "stage", "ms", "bytes");
   for (size_t i = 0; i < c.stages.size(); ++i) {
     const CompileStage &s = c.stages[i];
-    size_t bytes = s.name == "kiln"       ? c.kilnIR.size()
-                   : s.name == "llvm-opt" ? c.llvmIR.size()
-                   : s.name == "ptx"      ? c.ptx.size()
-                                          : s.text.size();
-    fmt::print("{:>3}  {:<32} {:9.2f} {:>10}\n", i, s.name, s.ms, bytes);
+    fmt::print("{:>3}  {:<32} {:9.2f} {:>10}\n", i, s.name, s.ms,
+               c.textOf(s).size());
   }
   fmt::print("     {:<32} {:9.2f}\n", "total", c.compileMs);
 }

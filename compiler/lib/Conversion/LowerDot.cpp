@@ -142,11 +142,6 @@ SmallVector<Value> Lowerer::tilePtrs(const SmemTile &t, const Layout &l,
   return out;
 }
 
-Value Lowerer::tilePtr(const SmemTile &t, Value row, Value col) {
-  return LLVM::GEPOp::create(b, loc, smemBase.getType(), b.getI8Type(),
-                             smemBase, ValueRange{tileOffset(t, row, col)});
-}
-
 void Lowerer::loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
                             SmallVectorImpl<Value> &out) {
   int opIdx = to.reg[0][1] == 1 ? 0 : 1; // A pairs along dim 1, B along dim 0

@@ -119,9 +119,6 @@ public:
   /// Prefetched loads: numStages buffers of `smemBufferBytes` from smemRegion.
   llvm::DenseMap<mlir::Value, int64_t> smemBufferBytes;
   llvm::DenseMap<mlir::Value, mlir::Value> prefetchedBase;
-  /// ldmatrix of the mma operand fragments of k-slice `ki` (all m or n tiles
-  /// of this warp) into `out`, indexed as registers of `to`.
-  mlir::Value tilePtr(const SmemTile &t, mlir::Value row, mlir::Value col);
   /// Byte offset of element (row, col) of a tile in dynamic shared memory.
   mlir::Value tileOffset(const SmemTile &t, mlir::Value row, mlir::Value col);
   /// Pointers into tile `t` for every `step`-th register of layout `l`:
@@ -131,6 +128,8 @@ public:
   /// find); one full tileOffset per register otherwise.
   llvm::SmallVector<mlir::Value> tilePtrs(const SmemTile &t, const Layout &l,
                                           int64_t step, bool reduce = true);
+  /// ldmatrix of the mma operand fragments of k-slice `ki` (all m or n tiles
+  /// of this warp) into `out`, indexed as registers of `to`.
   void loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
                      llvm::SmallVectorImpl<mlir::Value> &out);
   llvm::DenseMap<mlir::Value, SmemTile> smemTiles;

@@ -46,9 +46,11 @@ std::string compileCacheKey(const Kernel &kernel, const GpuTarget &t) {
                    std::to_string(t.reloadThreadIds) + "|" + ir);
 }
 
-std::shared_ptr<const CompiledKernel> compileCached(const Kernel &kernel,
-                                                    const GpuTarget &target) {
-  std::string key = compileCacheKey(kernel, target);
+/// compileCached for a key already computed (printing and hashing the IR
+/// is most of an in-process hit).
+static std::shared_ptr<const CompiledKernel>
+lookupOrCompile(const Kernel &kernel, const GpuTarget &target,
+                const std::string &key) {
   Cache &c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
@@ -81,11 +83,16 @@ std::shared_ptr<const CompiledKernel> compileCached(const Kernel &kernel,
   return c.compiled.emplace(key, compiled).first->second;
 }
 
+std::shared_ptr<const CompiledKernel> compileCached(const Kernel &kernel,
+                                                    const GpuTarget &target) {
+  return lookupOrCompile(kernel, target, compileCacheKey(kernel, target));
+}
+
 std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
                                      const GpuTarget &target) {
-  std::shared_ptr<const CompiledKernel> compiled =
-      compileCached(kernel, target);
   std::string key = compileCacheKey(kernel, target);
+  std::shared_ptr<const CompiledKernel> compiled =
+      lookupOrCompile(kernel, target, key);
   Cache &c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   auto &slot = c.loaded[key];

@@ -18,6 +18,16 @@ static const char *extensionOf(const std::string &stage) {
   return ".mlir";
 }
 
+const std::string &CompiledKernel::textOf(const CompileStage &s) const {
+  if (s.name == "kiln")
+    return kilnIR;
+  if (s.name == "llvm-opt")
+    return llvmIR;
+  if (s.name == "ptx")
+    return ptx;
+  return s.text;
+}
+
 std::string dumpStages(const CompiledKernel &k, const std::string &dir) {
   std::string folder = fmt::format("{}/{}-{}-{}", dir, k.name, k.arch,
                                    sha256Hex(k.kilnIR + k.ptx).substr(0, 12));
@@ -34,13 +44,7 @@ std::string dumpStages(const CompiledKernel &k, const std::string &dir) {
   std::string times;
   int n = 0;
   for (const CompileStage &s : k.stages) {
-    std::string text = s.text;
-    if (s.name == "kiln")
-      text = k.kilnIR;
-    else if (s.name == "llvm-opt")
-      text = k.llvmIR;
-    else if (s.name == "ptx")
-      text = k.ptx;
+    const std::string &text = k.textOf(s);
     std::string file =
         fmt::format("{:02}-{}{}", n++, s.name, extensionOf(s.name));
     if (!text.empty())

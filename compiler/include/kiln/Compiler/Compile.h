@@ -75,6 +75,10 @@ struct CompiledKernel {
   std::vector<CompileStage> stages;
   double compileMs = 0; ///< all stages together
 
+  /// A stage's text: the IR after a pass (kept under keepPasses), or the
+  /// field that holds it for the kiln, llvm-opt and ptx stages.
+  const std::string &textOf(const CompileStage &stage) const;
+
   /// What the runtime needs to load and launch it.
   LaunchSpec spec() const {
     return {name, ptx, grid, threads, sharedBytes, params, tensors, aligned};
