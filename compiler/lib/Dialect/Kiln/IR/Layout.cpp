@@ -96,6 +96,17 @@ void Layout::mmaWarps(int64_t M, int64_t N, int numWarps, int &warpsM,
   }
 }
 
+/// The rows of m16n8k16's accumulator and A operand (dimension 0 of both):
+/// a lane quad per row, 8 rows per lane group, 16 rows per warp along M, and
+/// registers for the rows beyond the warps' 16 * wm.
+static void addMmaRows(Layout &l, int64_t M, int wm) {
+  for (int64_t s = 16 * wm; s < M; s *= 2)
+    l.reg.push_back({s, 0});
+  l.lane = {{0, 2}, {0, 4}, {1, 0}, {2, 0}, {4, 0}};
+  for (int i = 0; i < log2i(wm); ++i)
+    l.warp.push_back({int64_t(16) << i, 0});
+}
+
 Layout Layout::mma(int64_t M, int64_t N, int numWarps) {
   int wm, wn;
   mmaWarps(M, N, numWarps, wm, wn);
@@ -106,11 +117,7 @@ Layout Layout::mma(int64_t M, int64_t N, int numWarps) {
   l.reg = {{0, 1}, {8, 0}};
   for (int64_t s = 8; s < nPerWarp; s *= 2)
     l.reg.push_back({0, s});
-  for (int64_t s = 16 * wm; s < M; s *= 2)
-    l.reg.push_back({s, 0});
-  l.lane = {{0, 2}, {0, 4}, {1, 0}, {2, 0}, {4, 0}};
-  for (int i = 0; i < log2i(wm); ++i)
-    l.warp.push_back({int64_t(16) << i, 0});
+  addMmaRows(l, M, wm);
   for (int i = 0; i < log2i(wn); ++i)
     l.warp.push_back({0, nPerWarp << i});
   for (int i = log2i(wm) + log2i(wn); i < log2i(numWarps); ++i)
@@ -130,11 +137,7 @@ Layout Layout::dotOperand(int opIdx, int64_t M, int64_t N, int64_t K,
     l.reg = {{0, 1}, {8, 0}, {0, 8}};
     for (int64_t s = 16; s < K; s *= 2)
       l.reg.push_back({0, s});
-    for (int64_t s = 16 * wm; s < M; s *= 2)
-      l.reg.push_back({s, 0});
-    l.lane = {{0, 2}, {0, 4}, {1, 0}, {2, 0}, {4, 0}};
-    for (int i = 0; i < log2i(wm); ++i)
-      l.warp.push_back({int64_t(16) << i, 0});
+    addMmaRows(l, M, wm);
     for (int i = 0; i < log2i(numWarps) - log2i(wm); ++i)
       l.warp.push_back({0, 0}); // warps along N share A
   } else {                      // B: KxN; registers b0..b3 per 16x8 piece
