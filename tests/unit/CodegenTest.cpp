@@ -27,6 +27,14 @@ static std::set<std::string> globalStoreForms(const std::string &ptx) {
   return forms;
 }
 
+static size_t countOf(const std::string &ptx, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = ptx.find(what); at != std::string::npos;
+       at = ptx.find(what, at + 1))
+    ++n;
+  return n;
+}
+
 // Fusion: S and P stay on chip. The attention kernel's only global stores
 // are O (16-bit) and the logsumexp (32-bit), and its dots are tensor-core
 // mma.sync instructions.
@@ -92,17 +100,33 @@ TEST(Codegen, CopyAddressFormsDifferOnlyInAddressing) {
   CompiledKernel ca = compileForGpu(a), cb = compileForGpu(b);
   EXPECT_NE(ca.ptx, cb.ptx);
   EXPECT_EQ(ca.sharedBytes, cb.sharedBytes);
-  auto count = [](const std::string &ptx, const std::string &what) {
-    size_t n = 0;
-    for (size_t at = ptx.find(what); at != std::string::npos;
-         at = ptx.find(what, at + 1))
-      ++n;
-    return n;
-  };
   // The same copies and tensor-core work either way.
-  EXPECT_EQ(count(ca.ptx, "cp.async.cg.shared.global"),
-            count(cb.ptx, "cp.async.cg.shared.global"));
-  EXPECT_EQ(count(ca.ptx, "mma.sync"), count(cb.ptx, "mma.sync"));
+  EXPECT_EQ(countOf(ca.ptx, "cp.async.cg.shared.global"),
+            countOf(cb.ptx, "cp.async.cg.shared.global"));
+  EXPECT_EQ(countOf(ca.ptx, "mma.sync"), countOf(cb.ptx, "mma.sync"));
+}
+
+// kiln's short LLVM pipeline against LLVM's O3: the same memory traffic,
+// tensor-core and transcendental work in every kernel; at most a few percent
+// of other instructions more (address arithmetic).
+TEST(Codegen, KilnLlvmPipelineDoesO3sWork) {
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = 1000; // ragged: the masked paths too
+  s.headDim = 128;
+  s.causal = true;
+  for (const Kernel &k :
+       {kernels::attentionForward(s), kernels::gemm({256, 256, 256}),
+        kernels::softmax({100, 1000, DType::bf16})}) {
+    CompiledKernel kiln = compileForGpu(k, {.llvmPipeline = "kiln"}),
+                   o3 = compileForGpu(k, {.llvmPipeline = "O3"});
+    for (const char *op :
+         {"mma.sync", "ldmatrix", "cp.async.cg", "ld.global", "st.global",
+          "st.shared", "ld.shared", "ex2.approx", "shfl.sync", "bar.sync"})
+      EXPECT_EQ(countOf(kiln.ptx, op), countOf(o3.ptx, op))
+          << k.name() << ": " << op;
+    size_t lines = countOf(kiln.ptx, "\n"), o3Lines = countOf(o3.ptx, "\n");
+    EXPECT_LT(lines, o3Lines * 105 / 100) << k.name();
+  }
 }
 
 TEST(Codegen, UnsupportedShapesAreNamed) {
@@ -120,6 +144,11 @@ TEST(Codegen, UnsupportedShapesAreNamed) {
                               {.arch = "sm_90a", .numStages = 1});
               }),
               HasSubstr("pipeline stages must be in [2, 8], got 1"));
+  EXPECT_THAT(
+      test::errorOf([] {
+        compileForGpu(kernels::gemm({64, 64, 64}), {.llvmPipeline = "O4"});
+      }),
+      HasSubstr("LLVM pipeline 'O4' is not one of kiln, O1, O2, O3"));
 }
 
 TEST(Codegen, JitCacheKeysOnIrAndTarget) {
@@ -130,6 +159,8 @@ TEST(Codegen, JitCacheKeysOnIrAndTarget) {
   EXPECT_EQ(a.get(), b.get());
   auto c = compileCached(kernels::gemm(s), {.arch = "sm_80"}); // other target
   EXPECT_NE(a.get(), c.get());
+  EXPECT_NE(compileCacheKey(kernels::gemm(s), {}),
+            compileCacheKey(kernels::gemm(s), {.llvmPipeline = "O3"}));
   s.K = 128; // other shape
   auto d = compileCached(kernels::gemm(s));
   EXPECT_NE(a.get(), d.get());

@@ -54,6 +54,7 @@ int cmdBench(Options &opts) {
       int(opts.integer("copy-per-register", cfg.copyAddressesPerRegister));
   cfg.longestFirstGlobally =
       int(opts.integer("longest-first-globally", cfg.longestFirstGlobally));
+  std::string pipeline = opts.string("llvm-pipeline", "kiln");
   opts.checkAllUsed();
   std::string why;
   if (!cuda::available(&why))
@@ -84,7 +85,8 @@ int cmdBench(Options &opts) {
           int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
           kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
           Kernel kernel = kernels::attentionForward(s, cfg);
-          CompiledKernel c = compileForGpu(kernel, {dev.arch(), 0});
+          GpuTarget target{.arch = dev.arch(), .llvmPipeline = pipeline};
+          CompiledKernel c = compileForGpu(kernel, target);
           GpuKernel g(c.spec());
           size_t n = size_t(B * H * N * D);
           uint64_t seed = uint64_t(N * 1000 + D + causal);

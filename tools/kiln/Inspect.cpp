@@ -20,6 +20,7 @@ GpuTarget targetOptions(Options &opts) {
   target.numWarps = int(opts.integer("warps", 0));
   target.numStages = int(opts.integer("stages", 0));
   target.reloadThreadIds = opts.integer("reload-ids", 0) != 0;
+  target.llvmPipeline = opts.string("llvm-pipeline", target.llvmPipeline);
   return target;
 }
 

@@ -35,7 +35,7 @@ commands:
   bench attention [--quick] [--dtypes bf16,fp16] [--json FILE] [--reps R]
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--longest-first-globally 0|1]
-      [--copy-per-register 0|1]
+      [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3]
                                         TFLOP/s on the GPU over B*N=16k tokens
   tune attention --seq N --head-dim D [--causal] [--dtype bf16|fp16]
       [--batch B] [--heads H] [--budget S] [--threads T] [--force]
@@ -49,7 +49,8 @@ commands:
   help                                  this text
 
 target options: --arch sm_80|sm_90a (default sm_90a) --warps W --stages S
-  --reload-ids 0|1. KILN_DUMP_DIR=<dir> writes every stage of every compile.
+  --reload-ids 0|1 --llvm-pipeline kiln|O1|O2|O3 (LLVM's middle end; kiln's
+  short pipeline by default). KILN_DUMP_DIR=<dir> writes every stage of every compile.
 
 kernels and their shape options:
   attention  --seq N [--seq-k N] --head-dim 64|128 [--causal] [--batch B]

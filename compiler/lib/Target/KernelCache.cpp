@@ -39,11 +39,11 @@ std::string compileCacheKey(const Kernel &kernel, const GpuTarget &t) {
   mlir::OpPrintingFlags flags;
   flags.printGenericOpForm().enableDebugInfo(false);
   kernel.impl().module->print(os, flags);
-  return sha256Hex(compilerBuildId() + "|" + t.arch + "|w" +
-                   std::to_string(t.numWarps) + "|s" +
-                   std::to_string(t.numStages) + "|a" +
-                   std::to_string(t.assumeAligned) + "|r" +
-                   std::to_string(t.reloadThreadIds) + "|" + ir);
+  return sha256Hex(
+      compilerBuildId() + "|" + t.arch + "|w" + std::to_string(t.numWarps) +
+      "|s" + std::to_string(t.numStages) + "|a" +
+      std::to_string(t.assumeAligned) + "|r" +
+      std::to_string(t.reloadThreadIds) + "|" + t.llvmPipeline + "|" + ir);
 }
 
 /// compileCached for a key already computed (printing and hashing the IR

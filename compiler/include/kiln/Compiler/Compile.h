@@ -31,6 +31,10 @@ struct GpuTarget {
   /// are 16-byte aligned: loads and stores become 16-byte vectors. The
   /// launcher checks the assumption before every launch.
   bool assumeAligned = true;
+  /// LLVM's middle end before the NVPTX backend: "kiln" (a short function
+  /// pipeline for kiln's already-simplified, unrolled code; the default),
+  /// or LLVM's own "O1", "O2", "O3".
+  std::string llvmPipeline = "kiln";
 };
 
 /// Whether the tensors bound to a kernel meet GpuTarget::assumeAligned.
