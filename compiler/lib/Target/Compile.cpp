@@ -102,25 +102,56 @@ private:
 };
 } // namespace
 
-// LLVM's middle end for kiln's code. The lowering hands LLVM one function
-// whose loop bodies are unrolled tiles, already canonicalized and CSE'd by
-// MLIR, with no calls (no inlining, no libdevice: the math lowers to NVVM
-// intrinsics) and no allocas. Most of O3's passes find nothing to do in it;
-// these (scalar cleanup, LICM, loop rotation and full unrolling of the short
-// pipeline-prologue loops, GVN; each one's removal changed the PTX) give PTX
-// within 1% of O3's in instruction counts in half of O3's time (70 -> 36 ms
-// on causal D=128 attention); Codegen.KilnLlvmPipelineDoesO3sWork compares
-// the two.
-static constexpr const char *kKilnLlvmPipeline =
-    "function(early-cse<memssa>,"
-    "instcombine<max-iterations=1;no-verify-fixpoint>,simplifycfg,reassociate,"
-    "loop-mssa(licm<allowspeculation>,loop-rotate<header-duplication>,"
-    "licm<allowspeculation>),"
-    "instcombine<max-iterations=1;no-verify-fixpoint>,"
-    "loop(indvars,loop-deletion,loop-unroll-full),gvn,sccp,bdce,"
-    "instcombine<max-iterations=1;no-verify-fixpoint>,adce,"
-    "loop-mssa(licm<allowspeculation>),simplifycfg,"
-    "instcombine<max-iterations=1;no-verify-fixpoint>)";
+// LLVM's middle end for kiln's code: O3's function passes that change
+// kiln's PTX, in O3's order. The lowering hands LLVM one function whose loop
+// bodies are unrolled tiles, already canonicalized and CSE'd by MLIR, with no
+// calls (no inlining, no libdevice: the math lowers to NVVM intrinsics) and
+// no allocas, so most of O3's passes find nothing to do. The list is what is
+// left of O3's flattened function pipeline after dropping, one at a time,
+// every pass whose removal left the PTX of D=128 attention identical and
+// that of causal attention, GEMM and softmax no further from O3's; then the
+// SLP vectorizer too (12 ms for one bf16x2 conversion in the epilogue). It
+// takes 44 of O3's 70 ms on causal D=128 attention. A shorter list (36 ms)
+// changed a few address computations of the K/V loop and cost 3-5% at D=128
+// on the H200. Codegen.KilnLlvmPipelineDoesO3sWork compares it with O3.
+static std::string kilnLlvmPipeline() {
+  const std::string combine =
+      "instcombine<max-iterations=1;no-verify-fixpoint>";
+  const std::string cfg =
+      "simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;"
+      "switch-range-to-icmp;no-switch-to-arithmetic;no-switch-to-lookup;"
+      "keep-loops;no-hoist-common-insts;no-hoist-loads-stores-with-cond-"
+      "faulting;no-sink-common-insts;speculate-blocks;simplify-cond-branch;"
+      "no-speculate-unpredictables>";
+  const std::vector<std::string> passes = {
+      "nvvm-intr-range",
+      combine,
+      "early-cse<memssa>",
+      "speculative-execution<only-if-divergent-target>",
+      "correlated-propagation",
+      cfg,
+      combine,
+      "reassociate",
+      "loop-mssa(loop-instsimplify,loop-simplifycfg,licm<no-allowspeculation>,"
+      "loop-rotate<header-duplication;no-prepare-for-lto>,"
+      "licm<allowspeculation>,simple-loop-unswitch<nontrivial;trivial>)",
+      combine,
+      "loop(loop-idiom,indvars,loop-deletion,loop-unroll-full)",
+      "gvn<>",
+      "sccp",
+      "correlated-propagation",
+      "loop-mssa(licm<allowspeculation>)",
+      cfg,
+      combine,
+      "slp-vectorizer",
+      "vector-combine",
+      "loop-unroll<O3>",
+      combine};
+  std::string pipeline = "function(";
+  for (size_t i = 0; i < passes.size(); ++i)
+    pipeline += (i ? "," : "") + passes[i];
+  return pipeline + ")";
+}
 
 static void emitPtx(llvm::Module &m, const std::string &arch,
                     const std::string &pipeline, CompiledKernel &out,
@@ -171,10 +202,15 @@ static void emitPtx(llvm::Module &m, const std::string &arch,
                                     : llvm::OptimizationLevel::O3;
     pb.buildPerModuleDefaultPipeline(level).run(m, mam);
   } else {
+    bool custom = pipeline.starts_with("passes:");
+    std::string text = custom ? pipeline.substr(7) : kilnLlvmPipeline();
     llvm::ModulePassManager mpm;
-    if (llvm::Error e = pb.parsePassPipeline(mpm, kKilnLlvmPipeline))
-      throw InternalError("kiln's LLVM pipeline: " +
-                          llvm::toString(std::move(e)));
+    if (llvm::Error e = pb.parsePassPipeline(mpm, text)) {
+      std::string why = llvm::toString(std::move(e));
+      if (custom)
+        throw Error("LLVM pipeline '" + text + "': " + why);
+      throw InternalError("kiln's LLVM pipeline: " + why);
+    }
     mpm.run(m, mam);
   }
   // The optimized IR is printed on another thread from a copy while the
@@ -238,9 +274,10 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
     throw Error("compileForGpu: target " + target.arch +
                 " is not supported (sm_80, sm_90, sm_90a)");
   const std::string &pipe = target.llvmPipeline;
-  if (pipe != "kiln" && pipe != "O1" && pipe != "O2" && pipe != "O3")
+  if (pipe != "kiln" && pipe != "O1" && pipe != "O2" && pipe != "O3" &&
+      !pipe.starts_with("passes:"))
     throw Error("compileForGpu: LLVM pipeline '" + pipe +
-                "' is not one of kiln, O1, O2, O3");
+                "' is not one of kiln, O1, O2, O3, passes:<LLVM pipeline>");
   Kernel::Impl &impl = kernel.impl();
   MLIRContext *ctx = impl.context.get();
   int numWarps = target.numWarps ? target.numWarps : impl.numWarps;

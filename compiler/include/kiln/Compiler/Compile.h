@@ -33,7 +33,8 @@ struct GpuTarget {
   bool assumeAligned = true;
   /// LLVM's middle end before the NVPTX backend: "kiln" (a short function
   /// pipeline for kiln's already-simplified, unrolled code; the default),
-  /// or LLVM's own "O1", "O2", "O3".
+  /// LLVM's own "O1", "O2", "O3", or "passes:<text>" for any pipeline in
+  /// `opt -passes=` syntax (for experiments).
   std::string llvmPipeline = "kiln";
 };
 
