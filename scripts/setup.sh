@@ -8,7 +8,7 @@ set -euo pipefail
 PACKAGES=(
   cmake ninja-build g++ lld python3
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
-  libfmt-dev libgtest-dev libgmock-dev
+  libfmt-dev libgtest-dev libgmock-dev zlib1g-dev
 )
 
 missing=()

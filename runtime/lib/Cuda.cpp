@@ -23,7 +23,7 @@ namespace {
   X(cuGetErrorName)                                                            \
   X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X( \
       cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)    \
-      X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree)        \
+      X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)        \
           X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuModuleLoadDataEx)  \
               X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute)   \
                   X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuEventCreate)     \
@@ -143,8 +143,11 @@ Buffer::Buffer(size_t bytes) : bytes_(bytes) {
   if (bytes == 0)
     return;
   CUdeviceptr p = 0;
-  KILN_CHECK(cuMemAlloc(&p, bytes),
-             "asked for " + std::to_string(bytes) + " bytes");
+  CUresult r = d.cuMemAlloc(&p, bytes);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    throw OutOfMemory("cuMemAlloc: out of device memory: asked for " +
+                      std::to_string(bytes) + " bytes");
+  check(r, "cuMemAlloc", "asked for " + std::to_string(bytes) + " bytes");
   ptr_ = p;
 }
 
@@ -306,6 +309,13 @@ float Timer::stop() {
   KILN_CHECK(cuEventElapsedTime(&ms, static_cast<CUevent>(start_),
                                 static_cast<CUevent>(stop_)));
   return ms;
+}
+
+MemoryInfo memoryInfo() {
+  Driver &d = ready();
+  size_t free = 0, total = 0;
+  KILN_CHECK(cuMemGetInfo(&free, &total));
+  return {free, total};
 }
 
 void synchronize() {

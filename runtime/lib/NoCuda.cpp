@@ -48,6 +48,7 @@ Timer::~Timer() = default;
 void Timer::start() { none(); }
 float Timer::stop() { none(); }
 void synchronize() { none(); }
+MemoryInfo memoryInfo() { none(); }
 } // namespace cuda
 
 GpuKernel::GpuKernel(LaunchSpec) { none(); }

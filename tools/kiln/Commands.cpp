@@ -72,7 +72,7 @@ void Options::checkAllUsed() const {
       throw Error("unknown option --" + name + " for this command");
 }
 
-static DType dtypeOption(Options &opts, const char *fallback) {
+DType dtypeOption(Options &opts, const char *fallback) {
   std::string name = opts.string("dtype", fallback);
   auto t = parseDType(name);
   if (!t || !isFloat(*t))
@@ -80,8 +80,7 @@ static DType dtypeOption(Options &opts, const char *fallback) {
   return *t;
 }
 
-static int64_t positive(Options &opts, const std::string &name,
-                        int64_t fallback) {
+int64_t positive(Options &opts, const std::string &name, int64_t fallback) {
   int64_t v = opts.integer(name, fallback);
   if (v < 1)
     throw Error("option --" + name + " must be >= 1, got " + std::to_string(v));

@@ -48,6 +48,10 @@ Problem makeProblem(const std::string &kernel, Options &opts, bool withData);
 /// The one positional argument: attention, gemm or softmax.
 std::string kernelName(Options &opts);
 
+/// --dtype as a float type; an integer option that must be >= 1.
+DType dtypeOption(Options &opts, const char *fallback);
+int64_t positive(Options &opts, const std::string &name, int64_t fallback);
+
 /// --arch, --warps, --stages, --reload-ids.
 GpuTarget targetOptions(Options &opts);
 
@@ -61,6 +65,8 @@ int cmdCache(Options &opts);
 int cmdBench(Options &opts);
 int cmdBenchJit(Options &opts);
 int cmdTune(Options &opts);
+int cmdLower(Options &opts);
+int cmdCompare(Options &opts);
 
 } // namespace kiln::cli
 

@@ -46,6 +46,19 @@ commands:
   bench jit [--seq N] [--head-dim D] [--causal] [--reps R] [--json]
                                         compile latency without a GPU: cold
                                         DSL -> PTX, and a disk-cache hit
+  lower attention --mode unfused|elementwise|fused [--seq N] [--head-dim D]
+      [--causal] [--batch B] [--heads H] [--dtype] [--json] [--graph] [--ir]
+                                        without a GPU: the kernels of that
+                                        lowering of the attention graph, the
+                                        bytes each reads and writes, peak
+                                        memory and the fusion passes' log
+  compare attention [--max-seq N] [--batch B] [--heads H] [--dtype]
+      [--reps R] [--out DIR]            on the GPU: the three lowerings for
+                                        N = 256.. (until out of memory or
+                                        --max-seq), D 64 and 128, causal and
+                                        not: time, TFLOP/s, peak memory,
+                                        launches, bytes; plots (PNG, SVG) and
+                                        compare.json in DIR
   help                                  this text
 
 target options: --arch sm_80|sm_90a (default sm_90a) --warps W --stages S
@@ -74,6 +87,11 @@ int main(int argc, char **argv) {
     std::set<std::string> flags{"causal",      "cpu",   "loc",       "quick",
                                 "unoptimized", "force", "exhaustive"};
     bool benchJit = cmd == "bench" && !args.empty() && args[0] == "jit";
+    if (cmd == "lower") {
+      flags.insert("json");
+      flags.insert("graph");
+      flags.insert("ir");
+    }
     if (benchJit)
       flags.insert("json"); // bench attention's --json takes a file
     auto opts = kiln::cli::Options::parse(args, flags);
@@ -99,6 +117,10 @@ int main(int argc, char **argv) {
       return kiln::cli::cmdCache(opts);
     if (cmd == "tune")
       return kiln::cli::cmdTune(opts);
+    if (cmd == "lower")
+      return kiln::cli::cmdLower(opts);
+    if (cmd == "compare")
+      return kiln::cli::cmdCompare(opts);
     fmt::print(stderr, "kiln: unknown command '{}'\n\n{}", cmd, kUsage);
     return 2;
   } catch (const kiln::Error &e) {

@@ -25,6 +25,12 @@ public:
   explicit CudaError(const std::string &message) : Error(message) {}
 };
 
+/// cuMemAlloc found too little free device memory.
+class OutOfMemory : public CudaError {
+public:
+  explicit OutOfMemory(const std::string &message) : CudaError(message) {}
+};
+
 /// Whether a GPU can be used: the driver loads, initialises and reports a
 /// device. When not, `why` says what is missing.
 bool available(std::string *why = nullptr);
@@ -124,6 +130,11 @@ private:
 };
 
 void synchronize();
+
+struct MemoryInfo {
+  size_t free = 0, total = 0; ///< bytes of device memory
+};
+MemoryInfo memoryInfo();
 
 } // namespace kiln::cuda
 
