@@ -184,7 +184,13 @@ void writeCompareReport(const std::vector<Row> &rows, const std::string &dir,
             {}};
   for (Fusion m : {Fusion::None, Fusion::Elementwise, Fusion::Flash})
     for (bool causal : {false, true}) {
-      Series sm{graph::fusionName(m), {}, {}, colors[int(m)], false};
+      // Unfused and elementwise-fused hold the same two N x N buffers at
+      // their peak: the second is dashed so that both show.
+      Series sm{graph::fusionName(m),
+                {},
+                {},
+                colors[int(m)],
+                m == Fusion::Elementwise};
       Series st{std::string(graph::fusionName(m)) + (causal ? " causal" : ""),
                 {},
                 {},
@@ -204,6 +210,9 @@ void writeCompareReport(const std::vector<Row> &rows, const std::string &dir,
     }
   if (mem.series.empty())
     return;
+  for (const Row &r : rows)
+    if (r.D == 128 && !r.causal && r.mode == Fusion::None && r.oom)
+      mem.title += fmt::format(" (unfused: out of memory at N={})", r.N);
   for (auto &[plot, name] : {std::pair{&mem, "attention-memory"},
                              std::pair{&time, "attention-time"}}) {
     writeSvg(*plot, dir + "/" + name + ".svg");

@@ -20,7 +20,7 @@
 namespace kiln::cli {
 
 namespace {
-constexpr int W = 960, H = 560, L = 100, R = 250, T = 50, B = 70;
+constexpr int W = 1000, H = 560, L = 100, R = 290, T = 50, B = 70;
 
 class Canvas {
 public:
