@@ -172,8 +172,8 @@ void writeCompareReport(const std::vector<Row> &rows, const std::string &dir,
   std::ofstream(dir + "/compare.json") << json;
 
   const uint32_t colors[] = {0xd62728, 0xff7f0e, 0x1f77b4};
-  Plot mem{fmt::format("attention peak device memory, D=128, B={} H={} {}",
-                       batch, heads, dtypeName(dtype)),
+  Plot mem{fmt::format("attention peak memory, D=128, B={} H={} {}", batch,
+                       heads, dtypeName(dtype)),
            "sequence length N",
            "MiB",
            {}};
@@ -212,7 +212,7 @@ void writeCompareReport(const std::vector<Row> &rows, const std::string &dir,
     return;
   for (const Row &r : rows)
     if (r.D == 128 && !r.causal && r.mode == Fusion::None && r.oom)
-      mem.title += fmt::format(" (unfused: out of memory at N={})", r.N);
+      mem.title += fmt::format("; unfused OOM at N={}", r.N);
   for (auto &[plot, name] : {std::pair{&mem, "attention-memory"},
                              std::pair{&time, "attention-time"}}) {
     writeSvg(*plot, dir + "/" + name + ".svg");

@@ -66,7 +66,7 @@ void draw(const Plot &p, Canvas &c) {
   auto py = [&](double y) {
     return H - B - (std::log10(y) - ly0) / (ly1 - ly0) * (H - T - B);
   };
-  c.text(W / 2.0 - R / 2.0, 28, p.title, 1);
+  c.text(W / 2.0, 28, p.title, 1); // centred on the image: titles are long
   for (double e = lx0; e <= lx1; e += 1) {
     double x = px(std::exp2(e));
     c.line(x, T, x, H - B, 0xdddddd, 1, false);
