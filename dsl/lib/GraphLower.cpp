@@ -32,7 +32,6 @@ static bool isUnaryElementwise(Op op) {
 namespace {
 struct Lowerer {
   const Graph &g;
-  Fusion fusion;
   std::vector<Group> groups;
   std::vector<std::string> log;
   std::set<int> outputs;
@@ -264,7 +263,7 @@ static void planMemory(Lowered &plan) {
 Lowered lower(const Graph &g, Fusion fusion) {
   if (g.outputs().empty())
     throw Error("graph lowering: the graph has no outputs");
-  Lowerer l{g, fusion, {}, {}, {}};
+  Lowerer l{g, {}, {}, {}};
   for (auto &[name, id] : g.outputs())
     l.outputs.insert(id);
   l.formKernels();

@@ -6,12 +6,30 @@
 
 namespace kiln::graph {
 
-static TensorRef viewOf(void *data, const Buffer &b, const Shape &view) {
-  return {data, b.dtype, view, contiguousStrides(view)};
+/// A graph input or output as the caller passed it: the graph's dtype and
+/// shape, contiguous.
+static void checkIo(const Buffer &b, const TensorRef &t, const char *what) {
+  if (t.shape != b.shape || t.dtype != b.dtype ||
+      t.strides != contiguousStrides(b.shape))
+    throw Error(std::string(what) + ": " + b.name + " is " +
+                dtypeName(t.dtype) + shapeToString(t.shape) +
+                ", the graph's is a contiguous " + dtypeName(b.dtype) +
+                shapeToString(b.shape));
+}
+
+/// The arguments of one step, each buffer at data[buffer] seen through the
+/// step's view of it.
+static std::vector<ArgValue> argsOf(const Lowered &plan, const Step &s,
+                                    const std::vector<void *> &data) {
+  std::map<std::string, TensorRef> refs;
+  for (auto &[param, bv] : s.args)
+    refs[param] = {data[size_t(bv.first)], plan.buffers[size_t(bv.first)].dtype,
+                   bv.second, contiguousStrides(bv.second)};
+  return s.kernel.bind(refs);
 }
 
 void runOnCpu(const Lowered &plan, std::map<std::string, HostTensor> &tensors) {
-  std::vector<HostTensor *> host(plan.buffers.size());
+  std::vector<void *> data(plan.buffers.size());
   std::vector<HostTensor> owned;
   owned.reserve(plan.buffers.size());
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
@@ -20,31 +38,20 @@ void runOnCpu(const Lowered &plan, std::map<std::string, HostTensor> &tensors) {
       auto it = tensors.find(b.name);
       if (it == tensors.end())
         throw Error("graph run: no tensor for input " + b.name);
-      if (it->second.shape() != b.shape || it->second.dtype() != b.dtype)
-        throw Error("graph run: input " + b.name + " is " +
-                    dtypeName(it->second.dtype()) +
-                    shapeToString(it->second.shape()) + ", the graph's is " +
-                    dtypeName(b.dtype) + shapeToString(b.shape));
-      if (it->second.strides() != contiguousStrides(b.shape))
-        throw Error("graph run: input " + b.name + " is not contiguous");
-      host[i] = &it->second;
-    } else if (b.output) {
-      tensors.insert_or_assign(b.name, HostTensor(b.dtype, b.shape));
-      host[i] = &tensors.at(b.name);
-      host[i]->poison();
-    } else {
-      owned.emplace_back(b.dtype, b.shape);
-      owned.back().poison();
-      host[i] = &owned.back();
+      checkIo(b, it->second.ref(), "graph run");
+      data[i] = it->second.data();
+      continue;
     }
+    HostTensor &t =
+        b.output
+            ? tensors.insert_or_assign(b.name, HostTensor(b.dtype, b.shape))
+                  .first->second
+            : owned.emplace_back(b.dtype, b.shape);
+    t.poison();
+    data[i] = t.data();
   }
-  for (const Step &s : plan.steps) {
-    std::map<std::string, TensorRef> refs;
-    for (auto &[param, bv] : s.args)
-      refs[param] = viewOf(host[size_t(bv.first)]->data(),
-                           plan.buffers[size_t(bv.first)], bv.second);
-    kiln::runOnCpu(s.kernel, s.kernel.bind(refs));
-  }
+  for (const Step &s : plan.steps)
+    kiln::runOnCpu(s.kernel, argsOf(plan, s, data));
 }
 
 GpuGraph::GpuGraph(const Lowered &plan) : plan_(plan) {
@@ -64,20 +71,11 @@ void GpuGraph::launch(const std::map<std::string, TensorRef> &io) {
     auto it = io.find(b.name);
     if (it == io.end())
       throw Error("graph launch: no device tensor for " + b.name);
-    if (it->second.shape != b.shape || it->second.dtype != b.dtype ||
-        it->second.strides != contiguousStrides(b.shape))
-      throw Error("graph launch: " + b.name + " is not a contiguous " +
-                  dtypeName(b.dtype) + shapeToString(b.shape));
+    checkIo(b, it->second, "graph launch");
     data[i] = it->second.data;
   }
-  for (size_t k = 0; k < kernels_.size(); ++k) {
-    const Step &s = plan_.steps[k];
-    std::map<std::string, TensorRef> refs;
-    for (auto &[param, bv] : s.args)
-      refs[param] = viewOf(data[size_t(bv.first)],
-                           plan_.buffers[size_t(bv.first)], bv.second);
-    kernels_[k]->launch(s.kernel.bind(refs));
-  }
+  for (size_t k = 0; k < kernels_.size(); ++k)
+    kernels_[k]->launch(argsOf(plan_, plan_.steps[k], data));
 }
 
 } // namespace kiln::graph
