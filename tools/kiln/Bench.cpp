@@ -18,22 +18,9 @@
 
 #include <algorithm>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 namespace kiln::cli {
-
-/// Random bf16/f16 values in [-1, 1) straight into a device buffer.
-static cuda::Buffer randomDevice(DType t, size_t n, uint64_t seed) {
-  std::vector<uint16_t> host(n);
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  for (auto &h : host)
-    h = t == DType::bf16 ? floatToBf16(dist(gen)) : floatToHalf(dist(gen));
-  cuda::Buffer b(n * 2);
-  b.upload(host.data(), n * 2);
-  return b;
-}
 
 int cmdBench(Options &opts) {
   if (opts.positional.size() != 1 || opts.positional[0] != "attention")

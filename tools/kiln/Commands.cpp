@@ -80,6 +80,22 @@ DType dtypeOption(Options &opts, const char *fallback) {
   return *t;
 }
 
+cuda::Buffer randomDevice(DType t, size_t n, uint64_t seed) {
+  cuda::Buffer b(n * 2);
+  std::vector<uint16_t> host(std::min<size_t>(n, size_t(1) << 24));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t done = 0; done < n; done += host.size()) {
+    size_t m = std::min(host.size(), n - done);
+    for (size_t i = 0; i < m; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      float f = float(x >> 40) / float(1 << 24) * 2.f - 1.f;
+      host[i] = t == DType::bf16 ? floatToBf16(f) : floatToHalf(f);
+    }
+    b.upload(host.data(), m * 2, done * 2);
+  }
+  return b;
+}
+
 int64_t positive(Options &opts, const std::string &name, int64_t fallback) {
   int64_t v = opts.integer(name, fallback);
   if (v < 1)

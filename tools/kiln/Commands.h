@@ -4,6 +4,7 @@
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/Compiler/Kernel.h"
+#include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/HostTensor.h"
 
 #include <map>
@@ -51,6 +52,10 @@ std::string kernelName(Options &opts);
 /// --dtype as a float type; an integer option that must be >= 1.
 DType dtypeOption(Options &opts, const char *fallback);
 int64_t positive(Options &opts, const std::string &name, int64_t fallback);
+
+/// Uniform [-1, 1) bf16 or f16 values straight into device memory, made
+/// on the host in chunks (xorshift: fast enough for billions of elements).
+cuda::Buffer randomDevice(DType t, size_t n, uint64_t seed);
 
 /// --arch, --warps, --stages, --reload-ids.
 GpuTarget targetOptions(Options &opts);
