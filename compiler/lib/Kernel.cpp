@@ -6,6 +6,7 @@
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -39,6 +40,8 @@ static std::shared_ptr<MLIRContext> newKilnContext() {
   arith::registerConvertArithToLLVMInterface(registry);
   registerConvertMathToLLVMInterface(registry);
   cf::registerConvertControlFlowToLLVMInterface(registry);
+  // NVVM ops without an LLVM intrinsic (wgmma.mma_async) become inline PTX.
+  registerConvertNVVMToLLVMInterface(registry);
   // Kernels are small and built on the caller's thread; a per-context thread
   // pool would only cost start-up time.
   auto ctx =

@@ -286,6 +286,13 @@ void KernelBuilder::setCopyAddressesPerRegister(bool perRegister) {
     state_->func->removeAttr("kiln.copy_addresses_per_register");
 }
 
+void KernelBuilder::setWgmma(bool wgmma) {
+  if (wgmma)
+    state_->func->setAttr("kiln.mma", state_->builder.getStringAttr("wgmma"));
+  else
+    state_->func->removeAttr("kiln.mma");
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -79,6 +79,7 @@ Kernel attentionForward(const AttentionShape &s,
   k.setStages(c.stages);
   k.setReloadThreadIds(c.reloadThreadIds > 0);
   k.setCopyAddressesPerRegister(c.copyAddressesPerRegister > 0);
+  k.setWgmma(c.wgmma > 0);
   auto Q = k.tensorArg("Q", s.dtype, {s.batch, s.heads, s.seqQ, D});
   auto K = k.tensorArg("K", s.dtype, {s.batch, s.heads, s.seqK, D});
   auto V = k.tensorArg("V", s.dtype, {s.batch, s.heads, s.seqK, D});

@@ -15,6 +15,7 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   KernelBuilder k("gemm", {cdiv(s.M, c.blockM), cdiv(s.N, c.blockN)});
   k.setWarps(c.warps);
   k.setStages(c.stages);
+  k.setWgmma(c.wgmma);
   auto A = k.tensorArg("A", s.dtype, {s.M, s.K});
   auto B = k.tensorArg("B", s.dtype, {s.K, s.N});
   auto C = k.tensorArg("C", s.outDtype, {s.M, s.N});

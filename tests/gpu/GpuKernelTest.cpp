@@ -56,12 +56,20 @@ struct AttnCase {
   bool causal;
   DType dtype;
   bool bshd;
+  bool wgmma = false; ///< the Hopper schedule: wgmma, 8 warps
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
   *os << c.B << "x" << c.H << " N=" << c.N << " D=" << c.D
       << (c.causal ? " causal " : " full ") << dtypeName(c.dtype)
-      << (c.bshd ? " bshd" : "");
+      << (c.bshd ? " bshd" : "") << (c.wgmma ? " wgmma" : "");
+}
+
+std::string caseName(const AttnCase &c) {
+  return std::to_string(c.B) + "x" + std::to_string(c.H) + "_n" +
+         std::to_string(c.N) + "_d" + std::to_string(c.D) +
+         (c.causal ? "_causal_" : "_full_") + dtypeName(c.dtype) +
+         (c.bshd ? "_bshd" : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -70,6 +78,14 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   REQUIRE_GPU();
   const AttnCase &c = GetParam();
   kernels::AttentionShape s{c.B, c.H, c.N, c.N, c.D, c.causal, c.dtype, 0};
+  kernels::AttentionConfig config;
+  if (c.wgmma) {
+    if (cuda::device().arch() != "sm_90a")
+      GTEST_SKIP() << "SKIPPED: the wgmma schedule needs sm_90a, this GPU is "
+                   << cuda::device().arch();
+    config.warps = 8;
+    config.wgmma = 1;
+  }
   auto make = [&](uint64_t seed, bool rand) {
     HostTensor t = c.bshd ? HostTensor(c.dtype, {c.B, c.H, c.N, c.D},
                                        {c.N * c.H * c.D, c.D, c.H * c.D, 1})
@@ -88,7 +104,7 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   dt.add("V", v, false);
   dt.add("O", o, true);
   dt.add("LSE", lse, true);
-  runOnGpu(kernels::attentionForward(s), dt);
+  runOnGpu(kernels::attentionForward(s, config), dt);
   dt.download("O", o);
   dt.download("LSE", lse);
 
@@ -124,34 +140,53 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{1, 1, 8191, 128, false, bf16, true},
                       AttnCase{1, 2, 8191, 64, true, bf16, false},
                       AttnCase{1, 1, 8191, 128, true, f16, false}),
-    [](const auto &info) {
-      const AttnCase &c = info.param;
-      return std::to_string(c.B) + "x" + std::to_string(c.H) + "_n" +
-             std::to_string(c.N) + "_d" + std::to_string(c.D) +
-             (c.causal ? "_causal_" : "_full_") + dtypeName(c.dtype) +
-             (c.bshd ? "_bshd" : "");
-    });
+    [](const auto &info) { return caseName(info.param); });
+
+INSTANTIATE_TEST_SUITE_P(
+    Wgmma, AttentionOnGpu,
+    ::testing::Values(AttnCase{1, 2, 1, 64, false, bf16, false, true},
+                      AttnCase{2, 2, 17, 128, true, f16, false, true},
+                      AttnCase{1, 3, 17, 64, false, f16, true, true},
+                      AttnCase{1, 2, 128, 128, true, bf16, false, true},
+                      AttnCase{1, 2, 1000, 64, true, f16, true, true},
+                      AttnCase{2, 1, 1000, 128, false, bf16, false, true},
+                      AttnCase{1, 2, 4096, 128, true, bf16, false, true},
+                      AttnCase{1, 1, 8191, 128, false, f16, true, true},
+                      AttnCase{1, 2, 8191, 64, true, bf16, false, true}),
+    [](const auto &info) { return caseName(info.param); });
 
 TEST(GpuKernels, GemmMatchesFp64) {
   REQUIRE_GPU();
   for (auto [M, N, K, t] :
        {std::tuple{64, 64, 32, bf16}, std::tuple{100, 70, 33, f16},
         std::tuple{513, 257, 129, bf16}}) {
-    Kernel k = kernels::gemm({M, N, K, t, DType::f32});
-    HostTensor a(t, {M, K}), b(t, {K, N}), c(DType::f32, {M, N}),
-        ref(DType::f32, {M, N});
-    a.fillRandom(M + K);
-    b.fillRandom(N + K);
-    DeviceTensors dt;
-    dt.add("A", a, false);
-    dt.add("B", b, false);
-    dt.add("C", c, true);
-    runOnGpu(k, dt);
-    dt.download("C", c);
-    kernels::gemmReference(a, b, ref);
-    ErrorStats e = compareTensors(c, ref);
-    EXPECT_EQ(e.nonFinite, 0);
-    EXPECT_LE(e.relative, 1e-5) << M << "x" << N << "x" << K;
+    for (bool wgmma : {false, true}) {
+      if (wgmma && cuda::device().arch() != "sm_90a")
+        continue;
+      kernels::GemmConfig config;
+      if (wgmma)
+        config = {.blockM = 128,
+                  .blockN = 128,
+                  .blockK = 64,
+                  .warps = 8,
+                  .wgmma = true};
+      Kernel k = kernels::gemm({M, N, K, t, DType::f32}, config);
+      HostTensor a(t, {M, K}), b(t, {K, N}), c(DType::f32, {M, N}),
+          ref(DType::f32, {M, N});
+      a.fillRandom(M + K);
+      b.fillRandom(N + K);
+      DeviceTensors dt;
+      dt.add("A", a, false);
+      dt.add("B", b, false);
+      dt.add("C", c, true);
+      runOnGpu(k, dt);
+      dt.download("C", c);
+      kernels::gemmReference(a, b, ref);
+      ErrorStats e = compareTensors(c, ref);
+      EXPECT_EQ(e.nonFinite, 0);
+      EXPECT_LE(e.relative, 1e-5)
+          << M << "x" << N << "x" << K << (wgmma ? " wgmma" : "");
+    }
   }
 }
 

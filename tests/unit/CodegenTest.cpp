@@ -69,10 +69,15 @@ TEST(Codegen, PtxAssemblesWithPtxas) {
   kernels::AttentionShape s;
   s.seqQ = s.seqK = 1000;
   s.causal = true;
+  kernels::AttentionConfig wg{.warps = 8, .wgmma = 1};
+  kernels::GemmConfig gemmWg{
+      .blockM = 128, .blockN = 128, .blockK = 64, .warps = 8, .wgmma = true};
   for (const char *arch : {"sm_80", "sm_90a"})
     for (const Kernel &k :
          {kernels::attentionForward(s), kernels::gemm({256, 256, 256}),
-          kernels::softmax({100, 1000, DType::bf16})}) {
+          kernels::softmax({100, 1000, DType::bf16}),
+          kernels::attentionForward(s, wg),
+          kernels::gemm({256, 256, 256}, gemmWg)}) {
       CompiledKernel c = compileForGpu(k, {arch, 0});
       std::string path =
           ::testing::TempDir() + "kiln_" + c.name + "_" + arch + ".ptx";
@@ -81,6 +86,44 @@ TEST(Codegen, PtxAssemblesWithPtxas) {
           std::string("ptxas -arch=") + arch + " " + path + " -o /dev/null";
       EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     }
+}
+
+// Under the wgmma schedule on sm_90a every dot is a warpgroup MMA (the
+// register-A form for P·V) and the lowering report says so; on sm_80 the
+// same kernel falls back to mma.sync, and the report says that too.
+TEST(Codegen, WgmmaScheduleEmitsWarpgroupMma) {
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = 4096;
+  s.headDim = 128;
+  Kernel k = kernels::attentionForward(s, {.warps = 8, .wgmma = 1});
+  CompiledKernel c = compileForGpu(k, {"sm_90a", 0});
+  // Q·Kᵀ: 8 k-steps of m64n64k16 from descriptors; P·V: 4 of m64n128k16.
+  EXPECT_EQ(countOf(c.ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16"),
+            8u);
+  EXPECT_EQ(countOf(c.ptx, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16"),
+            4u);
+  EXPECT_EQ(countOf(c.ptx, "mma.sync.aligned"), 0u);
+  EXPECT_EQ(countOf(c.ptx, "wgmma.fence.sync.aligned"), 2u);
+  EXPECT_EQ(countOf(c.ptx, "wgmma.wait_group.sync.aligned \t0"), 2u);
+  EXPECT_GE(countOf(c.ptx, "fence.proxy.async.shared::cta"), 1u);
+  std::string report;
+  for (const std::string &line : c.report)
+    report += line + "\n";
+  EXPECT_THAT(report, HasSubstr("Forward.cpp:105: dot 128x64x128: wgmma "
+                                "m64n64k16 x8 per warpgroup (2 warpgroups), A "
+                                "descriptor, K-major shared memory, B "
+                                "descriptor, K-major shared memory"));
+  EXPECT_THAT(report, HasSubstr("dot 128x128x64: wgmma m64n128k16 x4 per "
+                                "warpgroup (2 warpgroups), A in registers, B "
+                                "descriptor, MN-major shared memory"));
+  EXPECT_THAT(report, HasSubstr("load 64x128: cp.async (16 bytes) into shared "
+                                "memory, 1 iteration(s) ahead (2 buffers)"));
+
+  CompiledKernel old = compileForGpu(k, {"sm_80", 0});
+  EXPECT_EQ(countOf(old.ptx, "wgmma"), 0u);
+  ASSERT_FALSE(old.report.empty());
+  EXPECT_THAT(old.report[0], HasSubstr("schedule asks for wgmma; the target "
+                                       "has none (sm_90a only)"));
 }
 
 // The K/V copy-address knob changes only how cp.async destinations are

@@ -41,6 +41,7 @@ int cmdBench(Options &opts) {
       int(opts.integer("copy-per-register", cfg.copyAddressesPerRegister));
   cfg.longestFirstGlobally =
       int(opts.integer("longest-first-globally", cfg.longestFirstGlobally));
+  cfg.wgmma = int(opts.integer("wgmma", cfg.wgmma));
   std::string pipeline = opts.string("llvm-pipeline", "kiln");
   opts.checkAllUsed();
   std::string why;

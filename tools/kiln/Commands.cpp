@@ -133,6 +133,9 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.blockNDiagonal = positive(opts, "block-n-diagonal", c.blockN);
   c.longestFirstGlobally =
       int(opts.integer("longest-first-globally", c.longestFirstGlobally));
+  c.warps = int(opts.integer("warps", c.warps));
+  c.stages = int(opts.integer("stages", c.stages));
+  c.wgmma = int(opts.integer("wgmma", c.wgmma));
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
     throw Error("option --layout: '" + layout + "' is not bhsd or bshd");
@@ -140,12 +143,12 @@ static Problem attentionProblem(Options &opts, bool withData) {
 
   Problem p;
   p.kernel = kernels::attentionForward(s, c);
-  p.summary =
-      fmt::format("attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
-                  "blockM={} blockN={}",
-                  s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
-                  s.causal ? "causal" : "non-causal", dtypeName(s.dtype),
-                  layout, c.blockM, c.blockN);
+  p.summary = fmt::format(
+      "attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
+      "blockM={} blockN={} warps={} stages={}{}",
+      s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
+      s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockM,
+      c.blockN, c.warps, c.stages, c.wgmma > 0 ? " wgmma" : "");
   if (!withData)
     return p;
   bool bshd = layout == "bshd";
@@ -182,13 +185,17 @@ static Problem gemmProblem(Options &opts, bool withData) {
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
   c.blockK = positive(opts, "block-k", c.blockK);
+  c.warps = int(opts.integer("warps", c.warps));
+  c.stages = int(opts.integer("stages", c.stages));
+  c.wgmma = opts.integer("wgmma", c.wgmma) != 0;
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::gemm(s, c);
-  p.summary =
-      fmt::format("gemm M={} N={} K={} {} -> {} blockM={} blockN={} blockK={}",
-                  s.M, s.N, s.K, dtypeName(s.dtype), dtypeName(s.outDtype),
-                  c.blockM, c.blockN, c.blockK);
+  p.summary = fmt::format(
+      "gemm M={} N={} K={} {} -> {} blockM={} blockN={} blockK={} "
+      "warps={} stages={}{}",
+      s.M, s.N, s.K, dtypeName(s.dtype), dtypeName(s.outDtype), c.blockM,
+      c.blockN, c.blockK, c.warps, c.stages, c.wgmma ? " wgmma" : "");
   if (!withData)
     return p;
   auto a = randomTensor(s.dtype, {s.M, s.K}, seed);

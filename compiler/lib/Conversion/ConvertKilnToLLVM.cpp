@@ -34,6 +34,7 @@ struct ConvertKilnToLLVM
     for (auto f : module.getOps<func::FuncOp>())
       kernels.push_back(f);
     int64_t shared = 0, conversions = 0;
+    SmallVector<Attribute> report;
     for (func::FuncOp f : kernels) {
       auto warps = f->getAttrOfType<IntegerAttr>("kiln.num_warps");
       if (!warps) {
@@ -47,8 +48,17 @@ struct ConvertKilnToLLVM
         lowerer.reloadThreadIds = reloadThreadIds;
         lowerer.copyAddressesPerRegister =
             f->hasAttr("kiln.copy_addresses_per_register");
+        auto mma = f->getAttrOfType<StringAttr>("kiln.mma");
+        bool wantWgmma = mma && mma.getValue() == "wgmma";
+        lowerer.wgmma = wantWgmma && hasWgmma;
+        if (wantWgmma && !hasWgmma)
+          lowerer.report.push_back(
+              "schedule asks for wgmma; the target has none (sm_90a only): "
+              "dots use mma.sync");
         shared = std::max(shared, lowerer.run(module));
         conversions += lowerer.genericConversions;
+        for (const std::string &line : lowerer.report)
+          report.push_back(StringAttr::get(module.getContext(), line));
       } catch (const kiln::Error &e) { // unsupported input: the user's
         f.emitError(e.what());
         return signalPassFailure();
@@ -61,6 +71,7 @@ struct ConvertKilnToLLVM
     Builder b(module.getContext());
     module->setAttr("kiln.shared_bytes", b.getI64IntegerAttr(shared));
     module->setAttr("kiln.smem_conversions", b.getI64IntegerAttr(conversions));
+    module->setAttr("kiln.lowering_report", b.getArrayAttr(report));
   }
 };
 } // namespace

@@ -51,7 +51,11 @@ std::optional<SmemTile> Lowerer::tileGeometry(const Layout &from) {
   t.cols = from.shape[C];
   if (t.cols % 8)
     return std::nullopt;
-  t.swz = std::min<int64_t>(t.cols / 8, 8);
+  t.panelCols = t.cols;
+  // wgmma's 128-byte swizzle: panels of 64 columns, 8-row atoms of 1 KB.
+  if (wgmma && t.cols > 64 && t.cols % 64 == 0 && t.shape[t.rowDim] % 8 == 0)
+    t.panelCols = 64;
+  t.swz = std::min<int64_t>(t.panelCols / 8, 8);
   t.sourceVec = vec;
   return t;
 }
@@ -85,11 +89,19 @@ std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, Value base) {
 }
 
 Value Lowerer::tileOffset(const SmemTile &t, Value row, Value col) {
-  Value chunk =
-      arith::XOrIOp::create(b, loc, arith::ShRUIOp::create(b, loc, col, i32(3)),
-                            arith::AndIOp::create(b, loc, row, i32(t.swz - 1)));
+  Value base = t.base, pcol = col;
+  if (t.paneled()) {
+    Value panel = arith::ShRUIOp::create(b, loc, col, i32(log2i(t.panelCols)));
+    base = arith::AddIOp::create(
+        b, loc, base,
+        arith::MulIOp::create(b, loc, panel, i32(t.panelBytes())));
+    pcol = arith::AndIOp::create(b, loc, col, i32(t.panelCols - 1));
+  }
+  Value chunk = arith::XOrIOp::create(
+      b, loc, arith::ShRUIOp::create(b, loc, pcol, i32(3)),
+      arith::AndIOp::create(b, loc, row, i32(t.swz - 1)));
   Value off = arith::AddIOp::create(
-      b, loc, t.base, arith::MulIOp::create(b, loc, row, i32(t.cols * 2)));
+      b, loc, base, arith::MulIOp::create(b, loc, row, i32(t.rowBytes())));
   off = arith::AddIOp::create(b, loc, off,
                               arith::ShLIOp::create(b, loc, chunk, i32(4)));
   return arith::AddIOp::create(
@@ -121,15 +133,19 @@ SmallVector<Value> Lowerer::tilePtrs(const SmemTile &t, const Layout &l,
   Value base0 = tileOffset(t, tc[R], tc[C]);
   // Tile bases are 1 KB aligned (LowerFunction.cpp): a row of up to 1 KB
   // leaves base0's chunk bits to the thread's own chunk.
-  bool reduced = reduce && disjointBits(l) && t.cols * 2 <= 1024;
+  bool reduced = reduce && disjointBits(l) && t.rowBytes() <= 1024;
   for (int64_t r = 0; r < l.numRegs(); r += step) {
     Coord rc = l.regCoord(r);
     Value off;
     if (reduced && rc[C] % 8 == 0) {
-      // Row bits above the thread's add whole rows; the register's chunk
-      // bits (its column's, XOR its row's swizzle bits) flip the thread's.
-      int64_t chunk = (rc[C] / 8) ^ (rc[R] & (t.swz - 1));
-      off = arith::AddIOp::create(b, loc, base0, i32(rc[R] * t.cols * 2));
+      // Row bits above the thread's add whole rows (and column bits above a
+      // panel whole panels); the register's chunk bits (its column's, XOR
+      // its row's swizzle bits) flip the thread's.
+      int64_t pc = rc[C] % t.panelCols;
+      int64_t chunk = (pc / 8) ^ (rc[R] & (t.swz - 1));
+      off = arith::AddIOp::create(
+          b, loc, base0,
+          i32(rc[R] * t.rowBytes() + rc[C] / t.panelCols * t.panelBytes()));
       if (chunk)
         off = arith::XOrIOp::create(b, loc, off, i32(chunk * 16));
     } else {
@@ -169,9 +185,12 @@ void Lowerer::loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
   auto load = [&](int64_t originReg, int num, ArrayRef<int64_t> dests) {
     Coord o = to.regCoord(originReg);
     int64_t dRow = trans ? o[P] : o[Q], dCol = trans ? o[Q] : o[P];
-    Value off = arith::AddIOp::create(b, loc, base0, i32(dRow * t.cols * 2));
-    if (dCol)
-      off = arith::XOrIOp::create(b, loc, off, i32(dCol / 8 * 16));
+    Value off = arith::AddIOp::create(
+        b, loc, base0,
+        i32(dRow * t.rowBytes() + dCol / t.panelCols * t.panelBytes()));
+    if (dCol % t.panelCols)
+      off =
+          arith::XOrIOp::create(b, loc, off, i32(dCol % t.panelCols / 8 * 16));
     Value ptr = LLVM::GEPOp::create(b, loc, smemBase.getType(), b.getI8Type(),
                                     smemBase, ValueRange{off});
     SmallVector<Type> fields(num, i32Ty);
@@ -239,6 +258,11 @@ bool Lowerer::convertToDotOperand(const Regs &in, const Layout &to, Type elem,
 }
 
 Regs Lowerer::lowerDot(DotOp op) {
+  std::string why;
+  if (wgmma) {
+    if (std::optional<Regs> r = lowerDotWgmma(op, why))
+      return *r;
+  }
   auto at = op.getA().getType(), bt = op.getB().getType();
   int64_t M = at.getDimSize(0), K = at.getDimSize(1), N = bt.getDimSize(1);
   Type in = at.getElementType();
@@ -314,6 +338,11 @@ Regs Lowerer::lowerDot(DotOp op) {
               LLVM::ExtractValueOp::create(b, loc, mma, ArrayRef<int64_t>{i});
       }
   }
+  note(op, "dot " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+               std::to_string(K) + ": mma.sync m16n8k16, A " +
+               (aSm ? "ldmatrix from shared memory" : "in registers") + ", B " +
+               (bSm ? "ldmatrix from shared memory" : "in registers") +
+               (why.empty() ? "" : "; not wgmma: " + why));
   return out;
 }
 

@@ -40,10 +40,12 @@ int64_t Lowerer::run(ModuleOp module) {
   b.setInsertionPointToEnd(module.getBody());
   // Dynamic shared memory: one scratch area that layout conversions and
   // cross-warp reductions reuse, sized by the largest of them.
+  // wgmma's swizzle works on absolute shared addresses: 1 KB alignment
+  // makes kiln's tile offsets (1 KB aligned) line up with it.
   if (!module.lookupSymbol("kiln_smem"))
     LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
                            /*isConstant=*/false, LLVM::Linkage::External,
-                           "kiln_smem", Attribute(), /*alignment=*/16,
+                           "kiln_smem", Attribute(), /*alignment=*/1024,
                            /*addrSpace=*/3);
   SmallVector<Type> argTypes;
   for (Type t : src.getArgumentTypes())
@@ -78,9 +80,38 @@ int64_t Lowerer::run(ModuleOp module) {
       top += bytes * (numStages - 1);
     }
   });
+  src.walk([&](LoadOp ld) {
+    std::string shape;
+    for (int64_t d : ld.getType().getShape())
+      shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    if (smemBufferBytes.count(ld.getResult()))
+      note(ld, "load " + shape + ": cp.async (16 bytes) into shared memory, " +
+                   std::to_string(numStages - 1) + " iteration(s) ahead (" +
+                   std::to_string(numStages) + " buffers)");
+    else if (sharedOperands.count(ld.getResult()))
+      note(ld, "load " + shape +
+                   ": vector loads to registers, stored to shared memory "
+                   "(not pipelined: outside a loop or not prefetchable)");
+    else
+      note(ld, "load " + shape + ": vector loads to registers");
+  });
   scratchBase = (top + 1023) / 1024 * 1024;
   lowerBlock(src.getBody().front());
   return scratchBase + smemBytes;
+}
+
+void Lowerer::note(Operation *op, const std::string &what) {
+  Location l = op->getLoc();
+  if (auto fused = dyn_cast<FusedLoc>(l);
+      fused && !fused.getLocations().empty())
+    l = fused.getLocations().front();
+  std::string where = "?";
+  if (auto fl = dyn_cast<FileLineColLoc>(l)) {
+    std::string file = fl.getFilename().str();
+    where = file.substr(file.find_last_of('/') + 1) + ":" +
+            std::to_string(fl.getLine());
+  }
+  report.push_back(where + ": " + what);
 }
 
 void Lowerer::lowerBlock(mlir::Block &block) {

@@ -48,7 +48,17 @@ Value Lowerer::isOwner(const Layout &l) {
   return ok;
 }
 
-void Lowerer::barrier() { NVVM::Barrier0Op::create(b, loc); }
+void Lowerer::barrier() {
+  // What this thread wrote to shared memory (st.shared, cp.async) becomes
+  // visible to wgmma's operand reads, which go through the async proxy.
+  if (wgmma)
+    NVVM::FenceProxyOp::create(
+        b, loc,
+        NVVM::ProxyKindAttr::get(b.getContext(), NVVM::ProxyKind::async_shared),
+        NVVM::SharedSpaceAttr::get(b.getContext(),
+                                   NVVM::SharedSpace::shared_cta));
+  NVVM::Barrier0Op::create(b, loc);
+}
 
 Value Lowerer::smemPtr(Value byteOffset) {
   Value off = arith::AddIOp::create(b, loc, byteOffset, i32(scratchBase));

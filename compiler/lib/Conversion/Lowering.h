@@ -41,11 +41,18 @@ struct Regs {
 /// A 2-D 16-bit tile in shared memory: rows of `cols` elements with 16-byte
 /// chunks XOR-swizzled by row; `rowDim`/`colDim` say which logical dimension
 /// runs along rows and along the contiguous columns (a transpose is a view).
+/// For wgmma the columns are split into panels of 64 (128-byte rows, chunks
+/// XOR'ed with row % 8: the hardware's 128-byte swizzle), each panel holding
+/// every row, one panel after the other.
 struct SmemTile {
   mlir::Value base; ///< i32 bytes from the start of dynamic shared memory
   std::vector<int64_t> shape;
   int rowDim = 0, colDim = 1;
   int64_t cols = 0, swz = 1;
+  int64_t panelCols = 0; ///< columns per panel; == cols: a single panel
+  int64_t rowBytes() const { return panelCols * 2; }
+  int64_t panelBytes() const { return shape[rowDim] * panelCols * 2; }
+  bool paneled() const { return panelCols != cols; }
   /// Consecutive elements along colDim that each thread of the source layout
   /// holds (what one staging store writes).
   int64_t sourceVec = 1;
@@ -100,6 +107,17 @@ public:
   Regs lowerLoad(LoadOp op);
   void lowerStore(StoreOp op);
   Regs lowerDot(DotOp op);
+  /// The dot on warpgroup MMA (LowerWgmma.cpp); nullopt, with the reason in
+  /// `why`, when its shape or operands do not fit.
+  std::optional<Regs> lowerDotWgmma(DotOp op, std::string &why);
+  /// The dots run on wgmma (the kernel's schedule asks for it and the target
+  /// is sm_90a): operand tiles take the 128-byte swizzle layout and data
+  /// written to shared memory is fenced for the async proxy.
+  bool wgmma = false;
+  /// What each dot and each load became, with the user's source line: the
+  /// lowering report (`kiln report`).
+  std::vector<std::string> report;
+  void note(mlir::Operation *op, const std::string &what);
   /// Layout conversion to a 16-bit mma operand through XOR-swizzled shared
   /// memory and ldmatrix; false when the source does not fit that path.
   bool convertToDotOperand(const Regs &in, const Layout &to, mlir::Type elem,

@@ -111,6 +111,8 @@ std::string encodeCompiledKernel(const CompiledKernel &k) {
           t.name + " " + dtypeName(t.dtype) + " " + joinInts(t.shape) + " " +
               std::to_string(t.pointerParam) + " " + joinInts(strides));
   }
+  for (const std::string &line : k.report)
+    w.put("report", line);
   for (const CompileStage &s : k.stages) {
     w.put("stage", fmt::format("{} {:.3f}", s.name, s.ms));
     if (!s.text.empty())
@@ -176,6 +178,8 @@ CompiledKernel decodeCompiledKernel(const std::string &bytes) {
         for (int64_t s : splitInts(strides))
           t.strideParams.push_back(int(s));
         k.tensors.push_back(std::move(t));
+      } else if (tag == "report") {
+        k.report.push_back(v);
       } else if (tag == "stage") {
         CompileStage s;
         in >> s.name >> s.ms;

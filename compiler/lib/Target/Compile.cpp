@@ -323,8 +323,9 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
   GpuPipelineOptions options{.numWarps = numWarps,
                              .aligned = out.aligned,
                              .numStages = numStages,
-                             .reloadThreadIds = target.reloadThreadIds ||
-                                                impl.reloadThreadIds};
+                             .reloadThreadIds =
+                                 target.reloadThreadIds || impl.reloadThreadIds,
+                             .hasWgmma = target.arch == "sm_90a"};
   // The kernel's own module stays as the DSL built it (the CPU executor and
   // the cache key read it); the passes work on a copy.
   OwningOpRef<ModuleOp> lowered(cast<ModuleOp>(impl.module->clone()));
@@ -376,6 +377,9 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
   run(buildLLVMLoweringPipeline, "lowering to LLVM");
   out.sharedBytes =
       (*lowered)->getAttrOfType<IntegerAttr>("kiln.shared_bytes").getInt();
+  for (Attribute line :
+       (*lowered)->getAttrOfType<ArrayAttr>("kiln.lowering_report"))
+    out.report.push_back(cast<StringAttr>(line).str());
   out.layouts +=
       "// of them through shared memory (not ldmatrix, not register "
       "renames): " +

@@ -5,8 +5,11 @@
 // RUN: not kiln-opt %S/assign-layouts.mlir --convert-kiln-to-llvm 2>&1 | FileCheck %s --check-prefix=UNLAID
 // RUN: not kiln-opt %S/assign-layouts.mlir --kiln-assign-layouts --convert-kiln-to-llvm="num-stages=9" 2>&1 | FileCheck %s --check-prefix=STAGES
 
-// CHECK: module attributes {kiln.shared_bytes = {{[1-9][0-9]*}} : i64, kiln.smem_conversions = 0 : i64}
-// CHECK: llvm.mlir.global external @kiln_smem() {addr_space = 3 : i32, alignment = 16 : i64}
+// CHECK: module attributes {kiln.lowering_report = [
+// CHECK-SAME: "assign-layouts.mlir:47: load 64x64: vector loads to registers, stored to shared memory
+// CHECK-SAME: "assign-layouts.mlir:51: dot 64x64x64: mma.sync m16n8k16, A ldmatrix from shared memory, B ldmatrix from shared memory"]
+// CHECK-SAME: kiln.shared_bytes = {{[1-9][0-9]*}} : i64, kiln.smem_conversions = 0 : i64}
+// CHECK: llvm.mlir.global external @kiln_smem() {addr_space = 3 : i32, alignment = 1024 : i64}
 // CHECK: llvm.func @masked_rows(
 // CHECK-SAME: nvvm.kernel
 // CHECK-DAG: nvvm.ldmatrix

@@ -76,6 +76,9 @@ struct CompiledKernel {
   std::string llvmIR;    ///< optimised LLVM IR
   std::string ptx;
   std::string kilnIR; ///< the DSL's IR, as the compile saw it
+  /// What each load and dot became (wgmma or mma.sync; cp.async or plain
+  /// loads), with the user's source line; a fallback says why.
+  std::vector<std::string> report;
   /// Every stage in order, with its compile time.
   std::vector<CompileStage> stages;
   double compileMs = 0; ///< all stages together

@@ -20,6 +20,7 @@ struct GpuPipelineOptions {
   bool aligned = false;
   int numStages = 2;
   bool reloadThreadIds = false;
+  bool hasWgmma = false; ///< sm_90a
 };
 
 /// Layout assignment and cleanup: kiln IR -> kiln IR with #kiln.layout

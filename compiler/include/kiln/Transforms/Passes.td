@@ -51,15 +51,20 @@ def ConvertKilnToLLVM : Pass<"convert-kiln-to-llvm", "::mlir::ModuleOp"> {
     which a tile is the registers of one thread: mma.sync for dots (ldmatrix
     from XOR-swizzled shared memory for operands loaded only for dots),
     cp.async software pipelining of those loads in loops, shuffles for
-    reductions, shared memory for conversions that move data. Sets
-    kiln.shared_bytes (dynamic shared memory) and kiln.smem_conversions on the
-    module.
+    reductions, shared memory for conversions that move data; wgmma with
+    descriptors into 128-byte-swizzled shared memory for kernels whose
+    schedule asks for it (kiln.mma = "wgmma") when the target has it. Sets
+    kiln.shared_bytes (dynamic shared memory), kiln.smem_conversions and
+    kiln.lowering_report (what each load and dot became) on the module.
   }];
   let options = [
     Option<"numStages", "num-stages", "int", "2",
            "buffers of the software pipeline of loads in loops (2..8)">,
     Option<"reloadThreadIds", "reload-thread-ids", "bool", "false",
-           "re-read the thread id in loop bodies (less register pressure)">
+           "re-read the thread id in loop bodies (less register pressure)">,
+    Option<"hasWgmma", "wgmma", "bool", "false",
+           "the target has warpgroup MMA (sm_90a): kernels whose schedule "
+           "says kiln.mma = \"wgmma\" get it">
   ];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect"];

@@ -265,6 +265,10 @@ public:
   /// plus per-register constants (the default). Which allocates better
   /// depends on the kernel's register pressure; it is measured, not derived.
   void setCopyAddressesPerRegister(bool perRegister);
+  /// Schedule: the dots on Hopper's warpgroup MMA (wgmma, sm_90a; on other
+  /// targets they stay on mma.sync and the lowering report says so) rather
+  /// than mma.sync. It wants warps in groups of 4, each group over 64 rows.
+  void setWgmma(bool wgmma);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

@@ -33,6 +33,9 @@ struct AttentionConfig {
   /// first, one head after another; 1: the longest blocks of every head
   /// first (the grid's x axis runs over heads); -1: default.
   int longestFirstGlobally = -1;
+  /// Dots on Hopper's warpgroup MMA (sm_90a): 1 yes, 0 no (mma.sync),
+  /// -1 default (no).
+  int wgmma = -1;
 };
 
 /// The config with its zero fields filled in for `shape`. With blockM and

@@ -17,6 +17,7 @@ struct GemmShape {
 struct GemmConfig {
   int64_t blockM = 64, blockN = 64, blockK = 32;
   int warps = 4, stages = 3;
+  bool wgmma = false; ///< dots on wgmma (sm_90a): see KernelBuilder::setWgmma
 };
 
 Kernel gemm(const GemmShape &shape, const GemmConfig &config = {});
