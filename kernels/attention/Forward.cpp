@@ -42,11 +42,18 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->longestFirstGlobally = c.longestFirstGlobally;
       c = *tuned;
     }
+  // Hopper's warpgroup MMA by default (a target without it falls back to
+  // mma.sync, and the lowering report says so): two warpgroups of 64 rows.
+  if (c.wgmma < 0)
+    c.wgmma = 1;
   if (!c.blockM)
     c.blockM = 128;
+  if (!c.warps) // wgmma: a warpgroup per 64 rows
+    c.warps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.blockM / 16)) : 4;
   bool wide = s.headDim >= 128;
+  // mma.sync at D=128 causal is register-bound at 128x64; wgmma is not.
   if (!c.blockN)
-    c.blockN = wide && s.causal ? 32 : 64;
+    c.blockN = wide && s.causal && c.wgmma <= 0 ? 32 : 64;
   if (!c.blockNDiagonal)
     c.blockNDiagonal = c.blockN;
   if (c.reloadThreadIds < 0)

@@ -16,8 +16,9 @@
 namespace kiln::kernels {
 
 std::string configString(const AttentionConfig &c) {
-  return fmt::format("blockM={} blockN={} warps={} stages={} reloadIds={}",
-                     c.blockM, c.blockN, c.warps, c.stages, c.reloadThreadIds);
+  return fmt::format(
+      "blockM={} blockN={} warps={} stages={} reloadIds={} wgmma={}", c.blockM,
+      c.blockN, c.warps, c.stages, c.reloadThreadIds, c.wgmma);
 }
 
 AttentionConfig parseConfigString(const std::string &text) {
@@ -44,6 +45,8 @@ AttentionConfig parseConfigString(const std::string &text) {
       c.stages = int(v);
     else if (name == "reloadIds")
       c.reloadThreadIds = int(v);
+    else if (name == "wgmma")
+      c.wgmma = int(v);
     else
       throw Error("attention config: unknown field " + name);
   }
@@ -64,25 +67,31 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
     for (int64_t bn : {32, 64, 128})
       for (int warps : {4, 8})
         for (int stages : {2, 3})
-          for (int reload : {0, 1}) {
-            if (bm < 16 * warps) // each warp owns >= 16 rows of the mma
-              continue;
-            AttentionConfig c;
-            c.blockM = bm;
-            c.blockN = bn;
-            c.warps = warps;
-            c.stages = stages;
-            c.reloadThreadIds = reload;
-            int64_t threads = 32 * warps;
-            TuneCandidate t;
-            t.config = configString(c);
-            // Q resident, K and V `stages` deep.
-            t.sharedBytes = (bm * D + 2 * stages * bn * D) * elem;
-            // fp32 O and S accumulators, P packed to 16 bits.
-            t.registers = int((bm * D + bm * bn * 3 / 2) / threads);
-            t.build = [s, c] { return attentionForward(s, c); };
-            out.push_back(std::move(t));
-          }
+          for (int reload : {0, 1})
+            for (int wgmma : {0, 1}) {
+              if (bm < 16 * warps) // each warp owns >= 16 rows of the mma
+                continue;
+              // wgmma: a warpgroup per 64 rows (and ids stay put: its operands
+              // need few address registers).
+              if (wgmma && (bm != 16 * warps || reload))
+                continue;
+              AttentionConfig c;
+              c.wgmma = wgmma;
+              c.blockM = bm;
+              c.blockN = bn;
+              c.warps = warps;
+              c.stages = stages;
+              c.reloadThreadIds = reload;
+              int64_t threads = 32 * warps;
+              TuneCandidate t;
+              t.config = configString(c);
+              // Q resident, K and V `stages` deep.
+              t.sharedBytes = (bm * D + 2 * stages * bn * D) * elem;
+              // fp32 O and S accumulators, P packed to 16 bits.
+              t.registers = int((bm * D + bm * bn * 3 / 2) / threads);
+              t.build = [s, c] { return attentionForward(s, c); };
+              out.push_back(std::move(t));
+            }
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/Attention.h"
+#include "kiln/kernels/Gemm.h"
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Error.h"
 #include "kiln/runtime/Launch.h"
@@ -22,9 +23,67 @@
 
 namespace kiln::cli {
 
+/// `kiln bench gemm`: C = A·B, bf16 in and out (as torch.matmul, the
+/// cuBLAS row of peers.py), M = N = K = --size; median of --reps launches.
+static int benchGemm(Options &opts) {
+  int64_t n = opts.integer("size", 8192);
+  int reps = int(opts.integer("reps", 20));
+  kernels::GemmConfig c{.blockM = 128,
+                        .blockN = 128,
+                        .blockK = 64,
+                        .warps = 8,
+                        .stages = 4,
+                        .wgmma = true};
+  c.blockM = opts.integer("block-m", c.blockM);
+  c.blockN = opts.integer("block-n", c.blockN);
+  c.blockK = opts.integer("block-k", c.blockK);
+  c.warps = int(opts.integer("warps", c.warps));
+  c.stages = int(opts.integer("stages", c.stages));
+  c.wgmma = opts.integer("wgmma", 1) != 0;
+  opts.checkAllUsed();
+  std::string why;
+  if (!cuda::available(&why))
+    throw Error("kiln bench: no GPU here (" + why + ")");
+  const cuda::DeviceInfo &dev = cuda::device();
+  Kernel kernel = kernels::gemm({n, n, n, DType::bf16, DType::bf16}, c);
+  CompiledKernel compiled = compileForGpu(kernel, {.arch = dev.arch()});
+  GpuKernel g(compiled.spec());
+  size_t count = size_t(n * n);
+  cuda::Buffer a = randomDevice(DType::bf16, count, 1),
+               b = randomDevice(DType::bf16, count, 2), out(count * 2);
+  auto args = kernel.bind({{"A", {a.data(), DType::bf16, {n, n}, {n, 1}}},
+                           {"B", {b.data(), DType::bf16, {n, n}, {n, 1}}},
+                           {"C", {out.data(), DType::bf16, {n, n}, {n, 1}}}});
+  for (int i = 0; i < 3; ++i)
+    g.launch(args);
+  cuda::synchronize();
+  std::vector<float> times;
+  cuda::Timer t;
+  for (int i = 0; i < reps; ++i) {
+    t.start();
+    g.launch(args);
+    times.push_back(t.stop());
+  }
+  std::sort(times.begin(), times.end());
+  double ms = times[times.size() / 2];
+  cuda::FunctionAttributes attr = g.attributes();
+  fmt::print(
+      "# kiln bench gemm on {} ({}): {}x{}x{} blocks {}x{}x{}, {} warps, "
+      "{} stages, {}\n",
+      dev.name, dev.arch(), n, n, n, c.blockM, c.blockN, c.blockK, c.warps,
+      c.stages, c.wgmma ? "wgmma" : "mma.sync");
+  fmt::print("gemm,{},{:.3f} ms,{:.1f} TFLOP/s,{} registers,{} spill bytes,{} "
+             "smem\n",
+             n, ms, 2.0 * n * n * n / ms / 1e9, attr.registers, attr.localBytes,
+             compiled.sharedBytes);
+  return 0;
+}
+
 int cmdBench(Options &opts) {
+  if (opts.positional.size() == 1 && opts.positional[0] == "gemm")
+    return benchGemm(opts);
   if (opts.positional.size() != 1 || opts.positional[0] != "attention")
-    throw Error("kiln bench: only 'attention' is benchmarked");
+    throw Error("kiln bench: 'attention' or 'gemm'");
   bool quick = opts.flag("quick");
   std::string dtypes = opts.string("dtypes", "bf16");
   std::string jsonPath = opts.string("json", "");

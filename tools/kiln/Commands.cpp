@@ -126,16 +126,20 @@ static Problem attentionProblem(Options &opts, bool withData) {
   s.headDim = positive(opts, "head-dim", 64);
   s.causal = opts.flag("causal");
   s.dtype = dtypeOption(opts, "bf16");
+  // The schedule's defaults depend on the choices given (warps on the tile
+  // and the tensor-core path): resolve once for the option defaults, then
+  // again with what the options set.
   kernels::AttentionConfig c;
+  c.wgmma = int(opts.integer("wgmma", c.wgmma));
   c = kernels::resolveConfig(s, c);
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
   c.blockNDiagonal = positive(opts, "block-n-diagonal", c.blockN);
   c.longestFirstGlobally =
       int(opts.integer("longest-first-globally", c.longestFirstGlobally));
-  c.warps = int(opts.integer("warps", c.warps));
-  c.stages = int(opts.integer("stages", c.stages));
-  c.wgmma = int(opts.integer("wgmma", c.wgmma));
+  c.warps = int(opts.integer("warps", 0));
+  c.stages = int(positive(opts, "stages", c.stages));
+  c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
     throw Error("option --layout: '" + layout + "' is not bhsd or bshd");

@@ -66,6 +66,7 @@ int cmdPtx(Options &opts);
 int cmdLlvmIr(Options &opts);
 int cmdSass(Options &opts);
 int cmdResources(Options &opts);
+int cmdReport(Options &opts);
 int cmdCache(Options &opts);
 int cmdBench(Options &opts);
 int cmdBenchJit(Options &opts);

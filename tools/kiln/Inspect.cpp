@@ -115,11 +115,7 @@ int cmdSass(Options &opts) {
   return 0;
 }
 
-int cmdResources(Options &opts) {
-  GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
-  opts.checkAllUsed();
-  CompiledKernel c = compileForGpu(*p.kernel, target);
+static void printResources(const Problem &p, const CompiledKernel &c) {
   fmt::print("{}\n  {} threads per block, {} dynamic shared bytes, grid "
              "{}x{}x{}\n",
              p.summary, c.threads, c.sharedBytes, c.grid[0], c.grid[1],
@@ -163,6 +159,28 @@ int cmdResources(Options &opts) {
     if (s.ms >= 1)
       fmt::print(" {} {:.1f}", s.name, s.ms);
   fmt::print("\n");
+}
+
+int cmdResources(Options &opts) {
+  GpuTarget target = targetOptions(opts);
+  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
+  opts.checkAllUsed();
+  printResources(p, compileForGpu(*p.kernel, target));
+  return 0;
+}
+
+int cmdReport(Options &opts) {
+  GpuTarget target = targetOptions(opts);
+  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
+  opts.checkAllUsed();
+  CompiledKernel c = compileForGpu(*p.kernel, target);
+  fmt::print("lowering report ({}): what each load and dot became\n", c.arch);
+  for (const std::string &line : c.report)
+    fmt::print("  {}\n", line);
+  // Every warp runs the whole program: there are no producer warps yet.
+  fmt::print("  warp roles: none, all {} warps load and compute\n",
+             c.threads / 32);
+  printResources(p, c);
   return 0;
 }
 

@@ -23,6 +23,12 @@ commands:
   sass <kernel> [shape options] [target options]
                                         SASS through ptxas and cuobjdump or
                                         nvdisasm, when installed
+  report <kernel> [shape options] [target options]
+                                        the lowering report: the path each
+                                        dot (wgmma or mma.sync, and why) and
+                                        each load (cp.async and its depth, or
+                                        registers) took, warp roles, then
+                                        what resources prints
   resources <kernel> [shape options] [target options]
                                         registers, spills, shared memory,
                                         occupancy, compile time per stage
@@ -35,8 +41,11 @@ commands:
   bench attention [--quick] [--dtypes bf16,fp16] [--json FILE] [--reps R]
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--longest-first-globally 0|1]
-      [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3]
+      [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1]
                                         TFLOP/s on the GPU over B*N=16k tokens
+  bench gemm [--size N] [--block-m M] [--block-n N] [--block-k K]
+      [--warps W] [--stages S] [--wgmma 0|1]
+                                        TFLOP/s of the DSL GEMM, bf16, N^3
   tune attention --seq N --head-dim D [--causal] [--dtype bf16|fp16]
       [--batch B] [--heads H] [--budget S] [--threads T] [--force]
       [--exhaustive]                    autotune on the GPU: every candidate's
@@ -68,8 +77,9 @@ target options: --arch sm_80|sm_90a (default sm_90a) --warps W --stages S
 kernels and their shape options:
   attention  --seq N [--seq-k N] --head-dim 64|128 [--causal] [--batch B]
              [--heads H] [--dtype bf16|fp16|fp32] [--layout bhsd|bshd]
-             [--block-m M] [--block-n N]
+             [--block-m M] [--block-n N] [--wgmma 0|1]
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
+             [--wgmma 0|1]
   softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
   every run takes --seed S for its random inputs and --tolerance T for the
   relative error it accepts (default 1e-2).
@@ -113,6 +123,8 @@ int main(int argc, char **argv) {
       return kiln::cli::cmdSass(opts);
     if (cmd == "resources")
       return kiln::cli::cmdResources(opts);
+    if (cmd == "report")
+      return kiln::cli::cmdReport(opts);
     if (cmd == "cache")
       return kiln::cli::cmdCache(opts);
     if (cmd == "tune")

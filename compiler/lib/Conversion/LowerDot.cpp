@@ -262,6 +262,7 @@ Regs Lowerer::lowerDot(DotOp op) {
   if (wgmma) {
     if (std::optional<Regs> r = lowerDotWgmma(op, why))
       return *r;
+    waitFor(op.getAcc()); // mma.sync reads the accumulator's registers
   }
   auto at = op.getA().getType(), bt = op.getB().getType();
   int64_t M = at.getDimSize(0), K = at.getDimSize(1), N = bt.getDimSize(1);

@@ -66,20 +66,40 @@ int64_t Lowerer::run(ModuleOp module) {
   // Each load that only feeds dots gets its own shared-memory region; the
   // scratch area for conversions and reductions follows them.
   sharedOperands = findSharedOperands(src);
+  // Loads outside loops first; then each top-level loop's loads from one
+  // common base: the loops run one after the other (lowerFor puts a barrier
+  // before a loop's first copies), so their buffers can share the space.
   int64_t top = 0;
-  src.walk([&](LoadOp ld) {
-    if (!sharedOperands.count(ld.getResult()))
-      return;
-    // 1 KB alignment keeps every row start's swizzle bits zero, so that an
-    // ldmatrix address can move across 16-byte chunks by XOR.
-    int64_t bytes = (ld.getType().getNumElements() * 2 + 1023) / 1024 * 1024;
-    smemRegion[ld.getResult()] = top;
-    top += bytes;
-    if (canPrefetch(ld, nullptr)) { // one buffer per pipeline stage
-      smemBufferBytes[ld.getResult()] = bytes;
-      top += bytes * (numStages - 1);
-    }
-  });
+  auto outermostLoop = [&](Operation *op) {
+    Operation *loop = nullptr;
+    for (Operation *p = op->getParentOp(); p && p != src.getOperation();
+         p = p->getParentOp())
+      if (isa<scf::ForOp>(p))
+        loop = p;
+    return loop;
+  };
+  llvm::DenseMap<Operation *, int64_t> loopTop;
+  for (bool inLoops : {false, true}) {
+    int64_t base = top;
+    src.walk([&](LoadOp ld) {
+      if (!sharedOperands.count(ld.getResult()))
+        return;
+      Operation *loop = outermostLoop(ld);
+      if (bool(loop) != inLoops)
+        return;
+      int64_t &at = loop ? loopTop.try_emplace(loop, base).first->second : top;
+      // 1 KB alignment keeps every row start's swizzle bits zero, so that
+      // an ldmatrix address can move across 16-byte chunks by XOR.
+      int64_t bytes = (ld.getType().getNumElements() * 2 + 1023) / 1024 * 1024;
+      smemRegion[ld.getResult()] = at;
+      at += bytes;
+      if (canPrefetch(ld, nullptr)) { // one buffer per pipeline stage
+        smemBufferBytes[ld.getResult()] = bytes;
+        at += bytes * (numStages - 1);
+      }
+      top = std::max(top, at);
+    });
+  }
   src.walk([&](LoadOp ld) {
     std::string shape;
     for (int64_t d : ld.getType().getShape())
@@ -98,6 +118,24 @@ int64_t Lowerer::run(ModuleOp module) {
   scratchBase = (top + 1023) / 1024 * 1024;
   lowerBlock(src.getBody().front());
   return scratchBase + smemBytes;
+}
+
+void Lowerer::waitFor(Value v) {
+  auto it = llvm::find(inFlight, v);
+  if (it == inFlight.end())
+    return;
+  // Groups complete in order: wait until only those committed after v's are
+  // pending.
+  int64_t newer = inFlight.end() - it - 1;
+  NVVM::WgmmaWaitGroupSyncOp::create(b, loc, b.getI64IntegerAttr(newer));
+  inFlight.erase(inFlight.begin(), it + 1);
+}
+
+void Lowerer::waitForAll() {
+  if (inFlight.empty())
+    return;
+  NVVM::WgmmaWaitGroupSyncOp::create(b, loc, b.getI64IntegerAttr(0));
+  inFlight.clear();
 }
 
 void Lowerer::note(Operation *op, const std::string &what) {
@@ -134,6 +172,11 @@ static Value perAxis(OpBuilder &b, Location loc, uint32_t axis) {
 
 void Lowerer::lowerOp(Operation *op) {
   loc = op->getLoc();
+  // A wgmma still in flight is waited for before its registers are read;
+  // a wgmma dot may take it as its accumulator in flight (same registers).
+  for (OpOperand &use : op->getOpOperands())
+    if (!(isa<DotOp>(op) && use.getOperandNumber() == 2 && wgmma))
+      waitFor(use.get());
   if (isa<func::ReturnOp>(op)) {
     LLVM::ReturnOp::create(b, loc, ValueRange{});
     return;
@@ -155,8 +198,10 @@ void Lowerer::lowerOp(Operation *op) {
                                      scalarOf(a.getPtr()), ValueRange{off});
     return;
   }
-  if (auto f = dyn_cast<scf::ForOp>(op))
+  if (auto f = dyn_cast<scf::ForOp>(op)) {
+    waitForAll();
     return lowerFor(f);
+  }
   if (auto s = dyn_cast<StoreOp>(op))
     return lowerStore(s);
   if (op->getNumResults() != 1)
@@ -324,7 +369,20 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       scalars.erase(srcIv);
   };
   int S = numStages;
-  for (int i = 0; !prefetched.empty() && i < S - 1; ++i)
+  // Another loop may have used these buffers: every warp is past it.
+  if (!prefetched.empty())
+    barrier();
+  // wgmma accumulations carried around the loop may stay in flight into the
+  // next iteration (waitFor retires them before a read): each iteration then
+  // fetches S-2 ahead, into the buffers of two iterations back, which every
+  // warpgroup's MMAs have finished reading by the barrier.
+  bool defer = wgmma && S >= 3 && !prefetched.empty();
+  forOp.walk([&](LoadOp ld) {
+    defer &= !sharedOperands.count(ld.getResult()) ||
+             smemBufferBytes.count(ld.getResult());
+  });
+  const int dist = defer ? S - 2 : S - 1;
+  for (int i = 0; !prefetched.empty() && i < dist; ++i)
     fetch(arith::AddIOp::create(
               b, loc, scalarOf(forOp.getLowerBound()),
               arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(i))),
@@ -385,20 +443,30 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     Value slot;
     if (!prefetched.empty()) {
       slot = newFor.getRegionIterArgs().back();
-      NVVM::CpAsyncWaitGroupOp::create(b, loc, S - 2); // this iteration's group
+      NVVM::CpAsyncWaitGroupOp::create(b, loc,
+                                       dist - 1); // this iteration's group
       barrier();
       Value ahead = arith::AddIOp::create(
           b, loc, newFor.getInductionVar(),
-          arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(S - 1)));
+          arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(dist)));
       fetch(ahead, arith::RemUIOp::create(
-                       b, loc, arith::AddIOp::create(b, loc, slot, i32(S - 1)),
+                       b, loc, arith::AddIOp::create(b, loc, slot, i32(dist)),
                        i32(S)));
       for (LoadOp ld : prefetched)
         prefetchedBase[ld.getResult()] = bufferBase(ld, slot);
     }
+    auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
+    // Carried dot results may arrive in flight from the previous iteration.
+    bool savedDefer = deferWaits;
+    deferWaits = defer;
+    if (defer)
+      for (auto [arg, y] :
+           llvm::zip(forOp.getRegionIterArgs(), yield.getOperands()))
+        if (y.getDefiningOp<DotOp>())
+          inFlight.push_back(arg);
     for (Operation &op : forOp.getBody()->without_terminator())
       lowerOp(&op);
-    auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
+    deferWaits = savedDefer;
     SmallVector<Value> outs;
     for (auto [i, c] : llvm::enumerate(carried)) {
       Value y = yield.getOperand(i);
@@ -419,6 +487,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     warp = savedWarp;
   }
   bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
+  waitForAll(); // MMAs of the last iteration
   if (!prefetched.empty())
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0); // the last, unused fetch
 }

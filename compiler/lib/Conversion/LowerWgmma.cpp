@@ -11,7 +11,10 @@
 // PTX for that one instruction. The accumulator is kiln's mma layout: wgmma's
 // m64 fragment is mma.sync's m16 fragment stacked over the four warps.
 //
-// Synchronous for now: fence, the dot's instructions, commit, wait for all.
+// A dot is a fence, its instructions and a commit; the wait comes when its
+// result is read (Lowerer::waitFor), which in a pipelined loop can be the
+// next iteration: an accumulation carried around the loop overlaps the
+// barrier, the copies and the next dot's issue.
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
@@ -242,7 +245,13 @@ std::optional<Regs> Lowerer::lowerDotWgmma(DotOp op, std::string &why) {
           LLVM::ExtractValueOp::create(b, loc, acc, ArrayRef<int64_t>{i});
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-  NVVM::WgmmaWaitGroupSyncOp::create(b, loc, b.getI64IntegerAttr(0));
+  // In a pipelined loop the group stays in flight until its result is read
+  // (at most one older group with it); otherwise the dot completes here.
+  inFlight.push_back(op.getResult());
+  if (!deferWaits)
+    waitForAll();
+  else if (inFlight.size() > 1)
+    waitFor(inFlight[inFlight.size() - 2]);
 
   auto major = [](bool kMajor) { return kMajor ? "K-major" : "MN-major"; };
   note(op, "dot " + std::to_string(M) + "x" + std::to_string(N) + "x" +

@@ -117,6 +117,14 @@ public:
   /// What each dot and each load became, with the user's source line: the
   /// lowering report (`kiln report`).
   std::vector<std::string> report;
+  /// wgmma results (tile values, oldest first; one commit group each) whose
+  /// MMAs may still run; deferWaits: a dot may leave its group in flight
+  /// (inside a pipelined loop, LowerFunction.cpp says when that is safe).
+  llvm::SmallVector<mlir::Value> inFlight;
+  bool deferWaits = false;
+  /// wgmma.wait_group for `v` if it is in flight; for all.
+  void waitFor(mlir::Value v);
+  void waitForAll();
   void note(mlir::Operation *op, const std::string &what);
   /// Layout conversion to a 16-bit mma operand through XOR-swizzled shared
   /// memory and ldmatrix; false when the source does not fit that path.

@@ -17,13 +17,14 @@ struct AttentionShape {
   double scale = 0; ///< 0: 1/sqrt(headDim)
 };
 
-/// Schedule: tile sizes, warps, pipeline stages and a register-pressure hint.
-/// Zero / -1 pick the defaults measured on an H200: 128x64 blocks at D=64;
-/// at D=128, 128x64 with thread ids re-read in the loop when non-causal and
-/// 128x32 when causal; 4 warps, 2 stages.
+/// Schedule: tile sizes, warps, pipeline stages, the tensor-core path and
+/// register-pressure hints. Zero / -1 pick the defaults measured on an H200:
+/// wgmma, 128x64 blocks, 8 warps (two warpgroups of 64 rows), 2 stages,
+/// thread ids re-read in the loop at D=128 non-causal. Under mma.sync
+/// (wgmma = 0): 4 warps, and 128x32 at D=128 causal.
 struct AttentionConfig {
   int64_t blockM = 0, blockN = 0;
-  int warps = 4, stages = 2;
+  int warps = 0, stages = 2; ///< warps 0: 8 under wgmma, else 4
   int reloadThreadIds = -1; ///< -1: default, 0: no, 1: yes
   /// K/V copy destinations: 1 one full offset per register, 0 base plus
   /// constants; -1: 1 for non-causal D=128, else 0 (measured on the H200).
@@ -33,8 +34,8 @@ struct AttentionConfig {
   /// first, one head after another; 1: the longest blocks of every head
   /// first (the grid's x axis runs over heads); -1: default.
   int longestFirstGlobally = -1;
-  /// Dots on Hopper's warpgroup MMA (sm_90a): 1 yes, 0 no (mma.sync),
-  /// -1 default (no).
+  /// Dots on Hopper's warpgroup MMA (sm_90a; elsewhere mma.sync, as the
+  /// lowering report says): 1 yes, 0 no (mma.sync), -1 default (yes).
   int wgmma = -1;
 };
 
