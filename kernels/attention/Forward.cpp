@@ -56,8 +56,10 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.blockN = wide && s.causal && c.wgmma <= 0 ? 32 : 64;
   if (!c.blockNDiagonal)
     c.blockNDiagonal = c.blockN;
+  // Same-run A/B on the H200 under wgmma, D=128 causal: 383 vs 376 TFLOP/s
+  // at N=4k, 470 vs 465 at 16k.
   if (c.reloadThreadIds < 0)
-    c.reloadThreadIds = wide && !s.causal;
+    c.reloadThreadIds = wide && (!s.causal || c.wgmma > 0);
   // Same-run A/Bs on the H200: one offset per register is 2% faster at D=128
   // non-causal; base plus constants 2-4% faster everywhere else.
   if (c.copyAddressesPerRegister < 0)
