@@ -71,9 +71,8 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
             for (int wgmma : {0, 1}) {
               if (bm < 16 * warps) // each warp owns >= 16 rows of the mma
                 continue;
-              // wgmma: a warpgroup per 64 rows (and ids stay put: its operands
-              // need few address registers).
-              if (wgmma && (bm != 16 * warps || reload))
+              // wgmma: a warpgroup per 64 rows.
+              if (wgmma && bm != 16 * warps)
                 continue;
               AttentionConfig c;
               c.wgmma = wgmma;
