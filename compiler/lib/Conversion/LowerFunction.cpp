@@ -106,8 +106,10 @@ int64_t Lowerer::run(ModuleOp module) {
       shape += (shape.empty() ? "" : "x") + std::to_string(d);
     if (smemBufferBytes.count(ld.getResult()))
       note(ld, "load " + shape + ": cp.async (16 bytes) into shared memory, " +
-                   std::to_string(numStages - 1) + " iteration(s) ahead (" +
-                   std::to_string(numStages) + " buffers)");
+                   std::to_string(
+                       prefetchDistance(cast<scf::ForOp>(ld->getParentOp()))) +
+                   " iteration(s) ahead (" + std::to_string(numStages) +
+                   " buffers)");
     else if (sharedOperands.count(ld.getResult()))
       note(ld, "load " + shape +
                    ": vector loads to registers, stored to shared memory "
@@ -118,6 +120,22 @@ int64_t Lowerer::run(ModuleOp module) {
   scratchBase = (top + 1023) / 1024 * 1024;
   lowerBlock(src.getBody().front());
   return scratchBase + smemBytes;
+}
+
+int Lowerer::prefetchDistance(scf::ForOp forOp) {
+  // wgmma accumulations carried around the loop may stay in flight into the
+  // next iteration (waitFor retires them before a read): each iteration then
+  // fetches S-2 ahead, into the buffers of two iterations back, which every
+  // warpgroup's MMAs have finished reading by the barrier. That needs every
+  // dot operand of the loop to come through those buffers.
+  bool prefetches = false, allPrefetched = true;
+  forOp.walk([&](LoadOp ld) {
+    bool fetched = smemBufferBytes.count(ld.getResult());
+    prefetches |= fetched && ld->getParentOp() == forOp;
+    allPrefetched &= fetched || !sharedOperands.count(ld.getResult());
+  });
+  bool defer = wgmma && numStages >= 3 && prefetches && allPrefetched;
+  return defer ? numStages - 2 : numStages - 1;
 }
 
 void Lowerer::waitFor(Value v) {
@@ -372,16 +390,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   // Another loop may have used these buffers: every warp is past it.
   if (!prefetched.empty())
     barrier();
-  // wgmma accumulations carried around the loop may stay in flight into the
-  // next iteration (waitFor retires them before a read): each iteration then
-  // fetches S-2 ahead, into the buffers of two iterations back, which every
-  // warpgroup's MMAs have finished reading by the barrier.
-  bool defer = wgmma && S >= 3 && !prefetched.empty();
-  forOp.walk([&](LoadOp ld) {
-    defer &= !sharedOperands.count(ld.getResult()) ||
-             smemBufferBytes.count(ld.getResult());
-  });
-  const int dist = defer ? S - 2 : S - 1;
+  const int dist = prefetchDistance(forOp);
+  const bool defer = dist == S - 2;
   for (int i = 0; !prefetched.empty() && i < dist; ++i)
     fetch(arith::AddIOp::create(
               b, loc, scalarOf(forOp.getLowerBound()),

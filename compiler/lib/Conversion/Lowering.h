@@ -122,6 +122,9 @@ public:
   /// (inside a pipelined loop, LowerFunction.cpp says when that is safe).
   llvm::SmallVector<mlir::Value> inFlight;
   bool deferWaits = false;
+  /// Iterations ahead that `forOp`'s prefetched loads are fetched: S-1, or
+  /// S-2 when its wgmma accumulations may stay in flight (deferWaits).
+  int prefetchDistance(mlir::scf::ForOp forOp);
   /// wgmma.wait_group for `v` if it is in flight; for all.
   void waitFor(mlir::Value v);
   void waitForAll();
