@@ -23,11 +23,29 @@
 
 namespace kiln::cli {
 
+/// Median milliseconds of `reps` launches timed with CUDA events, after 3
+/// untimed ones.
+static double medianLaunchMs(GpuKernel &g, const std::vector<ArgValue> &args,
+                             int reps) {
+  for (int i = 0; i < 3; ++i)
+    g.launch(args);
+  cuda::synchronize();
+  std::vector<float> times;
+  cuda::Timer t;
+  for (int i = 0; i < reps; ++i) {
+    t.start();
+    g.launch(args);
+    times.push_back(t.stop());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 /// `kiln bench gemm`: C = A·B, bf16 in and out (as torch.matmul, the
 /// cuBLAS row of peers.py), M = N = K = --size; median of --reps launches.
 static int benchGemm(Options &opts) {
   int64_t n = opts.integer("size", 8192);
-  int reps = int(opts.integer("reps", 20));
+  int reps = int(positive(opts, "reps", 20));
   kernels::GemmConfig c{.blockM = 128,
                         .blockN = 128,
                         .blockK = 64,
@@ -54,18 +72,7 @@ static int benchGemm(Options &opts) {
   auto args = kernel.bind({{"A", {a.data(), DType::bf16, {n, n}, {n, 1}}},
                            {"B", {b.data(), DType::bf16, {n, n}, {n, 1}}},
                            {"C", {out.data(), DType::bf16, {n, n}, {n, 1}}}});
-  for (int i = 0; i < 3; ++i)
-    g.launch(args);
-  cuda::synchronize();
-  std::vector<float> times;
-  cuda::Timer t;
-  for (int i = 0; i < reps; ++i) {
-    t.start();
-    g.launch(args);
-    times.push_back(t.stop());
-  }
-  std::sort(times.begin(), times.end());
-  double ms = times[times.size() / 2];
+  double ms = medianLaunchMs(g, args, reps);
   cuda::FunctionAttributes attr = g.attributes();
   fmt::print(
       "# kiln bench gemm on {} ({}): {}x{}x{} blocks {}x{}x{}, {} warps, "
@@ -87,7 +94,7 @@ int cmdBench(Options &opts) {
   bool quick = opts.flag("quick");
   std::string dtypes = opts.string("dtypes", "bf16");
   std::string jsonPath = opts.string("json", "");
-  int reps = int(opts.integer("reps", 30));
+  int reps = int(positive(opts, "reps", 30));
   std::string onlyD = opts.string("head-dim", "");
   kernels::AttentionConfig cfg;
   cfg.blockM = opts.integer("block-m", cfg.blockM);
@@ -148,18 +155,7 @@ int cmdBench(Options &opts) {
                {"V", {v.data(), *dtype, shape, st}},
                {"O", {o.data(), *dtype, shape, st}},
                {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}});
-          for (int i = 0; i < 3; ++i)
-            g.launch(args);
-          cuda::synchronize();
-          std::vector<float> times;
-          cuda::Timer t;
-          for (int i = 0; i < reps; ++i) {
-            t.start();
-            g.launch(args);
-            times.push_back(t.stop());
-          }
-          std::sort(times.begin(), times.end());
-          double ms = times[times.size() / 2];
+          double ms = medianLaunchMs(g, args, reps);
           double tflops =
               4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
           cuda::FunctionAttributes a = g.attributes();
