@@ -293,6 +293,13 @@ void KernelBuilder::setWgmma(bool wgmma) {
     state_->func->removeAttr("kiln.mma");
 }
 
+void KernelBuilder::setTma(bool tma) {
+  if (tma)
+    state_->func->setAttr("kiln.tma", state_->builder.getUnitAttr());
+  else
+    state_->func->removeAttr("kiln.tma");
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");
@@ -305,6 +312,11 @@ Kernel KernelBuilder::finish(Loc loc) {
   // Parameter names, so that the printed IR says which argument is which.
   for (auto [i, p] : llvm::enumerate(state_->kernel->params))
     func.setArgAttr(i, "kiln.name", b.getStringAttr(p.name));
+  // A tensor's shape on its pointer (its strides are the arguments after it):
+  // what a TMA tensor map over the whole tensor needs.
+  for (const TensorParamInfo &t : state_->kernel->tensors)
+    func.setArgAttr(t.pointerParam, "kiln.tensor_shape",
+                    b.getDenseI64ArrayAttr(t.shape));
 
   std::string diags;
   llvm::raw_string_ostream os(diags);

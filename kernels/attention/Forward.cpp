@@ -46,6 +46,8 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // mma.sync, and the lowering report says so): two warpgroups of 64 rows.
   if (c.wgmma < 0)
     c.wgmma = 1;
+  if (c.tma < 0)
+    c.tma = c.wgmma;
   if (!c.blockM)
     c.blockM = 128;
   if (!c.warps) // wgmma: a warpgroup per 64 rows
@@ -89,6 +91,7 @@ Kernel attentionForward(const AttentionShape &s,
   k.setReloadThreadIds(c.reloadThreadIds > 0);
   k.setCopyAddressesPerRegister(c.copyAddressesPerRegister > 0);
   k.setWgmma(c.wgmma > 0);
+  k.setTma(c.wgmma > 0 && c.tma > 0);
   auto Q = k.tensorArg("Q", s.dtype, {s.batch, s.heads, s.seqQ, D});
   auto K = k.tensorArg("K", s.dtype, {s.batch, s.heads, s.seqK, D});
   auto V = k.tensorArg("V", s.dtype, {s.batch, s.heads, s.seqK, D});

@@ -47,6 +47,8 @@ AttentionConfig parseConfigString(const std::string &text) {
       c.reloadThreadIds = int(v);
     else if (name == "wgmma")
       c.wgmma = int(v);
+    else if (name == "tma")
+      c.tma = int(v);
     else
       throw Error("attention config: unknown field " + name);
   }
@@ -86,6 +88,8 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
               t.config = configString(c);
               // Q resident, K and V `stages` deep.
               t.sharedBytes = (bm * D + 2 * stages * bn * D) * elem;
+              if (wgmma) // TMA's mbarriers, in a 1 KB-aligned block
+                t.sharedBytes += 1024;
               // fp32 O and S accumulators, P packed to 16 bits.
               t.registers = int((bm * D + bm * bn * 3 / 2) / threads);
               t.build = [s, c] { return attentionForward(s, c); };

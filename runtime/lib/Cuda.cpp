@@ -21,15 +21,17 @@ namespace {
   X(cuInit)                                                                    \
   X(cuDriverGetVersion)                                                        \
   X(cuGetErrorName)                                                            \
-  X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X( \
+  X(cuGetErrorString)                                                          \
+  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(                     \
       cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)    \
-      X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)        \
-          X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuModuleLoadDataEx)  \
-              X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute)   \
-                  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuEventCreate)     \
-                      X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) \
-                          X(cuEventElapsedTime)                                \
-                              X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+      X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree)        \
+          X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(     \
+              cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction)     \
+              X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel)    \
+                  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)          \
+                      X(cuEventSynchronize) X(cuEventElapsedTime)              \
+                          X(cuOccupancyMaxActiveBlocksPerMultiprocessor)       \
+                              X(cuTensorMapEncodeTiled)
 
 struct Driver {
 #define KILN_DECLARE(fn) decltype(&::fn) fn = nullptr;
@@ -321,6 +323,25 @@ MemoryInfo memoryInfo() {
 void synchronize() {
   Driver &d = ready();
   KILN_CHECK(cuCtxSynchronize());
+}
+
+void encodeTensorMap(void *out, void *global, int elementBytes,
+                     const std::vector<uint64_t> &dims,
+                     const std::vector<uint64_t> &strideBytes,
+                     const std::vector<uint32_t> &box) {
+  Driver &d = ready();
+  CUtensorMapDataType type = elementBytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                             : elementBytes == 2
+                                 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                                 : CU_TENSOR_MAP_DATA_TYPE_UINT32;
+  std::vector<uint32_t> elementStrides(dims.size(), 1);
+  KILN_CHECK(cuTensorMapEncodeTiled(
+                 static_cast<CUtensorMap *>(out), type, unsigned(dims.size()),
+                 global, dims.data(), strideBytes.data(), box.data(),
+                 elementStrides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
+                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+             "cuTensorMapEncodeTiled");
 }
 
 } // namespace kiln::cuda

@@ -76,6 +76,38 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
                       "(compile with GpuTarget::assumeAligned = false)");
       }
     }
+  // Tensor maps: 128-byte parameters after the others, built from the
+  // pointer and strides they name.
+  struct alignas(64) TensorMap {
+    unsigned char bytes[128];
+  };
+  std::vector<TensorMap> maps(spec_.tensorMaps.size());
+  for (size_t m = 0; m < maps.size(); ++m) {
+    const TensorMapInfo &t = spec_.tensorMaps[m];
+    std::string what = "kernel " + spec_.name + ", tensor map of argument " +
+                       spec_.params.at(t.pointerParam).name;
+    size_t rank = t.dims.size();
+    std::vector<uint64_t> dims, strideBytes;
+    std::vector<uint32_t> box;
+    for (size_t i = rank; i-- > 0;) {
+      int64_t stride = std::get<int64_t>(args.at(t.strideParams[i]));
+      if (i == rank - 1 && stride != 1)
+        throw Error(what + ": the innermost stride is " +
+                    std::to_string(stride) + ", TMA needs 1");
+      if (i != rank - 1 && (stride <= 0 || (stride * t.elementBytes) % 16 != 0))
+        throw Error(what + ": stride " + std::to_string(stride) +
+                    " of dimension " + std::to_string(i) +
+                    " is not a positive multiple of 16 bytes");
+      dims.push_back(uint64_t(t.dims[i]));
+      box.push_back(uint32_t(t.box[i]));
+      if (i != rank - 1)
+        strideBytes.push_back(uint64_t(stride * t.elementBytes));
+    }
+    cuda::encodeTensorMap(maps[m].bytes,
+                          std::get<void *>(args.at(t.pointerParam)),
+                          t.elementBytes, dims, strideBytes, box);
+    ptrs.push_back(maps[m].bytes);
+  }
   fn_.launch({unsigned(spec_.grid[0]), unsigned(spec_.grid[1]),
               unsigned(spec_.grid[2])},
              {unsigned(spec_.threads), 1, 1}, unsigned(spec_.sharedBytes),

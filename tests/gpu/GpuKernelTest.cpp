@@ -57,19 +57,21 @@ struct AttnCase {
   DType dtype;
   bool bshd;
   bool wgmma = false; ///< the Hopper schedule: wgmma, 8 warps
+  int tma = -1;       ///< under wgmma: 0 K/V by cp.async, -1 the default (TMA)
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
   *os << c.B << "x" << c.H << " N=" << c.N << " D=" << c.D
       << (c.causal ? " causal " : " full ") << dtypeName(c.dtype)
-      << (c.bshd ? " bshd" : "") << (c.wgmma ? " wgmma" : "");
+      << (c.bshd ? " bshd" : "") << (c.wgmma ? " wgmma" : "")
+      << (c.tma == 0 ? " cp.async" : "");
 }
 
 std::string caseName(const AttnCase &c) {
   return std::to_string(c.B) + "x" + std::to_string(c.H) + "_n" +
          std::to_string(c.N) + "_d" + std::to_string(c.D) +
          (c.causal ? "_causal_" : "_full_") + dtypeName(c.dtype) +
-         (c.bshd ? "_bshd" : "");
+         (c.bshd ? "_bshd" : "") + (c.tma == 0 ? "_cpasync" : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -84,7 +86,8 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
     if (cuda::device().arch() != "sm_90a")
       GTEST_SKIP() << "SKIPPED: the wgmma schedule needs sm_90a, this GPU is "
                    << cuda::device().arch();
-    config.wgmma = -1; // the default schedule: wgmma, 8 warps
+    config.wgmma = -1; // the default schedule: wgmma, 8 warps, TMA
+    config.tma = c.tma;
     // Both pipelines: 3 stages keep P·V in flight into the next iteration
     // (fetching 1 ahead), 2 wait for it in its own.
     config.stages = c.N % 2 ? 2 : 3;
@@ -158,12 +161,21 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{1, 2, 8191, 64, true, bf16, false, true}),
     [](const auto &info) { return caseName(info.param); });
 
+// The Hopper schedule with K and V by cp.async instead of TMA.
+INSTANTIATE_TEST_SUITE_P(
+    WgmmaCpAsync, AttentionOnGpu,
+    ::testing::Values(AttnCase{2, 2, 17, 128, true, f16, false, true, 0},
+                      AttnCase{1, 2, 1000, 64, true, f16, true, true, 0},
+                      AttnCase{1, 1, 8191, 128, false, bf16, false, true, 0}),
+    [](const auto &info) { return caseName(info.param); });
+
 TEST(GpuKernels, GemmMatchesFp64) {
   REQUIRE_GPU();
   for (auto [M, N, K, t] :
        {std::tuple{64, 64, 32, bf16}, std::tuple{100, 70, 33, f16},
         std::tuple{513, 257, 129, bf16}}) {
-    for (bool wgmma : {false, true}) {
+    for (int path : {0, 1, 2}) { // mma.sync; wgmma with cp.async; with TMA
+      bool wgmma = path > 0;
       if (wgmma && cuda::device().arch() != "sm_90a")
         continue;
       kernels::GemmConfig config;
@@ -172,7 +184,8 @@ TEST(GpuKernels, GemmMatchesFp64) {
                   .blockN = 128,
                   .blockK = 64,
                   .warps = 8,
-                  .wgmma = true};
+                  .wgmma = true,
+                  .tma = path == 2};
       Kernel k = kernels::gemm({M, N, K, t, DType::f32}, config);
       HostTensor a(t, {M, K}), b(t, {K, N}), c(DType::f32, {M, N}),
           ref(DType::f32, {M, N});
@@ -188,7 +201,7 @@ TEST(GpuKernels, GemmMatchesFp64) {
       ErrorStats e = compareTensors(c, ref);
       EXPECT_EQ(e.nonFinite, 0);
       EXPECT_LE(e.relative, 1e-5)
-          << M << "x" << N << "x" << K << (wgmma ? " wgmma" : "");
+          << M << "x" << N << "x" << K << " path " << path;
     }
   }
 }

@@ -44,6 +44,8 @@ CompiledKernel sample(const std::string &name, size_t ptxBytes) {
   k.params = {{"A", ParamInfo::Kind::Pointer, DType::bf16},
               {"A_stride0", ParamInfo::Kind::Scalar, DType::i32}};
   k.tensors = {{"A", DType::bf16, {64, 32}, 0, {1, 2}}};
+  k.tensorMaps = {
+      TensorMapInfo::parse("ptr=0 elem=2 dims=64,32 strides=1,2 box=64,32")};
   k.kilnIR = "module {}\n";
   k.layouts = "#blocked";
   k.loweredIR = "llvm.func";
@@ -54,6 +56,28 @@ CompiledKernel sample(const std::string &name, size_t ptxBytes) {
   return k;
 }
 } // namespace
+
+TEST(TensorMapInfo, TextRoundTripsAndBadTextIsNamed) {
+  TensorMapInfo t = TensorMapInfo::parse(
+      "ptr=5 elem=2 dims=1,2,300,128 strides=6,7,8,9 box=1,1,64,64");
+  EXPECT_EQ(t.pointerParam, 5);
+  EXPECT_EQ(t.dims, (std::vector<int64_t>{1, 2, 300, 128}));
+  EXPECT_EQ(t.strideParams, (std::vector<int>{6, 7, 8, 9}));
+  EXPECT_EQ(TensorMapInfo::parse(t.str()).str(), t.str());
+  for (const char *bad : {"", "ptr=1 dims=4 strides=1,2 box=4", "ptr=x",
+                          "dims=4 strides=1 box=4", "ptr=1 size=3"})
+    EXPECT_THROW(
+        {
+          try {
+            TensorMapInfo::parse(bad);
+          } catch (const Error &e) {
+            EXPECT_THAT(e.what(), ::testing::HasSubstr("tensor map"));
+            throw;
+          }
+        },
+        Error)
+        << bad;
+}
 
 TEST(DiskCache, EntryRoundTripsEveryField) {
   CompiledKernel k = sample("gemm", 100);
@@ -70,6 +94,9 @@ TEST(DiskCache, EntryRoundTripsEveryField) {
   ASSERT_EQ(d.tensors.size(), 1u);
   EXPECT_EQ(d.tensors[0].shape, (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(d.tensors[0].strideParams, (std::vector<int>{1, 2}));
+  ASSERT_EQ(d.tensorMaps.size(), 1u);
+  EXPECT_EQ(d.tensorMaps[0].str(), k.tensorMaps[0].str());
+  EXPECT_EQ(d.tensorMaps[0].box, (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(d.ptx, k.ptx);
   EXPECT_EQ(d.llvmIR, k.llvmIR);
   EXPECT_EQ(d.loweredIR, k.loweredIR);

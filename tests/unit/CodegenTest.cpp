@@ -119,8 +119,28 @@ TEST(Codegen, WgmmaScheduleEmitsWarpgroupMma) {
   EXPECT_THAT(report, HasSubstr("dot 128x128x64: wgmma m64n128k16 x4 per "
                                 "warpgroup (2 warpgroups), A in registers, B "
                                 "descriptor, MN-major shared memory"));
-  EXPECT_THAT(report, HasSubstr("load 64x128: cp.async (16 bytes) into shared "
-                                "memory, 1 iteration(s) ahead (2 buffers)"));
+  // K and V through TMA, one 64x64 box per 64-column panel.
+  EXPECT_THAT(report, HasSubstr("load 64x128: TMA (cp.async.bulk.tensor, 2 "
+                                "box(es) of 64x64, 128-byte swizzle, mbarrier "
+                                "completion) into shared memory, 1 "
+                                "iteration(s) ahead (2 buffers)"));
+  EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.tensor.4d"), 8u); // prologue + loop
+  EXPECT_EQ(countOf(c.ptx, "cp.async.cg"), 0u);
+  ASSERT_EQ(c.tensorMaps.size(), 2u); // K and V
+  EXPECT_EQ(c.tensorMaps[0].str(),
+            "ptr=5 elem=2 dims=1,1,4096,128 strides=6,7,8,9 box=1,1,64,64");
+  // Without TMA in the schedule: cp.async, no tensor maps.
+  CompiledKernel async = compileForGpu(
+      kernels::attentionForward(s, {.warps = 8, .wgmma = 1, .tma = 0}),
+      {"sm_90a", 0});
+  EXPECT_TRUE(async.tensorMaps.empty());
+  EXPECT_EQ(countOf(async.ptx, "cp.async.bulk.tensor"), 0u);
+  std::string asyncReport;
+  for (const std::string &line : async.report)
+    asyncReport += line + "\n";
+  EXPECT_THAT(asyncReport,
+              HasSubstr("load 64x128: cp.async (16 bytes) into shared "
+                        "memory, 1 iteration(s) ahead (2 buffers)"));
 
   CompiledKernel old = compileForGpu(k, {"sm_80", 0});
   EXPECT_EQ(countOf(old.ptx, "wgmma"), 0u);
@@ -137,6 +157,7 @@ TEST(Codegen, CopyAddressFormsDifferOnlyInAddressing) {
   s.headDim = 128;
   s.causal = true;
   kernels::AttentionConfig base, perRegister;
+  base.tma = perRegister.tma = 0; // TMA copies have no per-thread addresses
   base.copyAddressesPerRegister = 0;
   perRegister.copyAddressesPerRegister = 1;
   Kernel a = kernels::attentionForward(s, base),
@@ -149,6 +170,7 @@ TEST(Codegen, CopyAddressFormsDifferOnlyInAddressing) {
   // The same copies and tensor-core work either way.
   EXPECT_EQ(countOf(ca.ptx, "cp.async.cg.shared.global"),
             countOf(cb.ptx, "cp.async.cg.shared.global"));
+  EXPECT_GT(countOf(ca.ptx, "cp.async.cg.shared.global"), 0u);
   EXPECT_EQ(countOf(ca.ptx, "mma.sync"), countOf(cb.ptx, "mma.sync"));
 }
 

@@ -43,7 +43,8 @@ TEST(DslIr, KernelSignatureAndMetadata) {
   EXPECT_THAT(
       ir,
       HasSubstr(
-          "func.func @scale_rows(%arg0: !kiln.ptr<bf16> {kiln.name = \"X\"}"));
+          "func.func @scale_rows(%arg0: !kiln.ptr<bf16> {kiln.name = \"X\", "
+          "kiln.tensor_shape = array<i64: 256, 64>}"));
   EXPECT_THAT(ir, HasSubstr("kiln.grid = array<i64: 4, 2, 1>, kiln.kernel"));
   EXPECT_THAT(ir, HasSubstr("kiln.load %arg0["));
   EXPECT_THAT(ir, HasSubstr("-> tensor<64x64xbf16>"));

@@ -58,6 +58,7 @@ static int benchGemm(Options &opts) {
   c.warps = int(opts.integer("warps", c.warps));
   c.stages = int(opts.integer("stages", c.stages));
   c.wgmma = opts.integer("wgmma", 1) != 0;
+  c.tma = opts.integer("tma", 1) != 0;
   opts.checkAllUsed();
   std::string why;
   if (!cuda::available(&why))
@@ -78,7 +79,8 @@ static int benchGemm(Options &opts) {
       "# kiln bench gemm on {} ({}): {}x{}x{} blocks {}x{}x{}, {} warps, "
       "{} stages, {}\n",
       dev.name, dev.arch(), n, n, n, c.blockM, c.blockN, c.blockK, c.warps,
-      c.stages, c.wgmma ? "wgmma" : "mma.sync");
+      c.stages,
+      c.wgmma ? (c.tma ? "wgmma, TMA" : "wgmma, cp.async") : "mma.sync");
   fmt::print("gemm,{},{:.3f} ms,{:.1f} TFLOP/s,{} registers,{} spill bytes,{} "
              "smem\n",
              n, ms, 2.0 * n * n * n / ms / 1e9, attr.registers, attr.localBytes,
@@ -108,6 +110,7 @@ int cmdBench(Options &opts) {
   cfg.longestFirstGlobally =
       int(opts.integer("longest-first-globally", cfg.longestFirstGlobally));
   cfg.wgmma = int(opts.integer("wgmma", cfg.wgmma));
+  cfg.tma = int(opts.integer("tma", cfg.tma));
   std::string pipeline = opts.string("llvm-pipeline", "kiln");
   opts.checkAllUsed();
   std::string why;

@@ -139,6 +139,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
       int(opts.integer("longest-first-globally", c.longestFirstGlobally));
   c.warps = int(opts.integer("warps", 0));
   c.stages = int(positive(opts, "stages", c.stages));
+  c.tma = int(opts.integer("tma", c.tma));
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
@@ -147,12 +148,13 @@ static Problem attentionProblem(Options &opts, bool withData) {
 
   Problem p;
   p.kernel = kernels::attentionForward(s, c);
-  p.summary = fmt::format(
-      "attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
-      "blockM={} blockN={} warps={} stages={}{}",
-      s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
-      s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockM,
-      c.blockN, c.warps, c.stages, c.wgmma > 0 ? " wgmma" : "");
+  p.summary =
+      fmt::format("attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
+                  "blockM={} blockN={} warps={} stages={}{}",
+                  s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
+                  s.causal ? "causal" : "non-causal", dtypeName(s.dtype),
+                  layout, c.blockM, c.blockN, c.warps, c.stages,
+                  c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "");
   if (!withData)
     return p;
   bool bshd = layout == "bshd";
@@ -192,6 +194,7 @@ static Problem gemmProblem(Options &opts, bool withData) {
   c.warps = int(opts.integer("warps", c.warps));
   c.stages = int(opts.integer("stages", c.stages));
   c.wgmma = opts.integer("wgmma", c.wgmma) != 0;
+  c.tma = opts.integer("tma", c.tma) != 0;
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::gemm(s, c);

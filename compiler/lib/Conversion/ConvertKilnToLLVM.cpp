@@ -34,7 +34,7 @@ struct ConvertKilnToLLVM
     for (auto f : module.getOps<func::FuncOp>())
       kernels.push_back(f);
     int64_t shared = 0, conversions = 0;
-    SmallVector<Attribute> report;
+    SmallVector<Attribute> report, maps;
     for (func::FuncOp f : kernels) {
       auto warps = f->getAttrOfType<IntegerAttr>("kiln.num_warps");
       if (!warps) {
@@ -55,7 +55,13 @@ struct ConvertKilnToLLVM
           lowerer.report.push_back(
               "schedule asks for wgmma; the target has none (sm_90a only): "
               "dots use mma.sync");
+        lowerer.tma = f->hasAttr("kiln.tma") && lowerer.wgmma;
+        if (f->hasAttr("kiln.tma") && !lowerer.wgmma)
+          lowerer.report.push_back("schedule asks for TMA, which comes with "
+                                   "wgmma only here: loads use cp.async");
         shared = std::max(shared, lowerer.run(module));
+        for (const kiln::TensorMapInfo &m : lowerer.tensorMaps)
+          maps.push_back(StringAttr::get(module.getContext(), m.str()));
         conversions += lowerer.genericConversions;
         for (const std::string &line : lowerer.report)
           report.push_back(StringAttr::get(module.getContext(), line));
@@ -72,6 +78,9 @@ struct ConvertKilnToLLVM
     module->setAttr("kiln.shared_bytes", b.getI64IntegerAttr(shared));
     module->setAttr("kiln.smem_conversions", b.getI64IntegerAttr(conversions));
     module->setAttr("kiln.lowering_report", b.getArrayAttr(report));
+    // TMA tensor maps the kernel takes after its own parameters, in order.
+    if (!maps.empty())
+      module->setAttr("kiln.tensor_maps", b.getArrayAttr(maps));
   }
 };
 } // namespace

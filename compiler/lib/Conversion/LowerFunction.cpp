@@ -4,7 +4,6 @@
 #include "kiln/runtime/Error.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-#include "llvm/ADT/SetVector.h"
 
 #include <cstdlib>
 
@@ -47,22 +46,6 @@ int64_t Lowerer::run(ModuleOp module) {
                            /*isConstant=*/false, LLVM::Linkage::External,
                            "kiln_smem", Attribute(), /*alignment=*/1024,
                            /*addrSpace=*/3);
-  SmallVector<Type> argTypes;
-  for (Type t : src.getArgumentTypes())
-    argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);
-  auto fn = LLVM::LLVMFuncOp::create(
-      b, loc, src.getName(),
-      LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), argTypes));
-  fn->setAttr("nvvm.kernel", b.getUnitAttr());
-  fn->setAttr("nvvm.maxntid", b.getDenseI32ArrayAttr({32 * numWarps, 1, 1}));
-  mlir::Block *entry = fn.addEntryBlock(b);
-  b.setInsertionPointToStart(entry);
-  for (auto [s, d] : llvm::zip(src.getArguments(), entry->getArguments()))
-    scalars[s] = d;
-  Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
-  lane = arith::AndIOp::create(b, loc, tid, i32(31));
-  warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
-  smemBase = LLVM::AddressOfOp::create(b, loc, ptrType(ctx, 3), "kiln_smem");
   // Each load that only feeds dots gets its own shared-memory region; the
   // scratch area for conversions and reductions follows them.
   sharedOperands = findSharedOperands(src);
@@ -100,16 +83,58 @@ int64_t Lowerer::run(ModuleOp module) {
       top = std::max(top, at);
     });
   }
+  planTma(top);
+  SmallVector<Type> argTypes;
+  for (Type t : src.getArgumentTypes())
+    argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);
+  // TMA tensor maps: 128 bytes by value in the parameter space.
+  argTypes.append(tensorMaps.size(), ptrType(ctx, 0));
+  auto fn = LLVM::LLVMFuncOp::create(
+      b, loc, src.getName(),
+      LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), argTypes));
+  fn->setAttr("nvvm.kernel", b.getUnitAttr());
+  fn->setAttr("nvvm.maxntid", b.getDenseI32ArrayAttr({32 * numWarps, 1, 1}));
+  for (size_t i = 0; i < tensorMaps.size(); ++i) {
+    unsigned arg = src.getNumArguments() + i;
+    fn.setArgAttr(arg, "llvm.byval",
+                  TypeAttr::get(LLVM::LLVMArrayType::get(b.getI8Type(), 128)));
+    fn.setArgAttr(arg, "llvm.align", b.getI32IntegerAttr(64));
+    fn.setArgAttr(arg, "nvvm.grid_constant", b.getUnitAttr());
+  }
+  mlir::Block *entry = fn.addEntryBlock(b);
+  b.setInsertionPointToStart(entry);
+  for (auto [s, d] : llvm::zip(src.getArguments(), entry->getArguments()))
+    scalars[s] = d;
+  for (size_t i = 0; i < tensorMaps.size(); ++i)
+    tensorMapArgs.push_back(entry->getArgument(src.getNumArguments() + i));
+  Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
+  lane = arith::AndIOp::create(b, loc, tid, i32(31));
+  warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
+  smemBase = LLVM::AddressOfOp::create(b, loc, ptrType(ctx, 3), "kiln_smem");
+  initMbarriers();
   src.walk([&](LoadOp ld) {
     std::string shape;
     for (int64_t d : ld.getType().getShape())
       shape += (shape.empty() ? "" : "x") + std::to_string(d);
-    if (smemBufferBytes.count(ld.getResult()))
+    std::string ahead = smemBufferBytes.count(ld.getResult())
+                            ? std::to_string(prefetchDistance(
+                                  cast<scf::ForOp>(ld->getParentOp()))) +
+                                  " iteration(s) ahead (" +
+                                  std::to_string(numStages) + " buffers)"
+                            : "";
+    if (auto t = tmaLoads.find(ld.getResult()); t != tmaLoads.end())
+      note(ld, "load " + shape + ": TMA (cp.async.bulk.tensor, " +
+                   std::to_string(t->second.panels) + " box(es) of " +
+                   std::to_string(t->second.rows) +
+                   "x64, 128-byte swizzle, mbarrier completion) into shared "
+                   "memory, " +
+                   ahead);
+    else if (smemBufferBytes.count(ld.getResult()))
       note(ld, "load " + shape + ": cp.async (16 bytes) into shared memory, " +
-                   std::to_string(
-                       prefetchDistance(cast<scf::ForOp>(ld->getParentOp()))) +
-                   " iteration(s) ahead (" + std::to_string(numStages) +
-                   " buffers)");
+                   ahead +
+                   (tmaFallback.count(ld.getResult())
+                        ? "; not TMA: " + tmaFallback[ld.getResult()]
+                        : std::string()));
     else if (sharedOperands.count(ld.getResult()))
       note(ld, "load " + shape +
                    ": vector loads to registers, stored to shared memory "
@@ -120,22 +145,6 @@ int64_t Lowerer::run(ModuleOp module) {
   scratchBase = (top + 1023) / 1024 * 1024;
   lowerBlock(src.getBody().front());
   return scratchBase + smemBytes;
-}
-
-int Lowerer::prefetchDistance(scf::ForOp forOp) {
-  // wgmma accumulations carried around the loop may stay in flight into the
-  // next iteration (waitFor retires them before a read): each iteration then
-  // fetches S-2 ahead, into the buffers of two iterations back, which every
-  // warpgroup's MMAs have finished reading by the barrier. That needs every
-  // dot operand of the loop to come through those buffers.
-  bool prefetches = false, allPrefetched = true;
-  forOp.walk([&](LoadOp ld) {
-    bool fetched = smemBufferBytes.count(ld.getResult());
-    prefetches |= fetched && ld->getParentOp() == forOp;
-    allPrefetched &= fetched || !sharedOperands.count(ld.getResult());
-  });
-  bool defer = wgmma && numStages >= 3 && prefetches && allPrefetched;
-  return defer ? numStages - 2 : numStages - 1;
 }
 
 void Lowerer::waitFor(Value v) {
@@ -344,172 +353,6 @@ Regs Lowerer::materialize(Value v) {
     operands.push_back(tiles.lookup(o).scalar);
   return Regs{
       std::nullopt, {}, scalarOp(op, operands, elementType(v.getType()))};
-}
-
-void Lowerer::lowerFor(scf::ForOp forOp) {
-  // Software pipelining of the loads that only feed dots: numStages buffers
-  // each; the prologue fetches the first numStages-1 iterations' blocks, and
-  // iteration i, once its own blocks have arrived and every warp is past the
-  // barrier (so done with iteration i-1), fetches iteration i+numStages-1's
-  // into the buffer iteration i-1 used, then computes.
-  SmallVector<LoadOp> prefetched;
-  SmallVector<Operation *> slice;
-  for (Operation &op : forOp.getBody()->without_terminator())
-    if (auto ld = dyn_cast<LoadOp>(op);
-        ld && smemBufferBytes.count(ld.getResult()))
-      prefetched.push_back(ld);
-  for (LoadOp ld : prefetched)
-    canPrefetch(ld, &slice);
-  llvm::SetVector<Operation *> sliceOps(slice.begin(), slice.end());
-  Value srcIv = forOp.getInductionVar();
-  auto bufferBase = [&](LoadOp ld, Value slot) -> Value {
-    return arith::AddIOp::create(
-        b, loc, i32(smemRegion[ld.getResult()]),
-        arith::MulIOp::create(b, loc, slot,
-                              i32(smemBufferBytes[ld.getResult()])));
-  };
-  auto fetch = [&](Value iv, Value slot) {
-    Value saved = scalars.lookup(srcIv);
-    scalars[srcIv] = iv;
-    for (Operation *op : sliceOps)
-      lowerOp(op);
-    for (LoadOp ld : prefetched) {
-      SmemTile t = *tileGeometry(layoutOf(ld.getResult()));
-      t.base = bufferBase(ld, slot);
-      issueAsyncCopy(ld, t);
-    }
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
-    for (Operation *op : sliceOps)
-      scalars.erase(op->getResult(0));
-    if (saved)
-      scalars[srcIv] = saved;
-    else
-      scalars.erase(srcIv);
-  };
-  int S = numStages;
-  // Another loop may have used these buffers: every warp is past it.
-  if (!prefetched.empty())
-    barrier();
-  const int dist = prefetchDistance(forOp);
-  const bool defer = dist == S - 2;
-  for (int i = 0; !prefetched.empty() && i < dist; ++i)
-    fetch(arith::AddIOp::create(
-              b, loc, scalarOf(forOp.getLowerBound()),
-              arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(i))),
-          i32(i));
-
-  // Each carried tile becomes its registers (one value if uniform).
-  struct Carried {
-    std::optional<Layout> layout;
-    size_t first, count;
-  };
-  std::vector<Carried> carried;
-  SmallVector<Value> inits;
-  for (auto [arg, init] :
-       llvm::zip(forOp.getRegionIterArgs(), forOp.getInitArgs())) {
-    if (!isTile(arg)) {
-      carried.push_back({std::nullopt, inits.size(), 1});
-      inits.push_back(scalarOf(init));
-      continue;
-    }
-    Layout l = layoutOf(arg);
-    Regs r = regsIn(init, l);
-    carried.push_back({l, inits.size(), r.regs.size()});
-    inits.append(r.regs.begin(), r.regs.end());
-  }
-  if (!prefetched.empty())
-    inits.push_back(i32(0)); // the buffer that holds this iteration's blocks
-  auto newFor = scf::ForOp::create(b, loc, scalarOf(forOp.getLowerBound()),
-                                   scalarOf(forOp.getUpperBound()),
-                                   scalarOf(forOp.getStep()), inits);
-  auto bind = [&](ValueRange values, auto target) {
-    for (auto [i, c] : llvm::enumerate(carried)) {
-      Value v = target(i);
-      ValueRange part = values.slice(c.first, c.count);
-      if (!isTile(v))
-        scalars[v] = part[0];
-      else if (c.layout)
-        tiles[v] = Regs{c.layout, SmallVector<Value>(part), {}};
-      else
-        tiles[v] = Regs{std::nullopt, {}, part[0]};
-    }
-  };
-  {
-    OpBuilder::InsertionGuard g(b);
-    // Without carried values the builder already made the (empty) yield.
-    if (inits.empty())
-      b.setInsertionPoint(newFor.getBody()->getTerminator());
-    else
-      b.setInsertionPointToStart(newFor.getBody());
-    // Thread ids re-read in the body (an opaque read that LLVM cannot hoist)
-    // keep the lane-derived address arithmetic inside the loop instead of
-    // hoisting dozens of live addresses out of it.
-    Value savedLane = lane, savedWarp = warp;
-    if (reloadThreadIds)
-      rereadThreadId();
-    scalars[srcIv] = newFor.getInductionVar();
-    bind(newFor.getRegionIterArgs(),
-         [&](size_t i) { return forOp.getRegionIterArgs()[i]; });
-    Value slot;
-    if (!prefetched.empty()) {
-      slot = newFor.getRegionIterArgs().back();
-      NVVM::CpAsyncWaitGroupOp::create(b, loc,
-                                       dist - 1); // this iteration's group
-      barrier();
-      Value ahead = arith::AddIOp::create(
-          b, loc, newFor.getInductionVar(),
-          arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(dist)));
-      fetch(ahead, arith::RemUIOp::create(
-                       b, loc, arith::AddIOp::create(b, loc, slot, i32(dist)),
-                       i32(S)));
-      for (LoadOp ld : prefetched)
-        prefetchedBase[ld.getResult()] = bufferBase(ld, slot);
-    }
-    auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
-    // Carried dot results may arrive in flight from the previous iteration.
-    bool savedDefer = deferWaits;
-    deferWaits = defer;
-    if (defer)
-      for (auto [arg, y] :
-           llvm::zip(forOp.getRegionIterArgs(), yield.getOperands()))
-        if (y.getDefiningOp<DotOp>())
-          inFlight.push_back(arg);
-    for (Operation &op : forOp.getBody()->without_terminator())
-      lowerOp(&op);
-    deferWaits = savedDefer;
-    SmallVector<Value> outs;
-    for (auto [i, c] : llvm::enumerate(carried)) {
-      Value y = yield.getOperand(i);
-      if (!isTile(y))
-        outs.push_back(scalarOf(y));
-      else if (c.layout) {
-        Regs r = regsIn(y, *c.layout);
-        outs.append(r.regs.begin(), r.regs.end());
-      } else
-        outs.push_back(materialize(y).scalar);
-    }
-    if (!prefetched.empty())
-      outs.push_back(arith::RemUIOp::create(
-          b, loc, arith::AddIOp::create(b, loc, slot, i32(1)), i32(S)));
-    if (!inits.empty())
-      scf::YieldOp::create(b, loc, outs);
-    lane = savedLane;
-    warp = savedWarp;
-  }
-  bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
-  waitForAll(); // MMAs of the last iteration
-  if (!prefetched.empty())
-    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0); // the last, unused fetch
-}
-
-void Lowerer::rereadThreadId() {
-  auto asmOp = LLVM::InlineAsmOp::create(
-      b, loc, b.getI32Type(), ValueRange{}, "mov.u32 $0, %tid.x;", "=r",
-      /*has_side_effects=*/true, /*is_align_stack=*/false,
-      LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
-  Value tid = asmOp.getResult(0);
-  lane = arith::AndIOp::create(b, loc, tid, i32(31));
-  warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
 }
 
 Regs Lowerer::lowerElementwise(Operation *op, const Layout &l) {

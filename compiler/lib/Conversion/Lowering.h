@@ -11,10 +11,12 @@
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/Layout.h"
 
+#include "kiln/runtime/Params.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 
 #include <map>
 #include <optional>
@@ -165,6 +167,41 @@ public:
   llvm::DenseSet<mlir::Value> sharedOperands;
   llvm::DenseMap<mlir::Value, int64_t> smemRegion; ///< offsets of staged loads
   int64_t scratchBase = 0; ///< scratch area for conversions and reductions
+  // TMA (LowerTma.cpp).
+  bool tma = false; ///< the schedule asks for it (kiln.tma) under wgmma
+  /// A pipelined load that TMA fetches: its tensor map (index into
+  /// tensorMaps), the tensor dimension its rows run along, the index into
+  /// each other dimension but the last (null: 0), and the shared-memory
+  /// tile's panels.
+  struct TmaLoad {
+    TensorMapInfo info;
+    int map = -1, rowDim = -1;
+    llvm::SmallVector<mlir::Value> index;
+    int64_t rows = 0, panels = 0, panelBytes = 0;
+  };
+  /// Whether `ld` is a 2-D block of a tensor argument TMA can copy into its
+  /// wgmma tile; `why` says why not.
+  std::optional<TmaLoad> matchTma(LoadOp ld, std::string &why);
+  /// Picks the loops whose pipelined loads all go through TMA and places
+  /// their mbarriers (numStages each) at `top`, advancing it.
+  void planTma(int64_t &top);
+  /// mbarrier.init of every TMA loop's barriers by thread 0, fenced, then a
+  /// barrier.
+  void initMbarriers();
+  /// The mbarrier of stage `slot` of TMA loop `loop`.
+  mlir::Value mbarrier(mlir::Operation *loop, mlir::Value slot);
+  /// Arms `mbar` with the bytes of `loads` and issues their copies into the
+  /// buffers at `bases`, from thread 0 and where `pred` holds.
+  void issueTma(llvm::ArrayRef<LoadOp> loads, llvm::ArrayRef<mlir::Value> bases,
+                mlir::Value mbar, mlir::Value pred);
+  mlir::Value sharedAt(mlir::Value byteOffset); ///< no scratch offset
+  mlir::Value isThreadZero();
+  llvm::DenseMap<mlir::Value, TmaLoad> tmaLoads;
+  llvm::DenseMap<mlir::Value, std::string> tmaFallback; ///< why not TMA
+  llvm::MapVector<mlir::Operation *, int64_t> mbarrierBase;
+  std::vector<TensorMapInfo> tensorMaps;
+  llvm::SmallVector<mlir::Value> tensorMapArgs; ///< of the lowered function
+
   Regs lowerReduce(ReduceOp op);
   Regs lowerBroadcast(mlir::Value src, const Layout &dst);
 

@@ -111,6 +111,8 @@ std::string encodeCompiledKernel(const CompiledKernel &k) {
           t.name + " " + dtypeName(t.dtype) + " " + joinInts(t.shape) + " " +
               std::to_string(t.pointerParam) + " " + joinInts(strides));
   }
+  for (const TensorMapInfo &t : k.tensorMaps)
+    w.put("tensor_map", t.str());
   for (const std::string &line : k.report)
     w.put("report", line);
   for (const CompileStage &s : k.stages) {
@@ -178,6 +180,8 @@ CompiledKernel decodeCompiledKernel(const std::string &bytes) {
         for (int64_t s : splitInts(strides))
           t.strideParams.push_back(int(s));
         k.tensors.push_back(std::move(t));
+      } else if (tag == "tensor_map") {
+        k.tensorMaps.push_back(TensorMapInfo::parse(v));
       } else if (tag == "report") {
         k.report.push_back(v);
       } else if (tag == "stage") {

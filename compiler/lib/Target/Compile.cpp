@@ -380,6 +380,10 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
   for (Attribute line :
        (*lowered)->getAttrOfType<ArrayAttr>("kiln.lowering_report"))
     out.report.push_back(cast<StringAttr>(line).str());
+  if (auto maps = (*lowered)->getAttrOfType<ArrayAttr>("kiln.tensor_maps"))
+    for (Attribute m : maps)
+      out.tensorMaps.push_back(
+          TensorMapInfo::parse(cast<StringAttr>(m).str()));
   out.layouts +=
       "// of them through shared memory (not ldmatrix, not register "
       "renames): " +

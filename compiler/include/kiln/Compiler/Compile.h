@@ -70,6 +70,9 @@ struct CompiledKernel {
   bool aligned = false;    ///< compiled with GpuTarget::assumeAligned
   std::vector<ParamInfo> params;
   std::vector<TensorParamInfo> tensors;
+  /// TMA tensor maps the kernel takes after `params` (the launcher encodes
+  /// them).
+  std::vector<TensorMapInfo> tensorMaps;
   // Every stage, for inspection.
   std::string layouts;   ///< the layout assigned to each tile value
   std::string loweredIR; ///< LLVM + NVVM dialect
@@ -89,7 +92,8 @@ struct CompiledKernel {
 
   /// What the runtime needs to load and launch it.
   LaunchSpec spec() const {
-    return {name, ptx, grid, threads, sharedBytes, params, tensors, aligned};
+    return {name,   ptx,     grid,    threads,   sharedBytes,
+            params, tensors, aligned, tensorMaps};
   }
 };
 

@@ -269,6 +269,11 @@ public:
   /// targets they stay on mma.sync and the lowering report says so) rather
   /// than mma.sync. It wants warps in groups of 4, each group over 64 rows.
   void setWgmma(bool wgmma);
+  /// Schedule: under wgmma, loads pipelined in loops go through the Tensor
+  /// Memory Accelerator (cp.async.bulk.tensor with tensor maps, completion on
+  /// mbarriers) rather than cp.async; a load that does not fit says why in
+  /// the lowering report.
+  void setTma(bool tma);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

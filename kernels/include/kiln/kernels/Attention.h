@@ -37,6 +37,9 @@ struct AttentionConfig {
   /// Dots on Hopper's warpgroup MMA (sm_90a; elsewhere mma.sync, as the
   /// lowering report says): 1 yes, 0 no (mma.sync), -1 default (yes).
   int wgmma = -1;
+  /// K/V through TMA (tensor maps and mbarriers) under wgmma rather than
+  /// cp.async: 1 yes, 0 no, -1 default (yes under wgmma).
+  int tma = -1;
 };
 
 /// The config with its zero fields filled in for `shape`. With blockM and

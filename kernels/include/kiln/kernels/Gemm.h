@@ -18,6 +18,8 @@ struct GemmConfig {
   int64_t blockM = 64, blockN = 64, blockK = 32;
   int warps = 4, stages = 3;
   bool wgmma = false; ///< dots on wgmma (sm_90a): see KernelBuilder::setWgmma
+  /// Under wgmma, A and B through TMA (KernelBuilder::setTma).
+  bool tma = true;
 };
 
 Kernel gemm(const GemmShape &shape, const GemmConfig &config = {});

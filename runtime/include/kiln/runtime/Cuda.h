@@ -131,6 +131,15 @@ private:
 
 void synchronize();
 
+/// Encodes a tiled TMA tensor map (cuTensorMapEncodeTiled) into `out`, 128
+/// bytes aligned to 64: `dims` and `box` innermost first, `strideBytes` for
+/// every dimension but the innermost (which is contiguous), 128-byte swizzle,
+/// zeros outside the tensor. Throws CudaError naming what the driver refused.
+void encodeTensorMap(void *out, void *global, int elementBytes,
+                     const std::vector<uint64_t> &dims,
+                     const std::vector<uint64_t> &strideBytes,
+                     const std::vector<uint32_t> &box);
+
 struct MemoryInfo {
   size_t free = 0, total = 0; ///< bytes of device memory
 };

@@ -27,6 +27,8 @@ struct LaunchSpec {
   /// Compiled for contiguous last dimensions and 16-byte aligned rows: each
   /// launch checks the arguments against that.
   bool aligned = false;
+  /// TMA tensor maps passed after `params`, encoded at each launch.
+  std::vector<TensorMapInfo> tensorMaps;
 };
 
 /// A kernel loaded on the device, ready to launch with argument values.

@@ -29,6 +29,23 @@ struct TensorParamInfo {
   std::vector<int> strideParams;
 };
 
+/// A TMA tensor map the kernel takes after its parameters, as a 128-byte
+/// grid-constant parameter: the launcher encodes it (cuTensorMapEncodeTiled)
+/// from the pointer and stride arguments it names. Dimensions run outermost
+/// first; the innermost one must have stride 1. Boxes land in shared memory
+/// with the 128-byte swizzle; elements outside `dims` read as zero.
+struct TensorMapInfo {
+  int pointerParam = 0;
+  int elementBytes = 2;
+  std::vector<int64_t> dims;
+  std::vector<int> strideParams; ///< in elements, one per dimension
+  std::vector<int64_t> box;      ///< elements per dimension of one copy
+  /// "ptr=0 elem=2 dims=2,8,300,128 strides=1,2,3,4 box=1,1,64,64"
+  std::string str() const;
+  /// Parses str()'s form; throws kiln::Error on anything else.
+  static TensorMapInfo parse(const std::string &text);
+};
+
 /// A value for one parameter: a pointer (host or device), an integer, or a
 /// float.
 using ArgValue = std::variant<void *, int64_t, double>;

@@ -1,0 +1,230 @@
+//===- LowerLoop.cpp - loops and their software pipeline ------------------===//
+//
+// A kiln scf.for becomes an scf.for over registers: carried tiles turn into
+// their registers. Loads that only feed dots are pipelined: fetched S-1 (or
+// S-2) iterations ahead into S buffers, by cp.async or by TMA (LowerTma.cpp).
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "llvm/ADT/SetVector.h"
+
+using namespace mlir;
+
+namespace kiln::gpu {
+
+static bool isTile(Value v) { return isa<RankedTensorType>(v.getType()); }
+
+int Lowerer::prefetchDistance(scf::ForOp forOp) {
+  // wgmma accumulations carried around the loop may stay in flight into the
+  // next iteration (waitFor retires them before a read): each iteration then
+  // fetches S-2 ahead, into the buffers of two iterations back, which every
+  // warpgroup's MMAs have finished reading by the barrier. That needs every
+  // dot operand of the loop to come through those buffers.
+  bool prefetches = false, allPrefetched = true;
+  forOp.walk([&](LoadOp ld) {
+    bool fetched = smemBufferBytes.count(ld.getResult());
+    prefetches |= fetched && ld->getParentOp() == forOp;
+    allPrefetched &= fetched || !sharedOperands.count(ld.getResult());
+  });
+  bool defer = wgmma && numStages >= 3 && prefetches && allPrefetched;
+  return defer ? numStages - 2 : numStages - 1;
+}
+
+void Lowerer::lowerFor(scf::ForOp forOp) {
+  // Software pipelining of the loads that only feed dots: numStages buffers
+  // each; the prologue fetches the first numStages-1 iterations' blocks, and
+  // iteration i, once its own blocks have arrived and every warp is past the
+  // barrier (so done with iteration i-1), fetches iteration i+numStages-1's
+  // into the buffer iteration i-1 used, then computes.
+  SmallVector<LoadOp> prefetched;
+  SmallVector<Operation *> slice;
+  for (Operation &op : forOp.getBody()->without_terminator())
+    if (auto ld = dyn_cast<LoadOp>(op);
+        ld && smemBufferBytes.count(ld.getResult()))
+      prefetched.push_back(ld);
+  for (LoadOp ld : prefetched)
+    canPrefetch(ld, &slice);
+  llvm::SetVector<Operation *> sliceOps(slice.begin(), slice.end());
+  Value srcIv = forOp.getInductionVar();
+  // planTma decided for the loop as a whole.
+  const bool viaTma =
+      !prefetched.empty() && tmaLoads.count(prefetched[0].getResult());
+  auto bufferBase = [&](LoadOp ld, Value slot) -> Value {
+    return arith::AddIOp::create(
+        b, loc, i32(smemRegion[ld.getResult()]),
+        arith::MulIOp::create(b, loc, slot,
+                              i32(smemBufferBytes[ld.getResult()])));
+  };
+  auto fetch = [&](Value iv, Value slot) {
+    Value saved = scalars.lookup(srcIv);
+    scalars[srcIv] = iv;
+    for (Operation *op : sliceOps)
+      lowerOp(op);
+    if (viaTma) {
+      // Only iterations the loop runs: no copy is left in flight after it.
+      SmallVector<Value> bases;
+      for (LoadOp ld : prefetched)
+        bases.push_back(bufferBase(ld, slot));
+      issueTma(prefetched, bases, mbarrier(forOp, slot),
+               arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, iv,
+                                     scalarOf(forOp.getUpperBound())));
+    } else {
+      for (LoadOp ld : prefetched) {
+        SmemTile t = *tileGeometry(layoutOf(ld.getResult()));
+        t.base = bufferBase(ld, slot);
+        issueAsyncCopy(ld, t);
+      }
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    }
+    for (Operation *op : sliceOps)
+      scalars.erase(op->getResult(0));
+    if (saved)
+      scalars[srcIv] = saved;
+    else
+      scalars.erase(srcIv);
+  };
+  int S = numStages;
+  // Another loop may have used these buffers: every warp is past it.
+  if (!prefetched.empty())
+    barrier();
+  const int dist = prefetchDistance(forOp);
+  const bool defer = dist == S - 2;
+  for (int i = 0; !prefetched.empty() && i < dist; ++i)
+    fetch(arith::AddIOp::create(
+              b, loc, scalarOf(forOp.getLowerBound()),
+              arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(i))),
+          i32(i));
+
+  // Each carried tile becomes its registers (one value if uniform).
+  struct Carried {
+    std::optional<Layout> layout;
+    size_t first, count;
+  };
+  std::vector<Carried> carried;
+  SmallVector<Value> inits;
+  for (auto [arg, init] :
+       llvm::zip(forOp.getRegionIterArgs(), forOp.getInitArgs())) {
+    if (!isTile(arg)) {
+      carried.push_back({std::nullopt, inits.size(), 1});
+      inits.push_back(scalarOf(init));
+      continue;
+    }
+    Layout l = layoutOf(arg);
+    Regs r = regsIn(init, l);
+    carried.push_back({l, inits.size(), r.regs.size()});
+    inits.append(r.regs.begin(), r.regs.end());
+  }
+  const size_t carriedCount = inits.size();
+  if (!prefetched.empty())
+    inits.push_back(i32(0)); // the buffer that holds this iteration's blocks
+  if (viaTma)
+    inits.push_back(i32(0)); // the phase of that buffer's mbarrier
+  auto newFor = scf::ForOp::create(b, loc, scalarOf(forOp.getLowerBound()),
+                                   scalarOf(forOp.getUpperBound()),
+                                   scalarOf(forOp.getStep()), inits);
+  auto bind = [&](ValueRange values, auto target) {
+    for (auto [i, c] : llvm::enumerate(carried)) {
+      Value v = target(i);
+      ValueRange part = values.slice(c.first, c.count);
+      if (!isTile(v))
+        scalars[v] = part[0];
+      else if (c.layout)
+        tiles[v] = Regs{c.layout, SmallVector<Value>(part), {}};
+      else
+        tiles[v] = Regs{std::nullopt, {}, part[0]};
+    }
+  };
+  {
+    OpBuilder::InsertionGuard g(b);
+    // Without carried values the builder already made the (empty) yield.
+    if (inits.empty())
+      b.setInsertionPoint(newFor.getBody()->getTerminator());
+    else
+      b.setInsertionPointToStart(newFor.getBody());
+    // Thread ids re-read in the body (an opaque read that LLVM cannot hoist)
+    // keep the lane-derived address arithmetic inside the loop instead of
+    // hoisting dozens of live addresses out of it.
+    Value savedLane = lane, savedWarp = warp;
+    if (reloadThreadIds)
+      rereadThreadId();
+    scalars[srcIv] = newFor.getInductionVar();
+    bind(newFor.getRegionIterArgs(),
+         [&](size_t i) { return forOp.getRegionIterArgs()[i]; });
+    Value slot;
+    if (!prefetched.empty()) {
+      slot = newFor.getRegionIterArgs()[carriedCount];
+      if (viaTma) // this iteration's copies have landed
+        NVVM::MBarrierTryWaitParityOp::create(
+            b, loc, mbarrier(forOp, slot),
+            newFor.getRegionIterArgs()[carriedCount + 1], i32(10000000));
+      else // this iteration's group
+        NVVM::CpAsyncWaitGroupOp::create(b, loc, dist - 1);
+      barrier();
+      Value ahead = arith::AddIOp::create(
+          b, loc, newFor.getInductionVar(),
+          arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(dist)));
+      fetch(ahead, arith::RemUIOp::create(
+                       b, loc, arith::AddIOp::create(b, loc, slot, i32(dist)),
+                       i32(S)));
+      for (LoadOp ld : prefetched)
+        prefetchedBase[ld.getResult()] = bufferBase(ld, slot);
+    }
+    auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
+    // Carried dot results may arrive in flight from the previous iteration.
+    bool savedDefer = deferWaits;
+    deferWaits = defer;
+    if (defer)
+      for (auto [arg, y] :
+           llvm::zip(forOp.getRegionIterArgs(), yield.getOperands()))
+        if (y.getDefiningOp<DotOp>())
+          inFlight.push_back(arg);
+    for (Operation &op : forOp.getBody()->without_terminator())
+      lowerOp(&op);
+    deferWaits = savedDefer;
+    SmallVector<Value> outs;
+    for (auto [i, c] : llvm::enumerate(carried)) {
+      Value y = yield.getOperand(i);
+      if (!isTile(y))
+        outs.push_back(scalarOf(y));
+      else if (c.layout) {
+        Regs r = regsIn(y, *c.layout);
+        outs.append(r.regs.begin(), r.regs.end());
+      } else
+        outs.push_back(materialize(y).scalar);
+    }
+    if (!prefetched.empty()) {
+      Value next = arith::RemUIOp::create(
+          b, loc, arith::AddIOp::create(b, loc, slot, i32(1)), i32(S));
+      outs.push_back(next);
+      if (viaTma) // the phase flips each time the buffers wrap around
+        outs.push_back(arith::XOrIOp::create(
+            b, loc, newFor.getRegionIterArgs()[carriedCount + 1],
+            arith::ExtUIOp::create(
+                b, loc, b.getI32Type(),
+                arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, next,
+                                      i32(0)))));
+    }
+    if (!inits.empty())
+      scf::YieldOp::create(b, loc, outs);
+    lane = savedLane;
+    warp = savedWarp;
+  }
+  bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
+  waitForAll(); // MMAs of the last iteration
+  if (!prefetched.empty() && !viaTma)
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0); // the last, unused fetch
+}
+
+void Lowerer::rereadThreadId() {
+  auto asmOp = LLVM::InlineAsmOp::create(
+      b, loc, b.getI32Type(), ValueRange{}, "mov.u32 $0, %tid.x;", "=r",
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
+  Value tid = asmOp.getResult(0);
+  lane = arith::AndIOp::create(b, loc, tid, i32(31));
+  warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
+}
+
+} // namespace kiln::gpu

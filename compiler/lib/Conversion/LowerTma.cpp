@@ -1,0 +1,241 @@
+//===- LowerTma.cpp - pipelined loads through the Tensor Memory Accelerator
+//===//
+//
+// Under the TMA schedule a pipelined load becomes cp.async.bulk.tensor copies
+// issued by one thread: the block of a tensor argument, one box per 64-column
+// panel (128-byte rows: the hardware's 128-byte swizzle is the layout wgmma
+// reads), into the stage's buffer. Each stage has an mbarrier; the issuing
+// thread arms it with the stage's byte count and the copies complete it, and
+// every thread waits on its phase before reading the buffer. The tensor maps
+// are kernel parameters (128-byte, grid-constant) that the launcher encodes
+// from the tensor's pointer and stride arguments; the lowering says which in
+// the module's kiln.tensor_maps.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+using namespace mlir;
+
+namespace kiln::gpu {
+
+static std::optional<int64_t> constantInt(Value v) {
+  if (auto c = v.getDefiningOp<arith::ConstantOp>())
+    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
+      return i.getInt();
+  return std::nullopt;
+}
+
+/// `v` with sign extensions looked through.
+static Value unextended(Value v) {
+  while (auto e = v.getDefiningOp<arith::ExtSIOp>())
+    v = e.getIn();
+  return v;
+}
+
+std::optional<Lowerer::TmaLoad> Lowerer::matchTma(LoadOp ld, std::string &why) {
+  // The pointer: a tensor argument plus index x stride terms of its outer
+  // dimensions (what TensorView's [] builds).
+  Value p = ld.getPtr();
+  SmallVector<Value> terms;
+  while (auto a = p.getDefiningOp<AddPtrOp>()) {
+    terms.push_back(a.getOffset());
+    p = a.getPtr();
+  }
+  auto arg = dyn_cast<BlockArgument>(p);
+  auto shapeAttr = arg && arg.getOwner() == &src.getBody().front()
+                       ? src.getArgAttrOfType<DenseI64ArrayAttr>(
+                             arg.getArgNumber(), "kiln.tensor_shape")
+                       : DenseI64ArrayAttr();
+  if (!shapeAttr) {
+    why = "its pointer is not a tensor argument's";
+    return std::nullopt;
+  }
+  ArrayRef<int64_t> shape = shapeAttr.asArrayRef();
+  const int rank = int(shape.size());
+  const unsigned argNo = arg.getArgNumber();
+  auto strideArg = [&](int d) { return src.getArgument(argNo + 1 + d); };
+  if (rank < 2 || ld.getOffsets().size() != 2) {
+    why = "it is not a 2-D block of a tensor of rank >= 2";
+    return std::nullopt;
+  }
+  // The block's columns run along the tensor's contiguous last dimension,
+  // its rows along one other dimension; the pointer indexes the rest.
+  TmaLoad t;
+  std::optional<int64_t> rowExtent = constantInt(ld.getShape()[0]),
+                         colExtent = constantInt(ld.getShape()[1]);
+  for (int d = 0; d < rank - 1; ++d)
+    if (ld.getStrides()[0] == strideArg(d) && rowExtent == shape[d])
+      t.rowDim = d;
+  if (t.rowDim < 0 || ld.getStrides()[1] != strideArg(rank - 1) ||
+      colExtent != shape[rank - 1]) {
+    why = "its block is not over the tensor's own dimensions (rows along "
+          "one, columns along the contiguous last)";
+    return std::nullopt;
+  }
+  t.index.assign(rank, Value());
+  for (Value term : terms) {
+    if (constantInt(term) == 0) // an index folded to 0
+      continue;
+    auto mul = unextended(term).getDefiningOp<arith::MulIOp>();
+    bool matched = false;
+    for (int d = 0; mul && d < rank - 1 && !matched; ++d)
+      for (int side = 0; side < 2 && !matched; ++side)
+        if (d != t.rowDim && !t.index[d] &&
+            unextended(mul->getOperand(side)) == strideArg(d)) {
+          Value index = unextended(mul->getOperand(1 - side));
+          if (index.getType().isInteger(32)) {
+            t.index[d] = index;
+            matched = true;
+          }
+        }
+    if (!matched) {
+      why = "its pointer offset is not index x stride of a tensor dimension";
+      return std::nullopt;
+    }
+  }
+  std::optional<SmemTile> g = tileGeometry(layoutOf(ld.getResult()));
+  t.rows = ld.getType().getShape()[0];
+  if (!g || g->colDim != 1 || g->panelCols != 64 || t.rows > 256 ||
+      byteSize(ld.getType().getElementType()) != 2) {
+    why = "its shared-memory tile is not in 64-column panels of 16-bit "
+          "elements (the 128-byte swizzle) with at most 256 rows";
+    return std::nullopt;
+  }
+  t.panels = g->cols / 64;
+  t.panelBytes = g->panelBytes();
+  TensorMapInfo &map = t.info;
+  map.pointerParam = int(argNo);
+  map.elementBytes = 2;
+  map.dims.assign(shape.begin(), shape.end());
+  for (int d = 0; d < rank; ++d)
+    map.strideParams.push_back(int(argNo) + 1 + d);
+  map.box.assign(rank, 1);
+  map.box[t.rowDim] = t.rows;
+  map.box[rank - 1] = 64;
+  return t;
+}
+
+void Lowerer::planTma(int64_t &top) {
+  if (!tma)
+    return;
+  // A loop fetches through TMA when every load it pipelines can.
+  llvm::MapVector<Operation *, SmallVector<LoadOp>> loops;
+  src.walk([&](LoadOp ld) {
+    if (smemBufferBytes.count(ld.getResult()))
+      loops[ld->getParentOp()].push_back(ld);
+  });
+  for (auto &[loop, loads] : loops) {
+    std::vector<std::pair<LoadOp, TmaLoad>> matched;
+    std::string why;
+    for (LoadOp ld : loads)
+      if (std::optional<TmaLoad> t = matchTma(ld, why))
+        matched.push_back({ld, *t});
+      else {
+        tmaFallback[ld.getResult()] = why;
+        break;
+      }
+    if (matched.size() != loads.size()) {
+      for (LoadOp ld : loads)
+        if (!tmaFallback.count(ld.getResult()))
+          tmaFallback[ld.getResult()] =
+              "the loop's other loads cannot all use it";
+      continue;
+    }
+    for (auto &[ld, t] : matched) {
+      // One map per distinct tensor and box: a kernel parameter each.
+      std::string key = t.info.str();
+      auto it = llvm::find_if(
+          tensorMaps, [&](const TensorMapInfo &m) { return m.str() == key; });
+      t.map = int(it - tensorMaps.begin());
+      if (it == tensorMaps.end())
+        tensorMaps.push_back(t.info);
+      tmaLoads[ld.getResult()] = t;
+    }
+    mbarrierBase[loop] = top; // one 8-byte mbarrier per stage
+    top += 8 * numStages;
+  }
+}
+
+Value Lowerer::sharedAt(Value byteOffset) {
+  return LLVM::GEPOp::create(b, loc, smemBase.getType(), b.getI8Type(),
+                             smemBase, ValueRange{byteOffset});
+}
+
+Value Lowerer::isThreadZero() {
+  return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                               arith::OrIOp::create(b, loc, lane, warp),
+                               i32(0));
+}
+
+void Lowerer::initMbarriers() {
+  if (mbarrierBase.empty())
+    return;
+  auto ifOp = scf::IfOp::create(b, loc, isThreadZero(), /*withElse=*/false);
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    for (auto &[loop, base] : mbarrierBase)
+      for (int s = 0; s < numStages; ++s)
+        NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(base + 8 * s)),
+                                     i32(1), Value());
+  }
+  NVVM::FenceMbarrierInitOp::create(b, loc);
+  barrier();
+}
+
+Value Lowerer::mbarrier(Operation *loop, Value slot) {
+  return sharedAt(
+      arith::AddIOp::create(b, loc, i32(mbarrierBase.lookup(loop)),
+                            arith::MulIOp::create(b, loc, slot, i32(8))));
+}
+
+void Lowerer::issueTma(ArrayRef<LoadOp> loads, ArrayRef<Value> bases,
+                       Value mbar, Value pred) {
+  int64_t bytes = 0;
+  for (LoadOp ld : loads)
+    bytes += ld.getType().getNumElements() * 2;
+  // Coordinates first (scalar arithmetic every thread can do), then one
+  // thread arms the barrier and issues the copies.
+  SmallVector<SmallVector<Value>> coords;
+  for (LoadOp ld : loads) {
+    const TmaLoad &t = tmaLoads[LoadOp(ld).getResult()];
+    SmallVector<Value> c; // innermost dimension first
+    for (int d = int(t.index.size()) - 1; d >= 0; --d)
+      c.push_back(d == int(t.index.size()) - 1 ? scalarOf(ld.getOffsets()[1])
+                  : d == t.rowDim              ? scalarOf(ld.getOffsets()[0])
+                  : t.index[d]                 ? scalarOf(t.index[d])
+                                               : i32(0));
+    coords.push_back(c);
+  }
+  auto ifOp = scf::IfOp::create(
+      b, loc, arith::AndIOp::create(b, loc, pred, isThreadZero()),
+      /*withElse=*/false);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), mbar, i32(bytes),
+                                         NVVM::MemScopeKind::CTA, false,
+                                         Value());
+  for (auto [i, ld] : llvm::enumerate(loads)) {
+    const TmaLoad &t = tmaLoads[LoadOp(ld).getResult()];
+    Value base = bases[i];
+    ArrayRef<Value> c = coords[i];
+    Value map = tensorMapArgs[t.map];
+    for (int64_t p = 0; p < t.panels; ++p) {
+      SmallVector<Value> cp(c);
+      if (p)
+        cp[0] = arith::AddIOp::create(b, loc, c[0], i32(64 * p));
+      // The copy takes a shared::cluster address; this CTA's own shared
+      // memory is part of that window.
+      Value dst = LLVM::AddrSpaceCastOp::create(
+          b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7),
+          sharedAt(arith::AddIOp::create(b, loc, base, i32(p * t.panelBytes))));
+      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+          b, loc, dst, map, cp, mbar, ValueRange{}, Value(), Value(),
+          NVVM::TMALoadMode::TILE, false, NVVM::CTAGroupKindAttr(), Value());
+    }
+  }
+}
+
+} // namespace kiln::gpu

@@ -1,0 +1,66 @@
+//===- Params.cpp - tensor-map descriptions as text -----------------------===//
+#include "kiln/runtime/Params.h"
+#include "kiln/runtime/Error.h"
+
+#include <sstream>
+
+namespace kiln {
+namespace {
+template <class T> std::string join(const std::vector<T> &v) {
+  std::string s;
+  for (const T &x : v)
+    s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+std::vector<int64_t> split(const std::string &s) {
+  std::vector<int64_t> v;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    v.push_back(std::stoll(item));
+  return v;
+}
+} // namespace
+
+std::string TensorMapInfo::str() const {
+  return "ptr=" + std::to_string(pointerParam) +
+         " elem=" + std::to_string(elementBytes) + " dims=" + join(dims) +
+         " strides=" + join(strideParams) + " box=" + join(box);
+}
+
+TensorMapInfo TensorMapInfo::parse(const std::string &text) {
+  TensorMapInfo t;
+  std::stringstream in(text);
+  std::string field;
+  bool ptr = false;
+  try {
+    while (in >> field) {
+      size_t eq = field.find('=');
+      if (eq == std::string::npos)
+        throw Error("");
+      std::string key = field.substr(0, eq), value = field.substr(eq + 1);
+      if (key == "ptr")
+        t.pointerParam = std::stoi(value), ptr = true;
+      else if (key == "elem")
+        t.elementBytes = std::stoi(value);
+      else if (key == "dims")
+        t.dims = split(value);
+      else if (key == "strides")
+        for (int64_t s : split(value))
+          t.strideParams.push_back(int(s));
+      else if (key == "box")
+        t.box = split(value);
+      else
+        throw Error("");
+    }
+  } catch (const std::exception &) {
+    ptr = false;
+  }
+  if (!ptr || t.dims.empty() || t.dims.size() != t.strideParams.size() ||
+      t.dims.size() != t.box.size())
+    throw Error("tensor map: cannot parse '" + text + "'");
+  return t;
+}
+
+} // namespace kiln
