@@ -300,6 +300,14 @@ void KernelBuilder::setTma(bool tma) {
     state_->func->removeAttr("kiln.tma");
 }
 
+void KernelBuilder::setWarpSpecialize(bool specialize) {
+  if (specialize)
+    state_->func->setAttr("kiln.warp_specialize",
+                          state_->builder.getUnitAttr());
+  else
+    state_->func->removeAttr("kiln.warp_specialize");
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -17,6 +17,7 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   k.setStages(c.stages);
   k.setWgmma(c.wgmma);
   k.setTma(c.wgmma && c.tma);
+  k.setWarpSpecialize(c.wgmma && c.warpSpecialize);
   auto A = k.tensorArg("A", s.dtype, {s.M, s.K});
   auto B = k.tensorArg("B", s.dtype, {s.K, s.N});
   auto C = k.tensorArg("C", s.outDtype, {s.M, s.N});

@@ -58,20 +58,23 @@ struct AttnCase {
   bool bshd;
   bool wgmma = false; ///< the Hopper schedule: wgmma, 8 warps
   int tma = -1;       ///< under wgmma: 0 K/V by cp.async, -1 the default (TMA)
+  int warpSpecialize = -1; ///< 1: a producer warpgroup issues the TMA copies
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
   *os << c.B << "x" << c.H << " N=" << c.N << " D=" << c.D
       << (c.causal ? " causal " : " full ") << dtypeName(c.dtype)
       << (c.bshd ? " bshd" : "") << (c.wgmma ? " wgmma" : "")
-      << (c.tma == 0 ? " cp.async" : "");
+      << (c.tma == 0 ? " cp.async" : "")
+      << (c.warpSpecialize > 0 ? " producer warpgroup" : "");
 }
 
 std::string caseName(const AttnCase &c) {
   return std::to_string(c.B) + "x" + std::to_string(c.H) + "_n" +
          std::to_string(c.N) + "_d" + std::to_string(c.D) +
          (c.causal ? "_causal_" : "_full_") + dtypeName(c.dtype) +
-         (c.bshd ? "_bshd" : "") + (c.tma == 0 ? "_cpasync" : "");
+         (c.bshd ? "_bshd" : "") + (c.tma == 0 ? "_cpasync" : "") +
+         (c.warpSpecialize > 0 ? "_producer" : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -88,6 +91,7 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
                    << cuda::device().arch();
     config.wgmma = -1; // the default schedule: wgmma, 8 warps, TMA
     config.tma = c.tma;
+    config.warpSpecialize = c.warpSpecialize;
     // Both pipelines: 3 stages keep P·V in flight into the next iteration
     // (fetching 1 ahead), 2 wait for it in its own.
     config.stages = c.N % 2 ? 2 : 3;
@@ -169,12 +173,26 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{1, 1, 8191, 128, false, bf16, false, true, 0}),
     [](const auto &info) { return caseName(info.param); });
 
+// Warp roles: a producer warpgroup issues the TMA copies, 8 warps compute.
+// Causal runs two loops over the same buffers, one after the other.
+INSTANTIATE_TEST_SUITE_P(
+    WarpSpecialized, AttentionOnGpu,
+    ::testing::Values(AttnCase{1, 2, 1, 64, false, bf16, false, true, -1, 1},
+                      AttnCase{2, 2, 17, 128, true, f16, false, true, -1, 1},
+                      AttnCase{1, 2, 1000, 64, true, f16, true, true, -1, 1},
+                      AttnCase{2, 1, 1000, 128, false, bf16, false, true, -1,
+                               1},
+                      AttnCase{1, 2, 4096, 128, true, bf16, false, true, -1, 1},
+                      AttnCase{1, 1, 8191, 128, false, f16, true, true, -1, 1}),
+    [](const auto &info) { return caseName(info.param); });
+
 TEST(GpuKernels, GemmMatchesFp64) {
   REQUIRE_GPU();
   for (auto [M, N, K, t] :
        {std::tuple{64, 64, 32, bf16}, std::tuple{100, 70, 33, f16},
         std::tuple{513, 257, 129, bf16}}) {
-    for (int path : {0, 1, 2}) { // mma.sync; wgmma with cp.async; with TMA
+    // mma.sync; wgmma with cp.async; with TMA; with a producer warpgroup
+    for (int path : {0, 1, 2, 3}) {
       bool wgmma = path > 0;
       if (wgmma && cuda::device().arch() != "sm_90a")
         continue;
@@ -185,7 +203,8 @@ TEST(GpuKernels, GemmMatchesFp64) {
                   .blockK = 64,
                   .warps = 8,
                   .wgmma = true,
-                  .tma = path == 2};
+                  .tma = path >= 2,
+                  .warpSpecialize = path == 3};
       Kernel k = kernels::gemm({M, N, K, t, DType::f32}, config);
       HostTensor a(t, {M, K}), b(t, {K, N}), c(DType::f32, {M, N}),
           ref(DType::f32, {M, N});

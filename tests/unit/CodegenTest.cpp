@@ -149,6 +149,51 @@ TEST(Codegen, WgmmaScheduleEmitsWarpgroupMma) {
                                        "has none (sm_90a only)"));
 }
 
+// Warp roles: the default causal D=128 schedule adds a producer warpgroup
+// that issues the TMA copies; the compute warps take its registers and sync
+// among themselves on a named barrier. Without TMA the request falls back,
+// and the report says why.
+TEST(Codegen, ProducerWarpgroupIssuesTheCopies) {
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = 4096;
+  s.headDim = 128;
+  s.causal = true;
+  CompiledKernel c = compileForGpu(kernels::attentionForward(s), {"sm_90a"});
+  EXPECT_EQ(c.threads, 384); // 8 compute warps + 4
+  EXPECT_EQ(countOf(c.ptx, "setmaxnreg.dec.sync.aligned.u32 \t24"), 1u);
+  EXPECT_EQ(countOf(c.ptx, "setmaxnreg.inc.sync.aligned.u32 \t240"), 1u);
+  EXPECT_GE(countOf(c.ptx, "bar.sync \t1, 256"), 1u);
+  EXPECT_GE(countOf(c.ptx, "mbarrier.arrive.shared.b64"), 2u); // 2 loops
+  // Only the producer issues copies: one per panel per load per loop.
+  EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.tensor.4d"), 8u);
+  std::string report;
+  for (const std::string &line : c.report)
+    report += line + "\n";
+  EXPECT_THAT(report, HasSubstr("warp roles: warps 8-11 a producer warpgroup "
+                                "(one thread issues the TMA copies; "
+                                "setmaxnreg 24), warps 0-7 compute "
+                                "(setmaxnreg 240)"));
+  EXPECT_THAT(report, HasSubstr("load 128x128: TMA (cp.async.bulk.tensor, 2 "
+                                "box(es) of 128x64, 128-byte swizzle, mbarrier "
+                                "completion) into shared memory, by the "
+                                "producer warpgroup, up to 2 iteration(s) "
+                                "ahead (2 buffers)"));
+
+  kernels::AttentionConfig noTma;
+  noTma.tma = 0;
+  noTma.warpSpecialize = 1;
+  CompiledKernel f =
+      compileForGpu(kernels::attentionForward(s, noTma), {"sm_90a"});
+  EXPECT_EQ(f.threads, 256);
+  EXPECT_EQ(countOf(f.ptx, "setmaxnreg"), 0u);
+  report.clear();
+  for (const std::string &line : f.report)
+    report += line + "\n";
+  EXPECT_THAT(report, HasSubstr("warp roles: none (the schedule asks for a "
+                                "producer warpgroup; not possible: no loop "
+                                "fetches through TMA)"));
+}
+
 // The K/V copy-address knob changes only how cp.async destinations are
 // computed: both forms copy into the same shared memory and assemble.
 TEST(Codegen, CopyAddressFormsDifferOnlyInAddressing) {

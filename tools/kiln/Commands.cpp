@@ -140,6 +140,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.warps = int(opts.integer("warps", 0));
   c.stages = int(positive(opts, "stages", c.stages));
   c.tma = int(opts.integer("tma", c.tma));
+  c.warpSpecialize = int(opts.integer("warp-specialize", c.warpSpecialize));
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
@@ -195,6 +196,7 @@ static Problem gemmProblem(Options &opts, bool withData) {
   c.stages = int(opts.integer("stages", c.stages));
   c.wgmma = opts.integer("wgmma", c.wgmma) != 0;
   c.tma = opts.integer("tma", c.tma) != 0;
+  c.warpSpecialize = opts.integer("warp-specialize", c.warpSpecialize) != 0;
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::gemm(s, c);

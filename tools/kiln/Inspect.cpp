@@ -175,11 +175,14 @@ int cmdReport(Options &opts) {
   opts.checkAllUsed();
   CompiledKernel c = compileForGpu(*p.kernel, target);
   fmt::print("lowering report ({}): what each load and dot became\n", c.arch);
-  for (const std::string &line : c.report)
+  bool roles = false;
+  for (const std::string &line : c.report) {
     fmt::print("  {}\n", line);
-  // Every warp runs the whole program: there are no producer warps yet.
-  fmt::print("  warp roles: none, all {} warps load and compute\n",
-             c.threads / 32);
+    roles |= line.rfind("warp roles:", 0) == 0;
+  }
+  if (!roles) // the schedule did not ask for a producer warpgroup
+    fmt::print("  warp roles: none, all {} warps load and compute\n",
+               c.threads / 32);
   printResources(p, c);
   return 0;
 }

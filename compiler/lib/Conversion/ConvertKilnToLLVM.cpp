@@ -33,7 +33,7 @@ struct ConvertKilnToLLVM
     SmallVector<func::FuncOp> kernels;
     for (auto f : module.getOps<func::FuncOp>())
       kernels.push_back(f);
-    int64_t shared = 0, conversions = 0;
+    int64_t shared = 0, conversions = 0, producerWarps = 0;
     SmallVector<Attribute> report, maps;
     for (func::FuncOp f : kernels) {
       auto warps = f->getAttrOfType<IntegerAttr>("kiln.num_warps");
@@ -60,6 +60,7 @@ struct ConvertKilnToLLVM
           lowerer.report.push_back("schedule asks for TMA, which comes with "
                                    "wgmma only here: loads use cp.async");
         shared = std::max(shared, lowerer.run(module));
+        producerWarps = std::max<int64_t>(producerWarps, lowerer.producerWarps);
         for (const kiln::TensorMapInfo &m : lowerer.tensorMaps)
           maps.push_back(StringAttr::get(module.getContext(), m.str()));
         conversions += lowerer.genericConversions;
@@ -79,6 +80,10 @@ struct ConvertKilnToLLVM
     module->setAttr("kiln.smem_conversions", b.getI64IntegerAttr(conversions));
     module->setAttr("kiln.lowering_report", b.getArrayAttr(report));
     // TMA tensor maps the kernel takes after its own parameters, in order.
+    // Warps the lowering adds to the kernel's own (a producer warpgroup).
+    if (producerWarps)
+      module->setAttr("kiln.producer_warps",
+                      b.getI64IntegerAttr(producerWarps));
     if (!maps.empty())
       module->setAttr("kiln.tensor_maps", b.getArrayAttr(maps));
   }

@@ -84,6 +84,7 @@ int64_t Lowerer::run(ModuleOp module) {
     });
   }
   planTma(top);
+  planWarpRoles();
   SmallVector<Type> argTypes;
   for (Type t : src.getArgumentTypes())
     argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);
@@ -93,7 +94,8 @@ int64_t Lowerer::run(ModuleOp module) {
       b, loc, src.getName(),
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), argTypes));
   fn->setAttr("nvvm.kernel", b.getUnitAttr());
-  fn->setAttr("nvvm.maxntid", b.getDenseI32ArrayAttr({32 * numWarps, 1, 1}));
+  fn->setAttr("nvvm.maxntid",
+              b.getDenseI32ArrayAttr({32 * (numWarps + producerWarps), 1, 1}));
   for (size_t i = 0; i < tensorMaps.size(); ++i) {
     unsigned arg = src.getNumArguments() + i;
     fn.setArgAttr(arg, "llvm.byval",
@@ -116,12 +118,14 @@ int64_t Lowerer::run(ModuleOp module) {
     std::string shape;
     for (int64_t d : ld.getType().getShape())
       shape += (shape.empty() ? "" : "x") + std::to_string(d);
-    std::string ahead = smemBufferBytes.count(ld.getResult())
-                            ? std::to_string(prefetchDistance(
-                                  cast<scf::ForOp>(ld->getParentOp()))) +
-                                  " iteration(s) ahead (" +
-                                  std::to_string(numStages) + " buffers)"
-                            : "";
+    std::string ahead;
+    if (smemBufferBytes.count(ld.getResult()))
+      ahead =
+          (producerWarps
+               ? "by the producer warpgroup, up to " + std::to_string(numStages)
+               : std::to_string(
+                     prefetchDistance(cast<scf::ForOp>(ld->getParentOp())))) +
+          " iteration(s) ahead (" + std::to_string(numStages) + " buffers)";
     if (auto t = tmaLoads.find(ld.getResult()); t != tmaLoads.end())
       note(ld, "load " + shape + ": TMA (cp.async.bulk.tensor, " +
                    std::to_string(t->second.panels) + " box(es) of " +
@@ -143,7 +147,10 @@ int64_t Lowerer::run(ModuleOp module) {
       note(ld, "load " + shape + ": vector loads to registers");
   });
   scratchBase = (top + 1023) / 1024 * 1024;
-  lowerBlock(src.getBody().front());
+  if (producerWarps)
+    lowerSpecialized(src.getBody().front());
+  else
+    lowerBlock(src.getBody().front());
   return scratchBase + smemBytes;
 }
 

@@ -28,6 +28,8 @@ int Lowerer::prefetchDistance(scf::ForOp forOp) {
     prefetches |= fetched && ld->getParentOp() == forOp;
     allPrefetched &= fetched || !sharedOperands.count(ld.getResult());
   });
+  if (producerWarps) // the producer warpgroup fills every free buffer
+    return numStages;
   bool defer = wgmma && numStages >= 3 && prefetches && allPrefetched;
   return defer ? numStages - 2 : numStages - 1;
 }
@@ -68,8 +70,10 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       for (LoadOp ld : prefetched)
         bases.push_back(bufferBase(ld, slot));
       issueTma(prefetched, bases, mbarrier(forOp, slot),
-               arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, iv,
-                                     scalarOf(forOp.getUpperBound())));
+               arith::AndIOp::create(
+                   b, loc, isTmaLeader(),
+                   arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, iv,
+                                         scalarOf(forOp.getUpperBound()))));
     } else {
       for (LoadOp ld : prefetched) {
         SmemTile t = *tileGeometry(layoutOf(ld.getResult()));
@@ -86,12 +90,15 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       scalars.erase(srcIv);
   };
   int S = numStages;
+  // With a producer warpgroup the consumers only wait for full buffers and
+  // release them (lowerProducerLoop fetches).
+  const bool consumer = viaTma && producerWarps;
   // Another loop may have used these buffers: every warp is past it.
-  if (!prefetched.empty())
+  if (!prefetched.empty() && !consumer)
     barrier();
   const int dist = prefetchDistance(forOp);
-  const bool defer = dist == S - 2;
-  for (int i = 0; !prefetched.empty() && i < dist; ++i)
+  const bool defer = !consumer && dist == S - 2;
+  for (int i = 0; !prefetched.empty() && !consumer && i < dist; ++i)
     fetch(arith::AddIOp::create(
               b, loc, scalarOf(forOp.getLowerBound()),
               arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(i))),
@@ -161,6 +168,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
             newFor.getRegionIterArgs()[carriedCount + 1], i32(10000000));
       else // this iteration's group
         NVVM::CpAsyncWaitGroupOp::create(b, loc, dist - 1);
+    }
+    if (!prefetched.empty() && !consumer) {
       barrier();
       Value ahead = arith::AddIOp::create(
           b, loc, newFor.getInductionVar(),
@@ -168,9 +177,9 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       fetch(ahead, arith::RemUIOp::create(
                        b, loc, arith::AddIOp::create(b, loc, slot, i32(dist)),
                        i32(S)));
-      for (LoadOp ld : prefetched)
-        prefetchedBase[ld.getResult()] = bufferBase(ld, slot);
     }
+    for (LoadOp ld : prefetched)
+      prefetchedBase[ld.getResult()] = bufferBase(ld, slot);
     auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
     // Carried dot results may arrive in flight from the previous iteration.
     bool savedDefer = deferWaits;
@@ -183,6 +192,11 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     for (Operation &op : forOp.getBody()->without_terminator())
       lowerOp(&op);
     deferWaits = savedDefer;
+    if (consumer) { // done reading this iteration's buffers: release them
+      waitForAll();
+      NVVM::MBarrierArriveOp::create(b, loc, Type(), emptyMbarrier(forOp, slot),
+                                     Value());
+    }
     SmallVector<Value> outs;
     for (auto [i, c] : llvm::enumerate(carried)) {
       Value y = yield.getOperand(i);

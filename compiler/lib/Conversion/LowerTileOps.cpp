@@ -57,7 +57,11 @@ void Lowerer::barrier() {
         NVVM::ProxyKindAttr::get(b.getContext(), NVVM::ProxyKind::async_shared),
         NVVM::SharedSpaceAttr::get(b.getContext(),
                                    NVVM::SharedSpace::shared_cta));
-  NVVM::Barrier0Op::create(b, loc);
+  if (consumerBarriers) // named barrier 1 over the compute warps only
+    NVVM::BarrierOp::create(b, loc, TypeRange{}, i32(1), i32(32 * numWarps), {},
+                            Value());
+  else
+    NVVM::Barrier0Op::create(b, loc);
 }
 
 Value Lowerer::smemPtr(Value byteOffset) {

@@ -153,8 +153,10 @@ void Lowerer::planTma(int64_t &top) {
         tensorMaps.push_back(t.info);
       tmaLoads[ld.getResult()] = t;
     }
-    mbarrierBase[loop] = top; // one 8-byte mbarrier per stage
-    top += 8 * numStages;
+    // Per stage an 8-byte mbarrier for "landed" and, with a producer
+    // warpgroup, one for "released".
+    mbarrierBase[loop] = top;
+    top += 16 * numStages;
   }
 }
 
@@ -177,18 +179,40 @@ void Lowerer::initMbarriers() {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
     for (auto &[loop, base] : mbarrierBase)
-      for (int s = 0; s < numStages; ++s)
+      for (int s = 0; s < numStages; ++s) {
         NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(base + 8 * s)),
                                      i32(1), Value());
+        // Released when every consumer thread has arrived.
+        NVVM::MBarrierInitOp::create(b, loc,
+                                     sharedAt(i32(base + 8 * (numStages + s))),
+                                     i32(32 * numWarps), Value());
+      }
   }
   NVVM::FenceMbarrierInitOp::create(b, loc);
   barrier();
+}
+
+Value Lowerer::emptyMbarrier(Operation *loop, Value slot) {
+  return sharedAt(arith::AddIOp::create(
+      b, loc, i32(mbarrierBase.lookup(loop) + 8 * numStages),
+      arith::MulIOp::create(b, loc, slot, i32(8))));
 }
 
 Value Lowerer::mbarrier(Operation *loop, Value slot) {
   return sharedAt(
       arith::AddIOp::create(b, loc, i32(mbarrierBase.lookup(loop)),
                             arith::MulIOp::create(b, loc, slot, i32(8))));
+}
+
+Value Lowerer::isTmaLeader() {
+  return producerWarps
+             ? arith::AndIOp::create(
+                   b, loc,
+                   arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp,
+                                         i32(numWarps)),
+                   arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane,
+                                         i32(0)))
+             : isThreadZero();
 }
 
 void Lowerer::issueTma(ArrayRef<LoadOp> loads, ArrayRef<Value> bases,
@@ -209,9 +233,7 @@ void Lowerer::issueTma(ArrayRef<LoadOp> loads, ArrayRef<Value> bases,
                                                : i32(0));
     coords.push_back(c);
   }
-  auto ifOp = scf::IfOp::create(
-      b, loc, arith::AndIOp::create(b, loc, pred, isThreadZero()),
-      /*withElse=*/false);
+  auto ifOp = scf::IfOp::create(b, loc, pred, /*withElse=*/false);
   OpBuilder::InsertionGuard g(b);
   b.setInsertionPointToStart(ifOp.thenBlock());
   NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), mbar, i32(bytes),

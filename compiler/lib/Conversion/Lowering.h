@@ -194,6 +194,21 @@ public:
   /// buffers at `bases`, from thread 0 and where `pred` holds.
   void issueTma(llvm::ArrayRef<LoadOp> loads, llvm::ArrayRef<mlir::Value> bases,
                 mlir::Value mbar, mlir::Value pred);
+  /// The "released" mbarrier of stage `slot` (warp specialization).
+  mlir::Value emptyMbarrier(mlir::Operation *loop, mlir::Value slot);
+  /// The thread that issues TMA copies: thread 0, or the producer
+  /// warpgroup's first thread.
+  mlir::Value isTmaLeader();
+  // Warp specialization (LowerWarpRoles.cpp).
+  int producerWarps = 0; ///< 4 when a producer warpgroup issues the copies
+  int producerRegisters = 0, consumerRegisters = 0;
+  bool consumerBarriers = false; ///< barrier() syncs the compute warps only
+  /// Whether the schedule's producer warpgroup can be had; says in the
+  /// report.
+  void planWarpRoles();
+  /// The function body split between the producer and the compute warps.
+  void lowerSpecialized(mlir::Block &body);
+  void lowerProducerLoop(mlir::scf::ForOp forOp);
   mlir::Value sharedAt(mlir::Value byteOffset); ///< no scratch offset
   mlir::Value isThreadZero();
   llvm::DenseMap<mlir::Value, TmaLoad> tmaLoads;

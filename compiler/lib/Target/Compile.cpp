@@ -380,10 +380,12 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
   for (Attribute line :
        (*lowered)->getAttrOfType<ArrayAttr>("kiln.lowering_report"))
     out.report.push_back(cast<StringAttr>(line).str());
+  if (auto extra =
+          (*lowered)->getAttrOfType<IntegerAttr>("kiln.producer_warps"))
+    out.threads += 32 * int(extra.getInt());
   if (auto maps = (*lowered)->getAttrOfType<ArrayAttr>("kiln.tensor_maps"))
     for (Attribute m : maps)
-      out.tensorMaps.push_back(
-          TensorMapInfo::parse(cast<StringAttr>(m).str()));
+      out.tensorMaps.push_back(TensorMapInfo::parse(cast<StringAttr>(m).str()));
   out.layouts +=
       "// of them through shared memory (not ldmatrix, not register "
       "renames): " +

@@ -274,6 +274,10 @@ public:
   /// mbarriers) rather than cp.async; a load that does not fit says why in
   /// the lowering report.
   void setTma(bool tma);
+  /// Schedule: warp roles. With TMA, an extra producer warpgroup issues the
+  /// copies while the kernel's warps only compute (setmaxnreg moves registers
+  /// to them); the lowering report says when it cannot.
+  void setWarpSpecialize(bool specialize);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

@@ -40,6 +40,9 @@ struct AttentionConfig {
   /// K/V through TMA (tensor maps and mbarriers) under wgmma rather than
   /// cp.async: 1 yes, 0 no, -1 default (yes under wgmma).
   int tma = -1;
+  /// Warp roles under TMA: 1 a producer warpgroup issues the copies and the
+  /// `warps` compute; 0 (and -1, the default) every warp does both.
+  int warpSpecialize = -1;
 };
 
 /// The config with its zero fields filled in for `shape`. With blockM and

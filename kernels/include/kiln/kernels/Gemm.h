@@ -20,6 +20,9 @@ struct GemmConfig {
   bool wgmma = false; ///< dots on wgmma (sm_90a): see KernelBuilder::setWgmma
   /// Under wgmma, A and B through TMA (KernelBuilder::setTma).
   bool tma = true;
+  /// With TMA, a producer warpgroup issues the copies
+  /// (KernelBuilder::setWarpSpecialize).
+  bool warpSpecialize = false;
 };
 
 Kernel gemm(const GemmShape &shape, const GemmConfig &config = {});

@@ -1,0 +1,164 @@
+//===- LowerWarpRoles.cpp - a producer warpgroup for the TMA pipeline -----===//
+//
+// Warp specialization (the schedule's kiln.warp_specialize): one extra
+// warpgroup, after the kernel's own warps, only issues the TMA copies of the
+// pipelined loops, and the kernel's warps only compute. They meet on two
+// mbarriers per stage: "full" (armed by the producer with the stage's bytes,
+// completed by the copies) and "empty" (every consumer thread arrives when it
+// is done reading the stage). The producer gives registers back and the
+// consumers take them (setmaxnreg); the consumers' barriers become a named
+// barrier over their threads only, so the producer never joins one.
+//
+// The producer runs the function's scalar code (program ids, index
+// arithmetic) and, for each pipelined loop, a loop with the same bounds that
+// waits for a free stage and fills it. After a loop it waits until the
+// consumers have released its last stages, because the next loop's buffers
+// may be the same memory.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "llvm/ADT/SetVector.h"
+
+using namespace mlir;
+
+namespace kiln::gpu {
+
+static bool isTile(Value v) { return isa<RankedTensorType>(v.getType()); }
+
+void Lowerer::planWarpRoles() {
+  if (!src->hasAttr("kiln.warp_specialize"))
+    return;
+  std::string why; // the first reason
+  auto fail = [&](const char *reason) {
+    if (why.empty())
+      why = reason;
+  };
+  if (!tma || mbarrierBase.empty())
+    fail("no loop fetches through TMA");
+  for (auto &[loop, base] : mbarrierBase)
+    if (loop->getParentOp() != src.getOperation())
+      fail("a TMA loop is nested in another loop");
+  for (auto &[v, bytes] : smemBufferBytes)
+    if (!tmaLoads.count(v))
+      fail("a pipelined load goes by cp.async");
+  if (numWarps % 4 || numWarps > 28)
+    fail("the compute warps are not whole warpgroups (or exceed 28)");
+  if (!why.empty()) {
+    report.push_back("warp roles: none (the schedule asks for a producer "
+                     "warpgroup; not possible: " +
+                     why + ")");
+    return;
+  }
+  producerWarps = 4;
+  // Registers at launch: what ptxas can give every thread of the CTA; the
+  // producer keeps 24 and the consumers share the rest, in steps of 8.
+  int threads = 32 * (numWarps + producerWarps);
+  int atLaunch = std::min(248, 65536 / threads / 8 * 8);
+  producerRegisters = 24;
+  consumerRegisters =
+      std::min(240, (atLaunch * threads - 128 * producerRegisters) /
+                        (32 * numWarps) / 8 * 8);
+  report.push_back(
+      "warp roles: warps " + std::to_string(numWarps) + "-" +
+      std::to_string(numWarps + 3) +
+      " a producer warpgroup (one thread issues the TMA copies; setmaxnreg " +
+      std::to_string(producerRegisters) + "), warps 0-" +
+      std::to_string(numWarps - 1) + " compute (setmaxnreg " +
+      std::to_string(consumerRegisters) +
+      "), per stage a full and an empty mbarrier");
+}
+
+void Lowerer::lowerSpecialized(mlir::Block &body) {
+  Value isProducer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge,
+                                           warp, i32(numWarps));
+  auto ifOp = scf::IfOp::create(b, loc, isProducer, /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+    NVVM::SetMaxRegisterOp::create(b, loc, producerRegisters,
+                                   NVVM::SetMaxRegisterAction::decrease);
+    auto saved = scalars;
+    auto leader = scf::IfOp::create(b, loc, isTmaLeader(), false);
+    b.setInsertionPoint(leader.thenBlock()->getTerminator());
+    for (Operation &op : body.without_terminator()) {
+      if (auto f = dyn_cast<scf::ForOp>(op); f && mbarrierBase.count(f))
+        lowerProducerLoop(f);
+      else if (op.getNumRegions() == 0 && op.getNumResults() == 1 &&
+               !isTile(op.getResult(0)))
+        lowerOp(&op); // scalar arithmetic the loops' bounds and blocks use
+    }
+    scalars = std::move(saved);
+  }
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
+    NVVM::SetMaxRegisterOp::create(b, loc, consumerRegisters,
+                                   NVVM::SetMaxRegisterAction::increase);
+    consumerBarriers = true;
+    for (Operation &op : body.without_terminator())
+      lowerOp(&op);
+  }
+  LLVM::ReturnOp::create(b, loc, ValueRange{});
+}
+
+void Lowerer::lowerProducerLoop(scf::ForOp forOp) {
+  SmallVector<LoadOp> loads;
+  SmallVector<Operation *> slice;
+  for (Operation &op : forOp.getBody()->without_terminator())
+    if (auto ld = dyn_cast<LoadOp>(op); ld && tmaLoads.count(ld.getResult()))
+      loads.push_back(ld);
+  for (LoadOp ld : loads)
+    canPrefetch(ld, &slice);
+  llvm::SetVector<Operation *> sliceOps(slice.begin(), slice.end());
+  const int S = numStages;
+  auto advance = [&](Value &slot, Value &phase) {
+    Value next = arith::RemUIOp::create(
+        b, loc, arith::AddIOp::create(b, loc, slot, i32(1)), i32(S));
+    phase = arith::XOrIOp::create(
+        b, loc, phase,
+        arith::ExtUIOp::create(b, loc, b.getI32Type(),
+                               arith::CmpIOp::create(b, loc,
+                                                     arith::CmpIPredicate::eq,
+                                                     next, i32(0))));
+    slot = next;
+  };
+  // A free stage: the consumers released it S iterations ago (a fresh
+  // barrier's "previous phase" counts as complete).
+  auto waitFree = [&](Value slot, Value phase) {
+    NVVM::MBarrierTryWaitParityOp::create(
+        b, loc, emptyMbarrier(forOp, slot),
+        arith::XOrIOp::create(b, loc, phase, i32(1)), i32(10000000));
+  };
+  auto newFor = scf::ForOp::create(
+      b, loc, scalarOf(forOp.getLowerBound()), scalarOf(forOp.getUpperBound()),
+      scalarOf(forOp.getStep()), ValueRange{i32(0), i32(0)});
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(newFor.getBody());
+    Value slot = newFor.getRegionIterArgs()[0],
+          phase = newFor.getRegionIterArgs()[1];
+    waitFree(slot, phase);
+    scalars[forOp.getInductionVar()] = newFor.getInductionVar();
+    for (Operation *op : sliceOps)
+      lowerOp(op);
+    SmallVector<Value> bases;
+    for (LoadOp ld : loads)
+      bases.push_back(arith::AddIOp::create(
+          b, loc, i32(smemRegion[ld.getResult()]),
+          arith::MulIOp::create(b, loc, slot,
+                                i32(smemBufferBytes[ld.getResult()]))));
+    issueTma(loads, bases, mbarrier(forOp, slot),
+             arith::ConstantIntOp::create(b, loc, 1, 1));
+    advance(slot, phase);
+    scf::YieldOp::create(b, loc, ValueRange{slot, phase});
+  }
+  Value slot = newFor.getResult(0), phase = newFor.getResult(1);
+  for (int i = 0; i < S; ++i) { // the consumers are done with every stage
+    waitFree(slot, phase);
+    advance(slot, phase);
+  }
+}
+
+} // namespace kiln::gpu
