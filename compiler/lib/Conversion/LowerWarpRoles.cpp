@@ -60,13 +60,18 @@ void Lowerer::planWarpRoles() {
   consumerRegisters =
       std::min(240, (atLaunch * threads - 128 * producerRegisters) /
                         (32 * numWarps) / 8 * 8);
+  // setmaxnreg.inc may only raise the count: with few compute warps they
+  // keep what they have at launch.
+  if (consumerRegisters <= atLaunch)
+    consumerRegisters = 0;
   report.push_back(
       "warp roles: warps " + std::to_string(numWarps) + "-" +
       std::to_string(numWarps + 3) +
       " a producer warpgroup (one thread issues the TMA copies; setmaxnreg " +
       std::to_string(producerRegisters) + "), warps 0-" +
-      std::to_string(numWarps - 1) + " compute (setmaxnreg " +
-      std::to_string(consumerRegisters) +
+      std::to_string(numWarps - 1) + " compute (" +
+      (consumerRegisters ? "setmaxnreg " + std::to_string(consumerRegisters)
+                         : std::string("registers as launched")) +
       "), per stage a full and an empty mbarrier");
 }
 
@@ -94,8 +99,9 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
-    NVVM::SetMaxRegisterOp::create(b, loc, consumerRegisters,
-                                   NVVM::SetMaxRegisterAction::increase);
+    if (consumerRegisters)
+      NVVM::SetMaxRegisterOp::create(b, loc, consumerRegisters,
+                                     NVVM::SetMaxRegisterAction::increase);
     consumerBarriers = true;
     for (Operation &op : body.without_terminator())
       lowerOp(&op);
