@@ -53,12 +53,6 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   // planTma decided for the loop as a whole.
   const bool viaTma =
       !prefetched.empty() && tmaLoads.count(prefetched[0].getResult());
-  auto bufferBase = [&](LoadOp ld, Value slot) -> Value {
-    return arith::AddIOp::create(
-        b, loc, i32(smemRegion[ld.getResult()]),
-        arith::MulIOp::create(b, loc, slot,
-                              i32(smemBufferBytes[ld.getResult()])));
-  };
   auto fetch = [&](Value iv, Value slot) {
     Value saved = scalars.lookup(srcIv);
     scalars[srcIv] = iv;
@@ -68,7 +62,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       // Only iterations the loop runs: no copy is left in flight after it.
       SmallVector<Value> bases;
       for (LoadOp ld : prefetched)
-        bases.push_back(bufferBase(ld, slot));
+        bases.push_back(stageBuffer(ld, slot));
       issueTma(prefetched, bases, mbarrier(forOp, slot),
                arith::AndIOp::create(
                    b, loc, isTmaLeader(),
@@ -77,7 +71,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     } else {
       for (LoadOp ld : prefetched) {
         SmemTile t = *tileGeometry(layoutOf(ld.getResult()));
-        t.base = bufferBase(ld, slot);
+        t.base = stageBuffer(ld, slot);
         issueAsyncCopy(ld, t);
       }
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
@@ -179,7 +173,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
                        i32(S)));
     }
     for (LoadOp ld : prefetched)
-      prefetchedBase[ld.getResult()] = bufferBase(ld, slot);
+      prefetchedBase[ld.getResult()] = stageBuffer(ld, slot);
     auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
     // Carried dot results may arrive in flight from the previous iteration.
     bool savedDefer = deferWaits;
@@ -209,16 +203,13 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
         outs.push_back(materialize(y).scalar);
     }
     if (!prefetched.empty()) {
-      Value next = arith::RemUIOp::create(
-          b, loc, arith::AddIOp::create(b, loc, slot, i32(1)), i32(S));
+      Value next = slot,
+            phase =
+                viaTma ? newFor.getRegionIterArgs()[carriedCount + 1] : Value();
+      nextStage(next, viaTma ? &phase : nullptr);
       outs.push_back(next);
-      if (viaTma) // the phase flips each time the buffers wrap around
-        outs.push_back(arith::XOrIOp::create(
-            b, loc, newFor.getRegionIterArgs()[carriedCount + 1],
-            arith::ExtUIOp::create(
-                b, loc, b.getI32Type(),
-                arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, next,
-                                      i32(0)))));
+      if (viaTma)
+        outs.push_back(phase);
     }
     if (!inits.empty())
       scf::YieldOp::create(b, loc, outs);
@@ -229,6 +220,25 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   waitForAll(); // MMAs of the last iteration
   if (!prefetched.empty() && !viaTma)
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0); // the last, unused fetch
+}
+
+Value Lowerer::stageBuffer(LoadOp ld, Value slot) {
+  return arith::AddIOp::create(
+      b, loc, i32(smemRegion[ld.getResult()]),
+      arith::MulIOp::create(b, loc, slot,
+                            i32(smemBufferBytes[ld.getResult()])));
+}
+
+void Lowerer::nextStage(Value &slot, Value *phase) {
+  slot = arith::RemUIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, slot, i32(1)), i32(numStages));
+  if (phase)
+    *phase = arith::XOrIOp::create(
+        b, loc, *phase,
+        arith::ExtUIOp::create(b, loc, b.getI32Type(),
+                               arith::CmpIOp::create(b, loc,
+                                                     arith::CmpIPredicate::eq,
+                                                     slot, i32(0))));
 }
 
 void Lowerer::rereadThreadId() {

@@ -119,17 +119,6 @@ void Lowerer::lowerProducerLoop(scf::ForOp forOp) {
     canPrefetch(ld, &slice);
   llvm::SetVector<Operation *> sliceOps(slice.begin(), slice.end());
   const int S = numStages;
-  auto advance = [&](Value &slot, Value &phase) {
-    Value next = arith::RemUIOp::create(
-        b, loc, arith::AddIOp::create(b, loc, slot, i32(1)), i32(S));
-    phase = arith::XOrIOp::create(
-        b, loc, phase,
-        arith::ExtUIOp::create(b, loc, b.getI32Type(),
-                               arith::CmpIOp::create(b, loc,
-                                                     arith::CmpIPredicate::eq,
-                                                     next, i32(0))));
-    slot = next;
-  };
   // A free stage: the consumers released it S iterations ago (a fresh
   // barrier's "previous phase" counts as complete).
   auto waitFree = [&](Value slot, Value phase) {
@@ -151,19 +140,16 @@ void Lowerer::lowerProducerLoop(scf::ForOp forOp) {
       lowerOp(op);
     SmallVector<Value> bases;
     for (LoadOp ld : loads)
-      bases.push_back(arith::AddIOp::create(
-          b, loc, i32(smemRegion[ld.getResult()]),
-          arith::MulIOp::create(b, loc, slot,
-                                i32(smemBufferBytes[ld.getResult()]))));
+      bases.push_back(stageBuffer(ld, slot));
     issueTma(loads, bases, mbarrier(forOp, slot),
              arith::ConstantIntOp::create(b, loc, 1, 1));
-    advance(slot, phase);
+    nextStage(slot, &phase);
     scf::YieldOp::create(b, loc, ValueRange{slot, phase});
   }
   Value slot = newFor.getResult(0), phase = newFor.getResult(1);
   for (int i = 0; i < S; ++i) { // the consumers are done with every stage
     waitFree(slot, phase);
-    advance(slot, phase);
+    nextStage(slot, &phase);
   }
 }
 

@@ -210,6 +210,11 @@ public:
   void lowerSpecialized(mlir::Block &body);
   void lowerProducerLoop(mlir::scf::ForOp forOp);
   mlir::Value sharedAt(mlir::Value byteOffset); ///< no scratch offset
+  /// Offset of stage `slot`'s buffer of pipelined load `ld`.
+  mlir::Value stageBuffer(LoadOp ld, mlir::Value slot);
+  /// The next stage: slot + 1 mod numStages; `phase` (when given) flips as
+  /// the slots wrap around.
+  void nextStage(mlir::Value &slot, mlir::Value *phase);
   mlir::Value isThreadZero();
   llvm::DenseMap<mlir::Value, TmaLoad> tmaLoads;
   llvm::DenseMap<mlir::Value, std::string> tmaFallback; ///< why not TMA
