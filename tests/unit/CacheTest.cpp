@@ -48,8 +48,8 @@ CompiledKernel sample(const std::string &name, size_t ptxBytes) {
       TensorMapInfo::parse("ptr=0 elem=2 dims=64,32 strides=1,2 box=64,32")};
   k.kilnIR = "module {}\n";
   k.layouts = "#blocked";
-  k.loweredIR = "llvm.func";
-  k.llvmIR = "define void";
+  k.loweredIR = "llvm.func @" + name;
+  k.llvmIR = "define void @" + name;
   k.ptx = std::string(ptxBytes, 'p') + "\n.entry " + name + " 5 \n";
   k.stages = {{"kiln", "", 0.5}, {"cse.2", "after cse", 1.25}};
   k.compileMs = 12.5;
@@ -98,14 +98,45 @@ TEST(DiskCache, EntryRoundTripsEveryField) {
   EXPECT_EQ(d.tensorMaps[0].str(), k.tensorMaps[0].str());
   EXPECT_EQ(d.tensorMaps[0].box, (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(d.ptx, k.ptx);
-  EXPECT_EQ(d.llvmIR, k.llvmIR);
-  EXPECT_EQ(d.loweredIR, k.loweredIR);
+  EXPECT_EQ(d.llvmIR.str(), k.llvmIR.str());
+  EXPECT_EQ(d.loweredIR.str(), k.loweredIR.str());
   EXPECT_EQ(d.layouts, k.layouts);
   EXPECT_EQ(d.kilnIR, k.kilnIR);
   ASSERT_EQ(d.stages.size(), 2u);
   EXPECT_EQ(d.stages[1].name, "cse.2");
-  EXPECT_EQ(d.stages[1].text, "after cse");
+  EXPECT_EQ(d.stages[1].text.str(), "after cse");
   EXPECT_DOUBLE_EQ(d.stages[1].ms, 1.25);
+}
+
+// A hit maps the entry and reads the inspection texts only when asked: they
+// must still be the stored ones after the entry is evicted (unlinked) and
+// republished with other bytes, and several threads may read them at once.
+TEST(DiskCache, HitReadsInspectionTextsLazilyAndSurvivesEviction) {
+  TempDir dir;
+  DiskCache cache(dir.path, 1 << 20);
+  std::string key(64, 'b');
+  CompiledKernel k = sample("lazy", 5000);
+  cache.store(key, k);
+  std::optional<CompiledKernel> hit = cache.load(key);
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->llvmIR.size(), k.llvmIR.size()) << "size without reading";
+  std::string file = dir.path + "/" + key + ".kiln";
+  fs::remove(file);
+  cache.store(key, sample("other", 7000));
+  CompiledKernel copy = *hit;
+  std::vector<std::thread> readers;
+  std::vector<std::string> seen(4);
+  for (int i = 0; i < 4; ++i)
+    readers.emplace_back([&, i] {
+      seen[i] = (i % 2 ? copy : *hit).loweredIR.str() +
+                (i % 2 ? *hit : copy).stages[1].text.str();
+    });
+  for (std::thread &t : readers)
+    t.join();
+  for (const std::string &s : seen)
+    EXPECT_EQ(s, k.loweredIR.str() + "after cse");
+  EXPECT_EQ(hit->llvmIR.str(), k.llvmIR.str());
+  EXPECT_EQ(hit->ptx, k.ptx);
 }
 
 TEST(DiskCache, CorruptEntryIsRejectedDeletedAndMissed) {

@@ -44,9 +44,9 @@ TEST(Inspect, EveryPassIsAStageWithItsIR) {
     }
   }
   EXPECT_LE(sum, c.compileMs + 1e-6);
-  EXPECT_THAT(c.stages[1].text, HasSubstr("#kiln.layout"));
-  EXPECT_THAT(c.stages[4].text, HasSubstr("llvm."));
-  EXPECT_THAT(c.stages[11].text, HasSubstr("define "));
+  EXPECT_THAT(c.stages[1].text.str(), HasSubstr("#kiln.layout"));
+  EXPECT_THAT(c.stages[4].text.str(), HasSubstr("llvm."));
+  EXPECT_THAT(c.stages[11].text.str(), HasSubstr("define "));
   // Without keepPasses the times are there, the texts are not.
   CompiledKernel lean = compileForGpu(k);
   EXPECT_EQ(names(lean), names(c));

@@ -101,7 +101,7 @@ int cmdLlvmIr(Options &opts) {
   opts.checkAllUsed();
   CompiledKernel c =
       compileForGpu(*p.kernel, target, {.keepPasses = unoptimized});
-  fmt::print("{}", unoptimized ? stageText(c, "llvm-ir") : c.llvmIR);
+  fmt::print("{}", unoptimized ? stageText(c, "llvm-ir") : c.llvmIR.str());
   return 0;
 }
 

@@ -9,7 +9,8 @@
 #include "kiln/Compiler/DiskCache.h"
 #include "kiln/runtime/Error.h"
 
-#include "llvm/Support/SHA256.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/BLAKE3.h"
 #include "llvm/Support/xxhash.h"
 
 #include <fmt/core.h>
@@ -21,12 +22,14 @@ namespace kiln {
 
 static const char kMagic[] = "kiln-cache 1\n";
 
-std::string sha256Hex(const std::string &text) {
-  llvm::SHA256 h;
-  h.update(llvm::StringRef(text));
+std::string contentHash(std::string_view text) {
+  static const char hex[] = "0123456789abcdef";
   std::string out;
-  for (uint8_t b : h.final())
-    out += fmt::format("{:02x}", b);
+  for (uint8_t b : llvm::BLAKE3::hash(llvm::arrayRefFromStringRef(
+           llvm::StringRef(text.data(), text.size())))) {
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
   return out;
 }
 
@@ -128,15 +131,20 @@ std::string encodeCompiledKernel(const CompiledKernel &k) {
   return kMagic + fmt::format("{:016x}\n", llvm::xxh3_64bits(w.body)) + w.body;
 }
 
-CompiledKernel decodeCompiledKernel(const std::string &bytes) {
+CompiledKernel decodeCompiledKernel(std::string_view bytes,
+                                    std::shared_ptr<const void> owner) {
   const size_t magic = sizeof(kMagic) - 1, head = magic + 17;
   if (bytes.size() < head || bytes.compare(0, magic, kMagic) != 0 ||
       bytes[head - 1] != '\n')
     throw Error("kiln cache entry: not a kiln cache file (bad magic)");
-  std::string_view body = std::string_view(bytes).substr(head);
+  std::string_view body = bytes.substr(head);
   if (fmt::format("{:016x}", llvm::xxh3_64bits(llvm::StringRef(body))) !=
       bytes.substr(magic, 16))
     throw Error("kiln cache entry: checksum mismatch (corrupt entry)");
+  // The inspection texts stay in `owner`'s bytes until someone reads them.
+  auto text = [&](std::string_view v) {
+    return owner ? StageText::mapped(owner, v) : StageText(std::string(v));
+  };
   CompiledKernel k;
   Reader r(body);
   std::string tag;
@@ -189,15 +197,15 @@ CompiledKernel decodeCompiledKernel(const std::string &bytes) {
         in >> s.name >> s.ms;
         k.stages.push_back(std::move(s));
       } else if (tag == "stage_text" && !k.stages.empty())
-        k.stages.back().text = payload;
+        k.stages.back().text = text(payload);
       else if (tag == "kiln_ir")
         k.kilnIR = payload;
       else if (tag == "layouts")
         k.layouts = payload;
       else if (tag == "lowered_ir")
-        k.loweredIR = payload;
+        k.loweredIR = text(payload);
       else if (tag == "llvm_ir")
-        k.llvmIR = payload;
+        k.llvmIR = text(payload);
       else if (tag == "ptx")
         k.ptx = payload;
       // Unknown tags are skipped: a newer kiln may add records.

@@ -71,10 +71,12 @@ public:
     if (seen > 1)
       s.name += "." + std::to_string(seen);
     if (keep_) {
-      llvm::raw_string_ostream os(s.text);
+      std::string text;
+      llvm::raw_string_ostream os(text);
       OpPrintingFlags flags;
       flags.enableDebugInfo(false);
       top_->print(os, flags);
+      s.text = std::move(text);
     }
     stages_.push_back(std::move(s));
   }
@@ -182,8 +184,10 @@ static void emitPtx(llvm::Module &m, const std::string &arch,
   m.setTargetTriple(triple);
   m.setDataLayout(tm->createDataLayout());
   if (keep) {
-    llvm::raw_string_ostream os(out.stages.back().text);
+    std::string text;
+    llvm::raw_string_ostream os(text);
     m.print(os, nullptr);
+    out.stages.back().text = std::move(text);
   }
 
   llvm::LoopAnalysisManager lam;

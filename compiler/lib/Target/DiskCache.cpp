@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,26 +74,51 @@ std::string DiskCache::pathOf(const std::string &key) const {
   return dir_ + "/" + key + ".kiln";
 }
 
-static bool readFile(const std::string &path, std::string &out) {
-  FILE *f = std::fopen(path.c_str(), "rb");
-  if (!f)
-    return false;
-  struct stat st;
-  bool ok = ::fstat(::fileno(f), &st) == 0;
-  if (ok) {
-    out.resize(size_t(st.st_size));
-    ok = std::fread(out.data(), 1, out.size(), f) == out.size();
+namespace {
+/// An entry mapped read-only. Entries are replaced by rename and removed by
+/// unlink, never rewritten in place, so the mapping stays what was read even
+/// when another process evicts or republishes the entry meanwhile.
+struct MappedFile {
+  const char *data = nullptr;
+  size_t size = 0;
+  MappedFile(const MappedFile &) = delete;
+  MappedFile() = default;
+  ~MappedFile() {
+    if (size)
+      ::munmap(const_cast<char *>(data), size);
   }
-  std::fclose(f);
-  return ok;
+  std::string_view bytes() const { return {data, size}; }
+};
+} // namespace
+
+static std::shared_ptr<const MappedFile> mapFile(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return nullptr;
+  auto m = std::make_shared<MappedFile>();
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+    // MAP_POPULATE: map the page cache's pages in one go (a hit reads them
+    // all for the checksum); no copy, unlike read() into a fresh buffer.
+    void *p = ::mmap(nullptr, size_t(st.st_size), PROT_READ,
+                     MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (p != MAP_FAILED) {
+      m->data = static_cast<const char *>(p);
+      m->size = size_t(st.st_size);
+    }
+  }
+  ::close(fd);
+  return m->size ? m : nullptr;
 }
 
 std::optional<CompiledKernel> DiskCache::load(const std::string &key) {
-  std::string path = pathOf(key), bytes;
-  if (!readFile(path, bytes))
+  std::string path = pathOf(key);
+  std::shared_ptr<const MappedFile> file = mapFile(path);
+  if (!file)
     return std::nullopt;
   try {
-    CompiledKernel k = decodeCompiledKernel(bytes);
+    // The inspection texts stay in the mapping until read (StageText).
+    CompiledKernel k = decodeCompiledKernel(file->bytes(), file);
     ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); // now: recently used
     return k;
   } catch (const Error &) {
@@ -139,11 +165,11 @@ std::vector<DiskCacheEntry> DiskCache::list() const {
       continue; // evicted meanwhile
     d.bytes = st.st_size;
     d.lastUsed = st.st_mtim.tv_sec;
-    std::string bytes;
     try {
-      if (!readFile(d.path, bytes))
+      std::shared_ptr<const MappedFile> file = mapFile(d.path);
+      if (!file)
         continue;
-      CompiledKernel k = decodeCompiledKernel(bytes);
+      CompiledKernel k = decodeCompiledKernel(file->bytes(), file);
       d.kernel = k.name;
       d.arch = k.arch;
       d.compileMs = k.compileMs;

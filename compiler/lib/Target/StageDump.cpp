@@ -30,7 +30,7 @@ const std::string &CompiledKernel::textOf(const CompileStage &s) const {
 
 std::string dumpStages(const CompiledKernel &k, const std::string &dir) {
   std::string folder = fmt::format("{}/{}-{}-{}", dir, k.name, k.arch,
-                                   sha256Hex(k.kilnIR + k.ptx).substr(0, 12));
+                                   contentHash(k.kilnIR + k.ptx).substr(0, 12));
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
   if (ec)

@@ -8,6 +8,7 @@
 #define KILN_COMPILER_COMPILE_H
 
 #include "kiln/Compiler/Kernel.h"
+#include "kiln/Compiler/StageText.h"
 #include "kiln/runtime/Launch.h"
 
 #include <array>
@@ -48,7 +49,7 @@ bool tensorsAligned(const Kernel &kernel,
 /// (after LLVM O3), `ptx`; how long it took.
 struct CompileStage {
   std::string name;
-  std::string text; ///< kept for passes only under CompileOptions::keepPasses
+  StageText text; ///< kept for passes only under CompileOptions::keepPasses
   double ms = 0;
 };
 
@@ -74,9 +75,9 @@ struct CompiledKernel {
   /// them).
   std::vector<TensorMapInfo> tensorMaps;
   // Every stage, for inspection.
-  std::string layouts;   ///< the layout assigned to each tile value
-  std::string loweredIR; ///< LLVM + NVVM dialect
-  std::string llvmIR;    ///< optimised LLVM IR
+  std::string layouts; ///< the layout assigned to each tile value
+  StageText loweredIR; ///< LLVM + NVVM dialect
+  StageText llvmIR;    ///< optimised LLVM IR
   std::string ptx;
   std::string kilnIR; ///< the DSL's IR, as the compile saw it
   /// What each load and dot became (wgmma or mma.sync; cp.async or plain
@@ -118,7 +119,7 @@ compileCached(const Kernel &kernel, const GpuTarget &target = {});
 std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
                                      const GpuTarget &target = {});
 
-/// The cache key (64 hex digits): SHA-256 of the compiler's build id, every
+/// The cache key (64 hex digits): BLAKE3 of the compiler's build id, every
 /// GpuTarget field and the kernel's canonical IR (generic form, without
 /// locations; it holds the shape constants and the Config).
 std::string compileCacheKey(const Kernel &kernel, const GpuTarget &target);
