@@ -308,6 +308,13 @@ void KernelBuilder::setWarpSpecialize(bool specialize) {
     state_->func->removeAttr("kiln.warp_specialize");
 }
 
+void KernelBuilder::setPingpong(bool pingpong) {
+  if (pingpong)
+    state_->func->setAttr("kiln.pingpong", state_->builder.getUnitAttr());
+  else
+    state_->func->removeAttr("kiln.pingpong");
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -18,9 +18,9 @@ namespace kiln::kernels {
 std::string configString(const AttentionConfig &c) {
   return fmt::format(
       "blockM={} blockN={} warps={} stages={} reloadIds={} wgmma={} "
-      "warpSpecialize={}",
+      "warpSpecialize={} pingpong={}",
       c.blockM, c.blockN, c.warps, c.stages, c.reloadThreadIds, c.wgmma,
-      std::max(c.warpSpecialize, 0));
+      std::max(c.warpSpecialize, 0), std::max(c.pingpong, 0));
 }
 
 AttentionConfig parseConfigString(const std::string &text) {
@@ -53,6 +53,8 @@ AttentionConfig parseConfigString(const std::string &text) {
       c.tma = int(v);
     else if (name == "warpSpecialize")
       c.warpSpecialize = int(v);
+    else if (name == "pingpong")
+      c.pingpong = int(v);
     else
       throw Error("attention config: unknown field " + name);
   }
@@ -74,7 +76,8 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
       for (int warps : {4, 8})
         for (int stages : {2, 3})
           for (int reload : {0, 1})
-            for (int wgmma : {0, 1, 2}) { // 2: wgmma, producer warpgroup
+            // 2: wgmma, producer warpgroup; 3: and ping-pong.
+            for (int wgmma : {0, 1, 2, 3}) {
               if (bm < 16 * warps) // each warp owns >= 16 rows of the mma
                 continue;
               // wgmma: a warpgroup per 64 rows.
@@ -82,12 +85,13 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
                 continue;
               // Warp roles: the one schedule that measured well (two
               // compute warpgroups, 2 stages, wide key blocks).
-              if (wgmma == 2 &&
+              if (wgmma >= 2 &&
                   (bm != 128 || bn < 64 || stages != 2 || reload != 1))
                 continue;
               AttentionConfig c;
               c.wgmma = wgmma > 0;
-              c.warpSpecialize = wgmma == 2;
+              c.warpSpecialize = wgmma >= 2;
+              c.pingpong = wgmma == 3;
               c.blockM = bm;
               c.blockN = bn;
               c.warps = warps;

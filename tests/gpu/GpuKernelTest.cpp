@@ -59,6 +59,7 @@ struct AttnCase {
   bool wgmma = false; ///< the Hopper schedule: wgmma, 8 warps
   int tma = -1;       ///< under wgmma: 0 K/V by cp.async, -1 the default (TMA)
   int warpSpecialize = -1; ///< 1: a producer warpgroup issues the TMA copies
+  int pingpong = -1;       ///< 1: the compute warpgroups take turns on Q·Kᵀ
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
@@ -66,7 +67,8 @@ void PrintTo(const AttnCase &c, std::ostream *os) {
       << (c.causal ? " causal " : " full ") << dtypeName(c.dtype)
       << (c.bshd ? " bshd" : "") << (c.wgmma ? " wgmma" : "")
       << (c.tma == 0 ? " cp.async" : "")
-      << (c.warpSpecialize > 0 ? " producer warpgroup" : "");
+      << (c.warpSpecialize > 0 ? " producer warpgroup" : "")
+      << (c.pingpong > 0 ? " ping-pong" : "");
 }
 
 std::string caseName(const AttnCase &c) {
@@ -74,7 +76,8 @@ std::string caseName(const AttnCase &c) {
          std::to_string(c.N) + "_d" + std::to_string(c.D) +
          (c.causal ? "_causal_" : "_full_") + dtypeName(c.dtype) +
          (c.bshd ? "_bshd" : "") + (c.tma == 0 ? "_cpasync" : "") +
-         (c.warpSpecialize > 0 ? "_producer" : "");
+         (c.warpSpecialize > 0 ? "_producer" : "") +
+         (c.pingpong > 0 ? "_pingpong" : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -92,6 +95,7 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
     config.wgmma = -1; // the default schedule: wgmma, 8 warps, TMA
     config.tma = c.tma;
     config.warpSpecialize = c.warpSpecialize;
+    config.pingpong = c.pingpong;
     // Both pipelines: 3 stages keep P·V in flight into the next iteration
     // (fetching 1 ahead), 2 wait for it in its own.
     config.stages = c.N % 2 ? 2 : 3;
@@ -184,6 +188,20 @@ INSTANTIATE_TEST_SUITE_P(
                                1},
                       AttnCase{1, 2, 4096, 128, true, bf16, false, true, -1, 1},
                       AttnCase{1, 1, 8191, 128, false, f16, true, true, -1, 1}),
+    [](const auto &info) { return caseName(info.param); });
+
+// Ping-pong: the two compute warpgroups take turns issuing Q·Kᵀ (named
+// barriers); one iteration, ragged ends, two loops (causal), both stage
+// counts.
+INSTANTIATE_TEST_SUITE_P(
+    Pingpong, AttentionOnGpu,
+    ::testing::Values(
+        AttnCase{1, 2, 1, 128, false, bf16, false, true, -1, 1, 1},
+        AttnCase{2, 2, 17, 128, true, f16, false, true, -1, 1, 1},
+        AttnCase{1, 2, 1000, 64, true, f16, true, true, -1, 1, 1},
+        AttnCase{2, 1, 1000, 128, false, bf16, false, true, -1, 1, 1},
+        AttnCase{1, 2, 4096, 128, true, bf16, false, true, -1, 1, 1},
+        AttnCase{1, 1, 8191, 128, false, f16, true, true, -1, 1, 1}),
     [](const auto &info) { return caseName(info.param); });
 
 TEST(GpuKernels, GemmMatchesFp64) {

@@ -27,6 +27,14 @@ static std::set<std::string> globalStoreForms(const std::string &ptx) {
   return forms;
 }
 
+/// The lowering report as one text, a line per entry.
+static std::string reportOf(const CompiledKernel &c) {
+  std::string text;
+  for (const std::string &line : c.report)
+    text += line + "\n";
+  return text;
+}
+
 static size_t countOf(const std::string &ptx, const std::string &what) {
   size_t n = 0;
   for (size_t at = ptx.find(what); at != std::string::npos;
@@ -108,9 +116,7 @@ TEST(Codegen, WgmmaScheduleEmitsWarpgroupMma) {
   EXPECT_EQ(countOf(c.ptx, "wgmma.fence.sync.aligned"), 2u);
   EXPECT_EQ(countOf(c.ptx, "wgmma.wait_group.sync.aligned \t0"), 2u);
   EXPECT_GE(countOf(c.ptx, "fence.proxy.async.shared::cta"), 1u);
-  std::string report;
-  for (const std::string &line : c.report)
-    report += line + "\n";
+  std::string report = reportOf(c);
   EXPECT_THAT(report, HasSubstr("Forward.cpp:"));
   EXPECT_THAT(report, HasSubstr(": dot 128x64x128: wgmma m64n64k16 x8 per "
                                 "warpgroup (2 warpgroups), A descriptor, "
@@ -135,9 +141,7 @@ TEST(Codegen, WgmmaScheduleEmitsWarpgroupMma) {
       {"sm_90a", 0});
   EXPECT_TRUE(async.tensorMaps.empty());
   EXPECT_EQ(countOf(async.ptx, "cp.async.bulk.tensor"), 0u);
-  std::string asyncReport;
-  for (const std::string &line : async.report)
-    asyncReport += line + "\n";
+  std::string asyncReport = reportOf(async);
   EXPECT_THAT(asyncReport,
               HasSubstr("load 64x128: cp.async (16 bytes) into shared "
                         "memory, 1 iteration(s) ahead (2 buffers)"));
@@ -166,9 +170,7 @@ TEST(Codegen, ProducerWarpgroupIssuesTheCopies) {
   EXPECT_GE(countOf(c.ptx, "mbarrier.arrive.shared.b64"), 2u); // 2 loops
   // Only the producer issues copies: one per panel per load per loop.
   EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.tensor.4d"), 8u);
-  std::string report;
-  for (const std::string &line : c.report)
-    report += line + "\n";
+  std::string report = reportOf(c);
   EXPECT_THAT(report, HasSubstr("warp roles: warps 8-11 a producer warpgroup "
                                 "(one thread issues the TMA copies; "
                                 "setmaxnreg 24), warps 0-7 compute "
@@ -186,12 +188,49 @@ TEST(Codegen, ProducerWarpgroupIssuesTheCopies) {
       compileForGpu(kernels::attentionForward(s, noTma), {"sm_90a"});
   EXPECT_EQ(f.threads, 256);
   EXPECT_EQ(countOf(f.ptx, "setmaxnreg"), 0u);
-  report.clear();
-  for (const std::string &line : f.report)
-    report += line + "\n";
+  report = reportOf(f);
   EXPECT_THAT(report, HasSubstr("warp roles: none (the schedule asks for a "
                                 "producer warpgroup; not possible: no loop "
                                 "fetches through TMA)"));
+}
+
+// Ping-pong: warpgroup 0 takes the first turn (an arrival on its barrier),
+// each loop's Q·Kᵀ is bracketed by a sync on the warpgroup's own barrier and
+// an arrival on the other's after the commit, and warpgroup 0 takes the last
+// hand-back at the end.
+TEST(Codegen, PingpongTakesTurnsOnTheFirstDot) {
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = 4096;
+  s.headDim = 128;
+  s.causal = true;
+  kernels::AttentionConfig pp;
+  pp.pingpong = 1;
+  CompiledKernel c =
+      compileForGpu(kernels::attentionForward(s, pp), {"sm_90a"});
+  EXPECT_EQ(countOf(c.ptx, "bar.arrive 2, 256"), 1u);
+  EXPECT_EQ(countOf(c.ptx, "bar.sync \t2, 256"), 1u);
+  EXPECT_EQ(countOf(c.ptx, "bar.sync \t%r"), 2u); // 2 loops, id 2 + wg
+  EXPECT_EQ(countOf(c.ptx, "bar.arrive %r"), 2u); // id 3 - wg
+  // The sync comes before the loop's first MMA, the arrival after its commit.
+  size_t sync = c.ptx.find("bar.sync \t%r"),
+         arrive = c.ptx.find("bar.arrive %r");
+  ASSERT_NE(sync, std::string::npos);
+  size_t mma = c.ptx.find("wgmma.mma_async", sync),
+         commit = c.ptx.find("wgmma.commit_group", sync);
+  EXPECT_LT(mma, arrive);
+  EXPECT_LT(commit, arrive);
+  EXPECT_THAT(reportOf(c), HasSubstr("ping-pong: compute warpgroups 0 and 1 "
+                                     "take turns issuing the first dot of "
+                                     "each pipelined loop (2 loop(s)"));
+  // Without the producer warpgroup there is no ping-pong, and the report says
+  // why.
+  pp.warpSpecialize = 0;
+  CompiledKernel none =
+      compileForGpu(kernels::attentionForward(s, pp), {"sm_90a"});
+  EXPECT_EQ(countOf(none.ptx, "bar.arrive"), 0u);
+  EXPECT_THAT(reportOf(none),
+              HasSubstr("ping-pong: none (the schedule asks for it; not "
+                        "possible: no producer warpgroup)"));
 }
 
 // The K/V copy-address knob changes only how cp.async destinations are

@@ -119,6 +119,7 @@ int cmdBench(Options &opts) {
   cfg.wgmma = int(opts.integer("wgmma", cfg.wgmma));
   cfg.tma = int(opts.integer("tma", cfg.tma));
   cfg.warpSpecialize = int(opts.integer("warp-specialize", cfg.warpSpecialize));
+  cfg.pingpong = int(opts.integer("pingpong", cfg.pingpong));
   std::string pipeline = opts.string("llvm-pipeline", "kiln");
   opts.checkAllUsed();
   std::string why;

@@ -141,6 +141,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.stages = int(positive(opts, "stages", c.stages));
   c.tma = int(opts.integer("tma", c.tma));
   c.warpSpecialize = int(opts.integer("warp-specialize", c.warpSpecialize));
+  c.pingpong = int(opts.integer("pingpong", c.pingpong));
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")

@@ -85,6 +85,7 @@ int64_t Lowerer::run(ModuleOp module) {
   }
   planTma(top);
   planWarpRoles();
+  planPingpong();
   SmallVector<Type> argTypes;
   for (Type t : src.getArgumentTypes())
     argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);

@@ -75,6 +75,55 @@ void Lowerer::planWarpRoles() {
       "), per stage a full and an empty mbarrier");
 }
 
+void Lowerer::planPingpong() {
+  if (!src->hasAttr("kiln.pingpong"))
+    return;
+  std::string why;
+  if (!producerWarps)
+    why = "no producer warpgroup";
+  else if (numWarps != 8)
+    why = "it takes two compute warpgroups (8 warps), not " +
+          std::to_string(numWarps) + " warps";
+  else {
+    for (auto &[loop, base] : mbarrierBase)
+      for (Operation &op : cast<scf::ForOp>(loop).getBody()->getOperations())
+        if (isa<DotOp>(op)) {
+          pingpongDots.insert(&op);
+          break;
+        }
+    if (pingpongDots.empty())
+      why = "no pipelined loop has a dot directly in its body";
+  }
+  if (!why.empty()) {
+    report.push_back("ping-pong: none (the schedule asks for it; not "
+                     "possible: " +
+                     why + ")");
+    return;
+  }
+  report.push_back(
+      "ping-pong: compute warpgroups 0 and 1 take turns issuing the first "
+      "dot of each pipelined loop (" +
+      std::to_string(pingpongDots.size()) +
+      " loop(s); bar.sync on its own named barrier 2 or 3, bar.arrive on "
+      "the other's after the commit), so one's softmax-side work overlaps "
+      "the other's MMAs");
+}
+
+// Barrier 2 + w is "warpgroup w may issue": its 128 threads sync on it and
+// the other warpgroup's 128 arrive, 256 in all.
+void Lowerer::takeTurn() {
+  Value wg = arith::ShRUIOp::create(b, loc, warp, i32(2));
+  NVVM::BarrierOp::create(b, loc, TypeRange{},
+                          arith::AddIOp::create(b, loc, wg, i32(2)), i32(256),
+                          {}, Value());
+}
+
+void Lowerer::passTurn() {
+  Value wg = arith::ShRUIOp::create(b, loc, warp, i32(2));
+  NVVM::BarrierArriveOp::create(
+      b, loc, arith::SubIOp::create(b, loc, i32(3), wg), i32(256));
+}
+
 void Lowerer::lowerSpecialized(mlir::Block &body) {
   Value isProducer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge,
                                            warp, i32(numWarps));
@@ -103,8 +152,26 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
       NVVM::SetMaxRegisterOp::create(b, loc, consumerRegisters,
                                      NVVM::SetMaxRegisterAction::increase);
     consumerBarriers = true;
+    // Warpgroup 0 has the first turn. Every turn it takes is handed back by
+    // warpgroup 1 after its own, so the last hand-back is taken at the end:
+    // no arrivals are left on the barrier.
+    auto onWarpgroup0 = [&](auto emit) {
+      auto first = scf::IfOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, warp,
+                                i32(4)),
+          false);
+      OpBuilder::InsertionGuard g2(b);
+      b.setInsertionPoint(first.thenBlock()->getTerminator());
+      emit();
+    };
+    if (!pingpongDots.empty())
+      onWarpgroup0(
+          [&] { NVVM::BarrierArriveOp::create(b, loc, i32(2), i32(256)); });
     for (Operation &op : body.without_terminator())
       lowerOp(&op);
+    if (!pingpongDots.empty())
+      onWarpgroup0([&] { takeTurn(); });
   }
   LLVM::ReturnOp::create(b, loc, ValueRange{});
 }

@@ -219,6 +219,9 @@ std::optional<Regs> Lowerer::lowerDotWgmma(DotOp op, std::string &why) {
       steps[mi].push_back(st);
     }
   }
+  const bool turn = pingpongDots.contains(op);
+  if (turn)
+    takeTurn();
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
   for (int64_t mi = 0; mi < mT; ++mi) {
     Value acc = accIn[mi];
@@ -245,6 +248,8 @@ std::optional<Regs> Lowerer::lowerDotWgmma(DotOp op, std::string &why) {
           LLVM::ExtractValueOp::create(b, loc, acc, ArrayRef<int64_t>{i});
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+  if (turn) // issued: the other warpgroup's MMAs may queue behind these
+    passTurn();
   // In a pipelined loop the group stays in flight until its result is read
   // (at most one older group with it); otherwise the dot completes here.
   inFlight.push_back(op.getResult());

@@ -209,6 +209,15 @@ public:
   /// The function body split between the producer and the compute warps.
   void lowerSpecialized(mlir::Block &body);
   void lowerProducerLoop(mlir::scf::ForOp forOp);
+  // Ping-pong (LowerWarpRoles.cpp): the two compute warpgroups take turns
+  // issuing the first dot of each consumer loop's body.
+  /// Whether the schedule's ping-pong can be had; says in the report.
+  void planPingpong();
+  /// Waits for this warpgroup's turn (named barrier 2 + warpgroup).
+  void takeTurn();
+  /// Hands the turn to the other warpgroup (arrives on its barrier).
+  void passTurn();
+  llvm::DenseSet<mlir::Operation *> pingpongDots;
   mlir::Value sharedAt(mlir::Value byteOffset); ///< no scratch offset
   /// Offset of stage `slot`'s buffer of pipelined load `ld`.
   mlir::Value stageBuffer(LoadOp ld, mlir::Value slot);

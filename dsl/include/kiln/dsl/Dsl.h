@@ -278,6 +278,11 @@ public:
   /// copies while the kernel's warps only compute (setmaxnreg moves registers
   /// to them); the lowering report says when it cannot.
   void setWarpSpecialize(bool specialize);
+  /// With a producer warpgroup and two compute warpgroups: the compute
+  /// warpgroups take turns issuing the first dot of each pipelined loop's
+  /// body (named barriers), so that one's tensor-core work overlaps the
+  /// other's elementwise work instead of both contending at once.
+  void setPingpong(bool pingpong);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

@@ -25,7 +25,7 @@ struct AttentionShape {
 struct AttentionConfig {
   int64_t blockM = 0, blockN = 0;
   int warps = 0, stages = 2; ///< warps 0: 8 under wgmma, else 4
-  int reloadThreadIds = -1; ///< -1: default, 0: no, 1: yes
+  int reloadThreadIds = -1;  ///< -1: default, 0: no, 1: yes
   /// K/V copy destinations: 1 one full offset per register, 0 base plus
   /// constants; -1: 1 for non-causal D=128, else 0 (measured on the H200).
   int copyAddressesPerRegister = -1;
@@ -43,6 +43,10 @@ struct AttentionConfig {
   /// Warp roles under TMA: 1 a producer warpgroup issues the copies and the
   /// `warps` compute; 0 (and -1, the default) every warp does both.
   int warpSpecialize = -1;
+  /// With the producer warpgroup: the two compute warpgroups take turns
+  /// issuing Q·Kᵀ (named barriers), one's softmax beside the other's MMAs:
+  /// 1 yes, 0 no, -1 default (yes with the producer warpgroup and 8 warps).
+  int pingpong = -1;
 };
 
 /// The config with its zero fields filled in for `shape`. With blockM and
