@@ -5,28 +5,31 @@
 #include <sstream>
 
 namespace kiln {
-namespace {
-template <class T> std::string join(const std::vector<T> &v) {
+
+std::string joinInts(const std::vector<int64_t> &v) {
   std::string s;
-  for (const T &x : v)
-    s += (s.empty() ? "" : ",") + std::to_string(x);
+  for (size_t i = 0; i < v.size(); ++i)
+    s += (i ? "," : "") + std::to_string(v[i]);
   return s;
 }
 
-std::vector<int64_t> split(const std::string &s) {
+std::vector<int64_t> splitInts(const std::string &s) {
   std::vector<int64_t> v;
   std::stringstream in(s);
   std::string item;
   while (std::getline(in, item, ','))
-    v.push_back(std::stoll(item));
+    if (!item.empty())
+      v.push_back(std::stoll(item));
   return v;
 }
-} // namespace
 
 std::string TensorMapInfo::str() const {
   return "ptr=" + std::to_string(pointerParam) +
-         " elem=" + std::to_string(elementBytes) + " dims=" + join(dims) +
-         " strides=" + join(strideParams) + " box=" + join(box);
+         " elem=" + std::to_string(elementBytes) + " dims=" + joinInts(dims) +
+         " strides=" +
+         joinInts(
+             std::vector<int64_t>(strideParams.begin(), strideParams.end())) +
+         " box=" + joinInts(box);
 }
 
 TensorMapInfo TensorMapInfo::parse(const std::string &text) {
@@ -45,12 +48,12 @@ TensorMapInfo TensorMapInfo::parse(const std::string &text) {
       else if (key == "elem")
         t.elementBytes = std::stoi(value);
       else if (key == "dims")
-        t.dims = split(value);
+        t.dims = splitInts(value);
       else if (key == "strides")
-        for (int64_t s : split(value))
+        for (int64_t s : splitInts(value))
           t.strideParams.push_back(int(s));
       else if (key == "box")
-        t.box = split(value);
+        t.box = splitInts(value);
       else
         throw Error("");
     }

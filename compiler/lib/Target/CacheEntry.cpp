@@ -77,22 +77,6 @@ DType dtypeField(const std::string &s) {
   return *t;
 }
 
-std::string joinInts(const std::vector<int64_t> &v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i)
-    s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
-}
-
-std::vector<int64_t> splitInts(const std::string &s) {
-  std::vector<int64_t> v;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ','))
-    if (!item.empty())
-      v.push_back(std::stoll(item));
-  return v;
-}
 } // namespace
 
 std::string encodeCompiledKernel(const CompiledKernel &k) {

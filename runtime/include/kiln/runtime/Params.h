@@ -46,6 +46,12 @@ struct TensorMapInfo {
   static TensorMapInfo parse(const std::string &text);
 };
 
+/// "1,2,3" and back: the text form of integer lists in kernel metadata
+/// (tensor maps here, the compiler's cache entries). splitInts skips empty
+/// items and throws std::logic_error (std::stoll's) on anything else.
+std::string joinInts(const std::vector<int64_t> &v);
+std::vector<int64_t> splitInts(const std::string &s);
+
 /// A value for one parameter: a pointer (host or device), an integer, or a
 /// float.
 using ArgValue = std::variant<void *, int64_t, double>;
