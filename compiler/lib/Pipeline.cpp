@@ -1,6 +1,8 @@
 //===- Pipeline.cpp - kiln's pass order, in one place ---------------------===//
 //
 //   kiln IR (from the DSL)
+//   0. kiln-overlap-dots              (schedule kiln.overlap_dots) a loop's
+//                                     last dot one iteration behind
 //   1. kiln-assign-layouts            a #kiln.layout on every tile, explicit
 //                                     kiln.convert_layout where layouts differ
 //   2. kiln-remove-layout-conversions recompute instead of moving, fold chains
@@ -28,6 +30,7 @@ void buildLayoutPipeline(OpPassManager &pm, const GpuPipelineOptions &o) {
   assign.numWarps = o.numWarps;
   assign.aligned = o.aligned;
   OpPassManager &fn = pm.nest<func::FuncOp>();
+  fn.addPass(createKilnOverlapDots());
   fn.addPass(createKilnAssignLayouts(assign));
   fn.addPass(createKilnRemoveLayoutConversions());
   fn.addPass(createCSEPass());

@@ -315,6 +315,13 @@ void KernelBuilder::setPingpong(bool pingpong) {
     state_->func->removeAttr("kiln.pingpong");
 }
 
+void KernelBuilder::setOverlapDots(bool overlap) {
+  if (overlap)
+    state_->func->setAttr("kiln.overlap_dots", state_->builder.getUnitAttr());
+  else
+    state_->func->removeAttr("kiln.overlap_dots");
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -58,8 +58,19 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // H200 bench, bf16 TFLOP/s at N=1k..16k 233/331/447/542/608 against
   // 205/287/379/443/481 without; slower elsewhere (D=128 non-causal 566 vs
   // 592 at 4k, D=64 402 vs 436).
+  // P·V one iteration behind Q·Kᵀ (kiln-overlap-dots), with the producer
+  // warpgroup and 128-key blocks, for D=128 from N=2k (non-causal) and 4k
+  // (causal): same-run H200 bench, bf16 TFLOP/s at N=2k/4k/8k/16k 546/633/
+  // 685/660 against 539/592/621/635 (non-causal default before), causal
+  // 4k/8k/16k 456/572/635 against 455/547/586. Below those lengths it
+  // measured slower (the dot after each loop reads its B operand through
+  // registers: 287 vs 336 at non-causal N=512), and at D=64 about even.
+  const bool hopper = c.wgmma > 0 && c.tma > 0;
+  if (c.overlap < 0)
+    c.overlap = wide && hopper && c.warpSpecialize != 0 &&
+                s.seqK >= (s.causal ? 4096 : 2048);
   if (c.warpSpecialize < 0)
-    c.warpSpecialize = wide && s.causal && c.wgmma > 0 && c.tma > 0;
+    c.warpSpecialize = wide && hopper && (s.causal || c.overlap > 0);
   // Ping-pong wherever the producer warpgroup is the default: same-run H200
   // bench, causal D=128 bf16 TFLOP/s at N=1k..16k 239/339/453/548/612
   // against 234/333/448/545/608 without; neutral with a producer at
@@ -67,10 +78,11 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (c.pingpong < 0)
     c.pingpong = c.warpSpecialize > 0 && c.warps == 8;
   if (!c.blockN)
-    c.blockN = wide && s.causal ? (c.wgmma <= 0           ? 32
-                                   : c.warpSpecialize > 0 ? 128
-                                                          : 64)
-                                : 64;
+    c.blockN = wide && (s.causal || c.warpSpecialize > 0)
+                   ? (c.wgmma <= 0           ? 32
+                      : c.warpSpecialize > 0 ? 128
+                                             : 64)
+                   : 64;
   if (!c.blockNDiagonal)
     c.blockNDiagonal = c.blockN;
   // Same-run A/B on the H200 under wgmma, D=128 causal: 383 vs 376 TFLOP/s
@@ -109,6 +121,7 @@ Kernel attentionForward(const AttentionShape &s,
   k.setTma(c.wgmma > 0 && c.tma > 0);
   k.setWarpSpecialize(c.wgmma > 0 && c.warpSpecialize > 0);
   k.setPingpong(c.wgmma > 0 && c.pingpong > 0);
+  k.setOverlapDots(c.overlap > 0);
   auto Q = k.tensorArg("Q", s.dtype, {s.batch, s.heads, s.seqQ, D});
   auto K = k.tensorArg("K", s.dtype, {s.batch, s.heads, s.seqK, D});
   auto V = k.tensorArg("V", s.dtype, {s.batch, s.heads, s.seqK, D});

@@ -18,9 +18,10 @@ namespace kiln::kernels {
 std::string configString(const AttentionConfig &c) {
   return fmt::format(
       "blockM={} blockN={} warps={} stages={} reloadIds={} wgmma={} "
-      "warpSpecialize={} pingpong={}",
+      "warpSpecialize={} pingpong={} overlap={}",
       c.blockM, c.blockN, c.warps, c.stages, c.reloadThreadIds, c.wgmma,
-      std::max(c.warpSpecialize, 0), std::max(c.pingpong, 0));
+      std::max(c.warpSpecialize, 0), std::max(c.pingpong, 0),
+      std::max(c.overlap, 0));
 }
 
 AttentionConfig parseConfigString(const std::string &text) {
@@ -55,6 +56,8 @@ AttentionConfig parseConfigString(const std::string &text) {
       c.warpSpecialize = int(v);
     else if (name == "pingpong")
       c.pingpong = int(v);
+    else if (name == "overlap")
+      c.overlap = int(v);
     else
       throw Error("attention config: unknown field " + name);
   }
@@ -76,7 +79,8 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
       for (int warps : {4, 8})
         for (int stages : {2, 3})
           for (int reload : {0, 1})
-            // 2: wgmma, producer warpgroup; 3: and ping-pong.
+            // 2: wgmma, producer warpgroup and ping-pong; 3: and P·V one
+            // iteration behind Q·Kᵀ.
             for (int wgmma : {0, 1, 2, 3}) {
               if (bm < 16 * warps) // each warp owns >= 16 rows of the mma
                 continue;
@@ -91,7 +95,8 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
               AttentionConfig c;
               c.wgmma = wgmma > 0;
               c.warpSpecialize = wgmma >= 2;
-              c.pingpong = wgmma == 3;
+              c.pingpong = wgmma >= 2;
+              c.overlap = wgmma == 3;
               c.blockM = bm;
               c.blockN = bn;
               c.warps = warps;
@@ -104,6 +109,8 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
               t.sharedBytes = (bm * D + 2 * stages * bn * D) * elem;
               if (wgmma) // TMA's mbarriers, in a 1 KB-aligned block
                 t.sharedBytes += 1024;
+              if (c.overlap) // V for the dot after each loop
+                t.sharedBytes += (s.causal ? 2 : 1) * bn * D * elem;
               // fp32 O and S accumulators, P packed to 16 bits.
               t.registers = int((bm * D + bm * bn * 3 / 2) / threads);
               t.build = [s, c] { return attentionForward(s, c); };

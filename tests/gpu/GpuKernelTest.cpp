@@ -60,6 +60,7 @@ struct AttnCase {
   int tma = -1;       ///< under wgmma: 0 K/V by cp.async, -1 the default (TMA)
   int warpSpecialize = -1; ///< 1: a producer warpgroup issues the TMA copies
   int pingpong = -1;       ///< 1: the compute warpgroups take turns on Q·Kᵀ
+  int overlap = -1;        ///< 1: P·V one iteration behind, after Q·Kᵀ
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
@@ -68,7 +69,8 @@ void PrintTo(const AttnCase &c, std::ostream *os) {
       << (c.bshd ? " bshd" : "") << (c.wgmma ? " wgmma" : "")
       << (c.tma == 0 ? " cp.async" : "")
       << (c.warpSpecialize > 0 ? " producer warpgroup" : "")
-      << (c.pingpong > 0 ? " ping-pong" : "");
+      << (c.pingpong > 0 ? " ping-pong" : "")
+      << (c.overlap > 0 ? " overlap" : "");
 }
 
 std::string caseName(const AttnCase &c) {
@@ -77,7 +79,8 @@ std::string caseName(const AttnCase &c) {
          (c.causal ? "_causal_" : "_full_") + dtypeName(c.dtype) +
          (c.bshd ? "_bshd" : "") + (c.tma == 0 ? "_cpasync" : "") +
          (c.warpSpecialize > 0 ? "_producer" : "") +
-         (c.pingpong > 0 ? "_pingpong" : "");
+         (c.pingpong > 0 ? "_pingpong" : "") +
+         (c.overlap > 0 ? "_overlap" : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -96,6 +99,7 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
     config.tma = c.tma;
     config.warpSpecialize = c.warpSpecialize;
     config.pingpong = c.pingpong;
+    config.overlap = c.overlap;
     // Both pipelines: 3 stages keep P·V in flight into the next iteration
     // (fetching 1 ahead), 2 wait for it in its own.
     config.stages = c.N % 2 ? 2 : 3;
@@ -202,6 +206,22 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{2, 1, 1000, 128, false, bf16, false, true, -1, 1, 1},
         AttnCase{1, 2, 4096, 128, true, bf16, false, true, -1, 1, 1},
         AttnCase{1, 1, 8191, 128, false, f16, true, true, -1, 1, 1}),
+    [](const auto &info) { return caseName(info.param); });
+
+// P·V one iteration behind Q·Kᵀ (kiln-overlap-dots): loops of one
+// iteration, none (causal's first row block has no unmasked key block),
+// ragged ends, with and without the producer warpgroup, both stage counts.
+INSTANTIATE_TEST_SUITE_P(
+    Overlap, AttentionOnGpu,
+    ::testing::Values(
+        AttnCase{1, 2, 1, 128, false, bf16, false, true, -1, -1, -1, 1},
+        AttnCase{2, 2, 17, 128, true, f16, false, true, -1, -1, -1, 1},
+        AttnCase{1, 2, 1000, 64, true, f16, true, true, -1, -1, -1, 1},
+        AttnCase{2, 1, 1000, 128, false, bf16, false, true, -1, -1, -1, 1},
+        AttnCase{1, 2, 4095, 128, true, bf16, false, true, -1, -1, -1, 1},
+        AttnCase{1, 1, 8191, 128, false, f16, true, true, -1, -1, -1, 1},
+        AttnCase{1, 2, 1000, 128, false, bf16, true, true, -1, 1, 1, 1},
+        AttnCase{1, 1, 8191, 64, false, bf16, false, true, 0, -1, -1, 1}),
     [](const auto &info) { return caseName(info.param); });
 
 TEST(GpuKernels, GemmMatchesFp64) {

@@ -105,7 +105,8 @@ TEST(Codegen, WgmmaScheduleEmitsWarpgroupMma) {
   kernels::AttentionShape s;
   s.seqQ = s.seqK = 4096;
   s.headDim = 128;
-  Kernel k = kernels::attentionForward(s, {.warps = 8, .wgmma = 1});
+  Kernel k =
+      kernels::attentionForward(s, {.warps = 8, .wgmma = 1, .overlap = 0});
   CompiledKernel c = compileForGpu(k, {"sm_90a", 0});
   // Q·Kᵀ: 8 k-steps of m64n64k16 from descriptors; P·V: 4 of m64n128k16.
   EXPECT_EQ(countOf(c.ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16"),
@@ -162,7 +163,8 @@ TEST(Codegen, ProducerWarpgroupIssuesTheCopies) {
   s.seqQ = s.seqK = 4096;
   s.headDim = 128;
   s.causal = true;
-  CompiledKernel c = compileForGpu(kernels::attentionForward(s), {"sm_90a"});
+  CompiledKernel c =
+      compileForGpu(kernels::attentionForward(s, {.overlap = 0}), {"sm_90a"});
   EXPECT_EQ(c.threads, 384); // 8 compute warps + 4
   EXPECT_EQ(countOf(c.ptx, "setmaxnreg.dec.sync.aligned.u32 \t24"), 1u);
   EXPECT_EQ(countOf(c.ptx, "setmaxnreg.inc.sync.aligned.u32 \t240"), 1u);
@@ -192,6 +194,31 @@ TEST(Codegen, ProducerWarpgroupIssuesTheCopies) {
   EXPECT_THAT(report, HasSubstr("warp roles: none (the schedule asks for a "
                                 "producer warpgroup; not possible: no loop "
                                 "fetches through TMA)"));
+}
+
+// The default at D=128, N=4k: P·V one iteration behind Q·Kᵀ. Each loop
+// iteration issues Q·Kᵀ, then the previous P·V, and waits for the first only
+// (one group left in flight) before the softmax; one P·V after the loop.
+TEST(Codegen, OverlappedLoopLeavesPVInFlight) {
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = 4096;
+  s.headDim = 128;
+  CompiledKernel c = compileForGpu(kernels::attentionForward(s), {"sm_90a"});
+  EXPECT_EQ(c.threads, 384);
+  EXPECT_GE(countOf(c.ptx, "wgmma.wait_group.sync.aligned \t1;"), 1u);
+  EXPECT_GE(countOf(c.ptx, "setmaxnreg.inc.sync.aligned.u32"), 1u);
+  std::string report = reportOf(c);
+  EXPECT_THAT(report, HasSubstr("loop: its last dot runs one iteration "
+                                "behind, issued after the next iteration's "
+                                "first dot (kiln-overlap-dots)"));
+  // Two P·V dots, both with P in registers: the loop's and the one after it.
+  EXPECT_EQ(countOf(report, "A in registers"), 2u);
+  // Shorter keys keep the schedule without it.
+  s.seqQ = s.seqK = 1024;
+  CompiledKernel short_ =
+      compileForGpu(kernels::attentionForward(s), {"sm_90a"});
+  EXPECT_EQ(countOf(reportOf(short_), "kiln-overlap-dots"), 0u);
+  EXPECT_EQ(countOf(short_.ptx, "wgmma.wait_group.sync.aligned \t1;"), 0u);
 }
 
 // Ping-pong: warpgroup 0 takes the first turn (an arrival on its barrier),

@@ -120,6 +120,7 @@ int cmdBench(Options &opts) {
   cfg.tma = int(opts.integer("tma", cfg.tma));
   cfg.warpSpecialize = int(opts.integer("warp-specialize", cfg.warpSpecialize));
   cfg.pingpong = int(opts.integer("pingpong", cfg.pingpong));
+  cfg.overlap = int(opts.integer("overlap", cfg.overlap));
   std::string pipeline = opts.string("llvm-pipeline", "kiln");
   opts.checkAllUsed();
   std::string why;

@@ -142,6 +142,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.tma = int(opts.integer("tma", c.tma));
   c.warpSpecialize = int(opts.integer("warp-specialize", c.warpSpecialize));
   c.pingpong = int(opts.integer("pingpong", c.pingpong));
+  c.overlap = int(opts.integer("overlap", c.overlap));
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")

@@ -92,6 +92,16 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     barrier();
   const int dist = prefetchDistance(forOp);
   const bool defer = !consumer && dist == S - 2;
+  // kiln-overlap-dots ran the last dot one iteration behind: each dot is
+  // waited for only where its result is read, and nothing is left in flight
+  // past the body, so this holds with any number of stages.
+  const bool overlapped = forOp->hasAttr("kiln.overlapped");
+  if (overlapped)
+    note(forOp, "loop: its last dot runs one iteration behind, issued after "
+                "the next iteration's first dot (kiln-overlap-dots)");
+  else if (auto why = forOp->getAttrOfType<StringAttr>("kiln.not_overlapped"))
+    note(forOp, "loop: dots not overlapped (the schedule asks; not possible: " +
+                    why.str() + ")");
   for (int i = 0; !prefetched.empty() && !consumer && i < dist; ++i)
     fetch(arith::AddIOp::create(
               b, loc, scalarOf(forOp.getLowerBound()),
@@ -177,7 +187,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
     // Carried dot results may arrive in flight from the previous iteration.
     bool savedDefer = deferWaits;
-    deferWaits = defer;
+    deferWaits = defer || overlapped;
     if (defer)
       for (auto [arg, y] :
            llvm::zip(forOp.getRegionIterArgs(), yield.getOperands()))
@@ -185,6 +195,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
           inFlight.push_back(arg);
     for (Operation &op : forOp.getBody()->without_terminator())
       lowerOp(&op);
+    if (overlapped && !defer)
+      waitForAll();
     deferWaits = savedDefer;
     if (consumer) { // done reading this iteration's buffers: release them
       waitForAll();

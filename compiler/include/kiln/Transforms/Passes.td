@@ -10,6 +10,23 @@
 
 include "mlir/Pass/PassBase.td"
 
+def KilnOverlapDots : Pass<"kiln-overlap-dots", "::mlir::func::FuncOp"> {
+  let summary = "run a loop's last dot one iteration behind its first";
+  let description = [{
+    Only in kernels whose schedule asks (kiln.overlap_dots). A loop whose body
+    has two or more dots, the last one accumulating into a carried tile with
+    its B operand loaded in the loop, carries that dot's A and accumulator
+    operands instead of its result: iteration j issues its first dot, then
+    iteration j-1's last dot (B loaded at the previous offset), so the
+    elementwise work between them overlaps the second dot on the tensor
+    cores. The first iteration's extra dot multiplies a zero tile; one dot
+    after the loop finishes the last iteration. Marks the loop
+    kiln.overlapped, or kiln.not_overlapped with the reason.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def KilnAssignLayouts : Pass<"kiln-assign-layouts", "::mlir::func::FuncOp"> {
   let summary = "put a #kiln.layout encoding on every tile";
   let description = [{

@@ -283,6 +283,11 @@ public:
   /// body (named barriers), so that one's tensor-core work overlaps the
   /// other's elementwise work instead of both contending at once.
   void setPingpong(bool pingpong);
+  /// In loops whose last dot accumulates into a carried tile: run that dot
+  /// one iteration behind, issued after the next iteration's first dot, so
+  /// that the elementwise work between the two overlaps it on the tensor
+  /// cores (kiln-overlap-dots).
+  void setOverlapDots(bool overlap);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

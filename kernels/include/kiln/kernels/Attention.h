@@ -47,6 +47,11 @@ struct AttentionConfig {
   /// issuing Q·Kᵀ (named barriers), one's softmax beside the other's MMAs:
   /// 1 yes, 0 no, -1 default (yes with the producer warpgroup and 8 warps).
   int pingpong = -1;
+  /// P·V one iteration behind, issued after the next Q·Kᵀ, so that the
+  /// softmax overlaps it (kiln-overlap-dots): 1 yes, 0 no, -1 default (yes
+  /// at D=128 under TMA from N=2k, causal from 4k, with a producer
+  /// warpgroup).
+  int overlap = -1;
 };
 
 /// The config with its zero fields filled in for `shape`. With blockM and

@@ -1,0 +1,202 @@
+//===- OverlapDots.cpp - the last dot of a loop one iteration behind
+//-------===//
+//
+// A loop body that ends in a dot accumulating into a carried tile (attention:
+// S = Q·Kᵀ; softmax; O = P·V + O·α) keeps the tensor cores idle while its
+// elementwise part runs. Run the last dot one iteration behind: iteration j
+// issues its first dot (Q·K_jᵀ), then the previous iteration's last dot
+// (P_{j-1}·V_{j-1} + O'_{j-1}), and its elementwise part runs while that
+// second dot is still on the tensor cores (the lowering waits for a dot only
+// when its result is read). The loop carries the last dot's operands (P and
+// O') instead of its result; they start as a zero tile and the accumulator's
+// initial value, so the first iteration's extra dot adds nothing, and one dot
+// after the loop finishes the last iteration (or, for a loop that does not
+// run, returns the initial value). The last dot's operand loaded in the loop
+// (V) is read at the previous iteration's offset, clamped to the loop's start
+// for the first iteration, so the load stays a function of the induction
+// variable that the software pipeline can fetch ahead.
+//
+// Only where the kernel's schedule asks (kiln.overlap_dots). A loop gets
+// kiln.overlapped, or kiln.not_overlapped = "<why>" when it cannot be done.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNOVERLAPDOTS
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+
+/// Whether `v` can be recomputed outside `loop` with the induction variable
+/// replaced: it is defined outside, is the induction variable, or comes from
+/// side-effect-free scalar ops on such values.
+bool recomputable(Value v, scf::ForOp loop) {
+  if (v == loop.getInductionVar() ||
+      !loop->isAncestor(v.getParentBlock()->getParentOp()))
+    return true;
+  Operation *op = v.getDefiningOp();
+  if (!op || op->getBlock() != loop.getBody() || op->getNumRegions() ||
+      !isPure(op) || isa<RankedTensorType>(v.getType()))
+    return false;
+  return llvm::all_of(op->getOperands(),
+                      [&](Value o) { return recomputable(o, loop); });
+}
+
+/// Clones the computation of `v` at the builder's point with the induction
+/// variable mapped to `iv` (values defined outside the loop stay).
+Value recompute(OpBuilder &b, Value v, scf::ForOp loop, IRMapping &map) {
+  if (Value m = map.lookupOrNull(v))
+    return m;
+  Operation *op = v.getDefiningOp();
+  if (!op || op->getBlock() != loop.getBody())
+    return v;
+  for (Value o : op->getOperands())
+    recompute(b, o, loop, map);
+  Operation *copy = b.clone(*op, map);
+  return copy->getResult(cast<OpResult>(v).getResultNumber());
+}
+
+/// Rewrites `loop`; returns why not when it cannot.
+std::string overlap(scf::ForOp loop) {
+  Block *body = loop.getBody();
+  SmallVector<DotOp> dots;
+  for (Operation &op : *body)
+    if (auto d = dyn_cast<DotOp>(op))
+      dots.push_back(d);
+  if (dots.size() < 2)
+    return "the body has fewer than two dots";
+  DotOp first = dots.front(), last = dots.back();
+  auto yield = cast<scf::YieldOp>(body->getTerminator());
+  if (!last->hasOneUse() || *last->user_begin() != yield)
+    return "the last dot's result is used other than carried";
+  unsigned k = last->use_begin()->getOperandNumber();
+  // The accumulator operand (O') and A (P) are carried: they must not be the
+  // dot's own iteration argument chain in a way that needs the result.
+  BlockArgument carried = loop.getRegionIterArgs()[k];
+  auto ld = last.getB().getDefiningOp<LoadOp>();
+  bool bInLoop = loop->isAncestor(last.getB().getParentBlock()->getParentOp());
+  if (bInLoop && (!ld || ld->getBlock() != body || !ld->hasOneUse()))
+    return "the last dot's B operand is computed in the loop, not loaded";
+  if (ld && bInLoop)
+    for (Value o : ld->getOperands())
+      if (!recomputable(o, loop))
+        return "the last dot's B load has an address that is not a function "
+               "of the induction variable";
+
+  OpBuilder b(loop);
+  Location loc = loop.getLoc();
+  Value lb = loop.getLowerBound(), step = loop.getStep();
+  auto aTy = cast<RankedTensorType>(last.getA().getType());
+  Value zeroA = arith::ConstantOp::create(
+      b, loc, aTy,
+      DenseElementsAttr::get(aTy, b.getFloatAttr(aTy.getElementType(), 0.0)));
+  SmallVector<Value> inits(loop.getInitArgs());
+  // inits[k] (the accumulator) now carries O'; then P; then the offset of the
+  // last iteration run (for the dot after the loop).
+  inits.push_back(zeroA);
+  inits.push_back(lb);
+  auto rotated =
+      scf::ForOp::create(b, loc, lb, loop.getUpperBound(), step, inits);
+  rotated->setDiscardableAttrs(loop->getDiscardableAttrDictionary());
+  rotated->setAttr("kiln.overlapped", b.getUnitAttr());
+  Block *nb = rotated.getBody();
+  const unsigned n = loop.getNumRegionIterArgs();
+  Value iv = rotated.getInductionVar(), pCarried = nb->getArgument(1 + n),
+        accCarried = rotated.getRegionIterArgs()[k];
+  IRMapping map;
+  map.map(loop.getInductionVar(), iv);
+  for (unsigned i = 0; i < n; ++i)
+    if (i != k)
+      map.map(loop.getRegionIterArgs()[i], rotated.getRegionIterArgs()[i]);
+
+  // The previous iteration's last dot, right after this one's first dot (or
+  // before the first reader of the accumulator, if that comes earlier).
+  Operation *issueAfter = first;
+  for (Operation &op : *body) {
+    if (&op == first.getOperation())
+      break;
+    if (llvm::is_contained(op.getOperands(), Value(carried))) {
+      issueAfter = nullptr; // at the start of the body
+      break;
+    }
+  }
+  b.setInsertionPointToStart(nb);
+  auto issuePrevious = [&] {
+    Value bOperand = last.getB();
+    if (ld && bInLoop) {
+      IRMapping prev;
+      Value at = arith::MaxSIOp::create(
+          b, loc, arith::SubIOp::create(b, loc, iv, step), lb);
+      prev.map(loop.getInductionVar(), at);
+      for (Value o : ld->getOperands())
+        recompute(b, o, loop, prev);
+      bOperand = b.clone(*ld, prev)->getResult(0);
+    }
+    Value r = DotOp::create(b, last.getLoc(), last.getType(), pCarried,
+                            bOperand, accCarried);
+    map.map(carried, r);
+  };
+  if (!issueAfter)
+    issuePrevious();
+  for (Operation &op : body->without_terminator()) {
+    if (&op == last.getOperation() || (ld && bInLoop && &op == ld))
+      continue;
+    b.clone(op, map);
+    if (&op == issueAfter)
+      issuePrevious();
+  }
+  SmallVector<Value> outs;
+  for (auto [i, v] : llvm::enumerate(yield.getOperands()))
+    outs.push_back(i == k ? map.lookupOrDefault(last.getAcc())
+                          : map.lookupOrDefault(v));
+  outs.push_back(map.lookupOrDefault(last.getA()));
+  outs.push_back(iv);
+  scf::YieldOp::create(b, yield.getLoc(), outs);
+
+  // After the loop: the last iteration's dot.
+  b.setInsertionPointAfter(rotated);
+  Value bOperand = last.getB();
+  if (ld && bInLoop) {
+    IRMapping after;
+    after.map(loop.getInductionVar(), rotated.getResults().back());
+    for (Value o : ld->getOperands())
+      recompute(b, o, loop, after);
+    bOperand = b.clone(*ld, after)->getResult(0);
+  }
+  Value finalAcc =
+      DotOp::create(b, last.getLoc(), last.getType(), rotated.getResult(n),
+                    bOperand, rotated.getResult(k));
+  for (unsigned i = 0; i < n; ++i)
+    loop.getResult(i).replaceAllUsesWith(i == k ? finalAcc
+                                                : rotated.getResult(i));
+  loop.erase();
+  return "";
+}
+
+struct KilnOverlapDots : kiln::impl::KilnOverlapDotsBase<KilnOverlapDots> {
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (!func->hasAttr("kiln.overlap_dots"))
+      return;
+    SmallVector<scf::ForOp> loops;
+    func.walk([&](scf::ForOp f) { loops.push_back(f); });
+    for (scf::ForOp loop : loops) {
+      std::string why = overlap(loop);
+      if (!why.empty())
+        loop->setAttr("kiln.not_overlapped",
+                      StringAttr::get(loop.getContext(), why));
+    }
+  }
+};
+
+} // namespace
