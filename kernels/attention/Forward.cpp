@@ -65,10 +65,20 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // 4k/8k/16k 456/572/635 against 455/547/586. Below those lengths it
   // measured slower (the dot after each loop reads its B operand through
   // registers: 287 vs 336 at non-causal N=512), and at D=64 about even.
+  // ... where its shared memory fits: Q, the K/V stages, and V for the dot
+  // after each loop (two loops when causal).
   const bool hopper = c.wgmma > 0 && c.tma > 0;
+  auto fitsOverlapped = [&] {
+    int64_t bn = c.blockN ? c.blockN : 128, d = s.headDim;
+    int64_t bytes =
+        (c.blockM * d + 2 * c.stages * bn * d + (s.causal ? 2 : 1) * bn * d) *
+            int64_t(dtypeSize(s.dtype)) +
+        1024;
+    return bytes <= 227 * 1024;
+  };
   if (c.overlap < 0)
     c.overlap = wide && hopper && c.warpSpecialize != 0 &&
-                s.seqK >= (s.causal ? 4096 : 2048);
+                s.seqK >= (s.causal ? 4096 : 2048) && fitsOverlapped();
   if (c.warpSpecialize < 0)
     c.warpSpecialize = wide && hopper && (s.causal || c.overlap > 0);
   // Ping-pong wherever the producer warpgroup is the default: same-run H200

@@ -217,10 +217,10 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{1, 2, 1, 128, false, bf16, false, true, -1, -1, -1, 1},
         AttnCase{2, 2, 17, 128, true, f16, false, true, -1, -1, -1, 1},
         AttnCase{1, 2, 1000, 64, true, f16, true, true, -1, -1, -1, 1},
-        AttnCase{2, 1, 1000, 128, false, bf16, false, true, -1, -1, -1, 1},
+        AttnCase{2, 1, 1001, 128, false, bf16, false, true, -1, -1, -1, 1},
         AttnCase{1, 2, 4095, 128, true, bf16, false, true, -1, -1, -1, 1},
         AttnCase{1, 1, 8191, 128, false, f16, true, true, -1, -1, -1, 1},
-        AttnCase{1, 2, 1000, 128, false, bf16, true, true, -1, 1, 1, 1},
+        AttnCase{1, 2, 1001, 128, false, bf16, true, true, -1, 1, 1, 1},
         AttnCase{1, 1, 8191, 64, false, bf16, false, true, 0, -1, -1, 1}),
     [](const auto &info) { return caseName(info.param); });
 

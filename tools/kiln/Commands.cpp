@@ -139,10 +139,12 @@ static Problem attentionProblem(Options &opts, bool withData) {
       int(opts.integer("longest-first-globally", c.longestFirstGlobally));
   c.warps = int(opts.integer("warps", 0));
   c.stages = int(positive(opts, "stages", c.stages));
-  c.tma = int(opts.integer("tma", c.tma));
-  c.warpSpecialize = int(opts.integer("warp-specialize", c.warpSpecialize));
-  c.pingpong = int(opts.integer("pingpong", c.pingpong));
-  c.overlap = int(opts.integer("overlap", c.overlap));
+  // The Hopper schedule's choices depend on the stages and tiles just set:
+  // decided again unless given.
+  c.tma = int(opts.integer("tma", -1));
+  c.warpSpecialize = int(opts.integer("warp-specialize", -1));
+  c.pingpong = int(opts.integer("pingpong", -1));
+  c.overlap = int(opts.integer("overlap", -1));
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
