@@ -59,12 +59,14 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // 205/287/379/443/481 without; slower elsewhere (D=128 non-causal 566 vs
   // 592 at 4k, D=64 402 vs 436).
   // P·V one iteration behind Q·Kᵀ (kiln-overlap-dots), with the producer
-  // warpgroup and 128-key blocks, for D=128 from N=2k (non-causal) and 4k
+  // warpgroup and 128-key blocks, for D=128 from N=2k (non-causal) and 8k
   // (causal): same-run H200 bench, bf16 TFLOP/s at N=2k/4k/8k/16k 546/633/
   // 685/660 against 539/592/621/635 (non-causal default before), causal
-  // 4k/8k/16k 456/572/635 against 455/547/586. Below those lengths it
-  // measured slower (the dot after each loop reads its B operand through
-  // registers: 287 vs 336 at non-causal N=512), and at D=64 about even.
+  // 8k/16k 572/635 against 547/586. Causal 4k gained nothing (456 vs 455)
+  // and its kernel (two loops, each with a dot after it) compiles in 184
+  // instead of 143 ms; shorter keys measured slower (the dot after each
+  // loop reads its B operand through registers: 287 vs 336 at non-causal
+  // N=512); D=64 about even.
   // ... where its shared memory fits: Q, the K/V stages, and V for the dot
   // after each loop (two loops when causal).
   const bool hopper = c.wgmma > 0 && c.tma > 0;
@@ -78,7 +80,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   };
   if (c.overlap < 0)
     c.overlap = wide && hopper && c.warpSpecialize != 0 &&
-                s.seqK >= (s.causal ? 4096 : 2048) && fitsOverlapped();
+                s.seqK >= (s.causal ? 8192 : 2048) && fitsOverlapped();
   if (c.warpSpecialize < 0)
     c.warpSpecialize = wide && hopper && (s.causal || c.overlap > 0);
   // Ping-pong wherever the producer warpgroup is the default: same-run H200

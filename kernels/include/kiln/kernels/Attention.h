@@ -49,7 +49,7 @@ struct AttentionConfig {
   int pingpong = -1;
   /// P·V one iteration behind, issued after the next Q·Kᵀ, so that the
   /// softmax overlaps it (kiln-overlap-dots): 1 yes, 0 no, -1 default (yes
-  /// at D=128 under TMA from N=2k, causal from 4k, with a producer
+  /// at D=128 under TMA from N=2k, causal from 8k, with a producer
   /// warpgroup).
   int overlap = -1;
 };
