@@ -80,8 +80,8 @@ std::string overlap(scf::ForOp loop) {
   if (!last->hasOneUse() || *last->user_begin() != yield)
     return "the last dot's result is used other than carried";
   unsigned k = last->use_begin()->getOperandNumber();
-  // The accumulator operand (O') and A (P) are carried: they must not be the
-  // dot's own iteration argument chain in a way that needs the result.
+  // The iteration argument that held the last dot's result: in the rotated
+  // body, the previous iteration's last dot computes it.
   BlockArgument carried = loop.getRegionIterArgs()[k];
   auto ld = last.getB().getDefiningOp<LoadOp>();
   bool bInLoop = loop->isAncestor(last.getB().getParentBlock()->getParentOp());
@@ -121,15 +121,14 @@ std::string overlap(scf::ForOp loop) {
 
   // The previous iteration's last dot, right after this one's first dot (or
   // before the first reader of the accumulator, if that comes earlier).
+  Operation *firstUse = nullptr;
+  for (Operation *user : carried.getUsers())
+    if (Operation *a = body->findAncestorOpInBlock(*user);
+        a && (!firstUse || a->isBeforeInBlock(firstUse)))
+      firstUse = a;
   Operation *issueAfter = first;
-  for (Operation &op : *body) {
-    if (&op == first.getOperation())
-      break;
-    if (llvm::is_contained(op.getOperands(), Value(carried))) {
-      issueAfter = nullptr; // at the start of the body
-      break;
-    }
-  }
+  if (firstUse && !first->isBeforeInBlock(firstUse))
+    issueAfter = nullptr; // at the start of the body
   b.setInsertionPointToStart(nb);
   auto issuePrevious = [&] {
     Value bOperand = last.getB();

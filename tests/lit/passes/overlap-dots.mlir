@@ -92,3 +92,35 @@ func.func @not_asked(%a: !kiln.ptr<bf16>, %o: !kiln.ptr<f32>)
   kiln.store %r, %o[%c0, %c0] shape[%c64, %c64] strides[%c64, %c1] : tensor<64x64xf32>, !kiln.ptr<f32>
   return
 }
+
+// The first dot reads the accumulator itself: the previous iteration's last
+// dot is issued at the start of the body, before it.
+// CHECK-LABEL: func.func @first_reads_acc
+// CHECK: scf.for %{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}, %[[P:.*]] = %{{.*}}, %{{.*}} = %{{.*}})
+// CHECK-NEXT: arith.subi
+// CHECK-NEXT: arith.maxsi
+// CHECK-NEXT: %[[V:.*]] = kiln.load
+// CHECK-NEXT: %[[O:.*]] = kiln.dot %[[P]], %[[V]], %[[ACC]]
+// CHECK: kiln.reduce sum %[[O]]
+// CHECK: } {kiln.overlapped}
+func.func @first_reads_acc(%a: !kiln.ptr<bf16>, %o: !kiln.ptr<f32>)
+    attributes {kiln.kernel, kiln.grid = array<i64: 1, 1, 1>, kiln.overlap_dots} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c32 = arith.constant 32 : i32
+  %c64 = arith.constant 64 : i32
+  %zero = arith.constant dense<0.0> : tensor<64x64xf32>
+  %zs = arith.constant dense<0.0> : tensor<64x32xf32>
+  %at = kiln.load %a[%c0, %c0] shape[%c64, %c64] strides[%c64, %c1] : !kiln.ptr<bf16> -> tensor<64x64xbf16>
+  %r = scf.for %j = %c0 to %c64 step %c32 iter_args(%acc = %zero) -> (tensor<64x64xf32>) : i32 {
+    %rs = kiln.reduce sum %acc axis = 1 : tensor<64x64xf32> -> tensor<64xf32>
+    %kt = kiln.load %a[%c0, %j] shape[%c64, %c64] strides[%c64, %c1] : !kiln.ptr<bf16> -> tensor<64x32xbf16>
+    %s = kiln.dot %at, %kt, %zs : tensor<64x64xbf16>, tensor<64x32xbf16> -> tensor<64x32xf32>
+    %pb = kiln.convert %s : tensor<64x32xf32> -> tensor<64x32xbf16>
+    %vt = kiln.load %a[%j, %c0] shape[%c64, %c64] strides[%c64, %c1] : !kiln.ptr<bf16> -> tensor<32x64xbf16>
+    %next = kiln.dot %pb, %vt, %acc : tensor<64x32xbf16>, tensor<32x64xbf16> -> tensor<64x64xf32>
+    scf.yield %next : tensor<64x64xf32>
+  }
+  kiln.store %r, %o[%c0, %c0] shape[%c64, %c64] strides[%c64, %c1] : tensor<64x64xf32>, !kiln.ptr<f32>
+  return
+}
