@@ -253,6 +253,14 @@ TensorView KernelBuilder::tensorArg(const std::string &name, DType dtype,
                     name);
 }
 
+/// A schedule choice that is a unit attribute on the kernel: present or not.
+static void setFlag(mlir::func::FuncOp func, llvm::StringRef name, bool on) {
+  if (on)
+    func->setAttr(name, mlir::UnitAttr::get(func.getContext()));
+  else
+    func->removeAttr(name);
+}
+
 void KernelBuilder::setWarps(int warps, Loc loc) {
   if (warps < 1 || warps > 32 || (warps & (warps - 1)))
     userError(loc, "setWarps: " + std::to_string(warps) +
@@ -279,11 +287,7 @@ void KernelBuilder::setReloadThreadIds(bool reload) {
 }
 
 void KernelBuilder::setCopyAddressesPerRegister(bool perRegister) {
-  if (perRegister)
-    state_->func->setAttr("kiln.copy_addresses_per_register",
-                          state_->builder.getUnitAttr());
-  else
-    state_->func->removeAttr("kiln.copy_addresses_per_register");
+  setFlag(state_->func, "kiln.copy_addresses_per_register", perRegister);
 }
 
 void KernelBuilder::setWgmma(bool wgmma) {
@@ -293,33 +297,18 @@ void KernelBuilder::setWgmma(bool wgmma) {
     state_->func->removeAttr("kiln.mma");
 }
 
-void KernelBuilder::setTma(bool tma) {
-  if (tma)
-    state_->func->setAttr("kiln.tma", state_->builder.getUnitAttr());
-  else
-    state_->func->removeAttr("kiln.tma");
-}
+void KernelBuilder::setTma(bool tma) { setFlag(state_->func, "kiln.tma", tma); }
 
 void KernelBuilder::setWarpSpecialize(bool specialize) {
-  if (specialize)
-    state_->func->setAttr("kiln.warp_specialize",
-                          state_->builder.getUnitAttr());
-  else
-    state_->func->removeAttr("kiln.warp_specialize");
+  setFlag(state_->func, "kiln.warp_specialize", specialize);
 }
 
 void KernelBuilder::setPingpong(bool pingpong) {
-  if (pingpong)
-    state_->func->setAttr("kiln.pingpong", state_->builder.getUnitAttr());
-  else
-    state_->func->removeAttr("kiln.pingpong");
+  setFlag(state_->func, "kiln.pingpong", pingpong);
 }
 
 void KernelBuilder::setOverlapDots(bool overlap) {
-  if (overlap)
-    state_->func->setAttr("kiln.overlap_dots", state_->builder.getUnitAttr());
-  else
-    state_->func->removeAttr("kiln.overlap_dots");
+  setFlag(state_->func, "kiln.overlap_dots", overlap);
 }
 
 Kernel KernelBuilder::finish(Loc loc) {

@@ -71,12 +71,9 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // after each loop (two loops when causal).
   const bool hopper = c.wgmma > 0 && c.tma > 0;
   auto fitsOverlapped = [&] {
-    int64_t bn = c.blockN ? c.blockN : 128, d = s.headDim;
-    int64_t bytes =
-        (c.blockM * d + 2 * c.stages * bn * d + (s.causal ? 2 : 1) * bn * d) *
-            int64_t(dtypeSize(s.dtype)) +
-        1024;
-    return bytes <= 227 * 1024;
+    AttentionConfig overlapped = c;
+    overlapped.overlap = 1;
+    return attentionSharedBytes(s, overlapped) <= 227 * 1024;
   };
   if (c.overlap < 0)
     c.overlap = wide && hopper && c.warpSpecialize != 0 &&
@@ -108,6 +105,15 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (c.longestFirstGlobally < 0) // +4..10% causal on the H200 at N >= 4k
     c.longestFirstGlobally = s.causal;
   return c;
+}
+
+int64_t attentionSharedBytes(const AttentionShape &s,
+                             const AttentionConfig &c) {
+  const int64_t D = s.headDim, bn = c.blockN ? c.blockN : 128;
+  int64_t elements = c.blockM * D + 2 * c.stages * bn * D;
+  if (c.overlap > 0)
+    elements += (s.causal ? 2 : 1) * bn * D;
+  return elements * int64_t(dtypeSize(s.dtype)) + (c.wgmma > 0 ? 1024 : 0);
 }
 
 Kernel attentionForward(const AttentionShape &s,

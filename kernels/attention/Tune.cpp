@@ -73,7 +73,7 @@ std::string attentionTuneBucket(const AttentionShape &s) {
 
 std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
   std::vector<TuneCandidate> out;
-  const int64_t D = s.headDim, elem = int64_t(dtypeSize(s.dtype));
+  const int64_t D = s.headDim;
   for (int64_t bm : {64, 128})
     for (int64_t bn : {32, 64, 128})
       for (int warps : {4, 8})
@@ -105,12 +105,7 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
               int64_t threads = 32 * warps;
               TuneCandidate t;
               t.config = configString(c);
-              // Q resident, K and V `stages` deep.
-              t.sharedBytes = (bm * D + 2 * stages * bn * D) * elem;
-              if (wgmma) // TMA's mbarriers, in a 1 KB-aligned block
-                t.sharedBytes += 1024;
-              if (c.overlap) // V for the dot after each loop
-                t.sharedBytes += (s.causal ? 2 : 1) * bn * D * elem;
+              t.sharedBytes = attentionSharedBytes(s, c);
               // fp32 O and S accumulators, P packed to 16 bits.
               t.registers = int((bm * D + bm * bn * 3 / 2) / threads);
               t.build = [s, c] { return attentionForward(s, c); };

@@ -27,6 +27,16 @@ static std::set<std::string> globalStoreForms(const std::string &ptx) {
   return forms;
 }
 
+/// One batch, one head, N queries and keys of head dim D.
+static kernels::AttentionShape selfAttention(int64_t n, int64_t d,
+                                             bool causal) {
+  kernels::AttentionShape s;
+  s.seqQ = s.seqK = n;
+  s.headDim = d;
+  s.causal = causal;
+  return s;
+}
+
 /// The lowering report as one text, a line per entry.
 static std::string reportOf(const CompiledKernel &c) {
   std::string text;
@@ -48,9 +58,7 @@ static size_t countOf(const std::string &ptx, const std::string &what) {
 // instructions: the default schedule's wgmma on sm_90a, mma.sync on sm_80.
 TEST(Codegen, AttentionIsOneFusedKernel) {
   for (const char *arch : {"sm_80", "sm_90a"}) {
-    kernels::AttentionShape s;
-    s.seqQ = s.seqK = 4096;
-    s.headDim = 128;
+    kernels::AttentionShape s = selfAttention(4096, 128, false);
     CompiledKernel c = compileForGpu(kernels::attentionForward(s), {arch, 0});
     EXPECT_THAT(c.ptx, HasSubstr(std::string(".target ") + arch));
     EXPECT_GT(countOf(c.ptx, std::string(arch) == "sm_80"
@@ -76,9 +84,7 @@ TEST(Codegen, AttentionIsOneFusedKernel) {
 TEST(Codegen, PtxAssemblesWithPtxas) {
   if (std::system("command -v ptxas > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "SKIPPED: ptxas is not on the PATH";
-  kernels::AttentionShape s;
-  s.seqQ = s.seqK = 1000;
-  s.causal = true;
+  kernels::AttentionShape s = selfAttention(1000, 64, true);
   kernels::AttentionConfig wg{.warps = 8, .wgmma = 1};
   kernels::GemmConfig gemmWg{
       .blockM = 128, .blockN = 128, .blockK = 64, .warps = 8, .wgmma = true};
@@ -102,9 +108,7 @@ TEST(Codegen, PtxAssemblesWithPtxas) {
 // register-A form for P·V) and the lowering report says so; on sm_80 the
 // same kernel falls back to mma.sync, and the report says that too.
 TEST(Codegen, WgmmaScheduleEmitsWarpgroupMma) {
-  kernels::AttentionShape s;
-  s.seqQ = s.seqK = 4096;
-  s.headDim = 128;
+  kernels::AttentionShape s = selfAttention(4096, 128, false);
   Kernel k =
       kernels::attentionForward(s, {.warps = 8, .wgmma = 1, .overlap = 0});
   CompiledKernel c = compileForGpu(k, {"sm_90a", 0});
@@ -159,10 +163,7 @@ TEST(Codegen, WgmmaScheduleEmitsWarpgroupMma) {
 // among themselves on a named barrier. Without TMA the request falls back,
 // and the report says why.
 TEST(Codegen, ProducerWarpgroupIssuesTheCopies) {
-  kernels::AttentionShape s;
-  s.seqQ = s.seqK = 4096;
-  s.headDim = 128;
-  s.causal = true;
+  kernels::AttentionShape s = selfAttention(4096, 128, true);
   CompiledKernel c =
       compileForGpu(kernels::attentionForward(s, {.overlap = 0}), {"sm_90a"});
   EXPECT_EQ(c.threads, 384); // 8 compute warps + 4
@@ -200,9 +201,7 @@ TEST(Codegen, ProducerWarpgroupIssuesTheCopies) {
 // iteration issues Q·Kᵀ, then the previous P·V, and waits for the first only
 // (one group left in flight) before the softmax; one P·V after the loop.
 TEST(Codegen, OverlappedLoopLeavesPVInFlight) {
-  kernels::AttentionShape s;
-  s.seqQ = s.seqK = 4096;
-  s.headDim = 128;
+  kernels::AttentionShape s = selfAttention(4096, 128, false);
   CompiledKernel c = compileForGpu(kernels::attentionForward(s), {"sm_90a"});
   EXPECT_EQ(c.threads, 384);
   EXPECT_GE(countOf(c.ptx, "wgmma.wait_group.sync.aligned \t1;"), 1u);
@@ -226,10 +225,7 @@ TEST(Codegen, OverlappedLoopLeavesPVInFlight) {
 // an arrival on the other's after the commit, and warpgroup 0 takes the last
 // hand-back at the end.
 TEST(Codegen, PingpongTakesTurnsOnTheFirstDot) {
-  kernels::AttentionShape s;
-  s.seqQ = s.seqK = 4096;
-  s.headDim = 128;
-  s.causal = true;
+  kernels::AttentionShape s = selfAttention(4096, 128, true);
   kernels::AttentionConfig pp;
   pp.pingpong = 1;
   CompiledKernel c =
@@ -263,10 +259,7 @@ TEST(Codegen, PingpongTakesTurnsOnTheFirstDot) {
 // The K/V copy-address knob changes only how cp.async destinations are
 // computed: both forms copy into the same shared memory and assemble.
 TEST(Codegen, CopyAddressFormsDifferOnlyInAddressing) {
-  kernels::AttentionShape s;
-  s.seqQ = s.seqK = 1024;
-  s.headDim = 128;
-  s.causal = true;
+  kernels::AttentionShape s = selfAttention(1024, 128, true);
   kernels::AttentionConfig base, perRegister;
   base.tma = perRegister.tma = 0; // TMA copies have no per-thread addresses
   base.copyAddressesPerRegister = 0;
@@ -289,10 +282,8 @@ TEST(Codegen, CopyAddressFormsDifferOnlyInAddressing) {
 // tensor-core and transcendental work in every kernel; at most a few percent
 // of other instructions more (address arithmetic).
 TEST(Codegen, KilnLlvmPipelineDoesO3sWork) {
-  kernels::AttentionShape s;
-  s.seqQ = s.seqK = 1000; // ragged: the masked paths too
-  s.headDim = 128;
-  s.causal = true;
+  // Ragged: the masked paths too.
+  kernels::AttentionShape s = selfAttention(1000, 128, true);
   for (const Kernel &k :
        {kernels::attentionForward(s), kernels::gemm({256, 256, 256}),
         kernels::softmax({100, 1000, DType::bf16})}) {

@@ -87,7 +87,9 @@ std::string overlap(scf::ForOp loop) {
   bool bInLoop = loop->isAncestor(last.getB().getParentBlock()->getParentOp());
   if (bInLoop && (!ld || ld->getBlock() != body || !ld->hasOneUse()))
     return "the last dot's B operand is computed in the loop, not loaded";
-  if (ld && bInLoop)
+  // The last dot's B, loaded in the loop: reloaded at other offsets.
+  const bool loadsB = ld && bInLoop;
+  if (loadsB)
     for (Value o : ld->getOperands())
       if (!recomputable(o, loop))
         return "the last dot's B load has an address that is not a function "
@@ -129,18 +131,19 @@ std::string overlap(scf::ForOp loop) {
   Operation *issueAfter = first;
   if (firstUse && !first->isBeforeInBlock(firstUse))
     issueAfter = nullptr; // at the start of the body
+  auto loadBAt = [&](Value offset) -> Value {
+    IRMapping at;
+    at.map(loop.getInductionVar(), offset);
+    for (Value o : ld->getOperands())
+      recompute(b, o, loop, at);
+    return b.clone(*ld, at)->getResult(0);
+  };
   b.setInsertionPointToStart(nb);
   auto issuePrevious = [&] {
-    Value bOperand = last.getB();
-    if (ld && bInLoop) {
-      IRMapping prev;
-      Value at = arith::MaxSIOp::create(
-          b, loc, arith::SubIOp::create(b, loc, iv, step), lb);
-      prev.map(loop.getInductionVar(), at);
-      for (Value o : ld->getOperands())
-        recompute(b, o, loop, prev);
-      bOperand = b.clone(*ld, prev)->getResult(0);
-    }
+    Value bOperand =
+        loadsB ? loadBAt(arith::MaxSIOp::create(
+                     b, loc, arith::SubIOp::create(b, loc, iv, step), lb))
+               : last.getB();
     Value r = DotOp::create(b, last.getLoc(), last.getType(), pCarried,
                             bOperand, accCarried);
     map.map(carried, r);
@@ -148,7 +151,7 @@ std::string overlap(scf::ForOp loop) {
   if (!issueAfter)
     issuePrevious();
   for (Operation &op : body->without_terminator()) {
-    if (&op == last.getOperation() || (ld && bInLoop && &op == ld))
+    if (&op == last.getOperation() || (loadsB && &op == ld))
       continue;
     b.clone(op, map);
     if (&op == issueAfter)
@@ -164,14 +167,7 @@ std::string overlap(scf::ForOp loop) {
 
   // After the loop: the last iteration's dot.
   b.setInsertionPointAfter(rotated);
-  Value bOperand = last.getB();
-  if (ld && bInLoop) {
-    IRMapping after;
-    after.map(loop.getInductionVar(), rotated.getResults().back());
-    for (Value o : ld->getOperands())
-      recompute(b, o, loop, after);
-    bOperand = b.clone(*ld, after)->getResult(0);
-  }
+  Value bOperand = loadsB ? loadBAt(rotated.getResults().back()) : last.getB();
   Value finalAcc =
       DotOp::create(b, last.getLoc(), last.getType(), rotated.getResult(n),
                     bOperand, rotated.getResult(k));

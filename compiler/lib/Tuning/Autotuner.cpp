@@ -173,6 +173,28 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
   std::vector<std::vector<ArgValue>> args;
   double best = 0;
   size_t bestIdx = candidates.size();
+  auto argsFor = [&](size_t i) -> const std::vector<std::vector<ArgValue>> & {
+    args.clear();
+    for (int s = 0; s < harness.sets; ++s)
+      args.push_back(harness.args(*compiled[i].kernel, s));
+    return args;
+  };
+  // A timing counts for the exhaustive reference, for the earlier winner's
+  // figure and, unless the register estimate prunes it, for the winner.
+  auto account = [&](size_t i) {
+    const TunedTiming &t = result.timings[i];
+    if (o.exhaustive &&
+        (result.exhaustiveBestMs == 0 || t.ms < result.exhaustiveBestMs)) {
+      result.exhaustiveBestMs = t.ms;
+      result.exhaustiveBestConfig = t.config;
+    }
+    if (previous && previous->config == t.config)
+      result.previousWinnerMs = t.ms;
+    if (candidates[i].registers <= 255 && (best == 0 || t.ms < best)) {
+      best = t.ms;
+      bestIdx = i;
+    }
+  };
   for (size_t i : todo) {
     TunedTiming &t = result.timings[i];
     if (!compiled[i].compiled) {
@@ -201,26 +223,12 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
       cuda::FunctionAttributes a = g.attributes();
       t.registers = a.registers;
       t.spillBytes = a.localBytes;
-      args.clear();
-      for (int s = 0; s < harness.sets; ++s)
-        args.push_back(harness.args(*compiled[i].kernel, s));
-      t.ms = timeKernel(g, args, o.exhaustive ? 3 * o.reps : o.reps);
+      t.ms = timeKernel(g, argsFor(i), o.exhaustive ? 3 * o.reps : o.reps);
       t.status = "ok";
       say(fmt::format(
           "  {:<56} {:8.3f} ms  {} regs{}", t.config, t.ms, t.registers,
           t.spillBytes ? fmt::format(", {} B spills", t.spillBytes) : ""));
-      bool pruned = candidates[i].registers > 255;
-      if (o.exhaustive &&
-          (result.exhaustiveBestMs == 0 || t.ms < result.exhaustiveBestMs)) {
-        result.exhaustiveBestMs = t.ms;
-        result.exhaustiveBestConfig = t.config;
-      }
-      if (previous && previous->config == t.config)
-        result.previousWinnerMs = t.ms;
-      if (!pruned && (best == 0 || t.ms < best)) {
-        best = t.ms;
-        bestIdx = i;
-      }
+      account(i);
     } catch (const Error &e) {
       t.status = std::string("launch error: ") + e.what();
     }
@@ -244,13 +252,9 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
   if (finalists.size() > 1) {
     std::vector<std::vector<float>> samples(finalists.size());
     for (int round = 0; round < 5; ++round)
-      for (size_t f = 0; f < finalists.size(); ++f) {
-        size_t i = finalists[f];
-        args.clear();
-        for (int s = 0; s < harness.sets; ++s)
-          args.push_back(harness.args(*compiled[i].kernel, s));
-        timeKernel(*compiled[i].loaded, args, o.reps, &samples[f]);
-      }
+      for (size_t f = 0; f < finalists.size(); ++f)
+        timeKernel(*compiled[finalists[f]].loaded, argsFor(finalists[f]),
+                   o.reps, &samples[f]);
     best = 0;
     if (o.exhaustive) // the final round is the reference
       result.exhaustiveBestMs = 0;
@@ -261,17 +265,7 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
       TunedTiming &t = result.timings[i];
       t.ms = v[v.size() / 2];
       say(fmt::format("  final round {:<44} {:8.3f} ms", t.config, t.ms));
-      if (o.exhaustive &&
-          (result.exhaustiveBestMs == 0 || t.ms < result.exhaustiveBestMs)) {
-        result.exhaustiveBestMs = t.ms;
-        result.exhaustiveBestConfig = t.config;
-      }
-      if (previous && previous->config == t.config)
-        result.previousWinnerMs = t.ms;
-      if (candidates[i].registers <= 255 && (best == 0 || t.ms < best)) {
-        best = t.ms;
-        bestIdx = i;
-      }
+      account(i);
     }
   }
 

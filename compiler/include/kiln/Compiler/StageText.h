@@ -27,7 +27,6 @@ public:
   StageText &operator=(std::string text) {
     state_ = std::make_shared<State>();
     state_->text = std::move(text);
-    std::call_once(state_->once, [] {});
     return *this;
   }
 
@@ -45,8 +44,9 @@ public:
     static const std::string none;
     if (!state_)
       return none;
-    std::call_once(state_->once,
-                   [s = state_.get()] { s->text.assign(s->view); });
+    if (state_->owner) // mapped: copied out once
+      std::call_once(state_->once,
+                     [s = state_.get()] { s->text.assign(s->view); });
     return state_->text;
   }
   operator const std::string &() const { return str(); }
@@ -54,7 +54,7 @@ public:
   size_t size() const {
     if (!state_)
       return 0;
-    return state_->view.data() ? state_->view.size() : str().size();
+    return state_->owner ? state_->view.size() : state_->text.size();
   }
   bool empty() const { return size() == 0; }
 

@@ -60,6 +60,14 @@ struct AttentionConfig {
 AttentionConfig resolveConfig(const AttentionShape &shape,
                               AttentionConfig config);
 
+/// Dynamic shared memory the kernel takes under `config` (blockN 0 reads as
+/// 128): Q resident, K and V `stages` deep, V for the dot after each loop
+/// under `overlap` (two loops when causal), and a 1 KB block of TMA
+/// mbarriers under wgmma. A lower bound where layout conversions go through
+/// shared memory.
+int64_t attentionSharedBytes(const AttentionShape &shape,
+                             const AttentionConfig &config);
+
 /// Checks the shape (D in {64, 128}, float dtype, positive sizes) and builds
 /// the kernel; throws kiln::Error naming the bad field.
 Kernel attentionForward(const AttentionShape &shape,
