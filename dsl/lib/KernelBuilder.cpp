@@ -311,6 +311,10 @@ void KernelBuilder::setOverlapDots(bool overlap) {
   setFlag(state_->func, "kiln.overlap_dots", overlap);
 }
 
+void KernelBuilder::setPersistent(bool persistent) {
+  setFlag(state_->func, "kiln.persistent", persistent);
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

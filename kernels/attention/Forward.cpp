@@ -59,14 +59,12 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // 205/287/379/443/481 without; slower elsewhere (D=128 non-causal 566 vs
   // 592 at 4k, D=64 402 vs 436).
   // P·V one iteration behind Q·Kᵀ (kiln-overlap-dots), with the producer
-  // warpgroup and 128-key blocks, for D=128 from N=2k (non-causal) and 8k
-  // (causal): same-run H200 bench, bf16 TFLOP/s at N=2k/4k/8k/16k 546/633/
-  // 685/660 against 539/592/621/635 (non-causal default before), causal
-  // 8k/16k 572/635 against 547/586. Causal 4k gained nothing (456 vs 455)
-  // and its kernel (two loops, each with a dot after it) compiles in 184
-  // instead of 143 ms; shorter keys measured slower (the dot after each
-  // loop reads its B operand through registers: 287 vs 336 at non-causal
-  // N=512); D=64 about even.
+  // warpgroup (which also fetches V for the dot after each loop), persistent
+  // CTAs and 128-key blocks, at D=128 but causal N<1k: same-run H200 bench,
+  // bf16 TFLOP/s at N=512..16k non-causal 342/474/579/648/690/710 against
+  // 337/454/543/627/682/707 (the default before: overlap from 2k, not
+  // persistent), causal 169/268/370/524/612/676 against 169/258/356/468/
+  // 575/656; causal N=512 174 without overlap. D=64 about even.
   // ... where its shared memory fits: Q, the K/V stages, and V for the dot
   // after each loop (two loops when causal).
   const bool hopper = c.wgmma > 0 && c.tma > 0;
@@ -77,7 +75,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   };
   if (c.overlap < 0)
     c.overlap = wide && hopper && c.warpSpecialize != 0 &&
-                s.seqK >= (s.causal ? 8192 : 2048) && fitsOverlapped();
+                !(s.causal && s.seqK < 1024) && fitsOverlapped();
   if (c.warpSpecialize < 0)
     c.warpSpecialize = wide && hopper && (s.causal || c.overlap > 0);
   // Ping-pong wherever the producer warpgroup is the default: same-run H200
@@ -104,6 +102,11 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.copyAddressesPerRegister = wide && !s.causal;
   if (c.longestFirstGlobally < 0) // +4..10% causal on the H200 at N >= 4k
     c.longestFirstGlobally = s.causal;
+  // Persistent CTAs wherever there is a producer warpgroup: it fetches the
+  // next row block's Q and K/V (and V for the dot after an overlapped loop)
+  // while the compute warps finish this one.
+  if (c.persistent < 0)
+    c.persistent = c.warpSpecialize > 0;
   return c;
 }
 
@@ -140,6 +143,7 @@ Kernel attentionForward(const AttentionShape &s,
   k.setWarpSpecialize(c.wgmma > 0 && c.warpSpecialize > 0);
   k.setPingpong(c.wgmma > 0 && c.pingpong > 0);
   k.setOverlapDots(c.overlap > 0);
+  k.setPersistent(c.persistent > 0);
   auto Q = k.tensorArg("Q", s.dtype, {s.batch, s.heads, s.seqQ, D});
   auto K = k.tensorArg("K", s.dtype, {s.batch, s.heads, s.seqK, D});
   auto V = k.tensorArg("V", s.dtype, {s.batch, s.heads, s.seqK, D});

@@ -18,10 +18,10 @@ namespace kiln::kernels {
 std::string configString(const AttentionConfig &c) {
   return fmt::format(
       "blockM={} blockN={} warps={} stages={} reloadIds={} wgmma={} "
-      "warpSpecialize={} pingpong={} overlap={}",
+      "warpSpecialize={} pingpong={} overlap={} persistent={}",
       c.blockM, c.blockN, c.warps, c.stages, c.reloadThreadIds, c.wgmma,
       std::max(c.warpSpecialize, 0), std::max(c.pingpong, 0),
-      std::max(c.overlap, 0));
+      std::max(c.overlap, 0), std::max(c.persistent, 0));
 }
 
 AttentionConfig parseConfigString(const std::string &text) {
@@ -58,6 +58,8 @@ AttentionConfig parseConfigString(const std::string &text) {
       c.pingpong = int(v);
     else if (name == "overlap")
       c.overlap = int(v);
+    else if (name == "persistent")
+      c.persistent = int(v);
     else
       throw Error("attention config: unknown field " + name);
   }
@@ -97,6 +99,7 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
               c.warpSpecialize = wgmma >= 2;
               c.pingpong = wgmma >= 2;
               c.overlap = wgmma == 3;
+              c.persistent = wgmma >= 2;
               c.blockM = bm;
               c.blockN = bn;
               c.warps = warps;

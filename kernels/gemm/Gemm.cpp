@@ -2,6 +2,8 @@
 #include "kiln/kernels/Gemm.h"
 #include "kiln/dsl/Dsl.h"
 
+#include <algorithm>
+
 using namespace kiln::dsl;
 
 namespace kiln::kernels {
@@ -12,17 +14,32 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   if (!isFloat(s.dtype) || !isFloat(s.outDtype))
     throw Error("gemm: dtypes must be float types");
 
-  KernelBuilder k("gemm", {cdiv(s.M, c.blockM), cdiv(s.N, c.blockN)});
+  const int64_t mBlocks = cdiv(s.M, c.blockM), nBlocks = cdiv(s.N, c.blockN);
+  const int64_t group = std::clamp<int64_t>(c.groupM, 1, mBlocks);
+  KernelBuilder k("gemm", group > 1
+                              ? std::array<int64_t, 3>{mBlocks * nBlocks, 1, 1}
+                              : std::array<int64_t, 3>{mBlocks, nBlocks, 1});
   k.setWarps(c.warps);
   k.setStages(c.stages);
   k.setWgmma(c.wgmma);
   k.setTma(c.wgmma && c.tma);
   k.setWarpSpecialize(c.wgmma && c.warpSpecialize);
+  k.setPersistent(c.persistent);
   auto A = k.tensorArg("A", s.dtype, {s.M, s.K});
   auto B = k.tensorArg("B", s.dtype, {s.K, s.N});
   auto C = k.tensorArg("C", s.outDtype, {s.M, s.N});
 
-  Index m0 = programId(0) * c.blockM, n0 = programId(1) * c.blockN;
+  Index mBlock = programId(0), nBlock = programId(1);
+  if (group > 1) {
+    // Program p: group p / (group · nBlocks) of row blocks (the last one
+    // may be shorter), walked row block fastest.
+    Index p = programId(0), inGroup = p % (group * nBlocks);
+    Index firstRow = p / (group * nBlocks) * group;
+    Index rows = min(Index(mBlocks) - firstRow, Index(group));
+    mBlock = firstRow + inGroup % rows;
+    nBlock = inGroup / rows;
+  }
+  Index m0 = mBlock * c.blockM, n0 = nBlock * c.blockN;
   Tile acc = zeros({c.blockM, c.blockN}, f32);
   // Out-of-range rows and columns of A and B read 0 and add nothing.
   forRange(0, s.K, c.blockK, carry(acc), [&](Index k0) {

@@ -2,6 +2,7 @@
 #include "kiln/runtime/Launch.h"
 #include "kiln/runtime/Error.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -18,10 +19,19 @@ GpuKernel::GpuKernel(LaunchSpec spec) : spec_(std::move(spec)) {
                 std::to_string(d.maxSharedPerBlockOptin));
   if (spec_.sharedBytes > 48 * 1024)
     fn_.setMaxDynamicShared(int(spec_.sharedBytes));
+  if (spec_.persistent) {
+    // As many CTAs as run at once, and no more than there are programs.
+    int64_t programs = spec_.grid[0] * spec_.grid[1] * spec_.grid[2];
+    int64_t resident = int64_t(d.smCount) * std::max(1, blocksPerSM());
+    launchGrid_ = {unsigned(std::min(programs, resident)), 1, 1};
+    return;
+  }
   for (int64_t g : {spec_.grid[1], spec_.grid[2]})
     if (g > 65535)
       throw Error("kernel " + spec_.name + ": grid y/z of " +
                   std::to_string(g) + " exceeds the device's 65535");
+  launchGrid_ = {unsigned(spec_.grid[0]), unsigned(spec_.grid[1]),
+                 unsigned(spec_.grid[2])};
 }
 
 void GpuKernel::launch(const std::vector<ArgValue> &args) {
@@ -108,10 +118,8 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
                           t.elementBytes, dims, strideBytes, box);
     ptrs.push_back(maps[m].bytes);
   }
-  fn_.launch({unsigned(spec_.grid[0]), unsigned(spec_.grid[1]),
-              unsigned(spec_.grid[2])},
-             {unsigned(spec_.threads), 1, 1}, unsigned(spec_.sharedBytes),
-             ptrs);
+  fn_.launch(launchGrid_, {unsigned(spec_.threads), 1, 1},
+             unsigned(spec_.sharedBytes), ptrs);
 }
 
 } // namespace kiln

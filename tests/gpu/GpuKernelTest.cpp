@@ -61,6 +61,7 @@ struct AttnCase {
   int warpSpecialize = -1; ///< 1: a producer warpgroup issues the TMA copies
   int pingpong = -1;       ///< 1: the compute warpgroups take turns on Q·Kᵀ
   int overlap = -1;        ///< 1: P·V one iteration behind, after Q·Kᵀ
+  int persistent = -1;     ///< 1: CTAs loop over the row blocks
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
@@ -70,7 +71,8 @@ void PrintTo(const AttnCase &c, std::ostream *os) {
       << (c.tma == 0 ? " cp.async" : "")
       << (c.warpSpecialize > 0 ? " producer warpgroup" : "")
       << (c.pingpong > 0 ? " ping-pong" : "")
-      << (c.overlap > 0 ? " overlap" : "");
+      << (c.overlap > 0 ? " overlap" : "")
+      << (c.persistent > 0 ? " persistent" : "");
 }
 
 std::string caseName(const AttnCase &c) {
@@ -80,7 +82,8 @@ std::string caseName(const AttnCase &c) {
          (c.bshd ? "_bshd" : "") + (c.tma == 0 ? "_cpasync" : "") +
          (c.warpSpecialize > 0 ? "_producer" : "") +
          (c.pingpong > 0 ? "_pingpong" : "") +
-         (c.overlap > 0 ? "_overlap" : "");
+         (c.overlap > 0 ? "_overlap" : "") +
+         (c.persistent > 0 ? "_persistent" : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -91,6 +94,7 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   kernels::AttentionShape s{c.B, c.H, c.N, c.N, c.D, c.causal, c.dtype, 0};
   kernels::AttentionConfig config;
   config.wgmma = 0; // the Shapes suite: mma.sync (on every GPU)
+  config.persistent = c.persistent;
   if (c.wgmma) {
     if (cuda::device().arch() != "sm_90a")
       GTEST_SKIP() << "SKIPPED: the wgmma schedule needs sm_90a, this GPU is "
@@ -224,13 +228,32 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{1, 1, 8191, 64, false, bf16, false, true, 0, -1, -1, 1}),
     [](const auto &info) { return caseName(info.param); });
 
+// Persistent CTAs looping over the row blocks: fewer programs than SMs, and
+// 2 to 8 per CTA (132 SMs); with the producer warpgroup (its stage ring runs
+// on across them), ping-pong and overlap; by cp.async; TMA without a
+// producer (persistence refused, as the report says); mma.sync.
+INSTANTIATE_TEST_SUITE_P(
+    Persistent, AttentionOnGpu,
+    ::testing::Values(
+        AttnCase{2, 2, 17, 128, true, f16, false, true, -1, 1, 1, -1, 1},
+        AttnCase{4, 8, 1000, 128, false, bf16, false, true, -1, 1, 1, -1, 1},
+        AttnCase{4, 8, 4095, 128, true, bf16, false, true, -1, 1, 1, 1, 1},
+        AttnCase{4, 8, 2049, 128, false, f16, false, true, -1, 1, 1, 1, 1},
+        AttnCase{2, 16, 2048, 128, true, f16, true, true, -1, 1, 1, -1, 1},
+        AttnCase{4, 8, 1000, 64, true, bf16, false, true, 0, -1, -1, -1, 1},
+        AttnCase{4, 8, 1000, 64, false, bf16, false, true, -1, 0, -1, -1, 1},
+        AttnCase{4, 8, 1000, 64, true, f16, false, false, -1, -1, -1, -1, 1}),
+    [](const auto &info) { return caseName(info.param); });
+
 TEST(GpuKernels, GemmMatchesFp64) {
   REQUIRE_GPU();
   for (auto [M, N, K, t] :
        {std::tuple{64, 64, 32, bf16}, std::tuple{100, 70, 33, f16},
-        std::tuple{513, 257, 129, bf16}}) {
-    // mma.sync; wgmma with cp.async; with TMA; with a producer warpgroup
-    for (int path : {0, 1, 2, 3}) {
+        std::tuple{513, 257, 129, bf16}, std::tuple{2000, 1544, 136, bf16}}) {
+    // mma.sync; wgmma with cp.async; with TMA; with a producer warpgroup;
+    // and persistent CTAs (208 output tiles on 132 SMs at 2000x1544); wgmma
+    // in groups of 3 row blocks, persistent in groups of 8
+    for (int path : {0, 1, 2, 3, 4}) {
       bool wgmma = path > 0;
       if (wgmma && cuda::device().arch() != "sm_90a")
         continue;
@@ -242,7 +265,9 @@ TEST(GpuKernels, GemmMatchesFp64) {
                   .warps = 8,
                   .wgmma = true,
                   .tma = path >= 2,
-                  .warpSpecialize = path == 3};
+                  .warpSpecialize = path >= 3,
+                  .persistent = path == 4,
+                  .groupM = path == 4 ? 8 : 3};
       Kernel k = kernels::gemm({M, N, K, t, DType::f32}, config);
       HostTensor a(t, {M, K}), b(t, {K, N}), c(DType::f32, {M, N}),
           ref(DType::f32, {M, N});

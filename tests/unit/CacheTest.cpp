@@ -41,6 +41,7 @@ CompiledKernel sample(const std::string &name, size_t ptxBytes) {
   k.threads = 256;
   k.sharedBytes = 98304;
   k.aligned = true;
+  k.persistent = true;
   k.params = {{"A", ParamInfo::Kind::Pointer, DType::bf16},
               {"A_stride0", ParamInfo::Kind::Scalar, DType::i32}};
   k.tensors = {{"A", DType::bf16, {64, 32}, 0, {1, 2}}};
@@ -88,6 +89,7 @@ TEST(DiskCache, EntryRoundTripsEveryField) {
   EXPECT_EQ(d.threads, k.threads);
   EXPECT_EQ(d.sharedBytes, k.sharedBytes);
   EXPECT_EQ(d.aligned, k.aligned);
+  EXPECT_EQ(d.persistent, k.persistent);
   ASSERT_EQ(d.params.size(), 2u);
   EXPECT_EQ(d.params[1].name, "A_stride0");
   EXPECT_EQ(d.params[1].kind, ParamInfo::Kind::Scalar);

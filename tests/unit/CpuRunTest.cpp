@@ -114,17 +114,22 @@ INSTANTIATE_TEST_SUITE_P(
 struct GemmCase {
   int64_t M, N, K;
   DType dtype;
+  int64_t groupM = 0; ///< launch order in groups of row blocks
 };
 
 void PrintTo(const GemmCase &c, std::ostream *os) {
   *os << c.M << "x" << c.N << "x" << c.K << " " << dtypeName(c.dtype);
+  if (c.groupM)
+    *os << " groupM=" << c.groupM;
 }
 
 class GemmOnCpu : public ::testing::TestWithParam<GemmCase> {};
 
 TEST_P(GemmOnCpu, MatchesFp64Reference) {
   const GemmCase &c = GetParam();
-  Kernel k = kernels::gemm({c.M, c.N, c.K, c.dtype, DType::f32});
+  kernels::GemmConfig config;
+  config.groupM = c.groupM;
+  Kernel k = kernels::gemm({c.M, c.N, c.K, c.dtype, DType::f32}, config);
   HostTensor a(c.dtype, {c.M, c.K}), b(c.dtype, {c.K, c.N});
   HostTensor out(DType::f32, {c.M, c.N}), ref(DType::f32, {c.M, c.N});
   a.fillRandom(c.M * 7 + c.K);
@@ -142,11 +147,17 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmOnCpu,
     ::testing::Values(GemmCase{64, 64, 32, bf16}, GemmCase{1, 1, 1, bf16},
                       GemmCase{100, 70, 33, f16}, GemmCase{129, 65, 257, f32},
-                      GemmCase{17, 200, 64, bf16}),
+                      GemmCase{17, 200, 64, bf16},
+                      // 7 row blocks in groups of 3 (the last of 1), of 2
+                      // (the last of 1), and one group of all.
+                      GemmCase{400, 300, 40, bf16, 3},
+                      GemmCase{400, 129, 40, f16, 2},
+                      GemmCase{400, 300, 40, bf16, 16}),
     [](const auto &info) {
       const GemmCase &c = info.param;
       return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" +
-             std::to_string(c.K) + "_" + dtypeName(c.dtype);
+             std::to_string(c.K) + "_" + dtypeName(c.dtype) +
+             (c.groupM ? "_group" + std::to_string(c.groupM) : "");
     });
 
 struct SoftmaxCase {

@@ -63,6 +63,8 @@ static int benchGemm(Options &opts) {
   c.wgmma = opts.integer("wgmma", 1) != 0;
   c.tma = opts.integer("tma", 1) != 0;
   c.warpSpecialize = opts.integer("warp-specialize", 1) != 0;
+  c.persistent = opts.integer("persistent", 0) != 0;
+  c.groupM = opts.integer("group-m", 8);
   opts.checkAllUsed();
   std::string why;
   if (!cuda::available(&why))
@@ -121,6 +123,7 @@ int cmdBench(Options &opts) {
   cfg.warpSpecialize = int(opts.integer("warp-specialize", cfg.warpSpecialize));
   cfg.pingpong = int(opts.integer("pingpong", cfg.pingpong));
   cfg.overlap = int(opts.integer("overlap", cfg.overlap));
+  cfg.persistent = int(opts.integer("persistent", cfg.persistent));
   std::string pipeline = opts.string("llvm-pipeline", "kiln");
   opts.checkAllUsed();
   std::string why;

@@ -145,6 +145,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.warpSpecialize = int(opts.integer("warp-specialize", -1));
   c.pingpong = int(opts.integer("pingpong", -1));
   c.overlap = int(opts.integer("overlap", -1));
+  c.persistent = int(opts.integer("persistent", -1));
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
@@ -201,6 +202,8 @@ static Problem gemmProblem(Options &opts, bool withData) {
   c.wgmma = opts.integer("wgmma", c.wgmma) != 0;
   c.tma = opts.integer("tma", c.tma) != 0;
   c.warpSpecialize = opts.integer("warp-specialize", c.warpSpecialize) != 0;
+  c.persistent = opts.integer("persistent", c.persistent) != 0;
+  c.groupM = opts.integer("group-m", c.groupM);
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::gemm(s, c);
@@ -320,6 +323,8 @@ int cmdRun(Options &opts) {
         "local (spills)\n",
         dev.arch(), dev.name, c.threads, a.registers, c.sharedBytes,
         a.localBytes);
+    if (c.persistent)
+      fmt::print("  persistent: launched on {} CTAs\n", gpu.launchGrid()[0]);
     for (auto &[n, ref] : p.expected)
       buffers[n].download(p.tensors.at(n).data(),
                           p.tensors.at(n).storageBytes());

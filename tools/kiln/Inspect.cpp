@@ -116,10 +116,11 @@ int cmdSass(Options &opts) {
 }
 
 static void printResources(const Problem &p, const CompiledKernel &c) {
-  fmt::print("{}\n  {} threads per block, {} dynamic shared bytes, grid "
-             "{}x{}x{}\n",
-             p.summary, c.threads, c.sharedBytes, c.grid[0], c.grid[1],
-             c.grid[2]);
+  fmt::print(
+      "{}\n  {} threads per block, {} dynamic shared bytes, grid "
+      "{}x{}x{}{}\n",
+      p.summary, c.threads, c.sharedBytes, c.grid[0], c.grid[1], c.grid[2],
+      c.persistent ? " (persistent: run on as many CTAs as fit at once)" : "");
   int registers = 0;
   int64_t staticShared = 0;
   if (findCudaTool("ptxas")) {

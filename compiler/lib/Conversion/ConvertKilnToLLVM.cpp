@@ -34,6 +34,7 @@ struct ConvertKilnToLLVM
     for (auto f : module.getOps<func::FuncOp>())
       kernels.push_back(f);
     int64_t shared = 0, conversions = 0, producerWarps = 0;
+    bool persistent = false;
     SmallVector<Attribute> report, maps;
     for (func::FuncOp f : kernels) {
       auto warps = f->getAttrOfType<IntegerAttr>("kiln.num_warps");
@@ -61,6 +62,7 @@ struct ConvertKilnToLLVM
                                    "wgmma only here: loads use cp.async");
         shared = std::max(shared, lowerer.run(module));
         producerWarps = std::max<int64_t>(producerWarps, lowerer.producerWarps);
+        persistent |= !lowerer.persistentGrid.empty();
         for (const kiln::TensorMapInfo &m : lowerer.tensorMaps)
           maps.push_back(StringAttr::get(module.getContext(), m.str()));
         conversions += lowerer.genericConversions;
@@ -84,6 +86,9 @@ struct ConvertKilnToLLVM
     if (producerWarps)
       module->setAttr("kiln.producer_warps",
                       b.getI64IntegerAttr(producerWarps));
+    // The launcher runs the grid's programs on as many CTAs as fit at once.
+    if (persistent)
+      module->setAttr("kiln.persistent", b.getUnitAttr());
     if (!maps.empty())
       module->setAttr("kiln.tensor_maps", b.getArrayAttr(maps));
   }

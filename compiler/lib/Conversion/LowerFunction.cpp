@@ -49,9 +49,14 @@ int64_t Lowerer::run(ModuleOp module) {
   // Each load that only feeds dots gets its own shared-memory region; the
   // scratch area for conversions and reductions follows them.
   sharedOperands = findSharedOperands(src);
-  // Loads outside loops first; then each top-level loop's loads from one
-  // common base: the loops run one after the other (lowerFor puts a barrier
-  // before a loop's first copies), so their buffers can share the space.
+  // Loads outside loops first. Then the pipelined loads: a ring of
+  // numStages stages that every loop shares, stage s of each loop in the
+  // same bytes (one buffer per pipelined load of the loop; the stride is the
+  // largest loop's stage), so that a stage released in one loop can be
+  // filled for the next without touching the stages still being read. Then
+  // each top-level loop's other loads from one common base: the loops run
+  // one after the other (lowerFor puts a barrier before a loop's first
+  // copies), so their buffers can share the space.
   int64_t top = 0;
   auto outermostLoop = [&](Operation *op) {
     Operation *loop = nullptr;
@@ -61,31 +66,50 @@ int64_t Lowerer::run(ModuleOp module) {
         loop = p;
     return loop;
   };
+  // 1 KB alignment keeps every row start's swizzle bits zero, so that an
+  // ldmatrix address can move across 16-byte chunks by XOR.
+  auto bytesOf = [](LoadOp ld) {
+    return (ld.getType().getNumElements() * 2 + 1023) / 1024 * 1024;
+  };
+  llvm::DenseMap<Operation *, int64_t> loopStage;
+  src.walk([&](LoadOp ld) {
+    if (Operation *loop = outermostLoop(ld);
+        loop && sharedOperands.count(ld.getResult()) &&
+        canPrefetch(ld, nullptr)) {
+      int64_t &at = loopStage[loop];
+      smemRegion[ld.getResult()] = at; // within the stage, for now
+      smemBufferBytes[ld.getResult()] = bytesOf(ld);
+      at += bytesOf(ld);
+    }
+  });
+  for (auto &[loop, bytes] : loopStage)
+    stageStride = std::max(stageStride, bytes);
+  src.walk([&](LoadOp ld) {
+    if (sharedOperands.count(ld.getResult()) && !outermostLoop(ld)) {
+      smemRegion[ld.getResult()] = top;
+      top += bytesOf(ld);
+    }
+  });
+  for (auto &[v, bytes] : smemBufferBytes)
+    smemRegion[v] += top;
+  top += stageStride * numStages;
   llvm::DenseMap<Operation *, int64_t> loopTop;
-  for (bool inLoops : {false, true}) {
-    int64_t base = top;
-    src.walk([&](LoadOp ld) {
-      if (!sharedOperands.count(ld.getResult()))
-        return;
-      Operation *loop = outermostLoop(ld);
-      if (bool(loop) != inLoops)
-        return;
-      int64_t &at = loop ? loopTop.try_emplace(loop, base).first->second : top;
-      // 1 KB alignment keeps every row start's swizzle bits zero, so that
-      // an ldmatrix address can move across 16-byte chunks by XOR.
-      int64_t bytes = (ld.getType().getNumElements() * 2 + 1023) / 1024 * 1024;
-      smemRegion[ld.getResult()] = at;
-      at += bytes;
-      if (canPrefetch(ld, nullptr)) { // one buffer per pipeline stage
-        smemBufferBytes[ld.getResult()] = bytes;
-        at += bytes * (numStages - 1);
-      }
-      top = std::max(top, at);
-    });
-  }
+  const int64_t base = top;
+  src.walk([&](LoadOp ld) {
+    Operation *loop = outermostLoop(ld);
+    if (!loop || !sharedOperands.count(ld.getResult()) ||
+        smemBufferBytes.count(ld.getResult()))
+      return;
+    int64_t &at = loopTop.try_emplace(loop, base).first->second;
+    smemRegion[ld.getResult()] = at;
+    at += bytesOf(ld);
+    top = std::max(top, at);
+  });
   planTma(top);
   planWarpRoles();
   planPingpong();
+  planPersistent();
+  planResidentTma(top);
   SmallVector<Type> argTypes;
   for (Type t : src.getArgumentTypes())
     argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);
@@ -127,6 +151,9 @@ int64_t Lowerer::run(ModuleOp module) {
                : std::to_string(
                      prefetchDistance(cast<scf::ForOp>(ld->getParentOp())))) +
           " iteration(s) ahead (" + std::to_string(numStages) + " buffers)";
+    else if (residentMbarrier.count(ld.getResult()))
+      ahead = "by the producer warpgroup once per tile (a full and an empty "
+              "mbarrier of its own), released after its last reader";
     if (auto t = tmaLoads.find(ld.getResult()); t != tmaLoads.end())
       note(ld, "load " + shape + ": TMA (cp.async.bulk.tensor, " +
                    std::to_string(t->second.panels) + " box(es) of " +
@@ -143,15 +170,24 @@ int64_t Lowerer::run(ModuleOp module) {
     else if (sharedOperands.count(ld.getResult()))
       note(ld, "load " + shape +
                    ": vector loads to registers, stored to shared memory "
-                   "(not pipelined: outside a loop or not prefetchable)");
+                   "(not pipelined: outside a loop or not prefetchable)" +
+                   (tmaFallback.count(ld.getResult())
+                        ? "; not TMA: " + tmaFallback[ld.getResult()]
+                        : std::string()));
     else
       note(ld, "load " + shape + ": vector loads to registers");
   });
   scratchBase = (top + 1023) / 1024 * 1024;
+  mlir::Block &body = src.getBody().front();
   if (producerWarps)
-    lowerSpecialized(src.getBody().front());
-  else
-    lowerBlock(src.getBody().front());
+    lowerSpecialized(body);
+  else {
+    forEachTile([&] {
+      for (Operation &op : body.without_terminator())
+        lowerOp(&op);
+    });
+    lowerOp(body.getTerminator());
+  }
   return scratchBase + smemBytes;
 }
 
@@ -217,13 +253,18 @@ void Lowerer::lowerOp(Operation *op) {
     return;
   }
   if (auto p = dyn_cast<ProgramIdOp>(op)) {
-    scalars[p] = perAxis<NVVM::BlockIdXOp, NVVM::BlockIdYOp, NVVM::BlockIdZOp>(
-        b, loc, p.getAxis());
+    scalars[p] =
+        tile ? programId(p.getAxis())
+             : perAxis<NVVM::BlockIdXOp, NVVM::BlockIdYOp, NVVM::BlockIdZOp>(
+                   b, loc, p.getAxis());
     return;
   }
   if (auto p = dyn_cast<NumProgramsOp>(op)) {
-    scalars[p] = perAxis<NVVM::GridDimXOp, NVVM::GridDimYOp, NVVM::GridDimZOp>(
-        b, loc, p.getAxis());
+    scalars[p] =
+        !persistentGrid.empty()
+            ? i32(persistentGrid[p.getAxis()])
+            : perAxis<NVVM::GridDimXOp, NVVM::GridDimYOp, NVVM::GridDimZOp>(
+                  b, loc, p.getAxis());
     return;
   }
   if (auto a = dyn_cast<AddPtrOp>(op)) {
@@ -263,6 +304,16 @@ void Lowerer::lowerOp(Operation *op) {
     // Fetched by the previous iteration (or the prologue) into this buffer.
     std::optional<SmemTile> t = tileGeometry(l);
     t->base = prefetchedBase[r];
+    smemTiles[r] = *t;
+    return;
+  }
+  if (auto ld = dyn_cast<LoadOp>(op); ld && residentMbarrier.count(r)) {
+    // Fetched by the producer warpgroup for this tile.
+    NVVM::MBarrierTryWaitParityOp::create(
+        b, loc, sharedAt(i32(residentMbarrier.lookup(r))), residentPhase(),
+        i32(10000000));
+    std::optional<SmemTile> t = tileGeometry(l);
+    t->base = i32(smemRegion[r]);
     smemTiles[r] = *t;
     return;
   }

@@ -128,10 +128,13 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     inits.append(r.regs.begin(), r.regs.end());
   }
   const size_t carriedCount = inits.size();
+  // The stage that holds this iteration's blocks and the phase of its
+  // mbarrier: under a producer warpgroup where the previous loop left the
+  // ring, else from stage 0 (the loop's own mbarriers).
   if (!prefetched.empty())
-    inits.push_back(i32(0)); // the buffer that holds this iteration's blocks
+    inits.push_back(consumer ? ringSlot : i32(0));
   if (viaTma)
-    inits.push_back(i32(0)); // the phase of that buffer's mbarrier
+    inits.push_back(consumer ? ringPhase : i32(0));
   auto newFor = scf::ForOp::create(b, loc, scalarOf(forOp.getLowerBound()),
                                    scalarOf(forOp.getUpperBound()),
                                    scalarOf(forOp.getStep()), inits);
@@ -229,6 +232,10 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     warp = savedWarp;
   }
   bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
+  if (consumer) {
+    ringSlot = newFor.getResult(carriedCount);
+    ringPhase = newFor.getResult(carriedCount + 1);
+  }
   waitForAll(); // MMAs of the last iteration
   if (!prefetched.empty() && !viaTma)
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0); // the last, unused fetch
@@ -237,8 +244,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
 Value Lowerer::stageBuffer(LoadOp ld, Value slot) {
   return arith::AddIOp::create(
       b, loc, i32(smemRegion[ld.getResult()]),
-      arith::MulIOp::create(b, loc, slot,
-                            i32(smemBufferBytes[ld.getResult()])));
+      arith::MulIOp::create(b, loc, slot, i32(stageStride)));
 }
 
 void Lowerer::nextStage(Value &slot, Value *phase) {

@@ -11,9 +11,10 @@
 //
 // The producer runs the function's scalar code (program ids, index
 // arithmetic) and, for each pipelined loop, a loop with the same bounds that
-// waits for a free stage and fills it. After a loop it waits until the
-// consumers have released its last stages, because the next loop's buffers
-// may be the same memory.
+// waits for a free stage and fills it. Every loop draws its stages from one
+// ring (one set of mbarriers; stage s of each loop in the same bytes), in
+// program order on both sides, so the producer runs on into the next loop
+// (and, persistent, the next tile) while the consumers finish this one.
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
@@ -52,6 +53,10 @@ void Lowerer::planWarpRoles() {
     return;
   }
   producerWarps = 4;
+  // One ring for all loops: the first loop's mbarriers serve every loop.
+  const int64_t ringBase = mbarrierBase.front().second;
+  for (auto &[loop, base] : mbarrierBase)
+    base = ringBase;
   // Registers at launch: what ptxas can give every thread of the CTA; the
   // producer keeps 24 and the consumers share the rest, in steps of 8.
   int threads = 32 * (numWarps + producerWarps);
@@ -72,7 +77,9 @@ void Lowerer::planWarpRoles() {
       std::to_string(numWarps - 1) + " compute (" +
       (consumerRegisters ? "setmaxnreg " + std::to_string(consumerRegisters)
                          : std::string("registers as launched")) +
-      "), per stage a full and an empty mbarrier");
+      "), per stage a full and an empty mbarrier, one ring of " +
+      std::to_string(numStages) + " stages for all " +
+      std::to_string(mbarrierBase.size()) + " loop(s)");
 }
 
 void Lowerer::planPingpong() {
@@ -134,15 +141,21 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
     NVVM::SetMaxRegisterOp::create(b, loc, producerRegisters,
                                    NVVM::SetMaxRegisterAction::decrease);
     auto saved = scalars;
+    ringSlot = ringPhase = i32(0);
     auto leader = scf::IfOp::create(b, loc, isTmaLeader(), false);
     b.setInsertionPoint(leader.thenBlock()->getTerminator());
-    for (Operation &op : body.without_terminator()) {
-      if (auto f = dyn_cast<scf::ForOp>(op); f && mbarrierBase.count(f))
-        lowerProducerLoop(f);
-      else if (op.getNumRegions() == 0 && op.getNumResults() == 1 &&
-               !isTile(op.getResult(0)))
-        lowerOp(&op); // scalar arithmetic the loops' bounds and blocks use
-    }
+    forEachTile([&] {
+      for (Operation &op : body.without_terminator()) {
+        if (auto f = dyn_cast<scf::ForOp>(op); f && mbarrierBase.count(f))
+          lowerProducerLoop(f);
+        else if (auto ld = dyn_cast<LoadOp>(op);
+                 ld && residentMbarrier.count(ld.getResult()))
+          issueResident(ld);
+        else if (op.getNumRegions() == 0 && op.getNumResults() == 1 &&
+                 !isTile(op.getResult(0)))
+          lowerOp(&op); // scalar arithmetic the loops' bounds and blocks use
+      }
+    });
     scalars = std::move(saved);
   }
   {
@@ -152,6 +165,7 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
       NVVM::SetMaxRegisterOp::create(b, loc, consumerRegisters,
                                      NVVM::SetMaxRegisterAction::increase);
     consumerBarriers = true;
+    ringSlot = ringPhase = i32(0);
     // Warpgroup 0 has the first turn. Every turn it takes is handed back by
     // warpgroup 1 after its own, so the last hand-back is taken at the end:
     // no arrivals are left on the barrier.
@@ -168,8 +182,20 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
     if (!pingpongDots.empty())
       onWarpgroup0(
           [&] { NVVM::BarrierArriveOp::create(b, loc, i32(2), i32(256)); });
-    for (Operation &op : body.without_terminator())
-      lowerOp(&op);
+    forEachTile([&] {
+      for (Operation &op : body.without_terminator()) {
+        lowerOp(&op);
+        // Done with the resident loads it last reads: the producer may
+        // fetch the next tile's.
+        if (auto it = releaseAfter.find(&op); it != releaseAfter.end()) {
+          waitForAll();
+          for (Value v : it->second)
+            NVVM::MBarrierArriveOp::create(
+                b, loc, Type(), sharedAt(i32(residentMbarrier.lookup(v) + 8)),
+                Value());
+        }
+      }
+    });
     if (!pingpongDots.empty())
       onWarpgroup0([&] { takeTurn(); });
   }
@@ -185,7 +211,6 @@ void Lowerer::lowerProducerLoop(scf::ForOp forOp) {
   for (LoadOp ld : loads)
     canPrefetch(ld, &slice);
   llvm::SetVector<Operation *> sliceOps(slice.begin(), slice.end());
-  const int S = numStages;
   // A free stage: the consumers released it S iterations ago (a fresh
   // barrier's "previous phase" counts as complete).
   auto waitFree = [&](Value slot, Value phase) {
@@ -195,7 +220,7 @@ void Lowerer::lowerProducerLoop(scf::ForOp forOp) {
   };
   auto newFor = scf::ForOp::create(
       b, loc, scalarOf(forOp.getLowerBound()), scalarOf(forOp.getUpperBound()),
-      scalarOf(forOp.getStep()), ValueRange{i32(0), i32(0)});
+      scalarOf(forOp.getStep()), ValueRange{ringSlot, ringPhase});
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(newFor.getBody());
@@ -213,11 +238,10 @@ void Lowerer::lowerProducerLoop(scf::ForOp forOp) {
     nextStage(slot, &phase);
     scf::YieldOp::create(b, loc, ValueRange{slot, phase});
   }
-  Value slot = newFor.getResult(0), phase = newFor.getResult(1);
-  for (int i = 0; i < S; ++i) { // the consumers are done with every stage
-    waitFree(slot, phase);
-    nextStage(slot, &phase);
-  }
+  // No wait for the consumers here: the next loop's stages come from the
+  // same ring, each filled only once released.
+  ringSlot = newFor.getResult(0);
+  ringPhase = newFor.getResult(1);
 }
 
 } // namespace kiln::gpu

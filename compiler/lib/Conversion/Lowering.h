@@ -147,8 +147,10 @@ public:
   /// cp.async of a load's block into a tile, 16 bytes per copy, zero-filled
   /// outside the tensor.
   void issueAsyncCopy(LoadOp ld, const SmemTile &t);
-  /// Prefetched loads: numStages buffers of `smemBufferBytes` from smemRegion.
+  /// Prefetched loads: numStages buffers of `smemBufferBytes`, the first at
+  /// smemRegion, one every stageStride bytes (stage-major: see run).
   llvm::DenseMap<mlir::Value, int64_t> smemBufferBytes;
+  int64_t stageStride = 0;
   llvm::DenseMap<mlir::Value, mlir::Value> prefetchedBase;
   /// Byte offset of element (row, col) of a tile in dynamic shared memory.
   mlir::Value tileOffset(const SmemTile &t, mlir::Value row, mlir::Value col);
@@ -194,6 +196,20 @@ public:
   /// buffers at `bases`, from thread 0 and where `pred` holds.
   void issueTma(llvm::ArrayRef<LoadOp> loads, llvm::ArrayRef<mlir::Value> bases,
                 mlir::Value mbar, mlir::Value pred);
+  /// Under a producer warpgroup, dot-only loads outside loops that TMA can
+  /// copy: the producer fetches them once per tile into their region, on a
+  /// full and an empty mbarrier of their own (at residentMbarrier), and the
+  /// consumers release them after `releaseAfter`, the top-level op that
+  /// last reads them.
+  void planResidentTma(int64_t &top);
+  llvm::MapVector<mlir::Value, int64_t> residentMbarrier;
+  llvm::DenseMap<mlir::Operation *, llvm::SmallVector<mlir::Value>>
+      releaseAfter;
+  /// Producer: waits for the consumers to release `ld`'s buffer (the
+  /// previous tile's) and fetches it.
+  void issueResident(LoadOp ld);
+  /// Consumers: the mbarrier phase of this tile's resident loads.
+  mlir::Value residentPhase();
   /// The "released" mbarrier of stage `slot` (warp specialization).
   mlir::Value emptyMbarrier(mlir::Operation *loop, mlir::Value slot);
   /// The thread that issues TMA copies: thread 0, or the producer
@@ -203,6 +219,9 @@ public:
   int producerWarps = 0; ///< 4 when a producer warpgroup issues the copies
   int producerRegisters = 0, consumerRegisters = 0;
   bool consumerBarriers = false; ///< barrier() syncs the compute warps only
+  /// Under a producer warpgroup: the ring's next stage and its mbarrier
+  /// phase, where the last loop (on this side) left them.
+  mlir::Value ringSlot, ringPhase;
   /// Whether the schedule's producer warpgroup can be had; says in the
   /// report.
   void planWarpRoles();
@@ -218,6 +237,17 @@ public:
   /// Hands the turn to the other warpgroup (arrives on its barrier).
   void passTurn();
   llvm::DenseSet<mlir::Operation *> pingpongDots;
+  // Persistent scheduling (LowerPersistent.cpp).
+  /// Whether the schedule's persistent CTAs can be had; says in the report.
+  void planPersistent();
+  /// Emits `body` once per tile of the grid (persistent) or once.
+  void forEachTile(llvm::function_ref<void()> body);
+  /// Program id `axis` of the current tile.
+  mlir::Value programId(uint32_t axis);
+  /// The kernel's grid when persistent, else empty.
+  llvm::SmallVector<int64_t, 3> persistentGrid;
+  mlir::Value tile;      ///< i32: the tile being computed (persistent)
+  mlir::Value tileCount; ///< i32: tiles this CTA computed before this one
   mlir::Value sharedAt(mlir::Value byteOffset); ///< no scratch offset
   /// Offset of stage `slot`'s buffer of pipelined load `ld`.
   mlir::Value stageBuffer(LoadOp ld, mlir::Value slot);

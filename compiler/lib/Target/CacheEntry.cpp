@@ -87,6 +87,7 @@ std::string encodeCompiledKernel(const CompiledKernel &k) {
   w.put("threads", std::to_string(k.threads));
   w.put("shared_bytes", std::to_string(k.sharedBytes));
   w.put("aligned", k.aligned ? "1" : "0");
+  w.put("persistent", k.persistent ? "1" : "0");
   w.put("compile_ms", fmt::format("{:.3f}", k.compileMs));
   for (const ParamInfo &p : k.params)
     w.put("param", p.name + " " +
@@ -155,6 +156,8 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
         k.sharedBytes = std::stoll(v);
       else if (tag == "aligned")
         k.aligned = v == "1";
+      else if (tag == "persistent")
+        k.persistent = v == "1";
       else if (tag == "compile_ms")
         k.compileMs = std::stod(v);
       else if (tag == "param") {

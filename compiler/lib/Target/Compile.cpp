@@ -387,6 +387,7 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
   if (auto extra =
           (*lowered)->getAttrOfType<IntegerAttr>("kiln.producer_warps"))
     out.threads += 32 * int(extra.getInt());
+  out.persistent = (*lowered)->hasAttr("kiln.persistent");
   if (auto maps = (*lowered)->getAttrOfType<ArrayAttr>("kiln.tensor_maps"))
     for (Attribute m : maps)
       out.tensorMaps.push_back(TensorMapInfo::parse(cast<StringAttr>(m).str()));

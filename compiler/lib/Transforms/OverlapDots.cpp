@@ -103,10 +103,8 @@ std::string overlap(scf::ForOp loop) {
       b, loc, aTy,
       DenseElementsAttr::get(aTy, b.getFloatAttr(aTy.getElementType(), 0.0)));
   SmallVector<Value> inits(loop.getInitArgs());
-  // inits[k] (the accumulator) now carries O'; then P; then the offset of the
-  // last iteration run (for the dot after the loop).
+  // inits[k] (the accumulator) now carries O'; then P.
   inits.push_back(zeroA);
-  inits.push_back(lb);
   auto rotated =
       scf::ForOp::create(b, loc, lb, loop.getUpperBound(), step, inits);
   rotated->setDiscardableAttrs(loop->getDiscardableAttrDictionary());
@@ -162,12 +160,24 @@ std::string overlap(scf::ForOp loop) {
     outs.push_back(i == k ? map.lookupOrDefault(last.getAcc())
                           : map.lookupOrDefault(v));
   outs.push_back(map.lookupOrDefault(last.getA()));
-  outs.push_back(iv);
   scf::YieldOp::create(b, yield.getLoc(), outs);
 
-  // After the loop: the last iteration's dot.
+  // After the loop: the last iteration's dot, its B at the last iteration's
+  // offset, lb + (ub - lb - 1) / step · step (lb when the loop does not
+  // run): scalar arithmetic of the bounds, not a loop result, so that a
+  // producer warpgroup can fetch it too.
   b.setInsertionPointAfter(rotated);
-  Value bOperand = loadsB ? loadBAt(rotated.getResults().back()) : last.getB();
+  Value bOperand = last.getB();
+  if (loadsB) {
+    Value span = arith::SubIOp::create(
+        b, loc, arith::SubIOp::create(b, loc, rotated.getUpperBound(), lb),
+        arith::ConstantIntOp::create(b, loc, lb.getType(), 1));
+    Value lastIv = arith::AddIOp::create(
+        b, loc, lb,
+        arith::MulIOp::create(
+            b, loc, arith::DivSIOp::create(b, loc, span, step), step));
+    bOperand = loadBAt(arith::MaxSIOp::create(b, loc, lastIv, lb));
+  }
   Value finalAcc =
       DotOp::create(b, last.getLoc(), last.getType(), rotated.getResult(n),
                     bOperand, rotated.getResult(k));

@@ -1,14 +1,15 @@
 // kiln-overlap-dots: the last dot of a loop body one iteration behind its
 // first. The loop carries P and the rescaled accumulator (a zero tile and the
 // accumulator's initial value to start), reads V at the previous offset
-// (clamped to the loop's start), and one dot after the loop finishes. A loop
+// (clamped to the loop's start), and one dot after the loop finishes, its V
+// at the last iteration's offset computed from the bounds. A loop
 // with a single dot is left alone and says why; without the schedule's
 // kiln.overlap_dots nothing changes.
 // RUN: kiln-opt %s --kiln-overlap-dots | FileCheck %s
 
 // CHECK-LABEL: func.func @two_dots
 // CHECK: %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : tensor<64x32xbf16>
-// CHECK: %[[R:.*]]:3 = scf.for %[[J:.*]] = %[[LB:.*]] to %{{.*}} step %[[STEP:.*]] iter_args(%[[ACC:.*]] = %{{.*}}, %[[P:.*]] = %[[ZERO]], %[[LAST:.*]] = %[[LB]])
+// CHECK: %[[R:.*]]:2 = scf.for %[[J:.*]] = %[[LB:.*]] to %[[UB:.*]] step %[[STEP:.*]] iter_args(%[[ACC:.*]] = %{{.*}}, %[[P:.*]] = %[[ZERO]])
 // CHECK: %[[K:.*]] = kiln.load %{{.*}}[%{{.*}}, %[[J]]]
 // CHECK: %[[S:.*]] = kiln.dot %{{.*}}, %{{.*}}, %{{.*}} : tensor<64x64xbf16>, tensor<64x32xbf16> -> tensor<64x32xf32>
 // CHECK: %[[PREV:.*]] = arith.subi %[[J]], %[[STEP]]
@@ -18,9 +19,15 @@
 // CHECK: math.exp2 %[[S]]
 // CHECK: %[[SCALED:.*]] = arith.mulf %[[O]],
 // CHECK: %[[NEWP:.*]] = kiln.convert
-// CHECK: scf.yield %[[SCALED]], %[[NEWP]], %[[J]]
+// CHECK: scf.yield %[[SCALED]], %[[NEWP]]
 // CHECK: } {kiln.overlapped}
-// CHECK: %[[VL:.*]] = kiln.load %{{.*}}[%[[R]]#2, %{{.*}}]
+// CHECK: %[[SPAN:.*]] = arith.subi %[[UB]], %[[LB]]
+// CHECK: %[[SPAN1:.*]] = arith.subi %[[SPAN]], %{{.*}}
+// CHECK: %[[STEPS:.*]] = arith.divsi %[[SPAN1]], %[[STEP]]
+// CHECK: %[[BACK:.*]] = arith.muli %[[STEPS]], %[[STEP]]
+// CHECK: %[[LASTJ:.*]] = arith.addi %[[LB]], %[[BACK]]
+// CHECK: %[[LASTAT:.*]] = arith.maxsi %[[LASTJ]], %[[LB]]
+// CHECK: %[[VL:.*]] = kiln.load %{{.*}}[%[[LASTAT]], %{{.*}}]
 // CHECK: %[[FIN:.*]] = kiln.dot %[[R]]#1, %[[VL]], %[[R]]#0
 // CHECK: kiln.store %[[FIN]]
 
@@ -96,7 +103,7 @@ func.func @not_asked(%a: !kiln.ptr<bf16>, %o: !kiln.ptr<f32>)
 // The first dot reads the accumulator itself: the previous iteration's last
 // dot is issued at the start of the body, before it.
 // CHECK-LABEL: func.func @first_reads_acc
-// CHECK: scf.for %{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}, %[[P:.*]] = %{{.*}}, %{{.*}} = %{{.*}})
+// CHECK: scf.for %{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}, %[[P:.*]] = %{{.*}})
 // CHECK-NEXT: arith.subi
 // CHECK-NEXT: arith.maxsi
 // CHECK-NEXT: %[[V:.*]] = kiln.load

@@ -69,6 +69,8 @@ struct CompiledKernel {
   int threads = 128;
   int64_t sharedBytes = 0; ///< dynamic shared memory per CTA
   bool aligned = false;    ///< compiled with GpuTarget::assumeAligned
+  /// The grid's programs run on persistent CTAs (LaunchSpec::persistent).
+  bool persistent = false;
   std::vector<ParamInfo> params;
   std::vector<TensorParamInfo> tensors;
   /// TMA tensor maps the kernel takes after `params` (the launcher encodes
@@ -93,8 +95,8 @@ struct CompiledKernel {
 
   /// What the runtime needs to load and launch it.
   LaunchSpec spec() const {
-    return {name,   ptx,     grid,    threads,   sharedBytes,
-            params, tensors, aligned, tensorMaps};
+    return {name,   ptx,     grid,    threads,    sharedBytes,
+            params, tensors, aligned, tensorMaps, persistent};
   }
 };
 

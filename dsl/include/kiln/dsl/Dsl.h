@@ -288,6 +288,11 @@ public:
   /// that the elementwise work between the two overlaps it on the tensor
   /// cores (kiln-overlap-dots).
   void setOverlapDots(bool overlap);
+  /// Persistent CTAs: the runtime launches only as many CTAs as the GPU
+  /// runs at once and each loops over the grid's programs (x fastest), so
+  /// that a producer warpgroup fetches the next program's blocks while this
+  /// one finishes. Program ids and num_programs read as without it.
+  void setPersistent(bool persistent);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

@@ -52,6 +52,11 @@ struct AttentionConfig {
   /// at D=128 under TMA from N=2k, causal from 8k, with a producer
   /// warpgroup).
   int overlap = -1;
+  /// Persistent CTAs (KernelBuilder::setPersistent): as many as the GPU
+  /// runs at once, each looping over row blocks in launch order, the
+  /// producer warpgroup fetching the next block's K/V while this one ends:
+  /// 1 yes, 0 no, -1 default.
+  int persistent = -1;
 };
 
 /// The config with its zero fields filled in for `shape`. With blockM and

@@ -29,6 +29,10 @@ struct LaunchSpec {
   bool aligned = false;
   /// TMA tensor maps passed after `params`, encoded at each launch.
   std::vector<TensorMapInfo> tensorMaps;
+  /// The kernel loops over `grid`'s programs (x fastest) in rounds of
+  /// gridDim.x, one per CTA each round: it is launched on a 1-D grid of at
+  /// most as many CTAs as the device runs at once.
+  bool persistent = false;
 };
 
 /// A kernel loaded on the device, ready to launch with argument values.
@@ -45,9 +49,12 @@ public:
   }
   const std::string &jitLog() const { return module_->infoLog(); }
   const LaunchSpec &spec() const { return spec_; }
+  /// The grid it is launched on: spec().grid, or the persistent CTAs.
+  std::array<unsigned, 3> launchGrid() const { return launchGrid_; }
 
 private:
   LaunchSpec spec_;
+  std::array<unsigned, 3> launchGrid_{1, 1, 1};
   std::unique_ptr<cuda::Module> module_;
   cuda::Function fn_;
 };
