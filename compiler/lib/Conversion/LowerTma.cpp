@@ -118,6 +118,17 @@ std::optional<Lowerer::TmaLoad> Lowerer::matchTma(LoadOp ld, std::string &why) {
   return t;
 }
 
+int Lowerer::tensorMapFor(const TensorMapInfo &info) {
+  // One map per distinct tensor and box: a kernel parameter each.
+  std::string key = info.str();
+  auto it = llvm::find_if(
+      tensorMaps, [&](const TensorMapInfo &m) { return m.str() == key; });
+  int index = int(it - tensorMaps.begin());
+  if (it == tensorMaps.end())
+    tensorMaps.push_back(info);
+  return index;
+}
+
 void Lowerer::planTma(int64_t &top) {
   if (!tma)
     return;
@@ -145,13 +156,7 @@ void Lowerer::planTma(int64_t &top) {
       continue;
     }
     for (auto &[ld, t] : matched) {
-      // One map per distinct tensor and box: a kernel parameter each.
-      std::string key = t.info.str();
-      auto it = llvm::find_if(
-          tensorMaps, [&](const TensorMapInfo &m) { return m.str() == key; });
-      t.map = int(it - tensorMaps.begin());
-      if (it == tensorMaps.end())
-        tensorMaps.push_back(t.info);
+      t.map = tensorMapFor(t.info);
       tmaLoads[ld.getResult()] = t;
     }
     // Per stage an 8-byte mbarrier for "landed" and, with a producer
@@ -213,12 +218,7 @@ void Lowerer::planResidentTma(int64_t &top) {
       }
     if (!last)
       continue;
-    std::string key = t->info.str();
-    auto it = llvm::find_if(
-        tensorMaps, [&](const TensorMapInfo &m) { return m.str() == key; });
-    t->map = int(it - tensorMaps.begin());
-    if (it == tensorMaps.end())
-      tensorMaps.push_back(t->info);
+    t->map = tensorMapFor(t->info);
     tmaLoads[ld.getResult()] = *t;
     residentMbarrier[ld.getResult()] = top; // full; empty 8 bytes after
     top += 16;

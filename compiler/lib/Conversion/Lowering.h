@@ -184,6 +184,8 @@ public:
   /// Whether `ld` is a 2-D block of a tensor argument TMA can copy into its
   /// wgmma tile; `why` says why not.
   std::optional<TmaLoad> matchTma(LoadOp ld, std::string &why);
+  /// The index of `info`'s tensor map among the kernel's (added if new).
+  int tensorMapFor(const TensorMapInfo &info);
   /// Picks the loops whose pipelined loads all go through TMA and places
   /// their mbarriers (numStages each) at `top`, advancing it.
   void planTma(int64_t &top);
