@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <variant>
 
 namespace kiln::kernels {
 
@@ -23,6 +24,22 @@ std::string configString(const AttentionConfig &c) {
       std::max(c.warpSpecialize, 0), std::max(c.pingpong, 0),
       std::max(c.overlap, 0), std::max(c.persistent, 0));
 }
+
+/// The fields parseConfigString reads, by the names configString writes
+/// (and `tma`, which it does not).
+static const std::pair<const char *, std::variant<int64_t AttentionConfig::*,
+                                                  int AttentionConfig::*>>
+    kConfigFields[] = {{"blockM", &AttentionConfig::blockM},
+                       {"blockN", &AttentionConfig::blockN},
+                       {"warps", &AttentionConfig::warps},
+                       {"stages", &AttentionConfig::stages},
+                       {"reloadIds", &AttentionConfig::reloadThreadIds},
+                       {"wgmma", &AttentionConfig::wgmma},
+                       {"tma", &AttentionConfig::tma},
+                       {"warpSpecialize", &AttentionConfig::warpSpecialize},
+                       {"pingpong", &AttentionConfig::pingpong},
+                       {"overlap", &AttentionConfig::overlap},
+                       {"persistent", &AttentionConfig::persistent}};
 
 AttentionConfig parseConfigString(const std::string &text) {
   AttentionConfig c;
@@ -38,30 +55,16 @@ AttentionConfig parseConfigString(const std::string &text) {
     if (value.empty() || *end)
       throw Error("attention config: " + name + "=" + value +
                   " is not an integer");
-    if (name == "blockM")
-      c.blockM = v;
-    else if (name == "blockN")
-      c.blockN = v;
-    else if (name == "warps")
-      c.warps = int(v);
-    else if (name == "stages")
-      c.stages = int(v);
-    else if (name == "reloadIds")
-      c.reloadThreadIds = int(v);
-    else if (name == "wgmma")
-      c.wgmma = int(v);
-    else if (name == "tma")
-      c.tma = int(v);
-    else if (name == "warpSpecialize")
-      c.warpSpecialize = int(v);
-    else if (name == "pingpong")
-      c.pingpong = int(v);
-    else if (name == "overlap")
-      c.overlap = int(v);
-    else if (name == "persistent")
-      c.persistent = int(v);
-    else
+    auto field =
+        std::find_if(std::begin(kConfigFields), std::end(kConfigFields),
+                     [&](const auto &f) { return name == f.first; });
+    if (field == std::end(kConfigFields))
       throw Error("attention config: unknown field " + name);
+    std::visit(
+        [&](auto member) {
+          c.*member = std::remove_reference_t<decltype(c.*member)>(v);
+        },
+        field->second);
   }
   return c;
 }

@@ -113,12 +113,21 @@ TEST(Tuning, AttentionConfigStringsRoundTrip) {
   c.warps = 4;
   c.stages = 3;
   c.reloadThreadIds = 1;
+  c.wgmma = c.warpSpecialize = c.pingpong = c.overlap = c.persistent = 1;
   kernels::AttentionConfig d =
       kernels::parseConfigString(kernels::configString(c));
   EXPECT_EQ(d.blockM, 64);
   EXPECT_EQ(d.blockN, 128);
+  EXPECT_EQ(d.warps, 4);
   EXPECT_EQ(d.stages, 3);
   EXPECT_EQ(d.reloadThreadIds, 1);
+  EXPECT_EQ(d.wgmma, 1);
+  EXPECT_EQ(d.warpSpecialize, 1);
+  EXPECT_EQ(d.pingpong, 1);
+  EXPECT_EQ(d.overlap, 1);
+  EXPECT_EQ(d.persistent, 1);
+  EXPECT_EQ(kernels::parseConfigString("tma=0 blockN=4096").tma, 0);
+  EXPECT_EQ(kernels::parseConfigString("tma=0 blockN=4096").blockN, 4096);
   EXPECT_THROW(kernels::parseConfigString("blockM=x"), Error);
   EXPECT_THROW(kernels::parseConfigString("tiles=3"), Error);
   kernels::AttentionShape s;

@@ -69,12 +69,23 @@ static int printStage(const Kernel &k, const GpuTarget &target,
   return 0;
 }
 
+/// What every inspect command reads last (after its own options): the
+/// target options and the kernel with its shape, with no option left over.
+struct Inspected {
+  GpuTarget target;
+  Problem problem;
+};
+static Inspected toInspect(Options &opts) {
+  Inspected in{targetOptions(opts),
+               makeProblem(kernelName(opts), opts, /*withData=*/false)};
+  opts.checkAllUsed();
+  return in;
+}
+
 int cmdIr(Options &opts) {
   bool withLoc = opts.flag("loc");
   std::string stage = opts.string("stage", "");
-  GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
-  opts.checkAllUsed();
+  auto [target, p] = toInspect(opts);
   if (stage.empty()) {
     fmt::print("// {}\n{}", p.summary, p.kernel->ir(withLoc));
     return 0;
@@ -84,9 +95,7 @@ int cmdIr(Options &opts) {
 
 int cmdPtx(Options &opts) {
   std::string stage = opts.string("stage", "ptx");
-  GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
-  opts.checkAllUsed();
+  auto [target, p] = toInspect(opts);
   if (stage == "ptx") { // through the JIT's caches: instant the second time
     fmt::print("{}", compileCached(*p.kernel, target)->ptx);
     return 0;
@@ -96,9 +105,7 @@ int cmdPtx(Options &opts) {
 
 int cmdLlvmIr(Options &opts) {
   bool unoptimized = opts.flag("unoptimized");
-  GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
-  opts.checkAllUsed();
+  auto [target, p] = toInspect(opts);
   CompiledKernel c =
       compileForGpu(*p.kernel, target, {.keepPasses = unoptimized});
   fmt::print("{}", unoptimized ? stageText(c, "llvm-ir") : c.llvmIR.str());
@@ -106,9 +113,7 @@ int cmdLlvmIr(Options &opts) {
 }
 
 int cmdSass(Options &opts) {
-  GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
-  opts.checkAllUsed();
+  auto [target, p] = toInspect(opts);
   CompiledKernel c = compileForGpu(*p.kernel, target);
   Assembled a = assembleWithPtxas(c);
   fmt::print("{}", disassemble(a.cubin));
@@ -163,17 +168,13 @@ static void printResources(const Problem &p, const CompiledKernel &c) {
 }
 
 int cmdResources(Options &opts) {
-  GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
-  opts.checkAllUsed();
+  auto [target, p] = toInspect(opts);
   printResources(p, compileForGpu(*p.kernel, target));
   return 0;
 }
 
 int cmdReport(Options &opts) {
-  GpuTarget target = targetOptions(opts);
-  Problem p = makeProblem(kernelName(opts), opts, /*withData=*/false);
-  opts.checkAllUsed();
+  auto [target, p] = toInspect(opts);
   CompiledKernel c = compileForGpu(*p.kernel, target);
   fmt::print("lowering report ({}): what each load and dot became\n", c.arch);
   bool roles = false;

@@ -309,9 +309,8 @@ void Lowerer::lowerOp(Operation *op) {
   }
   if (auto ld = dyn_cast<LoadOp>(op); ld && residentMbarrier.count(r)) {
     // Fetched by the producer warpgroup for this tile.
-    NVVM::MBarrierTryWaitParityOp::create(
-        b, loc, sharedAt(i32(residentMbarrier.lookup(r))), residentPhase(),
-        i32(10000000));
+    NVVM::MBarrierTryWaitParityOp::create(b, loc, residentMbarrierOf(r),
+                                          residentPhase(), i32(10000000));
     std::optional<SmemTile> t = tileGeometry(l);
     t->base = i32(smemRegion[r]);
     smemTiles[r] = *t;

@@ -227,8 +227,8 @@ void Lowerer::planResidentTma(int64_t &top) {
 }
 
 void Lowerer::issueResident(LoadOp ld) {
-  Value full = sharedAt(i32(residentMbarrier.lookup(ld.getResult())));
-  Value empty = sharedAt(i32(residentMbarrier.lookup(ld.getResult()) + 8));
+  Value full = residentMbarrierOf(ld.getResult());
+  Value empty = residentMbarrierOf(ld.getResult(), /*released=*/true);
   // Released by the consumers after the previous tile (a fresh barrier's
   // "previous phase" counts as complete).
   NVVM::MBarrierTryWaitParityOp::create(
@@ -236,6 +236,10 @@ void Lowerer::issueResident(LoadOp ld) {
       i32(10000000));
   issueTma({ld}, {i32(smemRegion[ld.getResult()])}, full,
            arith::ConstantIntOp::create(b, loc, 1, 1));
+}
+
+Value Lowerer::residentMbarrierOf(Value v, bool released) {
+  return sharedAt(i32(residentMbarrier.lookup(v) + (released ? 8 : 0)));
 }
 
 Value Lowerer::residentPhase() {

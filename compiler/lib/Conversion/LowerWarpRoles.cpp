@@ -191,7 +191,7 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
           waitForAll();
           for (Value v : it->second)
             NVVM::MBarrierArriveOp::create(
-                b, loc, Type(), sharedAt(i32(residentMbarrier.lookup(v) + 8)),
+                b, loc, Type(), residentMbarrierOf(v, /*released=*/true),
                 Value());
         }
       }

@@ -210,6 +210,8 @@ public:
   /// Producer: waits for the consumers to release `ld`'s buffer (the
   /// previous tile's) and fetches it.
   void issueResident(LoadOp ld);
+  /// The full (or, `released`, the empty) mbarrier of resident load `v`.
+  mlir::Value residentMbarrierOf(mlir::Value v, bool released = false);
   /// Consumers: the mbarrier phase of this tile's resident loads.
   mlir::Value residentPhase();
   /// The "released" mbarrier of stage `slot` (warp specialization).
