@@ -181,8 +181,9 @@ struct Builder {
           rowSum * exp(rowMax - newMax) + reduceSum(exp(x - column(newMax)), 1);
       rowMax = newMax;
     });
+    Tile inverseSum = 1.0 / rowSum; // a division per row, not per element
     forRange(0, N, BC, [&](Index c0) {
-      Tile y = exp(scores(c0) - column(rowMax)) / column(rowSum);
+      Tile y = exp(scores(c0) - column(rowMax)) * column(inverseSum);
       store(Y[b].block({r0, c0}), y.to(g.node(grp.out).dtype));
     });
     step.summary = "softmax(" + in(0) + opsSummary(g, grp.ops) + ")";
@@ -232,7 +233,8 @@ struct Builder {
       acc = dot(p.to(dt), v, acc * column(alpha));
       rowMax = newMax;
     });
-    store(O[b].block({m0, 0}), (acc / column(rowSum)).to(dt));
+    // A division per row, a multiply per element.
+    store(O[b].block({m0, 0}), (acc * column(1.0 / rowSum)).to(dt));
     step.summary =
         fmt::format("online softmax(matmul({}, {}{}){}) · {}", in(0), in(1),
                     grp.transB ? "ᵀ" : "", opsSummary(g, grp.ops), in(2));

@@ -11,6 +11,7 @@
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionTune.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace kiln::dsl;
@@ -40,6 +41,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     if (std::optional<AttentionConfig> tuned = tunedAttentionConfig(s)) {
       tuned->blockNDiagonal = c.blockNDiagonal;
       tuned->longestFirstGlobally = c.longestFirstGlobally;
+      tuned->headGroup = c.headGroup;
       c = *tuned;
     }
   // Hopper's warpgroup MMA by default (a target without it falls back to
@@ -102,6 +104,16 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.copyAddressesPerRegister = wide && !s.causal;
   if (c.longestFirstGlobally < 0) // +4..10% causal on the H200 at N >= 4k
     c.longestFirstGlobally = s.causal;
+  // Longest first over every head makes each round of persistent CTAs read
+  // the K/V of ~130 heads: at causal N=2k, 2.7 TB/s from DRAM at a 40% L2
+  // hit rate (ncu), against cuDNN's 0.76 TB/s at 75%. Smaller groups fix
+  // that but unbalance the static rounds (a round spans several lengths):
+  // same-run H200 bench, causal D=128 bf16 TFLOP/s at N=512..16k, groups of
+  // 2: 257/365/468/542/464/434; 8: 252/353/372/388/526/634; every head:
+  // 236/323/411/559/634/665. Every head until the tiles are handed out
+  // dynamically.
+  if (c.headGroup <= 0)
+    c.headGroup = s.batch * s.heads;
   // Persistent CTAs wherever there is a producer warpgroup: it fetches the
   // next row block's Q and K/V (and V for the dot after an overlapped loop)
   // while the compute warps finish this one.
@@ -127,13 +139,13 @@ Kernel attentionForward(const AttentionShape &s,
   const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
   const double toExp2 = scale * log2e; // scores to base-2 exponents
 
-  // Causal row blocks differ in cost: with the heads on the grid's x axis,
-  // the longest blocks of every head are dispatched first.
-  const bool headsOnX = s.causal && c.longestFirstGlobally > 0;
+  // Causal row blocks differ in cost: the longest blocks of a group of heads
+  // are dispatched first, one group after another (a 1-D grid).
+  const bool longestFirst = s.causal && c.longestFirstGlobally > 0;
   const int64_t mBlocks = cdiv(s.seqQ, BM), heads = s.batch * s.heads;
   KernelBuilder k("attention_fwd",
-                  headsOnX ? std::array<int64_t, 3>{heads, mBlocks, 1}
-                           : std::array<int64_t, 3>{mBlocks, heads, 1});
+                  longestFirst ? std::array<int64_t, 3>{heads * mBlocks, 1, 1}
+                               : std::array<int64_t, 3>{mBlocks, heads, 1});
   k.setWarps(c.warps);
   k.setStages(c.stages);
   k.setReloadThreadIds(c.reloadThreadIds > 0);
@@ -150,8 +162,18 @@ Kernel attentionForward(const AttentionShape &s,
   auto O = k.tensorArg("O", s.dtype, {s.batch, s.heads, s.seqQ, D});
   auto LSE = k.tensorArg("LSE", f32, {s.batch, s.heads, s.seqQ});
 
-  Index bh = programId(headsOnX ? 0 : 1), b = bh / s.heads, h = bh % s.heads;
-  Index mProgram = programId(headsOnX ? 1 : 0);
+  Index bh = programId(1), mProgram = programId(0);
+  if (longestFirst) {
+    // Program t: row block (t mod G·mBlocks) / G of the group's pair
+    // (t mod G·mBlocks) mod G, where the last group may hold fewer pairs.
+    const int64_t G = std::min(c.headGroup, heads), perGroup = G * mBlocks;
+    Index t = programId(0), first = t / perGroup * G;
+    Index pairs = heads % G ? min(Index(G), heads - first) : Index(G);
+    Index inGroup = t % perGroup;
+    mProgram = inGroup / pairs;
+    bh = first + inGroup % pairs;
+  }
+  Index b = bh / s.heads, h = bh % s.heads;
   // Causal: the longest rows first, so that the short ones fill the tail.
   Index mBlock = s.causal ? cdiv(s.seqQ, BM) - 1 - mProgram : mProgram;
   Index m0 = mBlock * BM;
@@ -203,7 +225,10 @@ Kernel attentionForward(const AttentionShape &s,
              [&](Index n0) { step(n0, s.seqK % BN != 0, BN); });
   }
 
-  store(O[b][h].block({m0, 0}), (acc / column(rowSum)).to(s.dtype));
+  // One reciprocal per row, then a multiply per element: an IEEE division per
+  // element cost the H200 as many warp samples as the whole key loop at N=512
+  // (MUFU.RCP, FCHK and a slow-path branch each).
+  store(O[b][h].block({m0, 0}), (acc * column(1.0 / rowSum)).to(s.dtype));
   // logsumexp of the scaled scores, in natural log: (max·k + log2(sum)) · ln 2.
   store(LSE[b][h].block({m0}), (rowMax * toExp2 + log2(rowSum)) * ln2);
   return k.finish();

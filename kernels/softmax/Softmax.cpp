@@ -36,9 +36,10 @@ Kernel softmax(const SoftmaxShape &s, const SoftmaxConfig &c) {
         rowSum * exp(rowMax - newMax) + reduceSum(exp(x - column(newMax)), 1);
     rowMax = newMax;
   });
+  Tile inverseSum = 1.0 / rowSum; // a division per row, not per element
   forRange(0, s.cols, BC, [&](Index c0) {
     Tile x = load(X.block({r0, c0}, {BR, BC}), -inf).to(f32);
-    Tile y = exp(x - column(rowMax)) / column(rowSum);
+    Tile y = exp(x - column(rowMax)) * column(inverseSum);
     store(Y.block({r0, c0}), y.to(s.dtype));
   });
   return k.finish();

@@ -304,22 +304,34 @@ TEST(CpuExecutor, RejectsBadArguments) {
 }
 
 // Causal attention with its diagonal blocks smaller than the others, with
-// the general (unsplit) loop when blockN does not divide blockM, and with the
-// row blocks launched head by head instead of longest first globally.
+// the general (unsplit) loop when blockN does not divide blockM, with the row
+// blocks launched head by head instead of longest first, and longest first
+// in groups of two heads of three (the last group holds one).
 TEST(CpuExecutor, AttentionScheduleVariantsAgree) {
-  kernels::AttentionShape s{1, 2, 300, 300, 64, true, DType::bf16, 0};
-  HostTensor q(s.dtype, {1, 2, 300, 64}), k(s.dtype, {1, 2, 300, 64}),
-      v(s.dtype, {1, 2, 300, 64});
+  kernels::AttentionShape s{1, 3, 300, 300, 64, true, DType::bf16, 0};
+  HostTensor q(s.dtype, {1, 3, 300, 64}), k(s.dtype, {1, 3, 300, 64}),
+      v(s.dtype, {1, 3, 300, 64});
   q.fillRandom(21, -2, 2);
   k.fillRandom(22, -2, 2);
   v.fillRandom(23);
-  HostTensor oRef(DType::f32, q.shape()), lseRef(DType::f32, {1, 2, 300});
+  HostTensor oRef(DType::f32, q.shape()), lseRef(DType::f32, {1, 3, 300});
   kernels::attentionReference(s, q, k, v, oRef, lseRef);
-  kernels::AttentionConfig diag{128, 64, 4, 2, -1, 32}, unsplit{64, 128, 4, 2},
-      perHead{128, 64, 4, 2, -1, 0, 0};
-  for (const kernels::AttentionConfig &c : {diag, unsplit, perHead}) {
+  using Config = kernels::AttentionConfig;
+  const Config diag{
+      .blockM = 128, .blockN = 64, .warps = 4, .blockNDiagonal = 32},
+      unsplit{.blockM = 64, .blockN = 128, .warps = 4},
+      perHead{
+          .blockM = 128, .blockN = 64, .warps = 4, .longestFirstGlobally = 0},
+      groups{.blockM = 64,
+             .blockN = 64,
+             .warps = 4,
+             .longestFirstGlobally = 1,
+             .headGroup = 2};
+  EXPECT_EQ(kernels::attentionForward(s, groups).grid(),
+            (std::array<int64_t, 3>{15, 1, 1}));
+  for (const Config &c : {diag, unsplit, perHead, groups}) {
     Kernel kern = kernels::attentionForward(s, c);
-    HostTensor o(s.dtype, q.shape()), lse(DType::f32, {1, 2, 300});
+    HostTensor o(s.dtype, q.shape()), lse(DType::f32, {1, 3, 300});
     o.poison();
     lse.poison();
     runOnCpu(kern, kern.bind({{"Q", q.ref()},
@@ -327,9 +339,12 @@ TEST(CpuExecutor, AttentionScheduleVariantsAgree) {
                               {"V", v.ref()},
                               {"O", o.ref()},
                               {"LSE", lse.ref()}}));
-    EXPECT_LE(compareTensors(o, oRef).relative, 1e-2)
-        << c.blockN << " " << c.longestFirstGlobally;
-    EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5)
-        << c.blockN << " " << c.longestFirstGlobally;
+    const std::string which =
+        std::to_string(c.blockM) + "x" + std::to_string(c.blockN) +
+        " diagonal " + std::to_string(c.blockNDiagonal) + " longest first " +
+        std::to_string(c.longestFirstGlobally) + " group " +
+        std::to_string(c.headGroup);
+    EXPECT_LE(compareTensors(o, oRef).relative, 1e-2) << which;
+    EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5) << which;
   }
 }

@@ -133,8 +133,8 @@ TEST(DslIr, AttentionKernelShape) {
   s.batch = 2;
   s.heads = 3;
   Kernel k = kernels::attentionForward(s, {64, 64, 4, 2});
-  // Causal: heads on x, so that every head's longest row blocks go first.
-  EXPECT_EQ(k.grid(), (std::array<int64_t, 3>{6, 16, 1}));
+  // Causal: one axis, the longest row blocks of a group of heads first.
+  EXPECT_EQ(k.grid(), (std::array<int64_t, 3>{96, 1, 1}));
   kernels::AttentionConfig perHead{64, 64, 4, 2};
   perHead.longestFirstGlobally = 0;
   EXPECT_EQ(kernels::attentionForward(s, perHead).grid(),

@@ -118,6 +118,7 @@ int cmdBench(Options &opts) {
       int(opts.integer("copy-per-register", cfg.copyAddressesPerRegister));
   cfg.longestFirstGlobally =
       int(opts.integer("longest-first-globally", cfg.longestFirstGlobally));
+  cfg.headGroup = opts.integer("head-group", cfg.headGroup);
   cfg.wgmma = int(opts.integer("wgmma", cfg.wgmma));
   cfg.tma = int(opts.integer("tma", cfg.tma));
   cfg.warpSpecialize = int(opts.integer("warp-specialize", cfg.warpSpecialize));

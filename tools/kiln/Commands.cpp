@@ -137,6 +137,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.blockNDiagonal = positive(opts, "block-n-diagonal", c.blockN);
   c.longestFirstGlobally =
       int(opts.integer("longest-first-globally", c.longestFirstGlobally));
+  c.headGroup = opts.integer("head-group", c.headGroup);
   c.warps = int(opts.integer("warps", 0));
   c.stages = int(positive(opts, "stages", c.stages));
   // The Hopper schedule's choices depend on the stages and tiles just set:

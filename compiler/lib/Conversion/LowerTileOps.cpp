@@ -345,19 +345,37 @@ void Lowerer::lowerStore(StoreOp op) {
   Layout l = layoutOf(v);
   Regs in = regsIn(v, l);
   Type elem = op.getValue().getType().getElementType();
+  int64_t dup = l.duplicateRegMask();
+  // Consecutive registers along the row go out as one vector store (a
+  // wgmma accumulator's column pairs: one 4-byte bf16x2 store instead of two
+  // 2-byte ones), under the same conditions as vector loads.
+  int64_t vec =
+      aligned ? std::min<int64_t>(vectorWidth(l), 16 / byteSize(elem)) : 1;
+  std::optional<int64_t> rowLen = constantOf(op.getShape().back());
+  if (vec > 1 && (dup & (vec - 1) || !rowLen || *rowLen % vec ||
+                  knownDivisor(op.getOffsets().back()) % vec))
+    vec = 1;
   SmallVector<Value> addrs, ok;
   blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(),
-                 op.getShape(), op.getStrides(), elem, addrs, ok);
+                 op.getShape(), op.getStrides(), elem, addrs, ok, vec);
   Value owner = isOwner(l);
-  int64_t dup = l.duplicateRegMask();
-  for (int64_t r = 0; r < l.numRegs(); ++r) {
+  for (int64_t r = 0; r < l.numRegs(); r += vec) {
     if (r & dup)
       continue; // another register holds the same element
     Value pred = arith::AndIOp::create(b, loc, ok[r], owner);
     auto ifOp = scf::IfOp::create(b, loc, pred, /*withElse=*/false);
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
-    LLVM::StoreOp::create(b, loc, in.regs[r], addrs[r]);
+    if (vec == 1) {
+      LLVM::StoreOp::create(b, loc, in.regs[r], addrs[r]);
+      continue;
+    }
+    Value packed = LLVM::UndefOp::create(b, loc, VectorType::get({vec}, elem));
+    for (int64_t i = 0; i < vec; ++i)
+      packed =
+          LLVM::InsertElementOp::create(b, loc, packed, in.regs[r + i], i32(i));
+    LLVM::StoreOp::create(b, loc, packed, addrs[r],
+                          /*alignment=*/vec * byteSize(elem));
   }
 }
 

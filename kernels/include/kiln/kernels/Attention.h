@@ -31,8 +31,9 @@ struct AttentionConfig {
   int copyAddressesPerRegister = -1;
   int64_t blockNDiagonal = 0; ///< causal: key block on the diagonal; 0: blockN
   /// Causal: launch order of the row blocks. 0: each head's blocks longest
-  /// first, one head after another; 1: the longest blocks of every head
-  /// first (the grid's x axis runs over heads); -1: default.
+  /// first, one head after another; 1: the longest blocks of every head in
+  /// a group of `headGroup` (batch, head) pairs first, one group after
+  /// another; -1: default (1).
   int longestFirstGlobally = -1;
   /// Dots on Hopper's warpgroup MMA (sm_90a; elsewhere mma.sync, as the
   /// lowering report says): 1 yes, 0 no (mma.sync), -1 default (yes).
@@ -57,6 +58,10 @@ struct AttentionConfig {
   /// producer warpgroup fetching the next block's K/V while this one ends:
   /// 1 yes, 0 no, -1 default.
   int persistent = -1;
+  /// Causal, longest first: (batch, head) pairs per group; the CTAs running
+  /// at once then read the K/V of fewer heads, which L2 can hold. 0: every
+  /// pair in one group.
+  int64_t headGroup = 0;
 };
 
 /// The config with its zero fields filled in for `shape`. With blockM and
