@@ -315,6 +315,10 @@ void KernelBuilder::setPersistent(bool persistent) {
   setFlag(state_->func, "kiln.persistent", persistent);
 }
 
+void KernelBuilder::setDynamicTiles(bool dynamic) {
+  setFlag(state_->func, "kiln.dynamic_tiles", dynamic);
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -42,6 +42,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->blockNDiagonal = c.blockNDiagonal;
       tuned->longestFirstGlobally = c.longestFirstGlobally;
       tuned->headGroup = c.headGroup;
+      tuned->dynamicTiles = c.dynamicTiles;
       c = *tuned;
     }
   // Hopper's warpgroup MMA by default (a target without it falls back to
@@ -86,14 +87,21 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // non-causal D=128 (565 vs 566 at 4k), which keeps every warp computing.
   if (c.pingpong < 0)
     c.pingpong = c.warpSpecialize > 0 && c.warps == 8;
+  // D=64 under wgmma: 128-key blocks, same-run H200 bench, bf16 TFLOP/s at
+  // N=512..16k non-causal 369/448/496/522/530/515 against 329/389/424/444/
+  // 454/442 with 64; causal with 64-key diagonal blocks 199/300/399/467/516/
+  // 531 against 197/290/364/415/452/467 (148/220/292/349/381/400 with
+  // 128-key diagonal blocks).
   if (!c.blockN)
     c.blockN = wide && (s.causal || c.warpSpecialize > 0)
                    ? (c.wgmma <= 0           ? 32
                       : c.warpSpecialize > 0 ? 128
                                              : 64)
-                   : 64;
+               : !wide && c.wgmma > 0 ? 128
+                                      : 64;
   if (!c.blockNDiagonal)
-    c.blockNDiagonal = c.blockN;
+    c.blockNDiagonal =
+        !wide && c.wgmma > 0 ? std::min<int64_t>(64, c.blockN) : c.blockN;
   // Same-run A/B on the H200 under wgmma, D=128 causal: 383 vs 376 TFLOP/s
   // at N=4k, 470 vs 465 at 16k.
   if (c.reloadThreadIds < 0)
@@ -104,21 +112,35 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.copyAddressesPerRegister = wide && !s.causal;
   if (c.longestFirstGlobally < 0) // +4..10% causal on the H200 at N >= 4k
     c.longestFirstGlobally = s.causal;
-  // Longest first over every head makes each round of persistent CTAs read
-  // the K/V of ~130 heads: at causal N=2k, 2.7 TB/s from DRAM at a 40% L2
-  // hit rate (ncu), against cuDNN's 0.76 TB/s at 75%. Smaller groups fix
-  // that but unbalance the static rounds (a round spans several lengths):
-  // same-run H200 bench, causal D=128 bf16 TFLOP/s at N=512..16k, groups of
-  // 2: 257/365/468/542/464/434; 8: 252/353/372/388/526/634; every head:
-  // 236/323/411/559/634/665. Every head until the tiles are handed out
-  // dynamically.
-  if (c.headGroup <= 0)
-    c.headGroup = s.batch * s.heads;
   // Persistent CTAs wherever there is a producer warpgroup: it fetches the
   // next row block's Q and K/V (and V for the dot after an overlapped loop)
   // while the compute warps finish this one.
   if (c.persistent < 0)
     c.persistent = c.warpSpecialize > 0;
+  if (c.dynamicTiles < 0)
+    c.dynamicTiles = s.causal && c.persistent > 0 && c.warpSpecialize > 0;
+  // Longest first over every head makes each round of persistent CTAs read
+  // the K/V of ~130 heads: at causal N=2k, 2.7 TB/s from DRAM at a 40% L2
+  // hit rate (ncu), against cuDNN's 0.76 TB/s at 75%. Smaller groups fix
+  // that but unbalance fixed rounds (a round spans several lengths): same-run
+  // H200 bench, causal D=128 bf16 TFLOP/s at N=512..16k, groups of 2:
+  // 257/365/468/542/464/434; 8: 252/353/372/388/526/634; every head:
+  // 236/323/411/559/634/665. Handed out dynamically, groups of 16 MiB of K/V
+  // (16/8/4/2 heads at 2k/4k/8k/16k): 244/382/509/605/667/699 (another run:
+  // fixed rounds over every head 237/325/413/561/639/677). The hardware
+  // hands out the CTAs of a launch that is not persistent in the same way:
+  // D=64 causal 197/289/364/418/451/454 in groups of 32 heads at 2k against
+  // 187/265/337/410/450/470 over every head. At most 16: at N=512, groups
+  // of 16 ran 264 against 244 in groups of 64 (no fewer bytes fit in L2).
+  if (c.headGroup <= 0) {
+    const int64_t kvBytes = 2 * s.seqK * s.headDim * dtypeSize(s.dtype);
+    const bool fixedRounds = c.persistent > 0 && c.dynamicTiles <= 0;
+    c.headGroup =
+        fixedRounds
+            ? s.batch * s.heads
+            : std::clamp<int64_t>((int64_t(16) << 20) / kvBytes, 1,
+                                  std::min<int64_t>(16, s.batch * s.heads));
+  }
   return c;
 }
 
@@ -156,6 +178,7 @@ Kernel attentionForward(const AttentionShape &s,
   k.setPingpong(c.wgmma > 0 && c.pingpong > 0);
   k.setOverlapDots(c.overlap > 0);
   k.setPersistent(c.persistent > 0);
+  k.setDynamicTiles(c.persistent > 0 && c.dynamicTiles > 0);
   auto Q = k.tensorArg("Q", s.dtype, {s.batch, s.heads, s.seqQ, D});
   auto K = k.tensorArg("K", s.dtype, {s.batch, s.heads, s.seqK, D});
   auto V = k.tensorArg("V", s.dtype, {s.batch, s.heads, s.seqK, D});

@@ -30,25 +30,38 @@ struct DeviceTensors {
   std::map<std::string, TensorRef> refs;
   void add(const std::string &name, HostTensor &t, bool poison) {
     cuda::Buffer &b = buffers[name] = cuda::Buffer(t.storageBytes());
-    if (poison)
+    if (poison) {
       b.fill(0xFF);
-    else
+      outputs.push_back(name);
+    } else
       b.upload(t.data(), t.storageBytes());
     refs[name] = t.ref();
     refs[name].data = b.data();
   }
+  void poisonOutputs() {
+    for (const std::string &name : outputs)
+      buffers.at(name).fill(0xFF);
+  }
+  std::vector<std::string> outputs;
   void download(const std::string &name, HostTensor &t) {
     buffers.at(name).download(t.data(), t.storageBytes());
   }
 };
 
-void runOnGpu(const Kernel &k, DeviceTensors &dt) {
+/// `launches` launches of one loaded kernel, the outputs poisoned before
+/// each: the last one's results are checked (dynamic tiles: the module's
+/// tile counter must be back at zero after every launch).
+void runOnGpu(const Kernel &k, DeviceTensors &dt, int launches = 1) {
   CompiledKernel c =
       compileForGpu(k, {.arch = cuda::device().arch(),
                         .assumeAligned = tensorsAligned(k, dt.refs)});
   GpuKernel g(c.spec());
-  g.launch(k.bind(dt.refs));
-  cuda::synchronize();
+  for (int i = 0; i < launches; ++i) {
+    if (i)
+      dt.poisonOutputs();
+    g.launch(k.bind(dt.refs));
+    cuda::synchronize();
+  }
 }
 
 struct AttnCase {
@@ -62,6 +75,8 @@ struct AttnCase {
   int pingpong = -1;       ///< 1: the compute warpgroups take turns on Q·Kᵀ
   int overlap = -1;        ///< 1: P·V one iteration behind, after Q·Kᵀ
   int persistent = -1;     ///< 1: CTAs loop over the row blocks
+  int dynamicTiles = -1;   ///< 1: row blocks handed out as CTAs free up
+  int64_t headGroup = 0;   ///< causal: heads per longest-first group
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
@@ -72,7 +87,9 @@ void PrintTo(const AttnCase &c, std::ostream *os) {
       << (c.warpSpecialize > 0 ? " producer warpgroup" : "")
       << (c.pingpong > 0 ? " ping-pong" : "")
       << (c.overlap > 0 ? " overlap" : "")
-      << (c.persistent > 0 ? " persistent" : "");
+      << (c.persistent > 0 ? " persistent" : "")
+      << (c.dynamicTiles > 0 ? " dynamic" : "")
+      << (c.headGroup > 0 ? " groups of " + std::to_string(c.headGroup) : "");
 }
 
 std::string caseName(const AttnCase &c) {
@@ -83,7 +100,9 @@ std::string caseName(const AttnCase &c) {
          (c.warpSpecialize > 0 ? "_producer" : "") +
          (c.pingpong > 0 ? "_pingpong" : "") +
          (c.overlap > 0 ? "_overlap" : "") +
-         (c.persistent > 0 ? "_persistent" : "");
+         (c.persistent > 0 ? "_persistent" : "") +
+         (c.dynamicTiles > 0 ? "_dynamic" : "") +
+         (c.headGroup > 0 ? "_group" + std::to_string(c.headGroup) : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -95,6 +114,8 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   kernels::AttentionConfig config;
   config.wgmma = 0; // the Shapes suite: mma.sync (on every GPU)
   config.persistent = c.persistent;
+  config.dynamicTiles = c.dynamicTiles;
+  config.headGroup = c.headGroup;
   if (c.wgmma) {
     if (cuda::device().arch() != "sm_90a")
       GTEST_SKIP() << "SKIPPED: the wgmma schedule needs sm_90a, this GPU is "
@@ -126,7 +147,8 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   dt.add("V", v, false);
   dt.add("O", o, true);
   dt.add("LSE", lse, true);
-  runOnGpu(kernels::attentionForward(s, config), dt);
+  runOnGpu(kernels::attentionForward(s, config), dt,
+           c.dynamicTiles > 0 ? 3 : 1);
   dt.download("O", o);
   dt.download("LSE", lse);
 
@@ -243,6 +265,22 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{4, 8, 1000, 64, true, bf16, false, true, 0, -1, -1, -1, 1},
         AttnCase{4, 8, 1000, 64, false, bf16, false, true, -1, 0, -1, -1, 1},
         AttnCase{4, 8, 1000, 64, true, f16, false, false, -1, -1, -1, -1, 1}),
+    [](const auto &info) { return caseName(info.param); });
+
+// Dynamic tiles (three launches of one module each, the outputs poisoned
+// before every one): fewer programs than SMs; many per CTA, causal in groups
+// of 3 of 40 heads (the last group ragged) and of every head; non-causal;
+// D=64; with the default overlap and without.
+INSTANTIATE_TEST_SUITE_P(
+    DynamicTiles, AttentionOnGpu,
+    ::testing::Values(
+        AttnCase{2, 2, 17, 128, true, f16, false, true, -1, 1, 1, -1, 1, 1},
+        AttnCase{4, 10, 1000, 128, true, bf16, false, true, -1, 1, 1, -1, 1, 1,
+                 3},
+        AttnCase{2, 8, 4095, 128, true, bf16, false, true, -1, 1, 1, 1, 1, 1},
+        AttnCase{4, 8, 2049, 128, false, f16, true, true, -1, 1, 1, 1, 1, 1},
+        AttnCase{4, 8, 1000, 64, true, bf16, false, true, -1, 1, 1, -1, 1, 1,
+                 5}),
     [](const auto &info) { return caseName(info.param); });
 
 TEST(GpuKernels, GemmMatchesFp64) {

@@ -119,6 +119,7 @@ int cmdBench(Options &opts) {
   cfg.longestFirstGlobally =
       int(opts.integer("longest-first-globally", cfg.longestFirstGlobally));
   cfg.headGroup = opts.integer("head-group", cfg.headGroup);
+  cfg.dynamicTiles = int(opts.integer("dynamic-tiles", cfg.dynamicTiles));
   cfg.wgmma = int(opts.integer("wgmma", cfg.wgmma));
   cfg.tma = int(opts.integer("tma", cfg.tma));
   cfg.warpSpecialize = int(opts.integer("warp-specialize", cfg.warpSpecialize));

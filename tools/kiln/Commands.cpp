@@ -134,10 +134,12 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c = kernels::resolveConfig(s, c);
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
-  c.blockNDiagonal = positive(opts, "block-n-diagonal", c.blockN);
+  // 0: decided below from the key block (checkShape rejects bad values).
+  c.blockNDiagonal = opts.integer("block-n-diagonal", 0);
   c.longestFirstGlobally =
       int(opts.integer("longest-first-globally", c.longestFirstGlobally));
-  c.headGroup = opts.integer("head-group", c.headGroup);
+  c.headGroup = opts.integer("head-group", 0);
+  c.dynamicTiles = int(opts.integer("dynamic-tiles", -1));
   c.warps = int(opts.integer("warps", 0));
   c.stages = int(positive(opts, "stages", c.stages));
   // The Hopper schedule's choices depend on the stages and tiles just set:

@@ -108,7 +108,7 @@ int64_t Lowerer::run(ModuleOp module) {
   planTma(top);
   planWarpRoles();
   planPingpong();
-  planPersistent();
+  planPersistent(top);
   planResidentTma(top);
   SmallVector<Type> argTypes;
   for (Type t : src.getArgumentTypes())

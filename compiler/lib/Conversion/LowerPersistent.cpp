@@ -13,6 +13,17 @@
 // while this tile's last dots and stores finish, and no CTA waits for a
 // launch slot.
 //
+// Dynamic tiles (kiln.dynamic_tiles, with the producer warpgroup): fixed
+// rounds balance only when the cost falls steadily along the grid; causal
+// attention ordered for L2 (longest first within groups of heads) does not.
+// Instead the producer takes the next tile from a global counter when it
+// has issued this tile's copies, and hands it to the compute warps through a
+// two-slot ring in shared memory (a full and an empty mbarrier per slot):
+// the first free CTA gets the next tile, as FlashAttention-3's dynamic
+// scheduler does. The CTA that takes the last id (there are exactly as many
+// takes as tiles: each CTA stops at its first id past the end) puts the
+// counter back to zero for the next launch.
+//
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
 
@@ -22,7 +33,7 @@ using namespace mlir;
 
 namespace kiln::gpu {
 
-void Lowerer::planPersistent() {
+void Lowerer::planPersistent(int64_t &top) {
   if (!src->hasAttr("kiln.persistent"))
     return;
   auto grid = src->getAttrOfType<DenseI64ArrayAttr>(kGridAttr);
@@ -48,18 +59,40 @@ void Lowerer::planPersistent() {
     return;
   }
   persistentGrid.assign(grid.asArrayRef().begin(), grid.asArrayRef().end());
+  dynamicTiles = src->hasAttr("kiln.dynamic_tiles") && producerWarps;
   report.push_back(
       "persistent: the grid's " + std::to_string(tiles) +
-      " programs run on at most as many CTAs as the GPU holds "
-      "at once, in rounds of n (x fastest): CTA c of n takes "
-      "program c of each round, n - 1 - c of every second "
-      "full one" +
+      " programs run on at most as many CTAs as the GPU holds at once, " +
+      (dynamicTiles
+           ? std::string("handed out in grid order (x fastest) as CTAs "
+                         "become free: the producer takes the next from a "
+                         "global counter and passes it on through shared "
+                         "memory")
+           : std::string("in rounds of n (x fastest): CTA c of n takes "
+                         "program c of each round, n - 1 - c of every "
+                         "second full one")) +
       (producerWarps ? "; the stage ring runs on across them" : ""));
+  if (src->hasAttr("kiln.dynamic_tiles") && !producerWarps)
+    report.push_back("dynamic tiles: no (the schedule asks for them; no "
+                     "producer warpgroup to take them): fixed rounds");
+  if (!dynamicTiles)
+    return;
+  top = (top + 7) / 8 * 8;
+  tileRing = top;
+  top += 8 + 4 * 8;
+  std::string counter = "kiln_tiles_" + src.getName().str();
+  if (!src->getParentOfType<ModuleOp>().lookupSymbol(counter))
+    LLVM::GlobalOp::create(b, loc, b.getI32Type(), /*isConstant=*/false,
+                           LLVM::Linkage::Internal, counter,
+                           b.getI32IntegerAttr(0), /*alignment=*/4,
+                           /*addrSpace=*/1);
 }
 
-void Lowerer::forEachTile(llvm::function_ref<void()> body) {
+void Lowerer::forEachTile(llvm::function_ref<void()> body, TileRole role) {
   if (persistentGrid.empty())
     return body();
+  if (dynamicTiles)
+    return forEachDynamicTile(body, role);
   const int64_t tiles =
       persistentGrid[0] * persistentGrid[1] * persistentGrid[2];
   SmallVector<Value> inits;
@@ -105,6 +138,115 @@ void Lowerer::forEachTile(llvm::function_ref<void()> body) {
   if (ringSlot) {
     ringSlot = loop.getResult(0);
     ringPhase = loop.getResult(1);
+  }
+}
+
+Value Lowerer::tileRingSlot(Value k) {
+  return sharedAt(arith::AddIOp::create(
+      b, loc, i32(tileRing),
+      arith::MulIOp::create(b, loc, arith::AndIOp::create(b, loc, k, i32(1)),
+                            i32(4))));
+}
+
+Value Lowerer::tileRingMbarrier(Value k, bool released) {
+  Value slot = arith::AndIOp::create(b, loc, k, i32(1));
+  return sharedAt(
+      arith::AddIOp::create(b, loc, i32(tileRing + 8 + (released ? 16 : 0)),
+                            arith::MulIOp::create(b, loc, slot, i32(8))));
+}
+
+void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
+                                 TileRole role) {
+  assert(role != TileRole::All && "dynamic tiles need the warp roles");
+  const int64_t tiles =
+      persistentGrid[0] * persistentGrid[1] * persistentGrid[2];
+  Type i32t = b.getI32Type();
+  // Hand-out k sits in slot k mod 2; its mbarriers complete phase k / 2 mod
+  // 2 (a fresh barrier's "previous phase" counts as complete).
+  auto phaseOf = [&](Value k) {
+    return arith::AndIOp::create(
+        b, loc, arith::ShRUIOp::create(b, loc, k, i32(1)), i32(1));
+  };
+  // Producer: publishes tile t as hand-out k once the slot is released.
+  auto publish = [&](Value k, Value t) {
+    NVVM::MBarrierTryWaitParityOp::create(
+        b, loc, tileRingMbarrier(k, /*released=*/true),
+        arith::XOrIOp::create(b, loc, phaseOf(k), i32(1)), i32(10000000));
+    LLVM::StoreOp::create(b, loc, t, tileRingSlot(k));
+    NVVM::MBarrierArriveOp::create(
+        b, loc, Type(), tileRingMbarrier(k, /*released=*/false), Value());
+    return t;
+  };
+  // Producer: the next tile from the counter (the first n are the CTAs' own
+  // ids); whoever takes the last id resets the counter.
+  auto take = [&]() -> Value {
+    auto counter = LLVM::AddressOfOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1),
+        "kiln_tiles_" + src.getName().str());
+    Value old =
+        LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, counter,
+                                  i32(1), LLVM::AtomicOrdering::monotonic);
+    auto last = scf::IfOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, old,
+                              i32(tiles - 1)),
+        false);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPoint(last.thenBlock()->getTerminator());
+      LLVM::StoreOp::create(b, loc, i32(0), counter);
+    }
+    return arith::AddIOp::create(b, loc, NVVM::GridDimXOp::create(b, loc, i32t),
+                                 old);
+  };
+  // Compute warps: every thread reads hand-out k, then releases its slot.
+  auto receive = [&](Value k) -> Value {
+    NVVM::MBarrierTryWaitParityOp::create(
+        b, loc, tileRingMbarrier(k, /*released=*/false), phaseOf(k),
+        i32(10000000));
+    Value t = LLVM::LoadOp::create(b, loc, i32t, tileRingSlot(k));
+    NVVM::MBarrierArriveOp::create(
+        b, loc, Type(), tileRingMbarrier(k, /*released=*/true), Value());
+    return t;
+  };
+  const bool producer = role == TileRole::Producer;
+  auto next = [&](Value k) {
+    return producer ? publish(k, take()) : receive(k);
+  };
+  Value first = producer
+                    ? publish(i32(0), NVVM::BlockIdXOp::create(b, loc, i32t))
+                    : receive(i32(0));
+  SmallVector<Value> inits{first, i32(0)};
+  if (ringSlot)
+    inits.append({ringSlot, ringPhase});
+  SmallVector<Type> types(inits.size(), i32t);
+  SmallVector<Location> locs(inits.size(), loc);
+  auto loop = scf::WhileOp::create(b, loc, types, inits);
+  {
+    OpBuilder::InsertionGuard g(b);
+    Block *before = b.createBlock(&loop.getBefore(), {}, types, locs);
+    Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                       before->getArgument(0), i32(tiles));
+    scf::ConditionOp::create(b, loc, more, before->getArguments());
+    Block *after = b.createBlock(&loop.getAfter(), {}, types, locs);
+    tile = after->getArgument(0);
+    tileCount = after->getArgument(1);
+    if (ringSlot) {
+      ringSlot = after->getArgument(2);
+      ringPhase = after->getArgument(3);
+    }
+    body();
+    waitForAll();
+    Value k = arith::AddIOp::create(b, loc, tileCount, i32(1));
+    SmallVector<Value> yields{next(k), k};
+    if (ringSlot)
+      yields.append({ringSlot, ringPhase});
+    scf::YieldOp::create(b, loc, yields);
+    tile = tileCount = Value();
+  }
+  if (ringSlot) {
+    ringSlot = loop.getResult(2);
+    ringPhase = loop.getResult(3);
   }
 }
 

@@ -258,7 +258,7 @@ Value Lowerer::isThreadZero() {
 }
 
 void Lowerer::initMbarriers() {
-  if (mbarrierBase.empty() && residentMbarrier.empty())
+  if (mbarrierBase.empty() && residentMbarrier.empty() && tileRing < 0)
     return;
   auto ifOp = scf::IfOp::create(b, loc, isThreadZero(), /*withElse=*/false);
   {
@@ -267,6 +267,14 @@ void Lowerer::initMbarriers() {
     llvm::SmallSetVector<int64_t, 4> bases; // loops may share a ring
     for (auto &[loop, base] : mbarrierBase)
       bases.insert(base);
+    // Dynamic tiles: the producer fills a slot, every compute thread
+    // releases it.
+    for (int s = 0; tileRing >= 0 && s < 2; ++s) {
+      NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(tileRing + 8 + 8 * s)),
+                                   i32(1), Value());
+      NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(tileRing + 24 + 8 * s)),
+                                   i32(32 * numWarps), Value());
+    }
     for (auto &[v, at] : residentMbarrier) {
       NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(at)), i32(1), Value());
       NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(at + 8)),

@@ -144,7 +144,7 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
     ringSlot = ringPhase = i32(0);
     auto leader = scf::IfOp::create(b, loc, isTmaLeader(), false);
     b.setInsertionPoint(leader.thenBlock()->getTerminator());
-    forEachTile([&] {
+    auto produce = [&] {
       for (Operation &op : body.without_terminator()) {
         if (auto f = dyn_cast<scf::ForOp>(op); f && mbarrierBase.count(f))
           lowerProducerLoop(f);
@@ -155,7 +155,8 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
                  !isTile(op.getResult(0)))
           lowerOp(&op); // scalar arithmetic the loops' bounds and blocks use
       }
-    });
+    };
+    forEachTile(produce, TileRole::Producer);
     scalars = std::move(saved);
   }
   {
@@ -182,7 +183,7 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
     if (!pingpongDots.empty())
       onWarpgroup0(
           [&] { NVVM::BarrierArriveOp::create(b, loc, i32(2), i32(256)); });
-    forEachTile([&] {
+    auto compute = [&] {
       for (Operation &op : body.without_terminator()) {
         lowerOp(&op);
         // Done with the resident loads it last reads: the producer may
@@ -195,7 +196,8 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
                 Value());
         }
       }
-    });
+    };
+    forEachTile(compute, TileRole::Consumer);
     if (!pingpongDots.empty())
       onWarpgroup0([&] { takeTurn(); });
   }

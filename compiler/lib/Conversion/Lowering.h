@@ -242,10 +242,23 @@ public:
   void passTurn();
   llvm::DenseSet<mlir::Operation *> pingpongDots;
   // Persistent scheduling (LowerPersistent.cpp).
-  /// Whether the schedule's persistent CTAs can be had; says in the report.
-  void planPersistent();
+  /// Whether the schedule's persistent CTAs (and dynamic tiles) can be had;
+  /// says in the report. Takes the tile ring's shared memory from `top`.
+  void planPersistent(int64_t &top);
+  /// Who runs a tile loop: under dynamic tiles the producer takes the tiles
+  /// and the compute warps receive them.
+  enum class TileRole { All, Producer, Consumer };
   /// Emits `body` once per tile of the grid (persistent) or once.
-  void forEachTile(llvm::function_ref<void()> body);
+  void forEachTile(llvm::function_ref<void()> body,
+                   TileRole role = TileRole::All);
+  /// Dynamic tiles: the loop over tiles as they are handed out.
+  void forEachDynamicTile(llvm::function_ref<void()> body, TileRole role);
+  /// Dynamic tiles: the tile id ring's mbarriers (full; `released`: empty)
+  /// and slot for hand-out k.
+  mlir::Value tileRingMbarrier(mlir::Value k, bool released);
+  mlir::Value tileRingSlot(mlir::Value k);
+  bool dynamicTiles = false;
+  int64_t tileRing = -1; ///< shared offset: 2 ids, then 2 full, 2 empty
   /// Program id `axis` of the current tile.
   mlir::Value programId(uint32_t axis);
   /// The kernel's grid when persistent, else empty.

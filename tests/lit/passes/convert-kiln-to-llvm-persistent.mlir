@@ -14,6 +14,16 @@
 // compute warps wait for where the load was and release after the second
 // loop, its last reader.
 // RUN: sed 's/kiln.warp_specialize}/kiln.warp_specialize, kiln.persistent}/' %S/convert-kiln-to-llvm-warp-roles.mlir | kiln-opt --kiln-assign-layouts="num-warps=4 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm="wgmma=true" | FileCheck %s --check-prefix=RING
+// Dynamic tiles (kiln.dynamic_tiles): the producer's leader thread takes tile
+// ids from a module global counter (its own id first, then nctaid.x plus the
+// counter's old value; the taker of the last id, here 0, zeroes it) and
+// publishes each in a two-slot ring (wait for the slot's empty mbarrier,
+// store the id, arrive on its full one); the compute warps receive them
+// (wait full, load, arrive empty). Both loop while the id is below the grid's
+// programs, carrying id, count and the stage ring.
+// RUN: sed 's/kiln.warp_specialize}/kiln.warp_specialize, kiln.persistent, kiln.dynamic_tiles}/' %S/convert-kiln-to-llvm-warp-roles.mlir | kiln-opt --kiln-assign-layouts="num-warps=4 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm="wgmma=true" | FileCheck %s --check-prefix=DYNAMIC
+// Without a producer warpgroup there is no one to take them: fixed rounds.
+// RUN: sed 's/kiln.tma}/kiln.tma, kiln.persistent, kiln.dynamic_tiles}/' %S/convert-kiln-to-llvm-tma.mlir | kiln-opt --kiln-assign-layouts="num-warps=4 aligned=true" --convert-kiln-to-llvm="wgmma=true" | FileCheck %s --check-prefix=NOPRODUCER
 // TMA loops without a producer have mbarriers of their own, whose phases
 // would restart on every tile: persistence is refused and the report says so.
 // The file's second kernel pipelines by cp.async, which persistence keeps.
@@ -60,6 +70,41 @@
 
 // REFUSED: "persistent: no (the schedule asks for it; not possible: its TMA loops have no producer warpgroup (their mbarrier phases would restart on every tile)): one CTA per program"
 // REFUSED-SAME: "persistent: the grid's 1 programs run on at most as many CTAs as the GPU holds at once, in rounds of n (x fastest): CTA c of n takes program c of each round, n - 1 - c of every second full one"
+
+// DYNAMIC: "persistent: the grid's 1 programs run on at most as many CTAs as the GPU holds at once, handed out in grid order (x fastest) as CTAs become free: the producer takes the next from a global counter and passes it on through shared memory; the stage ring runs on across them"
+// DYNAMIC: llvm.mlir.global internal @kiln_tiles_producer_gemm(0 : i32) {addr_space = 1 : i32
+// DYNAMIC-COUNT-10: nvvm.mbarrier.init
+// DYNAMIC: nvvm.setmaxregister decrease 24
+// DYNAMIC: %[[FIRST:.*]] = nvvm.read.ptx.sreg.ctaid.x
+// DYNAMIC: nvvm.mbarrier.try_wait.parity
+// DYNAMIC: llvm.store %[[FIRST]], %{{.*}} : i32, !llvm.ptr<3>
+// DYNAMIC: nvvm.mbarrier.arrive
+// DYNAMIC: scf.while (%[[ID:.*]] = %[[FIRST]], %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) : (i32, i32, i32, i32)
+// DYNAMIC: arith.cmpi ult, %[[ID]], %c1_i32
+// DYNAMIC: } do {
+// DYNAMIC: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// DYNAMIC: %[[COUNTER:.*]] = llvm.mlir.addressof @kiln_tiles_producer_gemm
+// DYNAMIC: %[[OLD:.*]] = llvm.atomicrmw add %[[COUNTER]], %{{.*}} monotonic
+// DYNAMIC: %[[LAST:.*]] = arith.cmpi eq, %[[OLD]], %c0_i32
+// DYNAMIC: scf.if %[[LAST]] {
+// DYNAMIC: llvm.store %{{.*}}, %[[COUNTER]] : i32, !llvm.ptr<1>
+// DYNAMIC: %[[N:.*]] = nvvm.read.ptx.sreg.nctaid.x
+// DYNAMIC: %[[NEXT:.*]] = arith.addi %[[N]], %[[OLD]]
+// DYNAMIC: nvvm.mbarrier.try_wait.parity
+// DYNAMIC: llvm.store %[[NEXT]], %{{.*}} : i32, !llvm.ptr<3>
+// DYNAMIC: nvvm.mbarrier.arrive
+// DYNAMIC: } else {
+// DYNAMIC: nvvm.mbarrier.try_wait.parity
+// DYNAMIC: %[[GOT:.*]] = llvm.load %{{.*}} : !llvm.ptr<3> -> i32
+// DYNAMIC: nvvm.mbarrier.arrive
+// DYNAMIC: scf.while (%{{.*}} = %[[GOT]],
+// DYNAMIC: } do {
+// DYNAMIC: nvvm.mbarrier.try_wait.parity
+// DYNAMIC: llvm.load %{{.*}} : !llvm.ptr<3> -> i32
+// DYNAMIC: nvvm.mbarrier.arrive
+// DYNAMIC: scf.yield
+
+// NOPRODUCER: "dynamic tiles: no (the schedule asks for them; no producer warpgroup to take them): fixed rounds"
 
 func.func @rows(%out: !kiln.ptr<f32>) attributes {kiln.kernel, kiln.grid = array<i64: 3, 5, 1>, kiln.persistent} {
   %c1 = arith.constant 1 : i32

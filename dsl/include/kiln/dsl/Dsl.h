@@ -293,6 +293,12 @@ public:
   /// that a producer warpgroup fetches the next program's blocks while this
   /// one finishes. Program ids and num_programs read as without it.
   void setPersistent(bool persistent);
+  /// Persistent CTAs with a producer warpgroup: programs are handed out in
+  /// grid order as CTAs become free (a global atomic counter; the producer
+  /// takes the next one and passes it to the compute warps through shared
+  /// memory) instead of in fixed rounds. Launches of one loaded kernel must
+  /// then not overlap (the counter is the module's).
+  void setDynamicTiles(bool dynamic);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

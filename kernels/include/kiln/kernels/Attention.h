@@ -62,6 +62,10 @@ struct AttentionConfig {
   /// at once then read the K/V of fewer heads, which L2 can hold. 0: every
   /// pair in one group.
   int64_t headGroup = 0;
+  /// Persistent with the producer warpgroup: row blocks handed out to CTAs
+  /// as they become free (KernelBuilder::setDynamicTiles) rather than in
+  /// fixed rounds: 1 yes, 0 no, -1 default.
+  int dynamicTiles = -1;
 };
 
 /// The config with its zero fields filled in for `shape`. With blockM and
