@@ -59,12 +59,13 @@ struct AttentionConfig {
   /// 1 yes, 0 no, -1 default.
   int persistent = -1;
   /// Causal, longest first: (batch, head) pairs per group; the CTAs running
-  /// at once then read the K/V of fewer heads, which L2 can hold. 0: every
-  /// pair in one group.
+  /// at once then read the K/V of fewer heads, which L2 can hold. 0: as many
+  /// as have 16 MiB of K/V (1 to 16) where blocks are handed out as CTAs
+  /// free up (dynamic tiles, or not persistent), else every pair.
   int64_t headGroup = 0;
   /// Persistent with the producer warpgroup: row blocks handed out to CTAs
   /// as they become free (KernelBuilder::setDynamicTiles) rather than in
-  /// fixed rounds: 1 yes, 0 no, -1 default.
+  /// fixed rounds: 1 yes, 0 no, -1 default (yes when causal).
   int dynamicTiles = -1;
 };
 
