@@ -27,6 +27,8 @@
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
 
+#include "kiln/runtime/Error.h"
+
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
 using namespace mlir;
@@ -157,7 +159,8 @@ Value Lowerer::tileRingMbarrier(Value k, bool released) {
 
 void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
                                  TileRole role) {
-  assert(role != TileRole::All && "dynamic tiles need the warp roles");
+  if (role == TileRole::All)
+    throw InternalError("GPU lowering: dynamic tiles without warp roles");
   const int64_t tiles =
       persistentGrid[0] * persistentGrid[1] * persistentGrid[2];
   Type i32t = b.getI32Type();
