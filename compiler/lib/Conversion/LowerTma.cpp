@@ -270,9 +270,9 @@ void Lowerer::initMbarriers() {
     // Dynamic tiles: the producer fills a slot, every compute thread
     // releases it.
     for (int s = 0; tileRing >= 0 && s < 2; ++s) {
-      NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(tileRing + 8 + 8 * s)),
+      NVVM::MBarrierInitOp::create(b, loc, tileRingMbarrier(i32(s), false),
                                    i32(1), Value());
-      NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(tileRing + 24 + 8 * s)),
+      NVVM::MBarrierInitOp::create(b, loc, tileRingMbarrier(i32(s), true),
                                    i32(32 * numWarps), Value());
     }
     for (auto &[v, at] : residentMbarrier) {
