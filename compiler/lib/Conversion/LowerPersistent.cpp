@@ -61,6 +61,7 @@ void Lowerer::planPersistent(int64_t &top) {
     return;
   }
   persistentGrid.assign(grid.asArrayRef().begin(), grid.asArrayRef().end());
+  persistentTiles = tiles;
   dynamicTiles = src->hasAttr("kiln.dynamic_tiles") && producerWarps;
   report.push_back(
       "persistent: the grid's " + std::to_string(tiles) +
@@ -82,10 +83,10 @@ void Lowerer::planPersistent(int64_t &top) {
   top = (top + 7) / 8 * 8;
   tileRing = top;
   top += 8 + 4 * 8;
-  std::string counter = "kiln_tiles_" + src.getName().str();
-  if (!src->getParentOfType<ModuleOp>().lookupSymbol(counter))
+  tileCounter = "kiln_tiles_" + src.getName().str();
+  if (!src->getParentOfType<ModuleOp>().lookupSymbol(tileCounter))
     LLVM::GlobalOp::create(b, loc, b.getI32Type(), /*isConstant=*/false,
-                           LLVM::Linkage::Internal, counter,
+                           LLVM::Linkage::Internal, tileCounter,
                            b.getI32IntegerAttr(0), /*alignment=*/4,
                            /*addrSpace=*/1);
 }
@@ -95,8 +96,7 @@ void Lowerer::forEachTile(llvm::function_ref<void()> body, TileRole role) {
     return body();
   if (dynamicTiles)
     return forEachDynamicTile(body, role);
-  const int64_t tiles =
-      persistentGrid[0] * persistentGrid[1] * persistentGrid[2];
+  const int64_t tiles = persistentTiles;
   SmallVector<Value> inits;
   if (ringSlot)
     inits = {ringSlot, ringPhase};
@@ -161,8 +161,7 @@ void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
                                  TileRole role) {
   if (role == TileRole::All)
     throw InternalError("GPU lowering: dynamic tiles without warp roles");
-  const int64_t tiles =
-      persistentGrid[0] * persistentGrid[1] * persistentGrid[2];
+  const int64_t tiles = persistentTiles;
   Type i32t = b.getI32Type();
   // Hand-out k sits in slot k mod 2; its mbarriers complete phase k / 2 mod
   // 2 (a fresh barrier's "previous phase" counts as complete).
@@ -184,8 +183,7 @@ void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
   // ids); whoever takes the last id resets the counter.
   auto take = [&]() -> Value {
     auto counter = LLVM::AddressOfOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1),
-        "kiln_tiles_" + src.getName().str());
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), tileCounter);
     Value old =
         LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, counter,
                                   i32(1), LLVM::AtomicOrdering::monotonic);

@@ -231,17 +231,24 @@ static std::optional<int64_t> constantOf(Value v) {
   return std::nullopt;
 }
 
+/// Elements per vector access of a block in layout `l` (1: none): whole
+/// vectors are in or out of bounds when the row length and the block's
+/// offset along it are multiples of the vector width.
+static int64_t accessWidth(bool aligned, const Layout &l, Type elem,
+                           ValueRange shape, ValueRange offsets) {
+  int64_t vec =
+      aligned ? std::min<int64_t>(vectorWidth(l), 16 / byteSize(elem)) : 1;
+  std::optional<int64_t> rowLen = constantOf(shape.back());
+  if (vec > 1 &&
+      (!rowLen || *rowLen % vec || knownDivisor(offsets.back()) % vec))
+    vec = 1;
+  return vec;
+}
+
 Regs Lowerer::lowerLoad(LoadOp op) {
   Layout l = layoutOf(op.getResult());
   Type elem = op.getType().getElementType();
-  // Whole vectors are in or out of bounds when the row length and the block's
-  // offset along it are multiples of the vector width.
-  int64_t vec =
-      aligned ? std::min<int64_t>(vectorWidth(l), 16 / byteSize(elem)) : 1;
-  std::optional<int64_t> rowLen = constantOf(op.getShape().back());
-  if (vec > 1 &&
-      (!rowLen || *rowLen % vec || knownDivisor(op.getOffsets().back()) % vec))
-    vec = 1;
+  int64_t vec = accessWidth(aligned, l, elem, op.getShape(), op.getOffsets());
   SmallVector<Value> addrs, ok;
   blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(),
                  op.getShape(), op.getStrides(), elem, addrs, ok, vec);
@@ -349,11 +356,8 @@ void Lowerer::lowerStore(StoreOp op) {
   // Consecutive registers along the row go out as one vector store (a
   // wgmma accumulator's column pairs: one 4-byte bf16x2 store instead of two
   // 2-byte ones), under the same conditions as vector loads.
-  int64_t vec =
-      aligned ? std::min<int64_t>(vectorWidth(l), 16 / byteSize(elem)) : 1;
-  std::optional<int64_t> rowLen = constantOf(op.getShape().back());
-  if (vec > 1 && (dup & (vec - 1) || !rowLen || *rowLen % vec ||
-                  knownDivisor(op.getOffsets().back()) % vec))
+  int64_t vec = accessWidth(aligned, l, elem, op.getShape(), op.getOffsets());
+  if (dup & (vec - 1))
     vec = 1;
   SmallVector<Value> addrs, ok;
   blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(),

@@ -258,7 +258,9 @@ public:
   mlir::Value tileRingMbarrier(mlir::Value k, bool released);
   mlir::Value tileRingSlot(mlir::Value k);
   bool dynamicTiles = false;
-  int64_t tileRing = -1; ///< shared offset: 2 ids, then 2 full, 2 empty
+  int64_t tileRing = -1;       ///< shared offset: 2 ids, then 2 full, 2 empty
+  std::string tileCounter;     ///< dynamic tiles: the module global's name
+  int64_t persistentTiles = 0; ///< the grid's programs when persistent
   /// Program id `axis` of the current tile.
   mlir::Value programId(uint32_t axis);
   /// The kernel's grid when persistent, else empty.
