@@ -299,6 +299,10 @@ void KernelBuilder::setWgmma(bool wgmma) {
 
 void KernelBuilder::setTma(bool tma) { setFlag(state_->func, "kiln.tma", tma); }
 
+void KernelBuilder::setTmaStores(bool tmaStores) {
+  setFlag(state_->func, "kiln.tma_stores", tmaStores);
+}
+
 void KernelBuilder::setWarpSpecialize(bool specialize) {
   setFlag(state_->func, "kiln.warp_specialize", specialize);
 }

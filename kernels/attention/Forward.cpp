@@ -43,6 +43,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->longestFirstGlobally = c.longestFirstGlobally;
       tuned->headGroup = c.headGroup;
       tuned->dynamicTiles = c.dynamicTiles;
+      tuned->tmaStore = c.tmaStore;
       c = *tuned;
     }
   // Hopper's warpgroup MMA by default (a target without it falls back to
@@ -51,6 +52,8 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.wgmma = 1;
   if (c.tma < 0)
     c.tma = c.wgmma;
+  if (c.tmaStore < 0)
+    c.tmaStore = c.tma > 0;
   if (!c.blockM)
     c.blockM = 128;
   if (!c.warps) // wgmma: a warpgroup per 64 rows
@@ -150,7 +153,14 @@ int64_t attentionSharedBytes(const AttentionShape &s,
   int64_t elements = c.blockM * D + 2 * c.stages * bn * D;
   if (c.overlap > 0)
     elements += (s.causal ? 2 : 1) * bn * D;
-  return elements * int64_t(dtypeSize(s.dtype)) + (c.wgmma > 0 ? 1024 : 0);
+  const int64_t bytes =
+      elements * int64_t(dtypeSize(s.dtype)) + (c.wgmma > 0 ? 1024 : 0);
+  // Under TMA the compiler stages O for a bulk store where that still fits.
+  const int64_t staging = c.blockM * D * int64_t(dtypeSize(s.dtype));
+  const bool tmaStore = c.wgmma > 0 && c.tma != 0 && c.tmaStore != 0 &&
+                        dtypeSize(s.dtype) == 2 &&
+                        bytes + staging <= 227 * 1024;
+  return bytes + (tmaStore ? staging : 0);
 }
 
 Kernel attentionForward(const AttentionShape &s,
@@ -174,6 +184,7 @@ Kernel attentionForward(const AttentionShape &s,
   k.setCopyAddressesPerRegister(c.copyAddressesPerRegister > 0);
   k.setWgmma(c.wgmma > 0);
   k.setTma(c.wgmma > 0 && c.tma > 0);
+  k.setTmaStores(c.wgmma > 0 && c.tma > 0 && c.tmaStore > 0);
   k.setWarpSpecialize(c.wgmma > 0 && c.warpSpecialize > 0);
   k.setPingpong(c.wgmma > 0 && c.pingpong > 0);
   k.setOverlapDots(c.overlap > 0);

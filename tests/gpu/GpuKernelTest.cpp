@@ -77,6 +77,7 @@ struct AttnCase {
   int persistent = -1;     ///< 1: CTAs loop over the row blocks
   int dynamicTiles = -1;   ///< 1: row blocks handed out as CTAs free up
   int64_t headGroup = 0;   ///< causal: heads per longest-first group
+  int tmaStore = -1;       ///< 0: O by st.global, not staged for TMA
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
@@ -89,7 +90,8 @@ void PrintTo(const AttnCase &c, std::ostream *os) {
       << (c.overlap > 0 ? " overlap" : "")
       << (c.persistent > 0 ? " persistent" : "")
       << (c.dynamicTiles > 0 ? " dynamic" : "")
-      << (c.headGroup > 0 ? " groups of " + std::to_string(c.headGroup) : "");
+      << (c.headGroup > 0 ? " groups of " + std::to_string(c.headGroup) : "")
+      << (c.tmaStore == 0 ? " st.global" : "");
 }
 
 std::string caseName(const AttnCase &c) {
@@ -102,7 +104,8 @@ std::string caseName(const AttnCase &c) {
          (c.overlap > 0 ? "_overlap" : "") +
          (c.persistent > 0 ? "_persistent" : "") +
          (c.dynamicTiles > 0 ? "_dynamic" : "") +
-         (c.headGroup > 0 ? "_group" + std::to_string(c.headGroup) : "");
+         (c.headGroup > 0 ? "_group" + std::to_string(c.headGroup) : "") +
+         (c.tmaStore == 0 ? "_stglobal" : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -116,6 +119,7 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   config.persistent = c.persistent;
   config.dynamicTiles = c.dynamicTiles;
   config.headGroup = c.headGroup;
+  config.tmaStore = c.tmaStore;
   if (c.wgmma) {
     if (cuda::device().arch() != "sm_90a")
       GTEST_SKIP() << "SKIPPED: the wgmma schedule needs sm_90a, this GPU is "
@@ -281,6 +285,29 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{4, 8, 2049, 128, false, f16, true, true, -1, 1, 1, 1, 1, 1},
         AttnCase{4, 8, 1000, 64, true, bf16, false, true, -1, 1, 1, -1, 1, 1,
                  5}),
+    [](const auto &info) { return caseName(info.param); });
+
+// O through TMA (the default wherever its staging tile fits): many row
+// blocks per persistent CTA (the staging tile reused once the last copy has
+// read it), ragged rows clipped by TMA, bshd (rows along the tensor's second
+// dimension), without a producer warpgroup, causal with dynamic tiles where
+// the V buffers after the loops are left out; and O by st.global.
+INSTANTIATE_TEST_SUITE_P(
+    TmaStores, AttentionOnGpu,
+    ::testing::Values(
+        AttnCase{.B = 2, .H = 20, .N = 4096, .D = 128, .causal = false,
+                 .dtype = bf16, .bshd = false, .wgmma = true},
+        AttnCase{.B = 3, .H = 5, .N = 1000, .D = 128, .causal = false,
+                 .dtype = f16, .bshd = true, .wgmma = true},
+        AttnCase{.B = 3, .H = 5, .N = 1000, .D = 128, .causal = false,
+                 .dtype = bf16, .bshd = false, .wgmma = true,
+                 .warpSpecialize = 0},
+        AttnCase{.B = 2, .H = 20, .N = 2047, .D = 128, .causal = true,
+                 .dtype = bf16, .bshd = false, .wgmma = true, .overlap = 0},
+        AttnCase{.B = 2, .H = 20, .N = 1000, .D = 64, .causal = false,
+                 .dtype = f16, .bshd = false, .wgmma = true},
+        AttnCase{.B = 3, .H = 5, .N = 1000, .D = 128, .causal = false,
+                 .dtype = bf16, .bshd = false, .wgmma = true, .tmaStore = 0}),
     [](const auto &info) { return caseName(info.param); });
 
 TEST(GpuKernels, GemmMatchesFp64) {

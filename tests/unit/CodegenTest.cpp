@@ -138,11 +138,22 @@ TEST(Codegen, WgmmaScheduleEmitsWarpgroupMma) {
                                 "box(es) of 64x64, 128-byte swizzle, mbarrier "
                                 "completion) into shared memory, 1 "
                                 "iteration(s) ahead (2 buffers)"));
-  EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.tensor.4d"), 8u); // prologue + loop
+  // prologue + loop
+  EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.tensor.4d.shared::cluster"), 8u);
   EXPECT_EQ(countOf(c.ptx, "cp.async.cg"), 0u);
-  ASSERT_EQ(c.tensorMaps.size(), 2u); // K and V
+  // O through TMA: each warpgroup's 64 rows, one box per panel.
+  EXPECT_THAT(report, HasSubstr("store 128x128: TMA (cp.async.bulk.tensor "
+                                "from a 128-byte swizzled staging tile of 32 "
+                                "KB; each warpgroup copies 2 box(es) of "
+                                "64x64)"));
+  EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.tensor.4d.global.shared::cta"), 2u);
+  EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.wait_group.read \t0"), 2u);
+  ASSERT_EQ(c.tensorMaps.size(), 3u); // K, V and O
   EXPECT_EQ(c.tensorMaps[0].str(),
             "ptr=5 elem=2 dims=1,1,4096,128 strides=6,7,8,9 box=1,1,64,64");
+  EXPECT_EQ(c.tensorMaps[2].str(),
+            "ptr=15 elem=2 dims=1,1,4096,128 strides=16,17,18,19 "
+            "box=1,1,64,64");
   // Without TMA in the schedule: cp.async, no tensor maps.
   CompiledKernel async = compileForGpu(
       kernels::attentionForward(s, {.warps = 8, .wgmma = 1, .tma = 0}),
@@ -176,7 +187,9 @@ TEST(Codegen, ProducerWarpgroupIssuesTheCopies) {
   EXPECT_GE(countOf(c.ptx, "mbarrier.arrive.shared.b64"), 3u);
   // Only the producer issues copies: one per panel per load per loop, and
   // Q's two panels once per tile.
-  EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.tensor.4d"), 10u);
+  EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.tensor.4d.shared::cluster"), 10u);
+  // Without the dots after the loops' V buffers O's staging tile fits.
+  EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.tensor.4d.global.shared::cta"), 2u);
   std::string report = reportOf(c);
   EXPECT_THAT(report, HasSubstr("warp roles: warps 8-11 a producer warpgroup "
                                 "(one thread issues the TMA copies; "

@@ -122,6 +122,7 @@ int cmdBench(Options &opts) {
   cfg.dynamicTiles = int(opts.integer("dynamic-tiles", cfg.dynamicTiles));
   cfg.wgmma = int(opts.integer("wgmma", cfg.wgmma));
   cfg.tma = int(opts.integer("tma", cfg.tma));
+  cfg.tmaStore = int(opts.integer("tma-store", cfg.tmaStore));
   cfg.warpSpecialize = int(opts.integer("warp-specialize", cfg.warpSpecialize));
   cfg.pingpong = int(opts.integer("pingpong", cfg.pingpong));
   cfg.overlap = int(opts.integer("overlap", cfg.overlap));

@@ -145,6 +145,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   // The Hopper schedule's choices depend on the stages and tiles just set:
   // decided again unless given.
   c.tma = int(opts.integer("tma", -1));
+  c.tmaStore = int(opts.integer("tma-store", -1));
   c.warpSpecialize = int(opts.integer("warp-specialize", -1));
   c.pingpong = int(opts.integer("pingpong", -1));
   c.overlap = int(opts.integer("overlap", -1));

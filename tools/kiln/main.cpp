@@ -42,7 +42,7 @@ commands:
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--longest-first-globally 0|1]
       [--head-group G] [--dynamic-tiles 0|1]
-      [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
+      [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--warp-specialize 0|1]
       [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
                                         TFLOP/s on the GPU over B*N=16k tokens
   bench gemm [--size N] [--block-m M] [--block-n N] [--block-k K]
@@ -80,7 +80,8 @@ target options: --arch sm_80|sm_90a (default sm_90a) --warps W --stages S
 kernels and their shape options:
   attention  --seq N [--seq-k N] --head-dim 64|128 [--causal] [--batch B]
              [--heads H] [--dtype bf16|fp16|fp32] [--layout bhsd|bshd]
-             [--block-m M] [--block-n N] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
+             [--block-m M] [--block-n N] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1]
+             [--warp-specialize 0|1]
              [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]

@@ -10,6 +10,8 @@
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
+#include <memory>
+
 namespace kiln {
 #define GEN_PASS_DEF_CONVERTKILNTOLLVM
 #include "kiln/Transforms/Passes.h.inc"
@@ -44,23 +46,44 @@ struct ConvertKilnToLLVM
         return signalPassFailure();
       }
       try {
-        kiln::gpu::Lowerer lowerer(f, int(warps.getInt()),
-                                   f->hasAttr("kiln.aligned"), numStages);
-        lowerer.reloadThreadIds = reloadThreadIds;
-        lowerer.copyAddressesPerRegister =
-            f->hasAttr("kiln.copy_addresses_per_register");
-        auto mma = f->getAttrOfType<StringAttr>("kiln.mma");
-        bool wantWgmma = mma && mma.getValue() == "wgmma";
-        lowerer.wgmma = wantWgmma && hasWgmma;
-        if (wantWgmma && !hasWgmma)
-          lowerer.report.push_back(
-              "schedule asks for wgmma; the target has none (sm_90a only): "
-              "dots use mma.sync");
-        lowerer.tma = f->hasAttr("kiln.tma") && lowerer.wgmma;
-        if (f->hasAttr("kiln.tma") && !lowerer.wgmma)
-          lowerer.report.push_back("schedule asks for TMA, which comes with "
-                                   "wgmma only here: loads use cp.async");
-        shared = std::max(shared, lowerer.run(module));
+        auto lower = [&](kiln::gpu::Lowerer &lowerer) {
+          lowerer.reloadThreadIds = reloadThreadIds;
+          lowerer.sharedLimit = sharedLimit;
+          lowerer.copyAddressesPerRegister =
+              f->hasAttr("kiln.copy_addresses_per_register");
+          auto mma = f->getAttrOfType<StringAttr>("kiln.mma");
+          bool wantWgmma = mma && mma.getValue() == "wgmma";
+          lowerer.wgmma = wantWgmma && hasWgmma;
+          if (wantWgmma && !hasWgmma)
+            lowerer.report.push_back(
+                "schedule asks for wgmma; the target has none (sm_90a only): "
+                "dots use mma.sync");
+          lowerer.tma = f->hasAttr("kiln.tma") && lowerer.wgmma;
+          if (f->hasAttr("kiln.tma") && !lowerer.wgmma)
+            lowerer.report.push_back("schedule asks for TMA, which comes with "
+                                     "wgmma only here: loads use cp.async");
+          return lowerer.run(module);
+        };
+        auto make = [&] {
+          return std::make_unique<kiln::gpu::Lowerer>(
+              f, int(warps.getInt()), f->hasAttr("kiln.aligned"), numStages);
+        };
+        std::unique_ptr<kiln::gpu::Lowerer> first = make();
+        int64_t bytes = lower(*first);
+        // The TMA stores' staging tiles were placed before the scratch area
+        // (conversions, reductions) was known: when the sum does not fit,
+        // the kernel is lowered again with plain stores.
+        if (bytes > sharedLimit && !first->tmaStores.empty()) {
+          for (auto fn :
+               llvm::make_early_inc_range(module.getOps<LLVM::LLVMFuncOp>()))
+            if (fn.getName() == f.getName())
+              fn.erase();
+          first = make();
+          first->retriedBytes = bytes;
+          bytes = lower(*first);
+        }
+        kiln::gpu::Lowerer &lowerer = *first;
+        shared = std::max(shared, bytes);
         producerWarps = std::max<int64_t>(producerWarps, lowerer.producerWarps);
         persistent |= !lowerer.persistentGrid.empty();
         for (const kiln::TensorMapInfo &m : lowerer.tensorMaps)

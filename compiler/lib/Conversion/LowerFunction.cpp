@@ -110,6 +110,7 @@ int64_t Lowerer::run(ModuleOp module) {
   planPingpong();
   planPersistent(top);
   planResidentTma(top);
+  planTmaStores(top);
   SmallVector<Type> argTypes;
   for (Type t : src.getArgumentTypes())
     argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);
@@ -177,6 +178,7 @@ int64_t Lowerer::run(ModuleOp module) {
     else
       note(ld, "load " + shape + ": vector loads to registers");
   });
+  noteStores();
   scratchBase = (top + 1023) / 1024 * 1024;
   mlir::Block &body = src.getBody().front();
   if (producerWarps)
@@ -249,6 +251,7 @@ void Lowerer::lowerOp(Operation *op) {
     if (!(isa<DotOp>(op) && use.getOperandNumber() == 2 && wgmma))
       waitFor(use.get());
   if (isa<func::ReturnOp>(op)) {
+    finishTmaStores();
     LLVM::ReturnOp::create(b, loc, ValueRange{});
     return;
   }
@@ -278,8 +281,11 @@ void Lowerer::lowerOp(Operation *op) {
     waitForAll();
     return lowerFor(f);
   }
-  if (auto s = dyn_cast<StoreOp>(op))
+  if (auto s = dyn_cast<StoreOp>(op)) {
+    if (auto it = tmaStores.find(s); it != tmaStores.end())
+      return lowerTmaStore(s, it->second);
     return lowerStore(s);
+  }
   if (op->getNumResults() != 1)
     throw InternalError("GPU lowering: unexpected op " +
                         op->getName().getStringRef().str());

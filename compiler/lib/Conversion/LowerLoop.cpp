@@ -259,12 +259,16 @@ void Lowerer::nextStage(Value &slot, Value *phase) {
                                                      slot, i32(0))));
 }
 
-void Lowerer::rereadThreadId() {
+Value Lowerer::freshThreadId() {
   auto asmOp = LLVM::InlineAsmOp::create(
       b, loc, b.getI32Type(), ValueRange{}, "mov.u32 $0, %tid.x;", "=r",
       /*has_side_effects=*/true, /*is_align_stack=*/false,
       LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
-  Value tid = asmOp.getResult(0);
+  return asmOp.getResult(0);
+}
+
+void Lowerer::rereadThreadId() {
+  Value tid = freshThreadId();
   lane = arith::AndIOp::create(b, loc, tid, i32(31));
   warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
 }

@@ -36,9 +36,15 @@ static Value unextended(Value v) {
 }
 
 std::optional<Lowerer::TmaLoad> Lowerer::matchTma(LoadOp ld, std::string &why) {
+  return matchTmaBlock(ld.getPtr(), ld.getOffsets(), ld.getShape(),
+                       ld.getStrides(), ld.getResult(), why);
+}
+
+std::optional<Lowerer::TmaLoad>
+Lowerer::matchTmaBlock(Value p, ValueRange offsets, ValueRange blockShape,
+                       ValueRange strides, Value tile, std::string &why) {
   // The pointer: a tensor argument plus index x stride terms of its outer
   // dimensions (what TensorView's [] builds).
-  Value p = ld.getPtr();
   SmallVector<Value> terms;
   while (auto a = p.getDefiningOp<AddPtrOp>()) {
     terms.push_back(a.getOffset());
@@ -57,19 +63,19 @@ std::optional<Lowerer::TmaLoad> Lowerer::matchTma(LoadOp ld, std::string &why) {
   const int rank = int(shape.size());
   const unsigned argNo = arg.getArgNumber();
   auto strideArg = [&](int d) { return src.getArgument(argNo + 1 + d); };
-  if (rank < 2 || ld.getOffsets().size() != 2) {
+  if (rank < 2 || offsets.size() != 2) {
     why = "it is not a 2-D block of a tensor of rank >= 2";
     return std::nullopt;
   }
   // The block's columns run along the tensor's contiguous last dimension,
   // its rows along one other dimension; the pointer indexes the rest.
   TmaLoad t;
-  std::optional<int64_t> rowExtent = constantInt(ld.getShape()[0]),
-                         colExtent = constantInt(ld.getShape()[1]);
+  std::optional<int64_t> rowExtent = constantInt(blockShape[0]),
+                         colExtent = constantInt(blockShape[1]);
   for (int d = 0; d < rank - 1; ++d)
-    if (ld.getStrides()[0] == strideArg(d) && rowExtent == shape[d])
+    if (strides[0] == strideArg(d) && rowExtent == shape[d])
       t.rowDim = d;
-  if (t.rowDim < 0 || ld.getStrides()[1] != strideArg(rank - 1) ||
+  if (t.rowDim < 0 || strides[1] != strideArg(rank - 1) ||
       colExtent != shape[rank - 1]) {
     why = "its block is not over the tensor's own dimensions (rows along "
           "one, columns along the contiguous last)";
@@ -96,10 +102,11 @@ std::optional<Lowerer::TmaLoad> Lowerer::matchTma(LoadOp ld, std::string &why) {
       return std::nullopt;
     }
   }
-  std::optional<SmemTile> g = tileGeometry(layoutOf(ld.getResult()));
-  t.rows = ld.getType().getShape()[0];
+  auto type = cast<RankedTensorType>(tile.getType());
+  std::optional<SmemTile> g = tileGeometry(layoutOf(tile));
+  t.rows = type.getShape()[0];
   if (!g || g->colDim != 1 || g->panelCols != 64 || t.rows > 256 ||
-      byteSize(ld.getType().getElementType()) != 2) {
+      byteSize(type.getElementType()) != 2) {
     why = "its shared-memory tile is not in 64-column panels of 16-bit "
           "elements (the 128-byte swizzle) with at most 256 rows";
     return std::nullopt;
@@ -116,6 +123,16 @@ std::optional<Lowerer::TmaLoad> Lowerer::matchTma(LoadOp ld, std::string &why) {
   map.box[t.rowDim] = t.rows;
   map.box[rank - 1] = 64;
   return t;
+}
+
+SmallVector<Value> Lowerer::tmaCoords(const TmaLoad &t, ValueRange offsets) {
+  SmallVector<Value> c; // innermost dimension first
+  for (int d = int(t.index.size()) - 1; d >= 0; --d)
+    c.push_back(d == int(t.index.size()) - 1 ? scalarOf(offsets[1])
+                : d == t.rowDim              ? scalarOf(offsets[0])
+                : t.index[d]                 ? scalarOf(t.index[d])
+                                             : i32(0));
+  return c;
 }
 
 int Lowerer::tensorMapFor(const TensorMapInfo &info) {
@@ -325,16 +342,9 @@ void Lowerer::issueTma(ArrayRef<LoadOp> loads, ArrayRef<Value> bases,
   // Coordinates first (scalar arithmetic every thread can do), then one
   // thread arms the barrier and issues the copies.
   SmallVector<SmallVector<Value>> coords;
-  for (LoadOp ld : loads) {
-    const TmaLoad &t = tmaLoads[LoadOp(ld).getResult()];
-    SmallVector<Value> c; // innermost dimension first
-    for (int d = int(t.index.size()) - 1; d >= 0; --d)
-      c.push_back(d == int(t.index.size()) - 1 ? scalarOf(ld.getOffsets()[1])
-                  : d == t.rowDim              ? scalarOf(ld.getOffsets()[0])
-                  : t.index[d]                 ? scalarOf(t.index[d])
-                                               : i32(0));
-    coords.push_back(c);
-  }
+  for (LoadOp ld : loads)
+    coords.push_back(
+        tmaCoords(tmaLoads[LoadOp(ld).getResult()], ld.getOffsets()));
 
   auto ifOp = scf::IfOp::create(b, loc, pred, /*withElse=*/false);
   OpBuilder::InsertionGuard g(b);

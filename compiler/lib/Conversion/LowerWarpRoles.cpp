@@ -200,6 +200,7 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
     forEachTile(compute, TileRole::Consumer);
     if (!pingpongDots.empty())
       onWarpgroup0([&] { takeTurn(); });
+    finishTmaStores();
   }
   LLVM::ReturnOp::create(b, loc, ValueRange{});
 }

@@ -104,6 +104,8 @@ public:
   void barrier();
   /// lane and warp from a fresh, opaque read of %tid.x (reloadThreadIds).
   void rereadThreadId();
+  /// %tid.x through an opaque read that LLVM cannot merge with others.
+  mlir::Value freshThreadId();
   mlir::Value smemPtr(mlir::Value byteOffset);
 
   Regs lowerLoad(LoadOp op);
@@ -184,6 +186,16 @@ public:
   /// Whether `ld` is a 2-D block of a tensor argument TMA can copy into its
   /// wgmma tile; `why` says why not.
   std::optional<TmaLoad> matchTma(LoadOp ld, std::string &why);
+  /// The same for the block of a load or a store: its pointer, offsets,
+  /// shape and strides, and the tile in registers.
+  std::optional<TmaLoad> matchTmaBlock(mlir::Value ptr,
+                                       mlir::ValueRange offsets,
+                                       mlir::ValueRange shape,
+                                       mlir::ValueRange strides,
+                                       mlir::Value tile, std::string &why);
+  /// A matched block's TMA coordinates, innermost dimension first.
+  llvm::SmallVector<mlir::Value> tmaCoords(const TmaLoad &t,
+                                           mlir::ValueRange offsets);
   /// The index of `info`'s tensor map among the kernel's (added if new).
   int tensorMapFor(const TensorMapInfo &info);
   /// Picks the loops whose pipelined loads all go through TMA and places
@@ -219,6 +231,30 @@ public:
   /// The thread that issues TMA copies: thread 0, or the producer
   /// warpgroup's first thread.
   mlir::Value isTmaLeader();
+  // TMA stores (LowerTmaStore.cpp).
+  /// A store that TMA writes: the compute warps stage the tile in a
+  /// swizzled shared-memory region of its own, then one thread per group of
+  /// warps (a warpgroup where each holds a slab of rows; else all of them)
+  /// copies its rows out with cp.async.bulk.tensor.
+  struct TmaStore {
+    TmaLoad block;
+    int64_t region = 0;     ///< staging tile's offset in shared memory
+    int64_t groupWarps = 0; ///< warps per group (one bulk copy each)
+    int64_t groupRows = 0;  ///< rows per group's slab
+  };
+  /// Shared memory a CTA may take; > 0 in retriedBytes: the first lowering
+  /// took that many with TMA stores, over the limit.
+  int64_t sharedLimit = 227 * 1024, retriedBytes = 0;
+  llvm::DenseMap<mlir::Operation *, TmaStore> tmaStores;
+  llvm::DenseMap<mlir::Operation *, std::string> tmaStoreFallback;
+  /// Picks the stores TMA can write and places their staging tiles at
+  /// `top` while they fit in `sharedLimit` bytes.
+  void planTmaStores(int64_t &top);
+  void lowerTmaStore(mlir::Operation *op, const TmaStore &s);
+  /// The report line of each store.
+  void noteStores();
+  /// Before the kernel returns: every bulk store has read its staging tile.
+  void finishTmaStores();
   // Warp specialization (LowerWarpRoles.cpp).
   int producerWarps = 0; ///< 4 when a producer warpgroup issues the copies
   int producerRegisters = 0, consumerRegisters = 0;

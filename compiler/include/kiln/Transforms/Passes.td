@@ -81,7 +81,10 @@ def ConvertKilnToLLVM : Pass<"convert-kiln-to-llvm", "::mlir::ModuleOp"> {
            "re-read the thread id in loop bodies (less register pressure)">,
     Option<"hasWgmma", "wgmma", "bool", "false",
            "the target has warpgroup MMA (sm_90a): kernels whose schedule "
-           "says kiln.mma = \"wgmma\" get it">
+           "says kiln.mma = \"wgmma\" get it">,
+    Option<"sharedLimit", "shared-limit", "int64_t", "227 * 1024",
+           "bytes of shared memory a CTA may take (sm_90a): TMA stores are "
+           "staged only within it">
   ];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect"];

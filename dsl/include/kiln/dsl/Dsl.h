@@ -299,6 +299,10 @@ public:
   /// memory) instead of in fixed rounds. Launches of one loaded kernel must
   /// then not overlap (the counter is the module's).
   void setDynamicTiles(bool dynamic);
+  /// Under TMA: 16-bit 2-D block stores to tensor arguments are staged in
+  /// shared memory and written by TMA bulk copies where the staging tile
+  /// fits (the lowering report says where it did not).
+  void setTmaStores(bool tmaStores);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

@@ -67,6 +67,9 @@ struct AttentionConfig {
   /// as they become free (KernelBuilder::setDynamicTiles) rather than in
   /// fixed rounds: 1 yes, 0 no, -1 default (yes when causal).
   int dynamicTiles = -1;
+  /// O through TMA (KernelBuilder::setTmaStores) where its staging tile fits
+  /// in shared memory: 1 yes, 0 no, -1 default (with TMA).
+  int tmaStore = -1;
 };
 
 /// The config with its zero fields filled in for `shape`. With blockM and
@@ -77,9 +80,9 @@ AttentionConfig resolveConfig(const AttentionShape &shape,
 
 /// Dynamic shared memory the kernel takes under `config` (blockN 0 reads as
 /// 128): Q resident, K and V `stages` deep, V for the dot after each loop
-/// under `overlap` (two loops when causal), and a 1 KB block of TMA
-/// mbarriers under wgmma. A lower bound where layout conversions go through
-/// shared memory.
+/// under `overlap` (two loops when causal), a 1 KB block of TMA
+/// mbarriers under wgmma, and O's staging tile for a TMA store where it
+/// fits. A lower bound where layout conversions go through shared memory.
 int64_t attentionSharedBytes(const AttentionShape &shape,
                              const AttentionConfig &config);
 

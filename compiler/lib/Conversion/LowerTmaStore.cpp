@@ -1,0 +1,216 @@
+//===- LowerTmaStore.cpp - block stores through the Tensor Memory Accelerator
+//===//
+//
+// Under the TMA schedule a store of a 16-bit 2-D block goes out as bulk
+// tensor copies from shared memory instead of one store per register pair.
+// From the registers of a wgmma accumulator each warp's store writes 16 bytes
+// of each of 8 rows: half-used sectors and a long queue on the memory pipe
+// (ncu at attention D=128 N=512: 11% of warp samples on O's stores). The
+// compute warps write the tile to a staging region in the same 128-byte
+// swizzled panels TMA loads use (st.shared, conflict free), fence it for the
+// async proxy, and one thread per warpgroup hands its slab of rows to TMA,
+// which writes whole lines and clips rows and columns outside the tensor.
+// The thread waits for the copy to have read the staging tile only before
+// the next store into it (and before the kernel returns), so the copy runs
+// under the next tile's work.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include "kiln/runtime/Error.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+using namespace mlir;
+
+namespace kiln::gpu {
+
+/// Warps per group whose data is a slab of rows of `l` (rows `groupRows`),
+/// one bulk copy each: warpgroups where the warp bits above the first two run
+/// along rows only and every other bit stays inside a slab; else all warps.
+static std::pair<int64_t, int64_t> storeGroups(const Layout &l, int numWarps) {
+  const int64_t rows = l.shape[0];
+  const int groupBits = int(l.warp.size()) - 2;
+  if (numWarps <= 4 || (int64_t(4) << groupBits) != numWarps)
+    return {numWarps, rows};
+  const int64_t slab = rows >> groupBits;
+  bool ok = slab % 8 == 0;
+  for (int j = 0; ok && j < groupBits; ++j)
+    ok = l.warp[2 + j] == Coord{slab << j, 0};
+  for (const auto *bases : {&l.reg, &l.lane})
+    for (const Coord &c : *bases)
+      ok = ok && c[0] < slab;
+  for (int j = 0; ok && j < 2; ++j)
+    ok = l.warp[j][0] < slab;
+  return ok ? std::pair<int64_t, int64_t>{4, slab}
+            : std::pair<int64_t, int64_t>{numWarps, rows};
+}
+
+void Lowerer::planTmaStores(int64_t &top) {
+  src.walk([&](StoreOp st) {
+    if (!tma)
+      return;
+    if (!src->hasAttr("kiln.tma_stores")) {
+      tmaStoreFallback[st] = "the schedule does not ask for TMA stores";
+      return;
+    }
+    std::string why;
+    std::optional<TmaLoad> t =
+        matchTmaBlock(st.getPtr(), st.getOffsets(), st.getShape(),
+                      st.getStrides(), st.getValue(), why);
+    if (!t) {
+      tmaStoreFallback[st] = why;
+      return;
+    }
+    TmaStore s;
+    std::tie(s.groupWarps, s.groupRows) =
+        storeGroups(layoutOf(st.getValue()), numWarps);
+    const int64_t bytes = t->panels * t->panelBytes;
+    const int64_t at = (top + 1023) / 1024 * 1024;
+    if (retriedBytes) {
+      tmaStoreFallback[st] =
+          "its " + std::to_string(bytes / 1024) +
+          " KB staging tile and the scratch area for layout conversions and "
+          "reductions took " +
+          std::to_string(retriedBytes) + " bytes of shared memory (limit " +
+          std::to_string(sharedLimit) + ")";
+      return;
+    }
+    if (at + bytes > sharedLimit) {
+      tmaStoreFallback[st] =
+          "its " + std::to_string(bytes / 1024) +
+          " KB staging tile does not fit in shared memory beside the " +
+          std::to_string(top / 1024) + " KB the kernel uses (" +
+          std::to_string(sharedLimit / 1024) + " KB)";
+      return;
+    }
+    s.block = *t;
+    s.block.info.box[s.block.rowDim] = s.groupRows;
+    s.block.map = tensorMapFor(s.block.info);
+    s.region = at;
+    top = at + bytes;
+    tmaStores[st] = s;
+  });
+}
+
+void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
+  auto st = cast<StoreOp>(op);
+  Value v = st.getValue();
+  Regs in = regsIn(v, layoutOf(v));
+  const bool perGroup = s.groupWarps < numWarps;
+  // The thread's warp from a fresh read of its id: LLVM otherwise merges the
+  // warpgroup index with the one the dots' layouts use and keeps values of
+  // it live through the loops (causal D=64 on sm_90a: 140 registers instead
+  // of 128, one CTA per SM instead of two, 28% slower on the H200).
+  Value tid = freshThreadId();
+  Value warp = arith::ShRUIOp::create(b, loc, tid, i32(5)),
+        lane = arith::AndIOp::create(b, loc, tid, i32(31));
+  Value group = perGroup
+                    ? arith::ShRUIOp::create(b, loc, warp, i32(2)).getResult()
+                    : i32(0);
+  Value leader = arith::AndIOp::create(
+      b, loc,
+      arith::CmpIOp::create(
+          b, loc, arith::CmpIPredicate::eq,
+          arith::RemUIOp::create(b, loc, warp, i32(s.groupWarps)), i32(0)),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, i32(0)));
+  // Named barrier 4 + g over warpgroup g (0-3 are the CTA's, the compute
+  // warps' and ping-pong's); barrier() over all compute warps.
+  // Constant barrier ids (one branch per warpgroup): with an id in a
+  // register ptxas reserves all 16 named barriers.
+  const int64_t groups = numWarps / s.groupWarps;
+  SmallVector<Value> barrierIds, isGroup;
+  for (int64_t g = 0; perGroup && g < groups; ++g) {
+    barrierIds.push_back(i32(4 + g));
+    isGroup.push_back(
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, group, i32(g)));
+  }
+  Value barrierThreads = i32(32 * s.groupWarps);
+  auto groupBarrier = [&](bool fence) {
+    if (!perGroup)
+      return barrier();
+    if (fence)
+      NVVM::FenceProxyOp::create(
+          b, loc,
+          NVVM::ProxyKindAttr::get(b.getContext(),
+                                   NVVM::ProxyKind::async_shared),
+          NVVM::SharedSpaceAttr::get(b.getContext(),
+                                     NVVM::SharedSpace::shared_cta));
+    for (int64_t g = 0; g < groups; ++g) {
+      auto ifOp = scf::IfOp::create(b, loc, isGroup[g], /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+      NVVM::BarrierOp::create(b, loc, TypeRange{}, barrierIds[g],
+                              barrierThreads, {}, Value());
+    }
+  };
+  auto onLeader = [&](auto emit) {
+    auto ifOp = scf::IfOp::create(b, loc, leader, /*withElse=*/false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+    emit();
+  };
+  // The previous copy out of this tile has read it.
+  onLeader([&] {
+    NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, b.getI32IntegerAttr(0),
+                                         b.getUnitAttr());
+  });
+  groupBarrier(/*fence=*/false);
+  std::optional<SmemTile> t =
+      stage(in, st.getValue().getType().getElementType(), i32(s.region));
+  if (!t)
+    throw InternalError("GPU lowering: cannot stage a TMA store's tile");
+  groupBarrier(/*fence=*/true); // the bulk copy reads via the async proxy
+  SmallVector<Value> c = tmaCoords(s.block, st.getOffsets());
+  Value slabRow = arith::MulIOp::create(b, loc, group, i32(s.groupRows));
+  const int rowCoord = int(s.block.index.size()) - 1 - s.block.rowDim;
+  c[rowCoord] = arith::AddIOp::create(b, loc, c[rowCoord], slabRow);
+  Value slabBase = arith::AddIOp::create(
+      b, loc, i32(s.region),
+      arith::MulIOp::create(b, loc, slabRow, i32(t->rowBytes())));
+  onLeader([&] {
+    for (int64_t p = 0; p < s.block.panels; ++p) {
+      SmallVector<Value> cp(c);
+      cp[0] = arith::AddIOp::create(b, loc, c[0], i32(64 * p));
+      Value from = sharedAt(
+          arith::AddIOp::create(b, loc, slabBase, i32(p * t->panelBytes())));
+      NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
+          b, loc, tensorMapArgs[s.block.map], from, cp, Value(),
+          NVVM::TMAStoreMode::TILE, Value());
+    }
+    NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
+  });
+}
+
+void Lowerer::finishTmaStores() {
+  if (tmaStores.empty())
+    return;
+  // A thread with no bulk copies in flight passes at once.
+  NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, b.getI32IntegerAttr(0),
+                                       b.getUnitAttr());
+}
+
+void Lowerer::noteStores() {
+  src.walk([&](StoreOp st) {
+    std::string shape;
+    for (int64_t d : st.getValue().getType().getShape())
+      shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    if (auto it = tmaStores.find(st); it != tmaStores.end()) {
+      const TmaStore &s = it->second;
+      note(st, "store " + shape +
+                   ": TMA (cp.async.bulk.tensor from a 128-byte swizzled "
+                   "staging tile of " +
+                   std::to_string(s.block.panels * s.block.panelBytes / 1024) +
+                   " KB; " +
+                   (s.groupWarps < numWarps ? "each warpgroup" : "one thread") +
+                   " copies " + std::to_string(s.block.panels) +
+                   " box(es) of " + std::to_string(s.groupRows) + "x64)");
+      return;
+    }
+    std::string why = tmaStoreFallback.lookup(st);
+    note(st, "store " + shape + ": st.global from registers" +
+                 (why.empty() ? std::string() : "; not TMA: " + why));
+  });
+}
+
+} // namespace kiln::gpu
