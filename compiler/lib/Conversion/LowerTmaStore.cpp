@@ -103,21 +103,21 @@ void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
   // it live through the loops (causal D=64 on sm_90a: 140 registers instead
   // of 128, one CTA per SM instead of two, 28% slower on the H200).
   Value tid = freshThreadId();
-  Value warp = arith::ShRUIOp::create(b, loc, tid, i32(5)),
-        lane = arith::AndIOp::create(b, loc, tid, i32(31));
-  Value group = perGroup
-                    ? arith::ShRUIOp::create(b, loc, warp, i32(2)).getResult()
-                    : i32(0);
+  Value ownWarp = arith::ShRUIOp::create(b, loc, tid, i32(5)),
+        ownLane = arith::AndIOp::create(b, loc, tid, i32(31));
+  Value group =
+      perGroup ? arith::ShRUIOp::create(b, loc, ownWarp, i32(2)).getResult()
+               : i32(0);
   Value leader = arith::AndIOp::create(
       b, loc,
       arith::CmpIOp::create(
           b, loc, arith::CmpIPredicate::eq,
-          arith::RemUIOp::create(b, loc, warp, i32(s.groupWarps)), i32(0)),
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, i32(0)));
+          arith::RemUIOp::create(b, loc, ownWarp, i32(s.groupWarps)), i32(0)),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, ownLane, i32(0)));
   // Named barrier 4 + g over warpgroup g (0-3 are the CTA's, the compute
-  // warps' and ping-pong's); barrier() over all compute warps.
-  // Constant barrier ids (one branch per warpgroup): with an id in a
-  // register ptxas reserves all 16 named barriers.
+  // warps' and ping-pong's), its id a constant in a branch per warpgroup:
+  // with an id in a register ptxas reserves all 16 named barriers. Without
+  // groups, barrier() over all compute warps.
   const int64_t groups = numWarps / s.groupWarps;
   SmallVector<Value> barrierIds, isGroup;
   for (int64_t g = 0; perGroup && g < groups; ++g) {
