@@ -72,8 +72,13 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // persistent), causal 169/268/370/524/612/676 against 169/258/356/468/
   // 575/656; causal N=512 174 without overlap. D=64 about even.
   // ... where its shared memory fits: Q, the K/V stages, and V for the dot
-  // after each loop (two loops when causal).
+  // after each loop (two loops when causal). Causal's two V buffers leave no
+  // room for O's TMA staging tile, which pays more up to N=2k: same-run H200
+  // bench, causal bf16 TFLOP/s at N=1k/2k/4k/8k without overlap (O by TMA)
+  // 425/524/589/631 against 381/501/599/660 with it (O by st.global); without
+  // TMA stores overlap wins (376/477 at 1k/2k without it).
   const bool hopper = c.wgmma > 0 && c.tma > 0;
+  const int64_t causalOverlapFrom = c.tmaStore > 0 ? 2049 : 1024;
   auto fitsOverlapped = [&] {
     AttentionConfig overlapped = c;
     overlapped.overlap = 1;
@@ -81,7 +86,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   };
   if (c.overlap < 0)
     c.overlap = wide && hopper && c.warpSpecialize != 0 &&
-                !(s.causal && s.seqK < 1024) && fitsOverlapped();
+                !(s.causal && s.seqK < causalOverlapFrom) && fitsOverlapped();
   if (c.warpSpecialize < 0)
     c.warpSpecialize = wide && hopper && (s.causal || c.overlap > 0);
   // Ping-pong wherever the producer warpgroup is the default: same-run H200
