@@ -18,6 +18,10 @@ using namespace kiln::dsl;
 
 namespace kiln::kernels {
 
+/// Shared memory a CTA may take on sm_90a (the opt-in limit; the compiler's
+/// convert-kiln-to-llvm shared-limit).
+constexpr int64_t kHopperSharedBytes = 227 * 1024;
+
 static void checkShape(const AttentionShape &s, const AttentionConfig &c) {
   if (s.batch < 1 || s.heads < 1 || s.seqQ < 1 || s.seqK < 1)
     throw Error("attention: batch, heads and sequence lengths must be >= 1");
@@ -82,7 +86,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   auto fitsOverlapped = [&] {
     AttentionConfig overlapped = c;
     overlapped.overlap = 1;
-    return attentionSharedBytes(s, overlapped) <= 227 * 1024;
+    return attentionSharedBytes(s, overlapped) <= kHopperSharedBytes;
   };
   if (c.overlap < 0)
     c.overlap = wide && hopper && c.warpSpecialize != 0 &&
@@ -164,7 +168,7 @@ int64_t attentionSharedBytes(const AttentionShape &s,
   const int64_t staging = c.blockM * D * int64_t(dtypeSize(s.dtype));
   const bool tmaStore = c.wgmma > 0 && c.tma != 0 && c.tmaStore != 0 &&
                         dtypeSize(s.dtype) == 2 &&
-                        bytes + staging <= 227 * 1024;
+                        bytes + staging <= kHopperSharedBytes;
   return bytes + (tmaStore ? staging : 0);
 }
 

@@ -315,8 +315,7 @@ void Lowerer::lowerOp(Operation *op) {
   }
   if (auto ld = dyn_cast<LoadOp>(op); ld && residentMbarrier.count(r)) {
     // Fetched by the producer warpgroup for this tile.
-    NVVM::MBarrierTryWaitParityOp::create(b, loc, residentMbarrierOf(r),
-                                          residentPhase(), i32(10000000));
+    waitMbarrier(residentMbarrierOf(r), residentPhase());
     std::optional<SmemTile> t = tileGeometry(l);
     t->base = i32(smemRegion[r]);
     smemTiles[r] = *t;

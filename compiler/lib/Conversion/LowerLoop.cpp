@@ -170,9 +170,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     if (!prefetched.empty()) {
       slot = newFor.getRegionIterArgs()[carriedCount];
       if (viaTma) // this iteration's copies have landed
-        NVVM::MBarrierTryWaitParityOp::create(
-            b, loc, mbarrier(forOp, slot),
-            newFor.getRegionIterArgs()[carriedCount + 1], i32(10000000));
+        waitMbarrier(mbarrier(forOp, slot),
+                     newFor.getRegionIterArgs()[carriedCount + 1]);
       else // this iteration's group
         NVVM::CpAsyncWaitGroupOp::create(b, loc, dist - 1);
     }

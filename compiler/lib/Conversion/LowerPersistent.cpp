@@ -171,9 +171,8 @@ void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
   };
   // Producer: publishes tile t as hand-out k once the slot is released.
   auto publish = [&](Value k, Value t) {
-    NVVM::MBarrierTryWaitParityOp::create(
-        b, loc, tileRingMbarrier(k, /*released=*/true),
-        arith::XOrIOp::create(b, loc, phaseOf(k), i32(1)), i32(10000000));
+    waitMbarrier(tileRingMbarrier(k, /*released=*/true),
+                 previousPhase(phaseOf(k)));
     LLVM::StoreOp::create(b, loc, t, tileRingSlot(k));
     NVVM::MBarrierArriveOp::create(
         b, loc, Type(), tileRingMbarrier(k, /*released=*/false), Value());
@@ -187,24 +186,15 @@ void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
     Value old =
         LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, counter,
                                   i32(1), LLVM::AtomicOrdering::monotonic);
-    auto last = scf::IfOp::create(
-        b, loc,
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, old,
-                              i32(tiles - 1)),
-        false);
-    {
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPoint(last.thenBlock()->getTerminator());
-      LLVM::StoreOp::create(b, loc, i32(0), counter);
-    }
+    ifThen(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, old,
+                                 i32(tiles - 1)),
+           [&] { LLVM::StoreOp::create(b, loc, i32(0), counter); });
     return arith::AddIOp::create(b, loc, NVVM::GridDimXOp::create(b, loc, i32t),
                                  old);
   };
   // Compute warps: every thread reads hand-out k, then releases its slot.
   auto receive = [&](Value k) -> Value {
-    NVVM::MBarrierTryWaitParityOp::create(
-        b, loc, tileRingMbarrier(k, /*released=*/false), phaseOf(k),
-        i32(10000000));
+    waitMbarrier(tileRingMbarrier(k, /*released=*/false), phaseOf(k));
     Value t = LLVM::LoadOp::create(b, loc, i32t, tileRingSlot(k));
     NVVM::MBarrierArriveOp::create(
         b, loc, Type(), tileRingMbarrier(k, /*released=*/true), Value());

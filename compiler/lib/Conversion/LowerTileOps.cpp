@@ -52,16 +52,27 @@ void Lowerer::barrier() {
   // What this thread wrote to shared memory (st.shared, cp.async) becomes
   // visible to wgmma's operand reads, which go through the async proxy.
   if (wgmma)
-    NVVM::FenceProxyOp::create(
-        b, loc,
-        NVVM::ProxyKindAttr::get(b.getContext(), NVVM::ProxyKind::async_shared),
-        NVVM::SharedSpaceAttr::get(b.getContext(),
-                                   NVVM::SharedSpace::shared_cta));
+    fenceSharedForAsync();
   if (consumerBarriers) // named barrier 1 over the compute warps only
     NVVM::BarrierOp::create(b, loc, TypeRange{}, i32(1), i32(32 * numWarps), {},
                             Value());
   else
     NVVM::Barrier0Op::create(b, loc);
+}
+
+void Lowerer::fenceSharedForAsync() {
+  NVVM::FenceProxyOp::create(
+      b, loc,
+      NVVM::ProxyKindAttr::get(b.getContext(), NVVM::ProxyKind::async_shared),
+      NVVM::SharedSpaceAttr::get(b.getContext(),
+                                 NVVM::SharedSpace::shared_cta));
+}
+
+void Lowerer::ifThen(Value cond, llvm::function_ref<void()> body) {
+  auto ifOp = scf::IfOp::create(b, loc, cond, /*withElse=*/false);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+  body();
 }
 
 Value Lowerer::smemPtr(Value byteOffset) {

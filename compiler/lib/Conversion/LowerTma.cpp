@@ -246,11 +246,8 @@ void Lowerer::planResidentTma(int64_t &top) {
 void Lowerer::issueResident(LoadOp ld) {
   Value full = residentMbarrierOf(ld.getResult());
   Value empty = residentMbarrierOf(ld.getResult(), /*released=*/true);
-  // Released by the consumers after the previous tile (a fresh barrier's
-  // "previous phase" counts as complete).
-  NVVM::MBarrierTryWaitParityOp::create(
-      b, loc, empty, arith::XOrIOp::create(b, loc, residentPhase(), i32(1)),
-      i32(10000000));
+  // Released by the consumers after the previous tile.
+  waitMbarrier(empty, previousPhase(residentPhase()));
   issueTma({ld}, {i32(smemRegion[ld.getResult()])}, full,
            arith::ConstantIntOp::create(b, loc, 1, 1));
 }
@@ -309,6 +306,14 @@ void Lowerer::initMbarriers() {
   }
   NVVM::FenceMbarrierInitOp::create(b, loc);
   barrier();
+}
+
+void Lowerer::waitMbarrier(Value mbar, Value phase) {
+  NVVM::MBarrierTryWaitParityOp::create(b, loc, mbar, phase, i32(10000000));
+}
+
+Value Lowerer::previousPhase(Value phase) {
+  return arith::XOrIOp::create(b, loc, phase, i32(1));
 }
 
 Value Lowerer::emptyMbarrier(Operation *loop, Value slot) {

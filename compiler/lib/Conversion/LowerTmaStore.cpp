@@ -47,9 +47,9 @@ static std::pair<int64_t, int64_t> storeGroups(const Layout &l, int numWarps) {
 }
 
 void Lowerer::planTmaStores(int64_t &top) {
+  if (!tma)
+    return;
   src.walk([&](StoreOp st) {
-    if (!tma)
-      return;
     if (!src->hasAttr("kiln.tma_stores")) {
       tmaStoreFallback[st] = "the schedule does not ask for TMA stores";
       return;
@@ -130,28 +130,15 @@ void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
     if (!perGroup)
       return barrier();
     if (fence)
-      NVVM::FenceProxyOp::create(
-          b, loc,
-          NVVM::ProxyKindAttr::get(b.getContext(),
-                                   NVVM::ProxyKind::async_shared),
-          NVVM::SharedSpaceAttr::get(b.getContext(),
-                                     NVVM::SharedSpace::shared_cta));
-    for (int64_t g = 0; g < groups; ++g) {
-      auto ifOp = scf::IfOp::create(b, loc, isGroup[g], /*withElse=*/false);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
-      NVVM::BarrierOp::create(b, loc, TypeRange{}, barrierIds[g],
-                              barrierThreads, {}, Value());
-    }
-  };
-  auto onLeader = [&](auto emit) {
-    auto ifOp = scf::IfOp::create(b, loc, leader, /*withElse=*/false);
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
-    emit();
+      fenceSharedForAsync();
+    for (int64_t g = 0; g < groups; ++g)
+      ifThen(isGroup[g], [&] {
+        NVVM::BarrierOp::create(b, loc, TypeRange{}, barrierIds[g],
+                                barrierThreads, {}, Value());
+      });
   };
   // The previous copy out of this tile has read it.
-  onLeader([&] {
+  ifThen(leader, [&] {
     NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, b.getI32IntegerAttr(0),
                                          b.getUnitAttr());
   });
@@ -168,7 +155,7 @@ void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
   Value slabBase = arith::AddIOp::create(
       b, loc, i32(s.region),
       arith::MulIOp::create(b, loc, slabRow, i32(t->rowBytes())));
-  onLeader([&] {
+  ifThen(leader, [&] {
     for (int64_t p = 0; p < s.block.panels; ++p) {
       SmallVector<Value> cp(c);
       cp[0] = arith::AddIOp::create(b, loc, c[0], i32(64 * p));

@@ -170,15 +170,10 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
     // Warpgroup 0 has the first turn. Every turn it takes is handed back by
     // warpgroup 1 after its own, so the last hand-back is taken at the end:
     // no arrivals are left on the barrier.
-    auto onWarpgroup0 = [&](auto emit) {
-      auto first = scf::IfOp::create(
-          b, loc,
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, warp,
-                                i32(4)),
-          false);
-      OpBuilder::InsertionGuard g2(b);
-      b.setInsertionPoint(first.thenBlock()->getTerminator());
-      emit();
+    auto onWarpgroup0 = [&](llvm::function_ref<void()> emit) {
+      ifThen(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, warp,
+                                   i32(4)),
+             emit);
     };
     if (!pingpongDots.empty())
       onWarpgroup0(
@@ -214,12 +209,9 @@ void Lowerer::lowerProducerLoop(scf::ForOp forOp) {
   for (LoadOp ld : loads)
     canPrefetch(ld, &slice);
   llvm::SetVector<Operation *> sliceOps(slice.begin(), slice.end());
-  // A free stage: the consumers released it S iterations ago (a fresh
-  // barrier's "previous phase" counts as complete).
+  // A free stage: the consumers released it S iterations ago.
   auto waitFree = [&](Value slot, Value phase) {
-    NVVM::MBarrierTryWaitParityOp::create(
-        b, loc, emptyMbarrier(forOp, slot),
-        arith::XOrIOp::create(b, loc, phase, i32(1)), i32(10000000));
+    waitMbarrier(emptyMbarrier(forOp, slot), previousPhase(phase));
   };
   auto newFor = scf::ForOp::create(
       b, loc, scalarOf(forOp.getLowerBound()), scalarOf(forOp.getUpperBound()),

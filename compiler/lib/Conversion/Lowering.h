@@ -102,6 +102,11 @@ public:
   void convertLayout(const Regs &in, const Layout &to, mlir::Type elem,
                      llvm::SmallVectorImpl<mlir::Value> &out);
   void barrier();
+  /// Makes this thread's shared-memory writes visible to the async proxy
+  /// (wgmma operand reads, TMA stores).
+  void fenceSharedForAsync();
+  /// Emits `body` under `if (cond)`.
+  void ifThen(mlir::Value cond, llvm::function_ref<void()> body);
   /// lane and warp from a fresh, opaque read of %tid.x (reloadThreadIds).
   void rereadThreadId();
   /// %tid.x through an opaque read that LLVM cannot merge with others.
@@ -226,6 +231,11 @@ public:
   mlir::Value residentMbarrierOf(mlir::Value v, bool released = false);
   /// Consumers: the mbarrier phase of this tile's resident loads.
   mlir::Value residentPhase();
+  /// Waits until `mbar` has completed the phase of parity `phase`.
+  void waitMbarrier(mlir::Value mbar, mlir::Value phase);
+  /// The phase before `phase`: what a producer waits for on a "released"
+  /// mbarrier (a fresh barrier's previous phase counts as complete).
+  mlir::Value previousPhase(mlir::Value phase);
   /// The "released" mbarrier of stage `slot` (warp specialization).
   mlir::Value emptyMbarrier(mlir::Operation *loop, mlir::Value slot);
   /// The thread that issues TMA copies: thread 0, or the producer
