@@ -90,7 +90,7 @@ int main(int argc, char **argv) try {
       refs[name].data = buffers[name].data();
     }
     GpuTarget target{.arch = dev.arch(),
-                     .assumeAligned = tensorsAligned(k, refs)};
+                     .unalignedTensors = unalignedTensors(k, refs)};
     std::shared_ptr<GpuKernel> gpu = jitKernel(k, target);
     auto args = k.bind(refs);
     gpu->launch(args); // warm-up

@@ -28,7 +28,6 @@ namespace kiln {
 void buildLayoutPipeline(OpPassManager &pm, const GpuPipelineOptions &o) {
   KilnAssignLayoutsOptions assign;
   assign.numWarps = o.numWarps;
-  assign.aligned = o.aligned;
   OpPassManager &fn = pm.nest<func::FuncOp>();
   fn.addPass(createKilnOverlapDots());
   fn.addPass(createKilnAssignLayouts(assign));

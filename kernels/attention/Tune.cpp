@@ -1,4 +1,5 @@
 //===- Tune.cpp - attention's Config space and harness for the autotuner -===//
+#include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/AttentionTune.h"
 #include "kiln/kernels/GpuReference.h"
 #include "kiln/runtime/Cuda.h"
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <tuple>
 #include <variant>
 
 namespace kiln::kernels {
@@ -173,6 +175,15 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
          {"O", {d.o->data(), s.dtype, qShape, contiguous(qShape)}},
          {"LSE", {d.lse->data(), DType::f32, lShape, contiguous(lShape)}}});
   };
+  // The buffers are 256-byte aligned (cuMemAlloc): only the strides decide.
+  for (auto [name, shape, dtype] :
+       {std::tuple{"Q", qShape, s.dtype}, std::tuple{"K", kShape, s.dtype},
+        std::tuple{"V", kShape, s.dtype}, std::tuple{"O", qShape, s.dtype},
+        std::tuple{"LSE", lShape, DType::f32}})
+    if (!tensorAligned(
+            {reinterpret_cast<void *>(256), dtype, shape, contiguous(shape)}))
+      h.unalignedTensors.push_back(name);
+  std::sort(h.unalignedTensors.begin(), h.unalignedTensors.end());
   h.check = [=](const Kernel &kernel, GpuKernel &g) -> std::string {
     // Fresh inputs, poisoned outputs; the NVRTC reference computes the first
     // two heads of batch 0 (it is a plain fp32 loop, too slow for all).

@@ -3,14 +3,21 @@
 #include "kiln/runtime/Error.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 
 namespace kiln {
 
+static std::atomic<int64_t> fallbackCount{0};
+
+int64_t fallbackLaunches() { return fallbackCount.load(); }
+
 GpuKernel::GpuKernel(LaunchSpec spec) : spec_(std::move(spec)) {
   module_ = std::make_unique<cuda::Module>(cuda::Module::fromPtx(spec_.ptx));
   fn_ = module_->function(spec_.name);
+  for (const TensorParamInfo &t : spec_.tensors)
+    fallback_ |= !t.aligned;
   const cuda::DeviceInfo &d = cuda::device();
   if (spec_.sharedBytes > d.maxSharedPerBlockOptin)
     throw Error("kernel " + spec_.name + " needs " +
@@ -51,8 +58,6 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
         throw Error(what + " must be a pointer");
       if (!*v)
         throw Error(what + " is a null pointer");
-      if (reinterpret_cast<uintptr_t>(*v) % 16)
-        throw Error(what + " is not 16-byte aligned");
       storage[i] = reinterpret_cast<uint64_t>(*v);
     } else {
       auto *v = std::get_if<int64_t>(&args[i]);
@@ -71,8 +76,14 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
     }
     ptrs[i] = &storage[i];
   }
-  if (spec_.aligned)
-    for (const TensorParamInfo &t : spec_.tensors) {
+  for (const TensorParamInfo &t : spec_.tensors)
+    if (t.aligned) {
+      if (reinterpret_cast<uintptr_t>(std::get<void *>(args[t.pointerParam])) %
+          16)
+        throw Error("kernel " + spec_.name + ", tensor " + t.name +
+                    ": the pointer is not 16-byte aligned; the kernel was "
+                    "compiled for aligned rows of it (name it in "
+                    "GpuTarget::unalignedTensors)");
       int64_t esize = int64_t(dtypeSize(t.dtype));
       for (size_t d = 0; d < t.strideParams.size(); ++d) {
         int64_t s = std::get<int64_t>(args[t.strideParams[d]]);
@@ -83,7 +94,7 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
                       std::to_string(d) +
                       (last ? " is not 1" : " is not a multiple of 16 bytes") +
                       "; the kernel was compiled for aligned, contiguous rows "
-                      "(compile with GpuTarget::assumeAligned = false)");
+                      "of it (name it in GpuTarget::unalignedTensors)");
       }
     }
   // Tensor maps: 128-byte parameters after the others, built from the
@@ -120,6 +131,8 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
   }
   fn_.launch(launchGrid_, {unsigned(spec_.threads), 1, 1},
              unsigned(spec_.sharedBytes), ptrs);
+  if (fallback_)
+    ++fallbackCount;
 }
 
 } // namespace kiln

@@ -21,6 +21,7 @@
 
 using namespace kiln;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -51,10 +52,12 @@ struct DeviceTensors {
 /// `launches` launches of one loaded kernel, the outputs poisoned before
 /// each: the last one's results are checked (dynamic tiles: the module's
 /// tile counter must be back at zero after every launch).
-void runOnGpu(const Kernel &k, DeviceTensors &dt, int launches = 1) {
+/// Each tensor specialised as aligned or not on its own (unalignedTensors).
+/// Returns the compiled kernel, for its report.
+CompiledKernel runOnGpu(const Kernel &k, DeviceTensors &dt, int launches = 1) {
   CompiledKernel c =
       compileForGpu(k, {.arch = cuda::device().arch(),
-                        .assumeAligned = tensorsAligned(k, dt.refs)});
+                        .unalignedTensors = unalignedTensors(k, dt.refs)});
   GpuKernel g(c.spec());
   for (int i = 0; i < launches; ++i) {
     if (i)
@@ -62,6 +65,7 @@ void runOnGpu(const Kernel &k, DeviceTensors &dt, int launches = 1) {
     g.launch(k.bind(dt.refs));
     cuda::synchronize();
   }
+  return c;
 }
 
 struct AttnCase {
@@ -151,8 +155,20 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   dt.add("V", v, false);
   dt.add("O", o, true);
   dt.add("LSE", lse, true);
-  runOnGpu(kernels::attentionForward(s, config), dt,
-           c.dynamicTiles > 0 ? 3 : 1);
+  Kernel kernel = kernels::attentionForward(s, config);
+  CompiledKernel compiled = runOnGpu(kernel, dt, c.dynamicTiles > 0 ? 3 : 1);
+  // Paths per tensor: at N % 4 != 0 LSE's rows (N fp32) are not 16-byte
+  // aligned, and only LSE takes element accesses; K and V keep TMA.
+  EXPECT_EQ(unalignedTensors(kernel, dt.refs),
+            c.N % 4 ? std::vector<std::string>{"LSE"}
+                    : std::vector<std::string>{});
+  std::string report;
+  for (const std::string &line : compiled.report)
+    report += line + "\n";
+  if (c.wgmma && c.tma != 0)
+    EXPECT_THAT(report, HasSubstr(": TMA (cp.async.bulk.tensor")) << report;
+  EXPECT_THAT(report, Not(HasSubstr("tensor Q is not specialised")));
+  EXPECT_THAT(report, Not(HasSubstr("tensor K is not specialised")));
   dt.download("O", o);
   dt.download("LSE", lse);
 
@@ -383,7 +399,8 @@ TEST(GpuKernels, AlignedKernelRejectsUnalignedStrides) {
   dt.add("A", a, false);
   dt.add("B", b, false);
   dt.add("C", c, true);
-  EXPECT_FALSE(tensorsAligned(k, dt.refs)); // 36 bf16 = 72 bytes per row
+  // 36 bf16 = 72 bytes per row
+  EXPECT_EQ(unalignedTensors(k, dt.refs), std::vector<std::string>{"A"});
   GpuKernel g(
       compileForGpu(k, {.arch = cuda::device().arch(), .assumeAligned = true})
           .spec());
@@ -391,8 +408,10 @@ TEST(GpuKernels, AlignedKernelRejectsUnalignedStrides) {
       test::errorOf([&] { g.launch(k.bind(dt.refs)); }),
       HasSubstr(
           "tensor A: stride 36 of dimension 0 is not a multiple of 16 bytes"));
-  // The general variant runs it, correctly.
-  runOnGpu(k, dt);
+  // The variant with A unaligned runs it, correctly, B still by vectors.
+  CompiledKernel mixed = runOnGpu(k, dt);
+  EXPECT_FALSE(mixed.tensors[0].aligned);
+  EXPECT_TRUE(mixed.tensors[1].aligned);
   HostTensor ref(DType::f32, {64, 64});
   a.fillRandom(0); // a's device copy was uploaded zero-filled: compare to 0
   kernels::gemmReference(HostTensor(bf16, {64, 32}), b, ref);
@@ -412,6 +431,9 @@ TEST(GpuKernels, BadArgumentsAreRejectedBeforeLaunch) {
   EXPECT_THAT(test::errorOf([&] { g.launch(args); }),
               HasSubstr("argument A is a null pointer"));
   cuda::Buffer buf(4096);
+  for (size_t i = 0; i < c.params.size(); ++i)
+    if (c.params[i].kind == ParamInfo::Kind::Pointer)
+      args[i] = buf.data();
   args[0] = static_cast<void *>(static_cast<char *>(buf.data()) + 2);
   EXPECT_THAT(test::errorOf([&] { g.launch(args); }),
               HasSubstr("not 16-byte aligned"));

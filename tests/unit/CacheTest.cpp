@@ -40,11 +40,11 @@ CompiledKernel sample(const std::string &name, size_t ptxBytes) {
   k.grid = {3, 2, 1};
   k.threads = 256;
   k.sharedBytes = 98304;
-  k.aligned = true;
   k.persistent = true;
   k.params = {{"A", ParamInfo::Kind::Pointer, DType::bf16},
               {"A_stride0", ParamInfo::Kind::Scalar, DType::i32}};
-  k.tensors = {{"A", DType::bf16, {64, 32}, 0, {1, 2}}};
+  k.tensors = {{"A", DType::bf16, {64, 32}, 0, {1, 2}, true},
+               {"B", DType::f32, {64}, 0, {1}, false}};
   k.tensorMaps = {
       TensorMapInfo::parse("ptr=0 elem=2 dims=64,32 strides=1,2 box=64,32")};
   k.kilnIR = "module {}\n";
@@ -88,14 +88,15 @@ TEST(DiskCache, EntryRoundTripsEveryField) {
   EXPECT_EQ(d.grid, k.grid);
   EXPECT_EQ(d.threads, k.threads);
   EXPECT_EQ(d.sharedBytes, k.sharedBytes);
-  EXPECT_EQ(d.aligned, k.aligned);
   EXPECT_EQ(d.persistent, k.persistent);
   ASSERT_EQ(d.params.size(), 2u);
   EXPECT_EQ(d.params[1].name, "A_stride0");
   EXPECT_EQ(d.params[1].kind, ParamInfo::Kind::Scalar);
-  ASSERT_EQ(d.tensors.size(), 1u);
+  ASSERT_EQ(d.tensors.size(), 2u);
   EXPECT_EQ(d.tensors[0].shape, (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(d.tensors[0].strideParams, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(d.tensors[0].aligned);
+  EXPECT_FALSE(d.tensors[1].aligned);
   ASSERT_EQ(d.tensorMaps.size(), 1u);
   EXPECT_EQ(d.tensorMaps[0].str(), k.tensorMaps[0].str());
   EXPECT_EQ(d.tensorMaps[0].box, (std::vector<int64_t>{64, 32}));

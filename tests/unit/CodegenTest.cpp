@@ -217,6 +217,47 @@ TEST(Codegen, ProducerWarpgroupIssuesTheCopies) {
                                 "fetches through TMA)"));
 }
 
+// Paths per tensor: at N % 4 != 0 LSE's rows (N fp32) are not 16-byte
+// aligned. Only LSE's store takes element accesses; Q, K and V keep TMA and
+// the producer warpgroup, O its TMA store, and the kernel is the aligned
+// one's but for LSE's stores.
+TEST(Codegen, UnalignedTensorKeepsOthersOnTheirPaths) {
+  for (bool causal : {false, true}) {
+    kernels::AttentionShape s = selfAttention(4097, 128, causal);
+    s.batch = 2;
+    s.heads = 3;
+    Kernel k = kernels::attentionForward(s);
+    CompiledKernel c =
+        compileForGpu(k, {.arch = "sm_90a", .unalignedTensors = {"LSE"}});
+    std::string report = reportOf(c);
+    SCOPED_TRACE(report);
+    EXPECT_THAT(report, HasSubstr("warp roles: warps 8-11 a producer"));
+    EXPECT_GE(countOf(report, ": TMA (cp.async.bulk.tensor"), 2u);
+    EXPECT_THAT(report, Not(HasSubstr("element loads")));
+    EXPECT_THAT(report, HasSubstr("store 128: st.global from registers, one "
+                                  "element each; tensor LSE is not "
+                                  "specialised as aligned"));
+    EXPECT_EQ(countOf(report, "is not specialised as aligned"), 1u);
+    EXPECT_GT(countOf(c.ptx, "cp.async.bulk.tensor"), 0u);
+    EXPECT_EQ(tensorSpecialisation(c),
+              "aligned rows: Q, K, V, O; element accesses: LSE");
+    for (const TensorParamInfo &t : c.tensors)
+      EXPECT_EQ(t.aligned, t.name != "LSE") << t.name;
+    // Without the specialisation the same kernel compiles differently, and
+    // every tensor is named.
+    CompiledKernel none =
+        compileForGpu(k, {.arch = "sm_90a", .assumeAligned = false});
+    EXPECT_GE(countOf(reportOf(none), "is not specialised as aligned"), 5u);
+    EXPECT_EQ(countOf(none.ptx, "cp.async.bulk.tensor"), 0u);
+  }
+  EXPECT_THAT(test::errorOf([] {
+                compileForGpu(
+                    kernels::attentionForward(selfAttention(64, 64, false)),
+                    {.unalignedTensors = {"X"}});
+              }),
+              HasSubstr("unalignedTensors names X, which is not a tensor"));
+}
+
 // The default at D=128, N=4k: P·V one iteration behind Q·Kᵀ. Each loop
 // iteration issues Q·Kᵀ, then the previous P·V, and waits for the first only
 // (one group left in flight) before the softmax; one P·V after the loop.

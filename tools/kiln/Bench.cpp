@@ -4,6 +4,9 @@
 // shape gets fresh random inputs, a warm-up, and the median of `reps`
 // launches timed with CUDA events. TFLOP/s counts 4·B·H·N²·D (half when
 // causal). With --json, writes rows that ../shared/bench/peers.py reads.
+// --ragged adds sequence lengths that are not multiples of the blocks (nor
+// of 4: LSE's rows are then not 16-byte aligned) and, beside each, the
+// nearest multiple of 128, to compare with.
 //
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
@@ -19,6 +22,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace kiln::cli {
@@ -103,6 +107,7 @@ int cmdBench(Options &opts) {
   if (opts.positional.size() != 1 || opts.positional[0] != "attention")
     throw Error("kiln bench: 'attention' or 'gemm'");
   bool quick = opts.flag("quick");
+  bool ragged = opts.flag("ragged");
   std::string dtypes = opts.string("dtypes", "bf16");
   std::string jsonPath = opts.string("json", "");
   int reps = int(positive(opts, "reps", 30));
@@ -142,6 +147,12 @@ int cmdBench(Options &opts) {
   std::vector<int64_t> ns =
       quick ? std::vector<int64_t>{1024, 4096}
             : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
+  if (ragged)
+    for (int64_t n : {1000, 1023, 2049, 3001, 4097, 8191})
+      for (int64_t m : {n, (n + 64) / 128 * 128})
+        if (std::find(ns.begin(), ns.end(), m) == ns.end())
+          ns.push_back(m);
+  std::sort(ns.begin(), ns.end());
   std::ostringstream json;
   json << "{\"rows\": [";
   bool first = true;
@@ -158,9 +169,6 @@ int cmdBench(Options &opts) {
           int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
           kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
           Kernel kernel = kernels::attentionForward(s, cfg);
-          GpuTarget target{.arch = dev.arch(), .llvmPipeline = pipeline};
-          CompiledKernel c = compileForGpu(kernel, target);
-          GpuKernel g(c.spec());
           size_t n = size_t(B * H * N * D);
           uint64_t seed = uint64_t(N * 1000 + D + causal);
           cuda::Buffer q = randomDevice(*dtype, n, seed),
@@ -168,12 +176,18 @@ int cmdBench(Options &opts) {
                        v = randomDevice(*dtype, n, seed + 2), o(n * 2),
                        lse(size_t(B * H * N) * 4);
           std::vector<int64_t> shape{B, H, N, D}, st{H * N * D, N * D, D, 1};
-          auto args = kernel.bind(
-              {{"Q", {q.data(), *dtype, shape, st}},
-               {"K", {k.data(), *dtype, shape, st}},
-               {"V", {v.data(), *dtype, shape, st}},
-               {"O", {o.data(), *dtype, shape, st}},
-               {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}});
+          std::map<std::string, TensorRef> refs{
+              {"Q", {q.data(), *dtype, shape, st}},
+              {"K", {k.data(), *dtype, shape, st}},
+              {"V", {v.data(), *dtype, shape, st}},
+              {"O", {o.data(), *dtype, shape, st}},
+              {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}};
+          GpuTarget target{.arch = dev.arch(),
+                           .unalignedTensors = unalignedTensors(kernel, refs),
+                           .llvmPipeline = pipeline};
+          CompiledKernel c = compileForGpu(kernel, target);
+          GpuKernel g(c.spec());
+          auto args = kernel.bind(refs);
           double ms = medianLaunchMs(g, args, reps);
           double tflops =
               4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;

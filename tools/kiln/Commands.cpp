@@ -10,7 +10,9 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 
 namespace kiln::cli {
@@ -84,12 +86,20 @@ cuda::Buffer randomDevice(DType t, size_t n, uint64_t seed) {
   cuda::Buffer b(n * 2);
   std::vector<uint16_t> host(std::min<size_t>(n, size_t(1) << 24));
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto uniform = [&x] { // in (0, 1]
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return float((x >> 40) + 1) / float(1 << 24);
+  };
   for (size_t done = 0; done < n; done += host.size()) {
     size_t m = std::min(host.size(), n - done);
-    for (size_t i = 0; i < m; ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      float f = float(x >> 40) / float(1 << 24) * 2.f - 1.f;
-      host[i] = t == DType::bf16 ? floatToBf16(f) : floatToHalf(f);
+    for (size_t i = 0; i < m; i += 2) {
+      // Box-Muller: two standard normal values from two uniform ones.
+      float r = std::sqrt(-2.f * std::log(uniform())),
+            a = 6.2831853f * uniform();
+      for (size_t j = 0; j < 2 && i + j < m; ++j) {
+        float f = r * (j ? std::sin(a) : std::cos(a));
+        host[i + j] = t == DType::bf16 ? floatToBf16(f) : floatToHalf(f);
+      }
     }
     b.upload(host.data(), m * 2, done * 2);
   }
@@ -103,16 +113,37 @@ int64_t positive(Options &opts, const std::string &name, int64_t fallback) {
   return v;
 }
 
-static HostTensor randomTensor(DType t, std::vector<int64_t> shape,
-                               uint64_t seed, bool bshd = false) {
-  if (!bshd) {
-    HostTensor x(t, shape);
-    x.fillRandom(seed);
-    return x;
+static std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t i = s.size() - 1; i-- > 0;)
+    st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+/// (B,H,N,D) strides: contiguous, or a view of (B,N,H,D) memory (heads
+/// interleaved in each row).
+static std::vector<int64_t> attentionStrides(const std::vector<int64_t> &s,
+                                             bool bshd) {
+  return bshd ? std::vector<int64_t>{s[2] * s[1] * s[3], s[3], s[1] * s[3], 1}
+              : contiguousStrides(s);
+}
+
+/// Notes a tensor `kiln run` passes (in device memory, 256-byte aligned)
+/// among the problem's unaligned ones when its strides rule that out.
+static void noteLayout(Problem &p, const std::string &name, DType t,
+                       const std::vector<int64_t> &shape,
+                       const std::vector<int64_t> &strides) {
+  if (!tensorAligned({reinterpret_cast<void *>(256), t, shape, strides})) {
+    p.unaligned.push_back(name);
+    std::sort(p.unaligned.begin(), p.unaligned.end());
   }
-  // A (B,H,N,D) view of (B,N,H,D) memory: heads interleaved in each row.
-  int64_t H = shape[1], N = shape[2], D = shape[3];
-  HostTensor x(t, shape, {N * H * D, D, H * D, 1});
+}
+
+static HostTensor randomTensor(DType t, std::vector<int64_t> shape,
+                               uint64_t seed,
+                               std::vector<int64_t> strides = {}) {
+  HostTensor x =
+      strides.empty() ? HostTensor(t, shape) : HostTensor(t, shape, strides);
   x.fillRandom(seed);
   return x;
 }
@@ -156,8 +187,26 @@ static Problem attentionProblem(Options &opts, bool withData) {
     throw Error("option --layout: '" + layout + "' is not bhsd or bshd");
   uint64_t seed = uint64_t(opts.integer("seed", 1));
 
+  // LSE's row stride (per batch and head): --lse-stride, else seqQ.
+  const int64_t lseStride = opts.integer("lse-stride", s.seqQ);
+  if (lseStride < s.seqQ)
+    throw Error("option --lse-stride must be >= the sequence length " +
+                std::to_string(s.seqQ) + ", got " + std::to_string(lseStride));
+  const bool bshd = layout == "bshd";
+  const std::vector<int64_t> qShape{s.batch, s.heads, s.seqQ, s.headDim},
+      kShape{s.batch, s.heads, s.seqK, s.headDim},
+      lShape{s.batch, s.heads, s.seqQ},
+      qStrides = attentionStrides(qShape, bshd),
+      kStrides = attentionStrides(kShape, bshd),
+      lStrides{s.heads * lseStride, lseStride, 1};
+
   Problem p;
   p.kernel = kernels::attentionForward(s, c);
+  for (const char *name : {"Q", "O"})
+    noteLayout(p, name, s.dtype, qShape, qStrides);
+  for (const char *name : {"K", "V"})
+    noteLayout(p, name, s.dtype, kShape, kStrides);
+  noteLayout(p, "LSE", DType::f32, lShape, lStrides);
   p.summary =
       fmt::format("attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
                   "blockM={} blockN={} warps={} stages={}{}",
@@ -167,16 +216,11 @@ static Problem attentionProblem(Options &opts, bool withData) {
                   c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "");
   if (!withData)
     return p;
-  bool bshd = layout == "bshd";
-  auto q =
-      randomTensor(s.dtype, {s.batch, s.heads, s.seqQ, s.headDim}, seed, bshd);
-  auto k = randomTensor(s.dtype, {s.batch, s.heads, s.seqK, s.headDim},
-                        seed + 1, bshd);
-  auto v = randomTensor(s.dtype, {s.batch, s.heads, s.seqK, s.headDim},
-                        seed + 2, bshd);
-  auto o =
-      randomTensor(s.dtype, {s.batch, s.heads, s.seqQ, s.headDim}, 0, bshd);
-  HostTensor lse(DType::f32, {s.batch, s.heads, s.seqQ});
+  auto q = randomTensor(s.dtype, qShape, seed, qStrides);
+  auto k = randomTensor(s.dtype, kShape, seed + 1, kStrides);
+  auto v = randomTensor(s.dtype, kShape, seed + 2, kStrides);
+  auto o = randomTensor(s.dtype, qShape, 0, qStrides);
+  HostTensor lse(DType::f32, lShape, lStrides);
   o.poison();
   lse.poison();
   HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
@@ -211,6 +255,9 @@ static Problem gemmProblem(Options &opts, bool withData) {
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::gemm(s, c);
+  noteLayout(p, "A", s.dtype, {s.M, s.K}, {s.K, 1});
+  noteLayout(p, "B", s.dtype, {s.K, s.N}, {s.N, 1});
+  noteLayout(p, "C", s.outDtype, {s.M, s.N}, {s.N, 1});
   p.summary = fmt::format(
       "gemm M={} N={} K={} {} -> {} blockM={} blockN={} blockK={} "
       "warps={} stages={}{}",
@@ -241,6 +288,8 @@ static Problem softmaxProblem(Options &opts, bool withData) {
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::softmax(s, c);
+  noteLayout(p, "X", s.dtype, {s.rows, s.cols}, {s.cols, 1});
+  noteLayout(p, "Y", s.dtype, {s.rows, s.cols}, {s.cols, 1});
   p.summary =
       fmt::format("softmax rows={} cols={} {} blockRows={} blockCols={}",
                   s.rows, s.cols, dtypeName(s.dtype), c.blockRows, c.blockCols);
@@ -313,12 +362,11 @@ int cmdRun(Options &opts) {
       refs[n] = t.ref();
       refs[n].data = buf.data();
     }
-    bool aligned = tensorsAligned(*p.kernel, refs);
-    GpuTarget target{.arch = dev.arch(), .assumeAligned = aligned};
+    GpuTarget target{.arch = dev.arch(),
+                     .unalignedTensors = unalignedTensors(*p.kernel, refs)};
     const CompiledKernel &c = *compileCached(*p.kernel, target);
     GpuKernel &gpu = *jitKernel(*p.kernel, target);
-    fmt::print("  compiled for {} rows\n",
-               aligned ? "aligned, contiguous" : "any strided");
+    fmt::print("  {}\n", tensorSpecialisation(c));
     gpu.launch(p.kernel->bind(refs));
     cuda::synchronize();
     cuda::FunctionAttributes a = gpu.attributes();

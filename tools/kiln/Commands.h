@@ -38,6 +38,10 @@ struct Problem {
   std::optional<Kernel> kernel;
   std::string summary;
   std::map<std::string, HostTensor> tensors;
+  /// The tensors `kiln run` passes that do not meet the aligned
+  /// specialisation (GpuTarget::unalignedTensors), sorted: what the inspect
+  /// commands compile for.
+  std::vector<std::string> unaligned;
   /// Output tensor name -> its reference.
   std::vector<std::pair<std::string, HostTensor>> expected;
 };
@@ -53,8 +57,10 @@ std::string kernelName(Options &opts);
 DType dtypeOption(Options &opts, const char *fallback);
 int64_t positive(Options &opts, const std::string &name, int64_t fallback);
 
-/// Uniform [-1, 1) bf16 or f16 values straight into device memory, made
-/// on the host in chunks (xorshift: fast enough for billions of elements).
+/// Standard normal bf16 or f16 values (as torch.randn, which the peers'
+/// benchmarks use: the input distribution changes tensor-core clocks)
+/// straight into device memory, made on the host in chunks (xorshift and
+/// Box-Muller: fast enough for billions of elements).
 cuda::Buffer randomDevice(DType t, size_t n, uint64_t seed);
 
 /// --arch, --warps, --stages, --reload-ids.

@@ -79,6 +79,8 @@ static Inspected toInspect(Options &opts) {
   Inspected in{targetOptions(opts),
                makeProblem(kernelName(opts), opts, /*withData=*/false)};
   opts.checkAllUsed();
+  // The variant `kiln run` launches for these tensors.
+  in.target.unalignedTensors = in.problem.unaligned;
   return in;
 }
 

@@ -38,13 +38,17 @@ commands:
   run --cpu <kernel> [shape options]    run on the CPU reference executor and
                                         compare against an fp64 reference;
                                         exits 1 if the relative error > 1e-2
-  bench attention [--quick] [--dtypes bf16,fp16] [--json FILE] [--reps R]
+  bench attention [--quick] [--ragged] [--dtypes bf16,fp16] [--json FILE]
+      [--reps R]
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--longest-first-globally 0|1]
       [--head-group G] [--dynamic-tiles 0|1]
       [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--warp-specialize 0|1]
       [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
                                         TFLOP/s on the GPU over B*N=16k tokens
+                                        (--ragged: also N=1000, 1023, 2049,
+                                        3001, 4097, 8191 and the multiples of
+                                        128 nearest them)
   bench gemm [--size N] [--block-m M] [--block-n N] [--block-k K]
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
       [--persistent 0|1] [--group-m G]
@@ -80,6 +84,8 @@ target options: --arch sm_80|sm_90a (default sm_90a) --warps W --stages S
 kernels and their shape options:
   attention  --seq N [--seq-k N] --head-dim 64|128 [--causal] [--batch B]
              [--heads H] [--dtype bf16|fp16|fp32] [--layout bhsd|bshd]
+             [--lse-stride S] (LSE's row stride; default N: rows that are
+             not 16-byte aligned take element stores, and say so)
              [--block-m M] [--block-n N] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1]
              [--warp-specialize 0|1]
              [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
@@ -100,8 +106,8 @@ int main(int argc, char **argv) {
   std::string cmd = args[0];
   args.erase(args.begin());
   try {
-    std::set<std::string> flags{"causal",      "cpu",   "loc",       "quick",
-                                "unoptimized", "force", "exhaustive"};
+    std::set<std::string> flags{"causal", "cpu",         "loc",   "quick",
+                                "ragged", "unoptimized", "force", "exhaustive"};
     bool benchJit = cmd == "bench" && !args.empty() && args[0] == "jit";
     if (cmd == "lower") {
       flags.insert("json");

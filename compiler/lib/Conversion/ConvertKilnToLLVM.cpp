@@ -65,8 +65,8 @@ struct ConvertKilnToLLVM
           return lowerer.run(module);
         };
         auto make = [&] {
-          return std::make_unique<kiln::gpu::Lowerer>(
-              f, int(warps.getInt()), f->hasAttr("kiln.aligned"), numStages);
+          return std::make_unique<kiln::gpu::Lowerer>(f, int(warps.getInt()),
+                                                      numStages);
         };
         std::unique_ptr<kiln::gpu::Lowerer> first = make();
         int64_t bytes = lower(*first);

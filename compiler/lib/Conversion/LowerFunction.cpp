@@ -11,9 +11,9 @@ using namespace mlir;
 
 namespace kiln::gpu {
 
-Lowerer::Lowerer(func::FuncOp src, int numWarps, bool aligned, int numStages)
+Lowerer::Lowerer(func::FuncOp src, int numWarps, int numStages)
     : b(src.getContext()), loc(src.getLoc()), numWarps(numWarps),
-      aligned(aligned), numStages(numStages), src(src) {}
+      numStages(numStages), src(src) {}
 
 Value Lowerer::i32(int64_t v) {
   return arith::ConstantIntOp::create(b, loc, v, 32);
@@ -168,6 +168,12 @@ int64_t Lowerer::run(ModuleOp module) {
                    (tmaFallback.count(ld.getResult())
                         ? "; not TMA: " + tmaFallback[ld.getResult()]
                         : std::string()));
+    else if (!isAlignedAccess(ld.getPtr()))
+      note(ld, "load " + shape + ": element loads to registers" +
+                   (sharedOperands.count(ld.getResult())
+                        ? ", stored to shared memory (not pipelined)"
+                        : "") +
+                   "; " + unalignedReason(ld.getPtr()));
     else if (sharedOperands.count(ld.getResult()))
       note(ld, "load " + shape +
                    ": vector loads to registers, stored to shared memory "
@@ -209,6 +215,12 @@ void Lowerer::waitForAll() {
     return;
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, b.getI64IntegerAttr(0));
   inFlight.clear();
+}
+
+std::string unalignedReason(Value ptr) {
+  return "tensor " + accessedTensorName(ptr) +
+         " is not specialised as aligned (16-byte aligned base, contiguous "
+         "rows, other strides multiples of 16 bytes)";
 }
 
 void Lowerer::note(Operation *op, const std::string &what) {

@@ -177,10 +177,11 @@ Regs Lowerer::lowerBroadcast(Value src, const Layout &dst) {
 }
 
 /// Addresses and in-bounds predicates of a block access, per register.
-/// For every `step`-th register (the others get null values). With aligned
-/// rows the last dimension's stride is the constant 1.
+/// For every `step`-th register (the others get null values). Where the
+/// tensor is specialised as aligned (`aligned`) the last dimension's stride is
+/// the constant 1.
 static void blockAddresses(Lowerer &L, const Layout &l, Value base,
-                           ValueRange offsets, ValueRange shape,
+                           bool aligned, ValueRange offsets, ValueRange shape,
                            ValueRange strides, Type elem,
                            SmallVectorImpl<Value> &addrs,
                            SmallVectorImpl<Value> &inBounds, int64_t step = 1) {
@@ -208,7 +209,7 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
       // the one select below gives out-of-range elements the first element's
       // address, which exists.
       Value stride =
-          L.aligned && d + 1 == l.rank() ? L.i32(1) : L.scalarOf(strides[d]);
+          aligned && d + 1 == l.rank() ? L.i32(1) : L.scalarOf(strides[d]);
       Value term = arith::MulIOp::create(
           b, L.loc, arith::ExtSIOp::create(b, L.loc, b.getI64Type(), c),
           arith::ExtSIOp::create(b, L.loc, b.getI64Type(), stride));
@@ -259,9 +260,10 @@ static int64_t accessWidth(bool aligned, const Layout &l, Type elem,
 Regs Lowerer::lowerLoad(LoadOp op) {
   Layout l = layoutOf(op.getResult());
   Type elem = op.getType().getElementType();
+  const bool aligned = isAlignedAccess(op.getPtr());
   int64_t vec = accessWidth(aligned, l, elem, op.getShape(), op.getOffsets());
   SmallVector<Value> addrs, ok;
-  blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(),
+  blockAddresses(*this, l, scalarOf(op.getPtr()), aligned, op.getOffsets(),
                  op.getShape(), op.getStrides(), elem, addrs, ok, vec);
   Value pad = arith::ConstantOp::create(
       b, loc,
@@ -292,7 +294,7 @@ Regs Lowerer::lowerLoad(LoadOp op) {
 }
 
 bool Lowerer::canPrefetch(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
-  if (!aligned || !sharedOperands.count(ld.getResult()) ||
+  if (!isAlignedAccess(ld.getPtr()) || !sharedOperands.count(ld.getResult()) ||
       ld.getPadding().convertToDouble() != 0.0)
     return false; // cp.async fills with zeros only
   auto forOp = dyn_cast<scf::ForOp>(ld->getParentOp());
@@ -345,8 +347,9 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
   Layout l = layoutOf(ld.getResult());
   Type elem = ld.getType().getElementType();
   SmallVector<Value> addrs, ok;
-  blockAddresses(*this, l, scalarOf(ld.getPtr()), ld.getOffsets(),
-                 ld.getShape(), ld.getStrides(), elem, addrs, ok, 8);
+  blockAddresses(*this, l, scalarOf(ld.getPtr()), /*aligned=*/true,
+                 ld.getOffsets(), ld.getShape(), ld.getStrides(), elem, addrs,
+                 ok, 8);
   SmallVector<Value> ptrs = tilePtrs(t, l, 8, !copyAddressesPerRegister);
   for (int64_t r = 0; r < l.numRegs(); r += 8) {
     Value bytes = arith::SelectOp::create(b, loc, ok[r], i32(16), i32(0));
@@ -367,11 +370,12 @@ void Lowerer::lowerStore(StoreOp op) {
   // Consecutive registers along the row go out as one vector store (a
   // wgmma accumulator's column pairs: one 4-byte bf16x2 store instead of two
   // 2-byte ones), under the same conditions as vector loads.
+  const bool aligned = isAlignedAccess(op.getPtr());
   int64_t vec = accessWidth(aligned, l, elem, op.getShape(), op.getOffsets());
   if (dup & (vec - 1))
     vec = 1;
   SmallVector<Value> addrs, ok;
-  blockAddresses(*this, l, scalarOf(op.getPtr()), op.getOffsets(),
+  blockAddresses(*this, l, scalarOf(op.getPtr()), aligned, op.getOffsets(),
                  op.getShape(), op.getStrides(), elem, addrs, ok, vec);
   Value owner = isOwner(l);
   for (int64_t r = 0; r < l.numRegs(); r += vec) {

@@ -43,6 +43,10 @@ std::optional<Lowerer::TmaLoad> Lowerer::matchTma(LoadOp ld, std::string &why) {
 std::optional<Lowerer::TmaLoad>
 Lowerer::matchTmaBlock(Value p, ValueRange offsets, ValueRange blockShape,
                        ValueRange strides, Value tile, std::string &why) {
+  if (!isAlignedAccess(p)) {
+    why = unalignedReason(p);
+    return std::nullopt;
+  }
   // The pointer: a tensor argument plus index x stride terms of its outer
   // dimensions (what TensorView's [] builds).
   SmallVector<Value> terms;

@@ -194,6 +194,13 @@ void Lowerer::noteStores() {
                    " box(es) of " + std::to_string(s.groupRows) + "x64)");
       return;
     }
+    if (!isAlignedAccess(st.getPtr())) {
+      note(st, "store " + shape +
+                   ": st.global from registers, one element "
+                   "each; " +
+                   unalignedReason(st.getPtr()));
+      return;
+    }
     std::string why = tmaStoreFallback.lookup(st);
     note(st, "store " + shape + ": st.global from registers" +
                  (why.empty() ? std::string() : "; not TMA: " + why));

@@ -10,6 +10,7 @@
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/Layout.h"
+#include "kiln/Dialect/Kiln/IR/TensorArgs.h"
 
 #include "kiln/runtime/Params.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -60,12 +61,15 @@ struct SmemTile {
   int64_t sourceVec = 1;
 };
 
+/// Why accesses through `ptr` take no vectors, cp.async or TMA: its tensor
+/// argument is not specialised as aligned (kiln.aligned), for the report.
+std::string unalignedReason(mlir::Value ptr);
+
 class Lowerer {
 public:
   /// `src` must be laid out (kiln-assign-layouts): every tile's type has a
   /// #kiln.layout encoding, and conversions are kiln.convert_layout ops.
-  Lowerer(mlir::func::FuncOp src, int numWarps, bool aligned,
-          int numStages = 2);
+  Lowerer(mlir::func::FuncOp src, int numWarps, int numStages = 2);
   /// Emits the kernel into `module`; returns the dynamic shared-memory bytes
   /// it needs.
   int64_t run(mlir::ModuleOp module);
@@ -74,7 +78,6 @@ public:
   mlir::OpBuilder b;
   mlir::Location loc;
   int numWarps;
-  bool aligned;
   int numStages;
   bool reloadThreadIds = false; ///< see GpuTarget::reloadThreadIds
   /// cp.async destinations: a full offset per register (the kernel's

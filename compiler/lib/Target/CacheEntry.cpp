@@ -86,7 +86,6 @@ std::string encodeCompiledKernel(const CompiledKernel &k) {
   w.put("grid", joinInts({k.grid[0], k.grid[1], k.grid[2]}));
   w.put("threads", std::to_string(k.threads));
   w.put("shared_bytes", std::to_string(k.sharedBytes));
-  w.put("aligned", k.aligned ? "1" : "0");
   w.put("persistent", k.persistent ? "1" : "0");
   w.put("compile_ms", fmt::format("{:.3f}", k.compileMs));
   for (const ParamInfo &p : k.params)
@@ -95,9 +94,10 @@ std::string encodeCompiledKernel(const CompiledKernel &k) {
                        " " + dtypeName(p.dtype));
   for (const TensorParamInfo &t : k.tensors) {
     std::vector<int64_t> strides(t.strideParams.begin(), t.strideParams.end());
-    w.put("tensor",
-          t.name + " " + dtypeName(t.dtype) + " " + joinInts(t.shape) + " " +
-              std::to_string(t.pointerParam) + " " + joinInts(strides));
+    w.put("tensor", t.name + " " + dtypeName(t.dtype) + " " +
+                        joinInts(t.shape) + " " +
+                        std::to_string(t.pointerParam) + " " +
+                        joinInts(strides) + (t.aligned ? " aligned" : " any"));
   }
   for (const TensorMapInfo &t : k.tensorMaps)
     w.put("tensor_map", t.str());
@@ -154,8 +154,6 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
         k.threads = std::stoi(v);
       else if (tag == "shared_bytes")
         k.sharedBytes = std::stoll(v);
-      else if (tag == "aligned")
-        k.aligned = v == "1";
       else if (tag == "persistent")
         k.persistent = v == "1";
       else if (tag == "compile_ms")
@@ -168,10 +166,13 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
              kind == "ptr" ? ParamInfo::Kind::Pointer : ParamInfo::Kind::Scalar,
              dtypeField(dtype)});
       } else if (tag == "tensor") {
-        std::string name, dtype, shape, strides;
+        std::string name, dtype, shape, strides, access;
         int ptr = 0;
-        in >> name >> dtype >> shape >> ptr >> strides;
-        TensorParamInfo t{name, dtypeField(dtype), splitInts(shape), ptr, {}};
+        in >> name >> dtype >> shape >> ptr >> strides >> access;
+        if (access != "aligned" && access != "any")
+          throw Error("kiln cache entry: bad tensor record " + v);
+        TensorParamInfo t{name, dtypeField(dtype), splitInts(shape), ptr};
+        t.aligned = access == "aligned";
         for (int64_t s : splitInts(strides))
           t.strideParams.push_back(int(s));
         k.tensors.push_back(std::move(t));

@@ -9,6 +9,7 @@
 #include "kiln/Compiler/Compile.h"
 #include "kiln/Compiler/KernelImpl.h"
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/TensorArgs.h"
 #include "kiln/Transforms/Passes.h"
 #include "kiln/runtime/Error.h"
 
@@ -17,6 +18,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/OptBisect.h"
@@ -28,6 +30,7 @@
 #include "llvm/TargetParser/Triple.h"
 #include "llvm/Transforms/Utils/Cloning.h"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <mutex>
@@ -251,21 +254,56 @@ static void emitPtx(llvm::Module &m, const std::string &arch,
   out.stages.push_back({"ptx", "", msSince(t0)});
 }
 
-bool tensorsAligned(const Kernel &kernel,
-                    const std::map<std::string, TensorRef> &tensors) {
+bool tensorAligned(const TensorRef &r) {
+  if (reinterpret_cast<uintptr_t>(r.data) % 16 || r.strides.empty() ||
+      r.strides.back() != 1)
+    return false;
+  for (size_t d = 0; d + 1 < r.strides.size(); ++d)
+    if ((r.strides[d] * int64_t(dtypeSize(r.dtype))) % 16)
+      return false;
+  return true;
+}
+
+std::vector<std::string>
+unalignedTensors(const Kernel &kernel,
+                 const std::map<std::string, TensorRef> &tensors) {
+  std::vector<std::string> out;
   for (const TensorParamInfo &t : kernel.tensors()) {
     auto it = tensors.find(t.name);
-    if (it == tensors.end())
-      return false;
-    const TensorRef &r = it->second;
-    if (reinterpret_cast<uintptr_t>(r.data) % 16 || r.strides.empty() ||
-        r.strides.back() != 1)
-      return false;
-    for (size_t d = 0; d + 1 < r.strides.size(); ++d)
-      if ((r.strides[d] * int64_t(dtypeSize(r.dtype))) % 16)
-        return false;
+    if (it == tensors.end() || !tensorAligned(it->second))
+      out.push_back(t.name);
   }
-  return true;
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string tensorSpecialisation(const CompiledKernel &kernel) {
+  std::vector<std::string> aligned, any;
+  for (const TensorParamInfo &t : kernel.tensors)
+    (t.aligned ? aligned : any).push_back(t.name);
+  std::string out =
+      "aligned rows: " + (aligned.empty() ? "none" : llvm::join(aligned, ", "));
+  if (!any.empty())
+    out += "; element accesses: " + llvm::join(any, ", ");
+  return out;
+}
+
+/// Puts kiln.aligned on the pointer argument of every tensor the target
+/// specialises as aligned, and says so in `tensors`.
+static void specialiseTensors(func::FuncOp func, const GpuTarget &target,
+                              std::vector<TensorParamInfo> &tensors) {
+  for (const std::string &name : target.unalignedTensors)
+    if (llvm::none_of(tensors, [&](auto &t) { return t.name == name; }))
+      throw Error("compileForGpu: GpuTarget::unalignedTensors names " + name +
+                  ", which is not a tensor of kernel " +
+                  func.getSymName().str());
+  for (TensorParamInfo &t : tensors) {
+    t.aligned = target.assumeAligned &&
+                !llvm::is_contained(target.unalignedTensors, t.name);
+    if (t.aligned)
+      func.setArgAttr(t.pointerParam, kAlignedArgAttr,
+                      UnitAttr::get(func.getContext()));
+  }
 }
 
 CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
@@ -319,13 +357,11 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
   out.params = impl.params;
   out.tensors = impl.tensors;
 
-  out.aligned = target.assumeAligned;
   int numStages = target.numStages ? target.numStages : impl.numStages;
   if (numStages < 2 || numStages > 8)
     throw Error("compileForGpu: pipeline stages must be in [2, 8], got " +
                 std::to_string(numStages));
   GpuPipelineOptions options{.numWarps = numWarps,
-                             .aligned = out.aligned,
                              .numStages = numStages,
                              .reloadThreadIds =
                                  target.reloadThreadIds || impl.reloadThreadIds,
@@ -333,6 +369,8 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
   // The kernel's own module stays as the DSL built it (the CPU executor and
   // the cache key read it); the passes work on a copy.
   OwningOpRef<ModuleOp> lowered(cast<ModuleOp>(impl.module->clone()));
+  specialiseTensors(lowered->lookupSymbol<func::FuncOp>(impl.name), target,
+                    out.tensors);
   {
     OpPrintingFlags flags;
     flags.enableDebugInfo(false);

@@ -14,9 +14,13 @@
 #include "mlir/IR/OperationSupport.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <fmt/core.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 namespace kiln {
 
@@ -33,6 +37,21 @@ Cache &cache() {
 }
 } // namespace
 
+/// Whether KILN_LOG (a comma-separated list) names `what`.
+static bool logs(std::string_view what) {
+  const char *env = std::getenv("KILN_LOG");
+  if (!env)
+    return false;
+  std::string_view list(env);
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = std::min(list.find(',', at), list.size());
+    if (list.substr(at, comma - at) == what)
+      return true;
+    at = comma + 1;
+  }
+  return false;
+}
+
 std::string compileCacheKey(const Kernel &kernel, const GpuTarget &t) {
   std::string ir;
   llvm::raw_string_ostream os(ir);
@@ -40,10 +59,13 @@ std::string compileCacheKey(const Kernel &kernel, const GpuTarget &t) {
   // The DSL verified the kernel when it finished it: the printer need not.
   flags.printGenericOpForm().enableDebugInfo(false).assumeVerified();
   kernel.impl().module->print(os, flags);
+  std::string unaligned;
+  for (const std::string &name : t.unalignedTensors)
+    unaligned += "," + name;
   return contentHash(
       compilerBuildId() + "|" + t.arch + "|w" + std::to_string(t.numWarps) +
       "|s" + std::to_string(t.numStages) + "|a" +
-      std::to_string(t.assumeAligned) + "|r" +
+      std::to_string(t.assumeAligned) + unaligned + "|r" +
       std::to_string(t.reloadThreadIds) + "|" + t.llvmPipeline + "|" + ir);
 }
 
@@ -97,9 +119,40 @@ std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
   Cache &c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   auto &slot = c.loaded[key];
-  if (!slot)
+  if (!slot) {
     slot = std::make_shared<GpuKernel>(compiled->spec());
+    if (logs("launch"))
+      fmt::print(stderr, "kiln[launch]: {}\n", variantSummary(*compiled));
+  }
   return slot;
+}
+
+std::shared_ptr<GpuKernel>
+jitKernel(const Kernel &kernel, const std::map<std::string, TensorRef> &tensors,
+          GpuTarget target) {
+  target.unalignedTensors = unalignedTensors(kernel, tensors);
+  return jitKernel(kernel, target);
+}
+
+std::string variantSummary(const CompiledKernel &k) {
+  std::string paths;
+  for (const std::string &line : k.report) {
+    // "file:line: load 128x64: TMA (details), ...": what, and its path.
+    size_t what = line.find(": ");
+    if (what == std::string::npos)
+      continue;
+    std::string item = line.substr(what + 2);
+    size_t colon = item.find(": ");
+    if (colon == std::string::npos)
+      continue; // a line about the whole kernel (warp roles, ...)
+    size_t end = item.find_first_of("(,;", colon + 2);
+    std::string path = item.substr(0, end);
+    while (!path.empty() && path.back() == ' ')
+      path.pop_back();
+    paths += (paths.empty() ? "" : " | ") + path;
+  }
+  return k.name + " " + k.arch + " (" + tensorSpecialisation(k) +
+         (k.persistent ? "; persistent" : "") + "): " + paths;
 }
 
 CompileCacheStats compileCacheStats() {

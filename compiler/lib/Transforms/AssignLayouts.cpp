@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/TensorArgs.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -38,10 +39,9 @@ using LayoutMap = llvm::DenseMap<Value, ValueLayout>;
 
 class Analysis {
 public:
-  Analysis(int numWarps, bool aligned) : numWarps(numWarps), aligned(aligned) {}
+  explicit Analysis(int numWarps) : numWarps(numWarps) {}
   LayoutMap map;
   int numWarps;
-  bool aligned;
 
   ValueLayout get(Value v) {
     auto it = map.find(v);
@@ -129,11 +129,13 @@ public:
     } else if (isa<IotaOp>(op)) {
       map[r] = ValueLayout::flexible();
     } else if (auto ld = dyn_cast<LoadOp>(op)) {
-      // 16 bytes per thread along contiguous rows: one vector load each.
+      // 16 bytes per thread along contiguous rows (its own tensor's
+      // specialisation): one vector load each.
       Type elem = ld.getType().getElementType();
       int64_t vec =
-          aligned ? 16 / std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8)
-                  : 1;
+          isAlignedAccess(ld.getPtr())
+              ? 16 / std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8)
+              : 1;
       map[r] = ValueLayout::fixed(Layout::blocked(s, numWarps, vec));
     } else if (auto dot = dyn_cast<DotOp>(op)) {
       map[r] = ValueLayout::fixed(Layout::mma(s[0], s[1], numWarps));
@@ -224,7 +226,9 @@ struct AssignLayouts : public kiln::impl::KilnAssignLayoutsBase<AssignLayouts> {
       func.emitError("kiln-assign-layouts: the kernel already has layouts");
       return signalPassFailure();
     }
-    Analysis a(numWarps, aligned);
+    if (aligned)
+      markAllPointersAligned(func);
+    Analysis a(numWarps);
     // Loop-carried layouts depend on the loop body and the body on them: a
     // few sweeps reach the fixpoint for the loops kiln kernels have.
     for (int sweep = 0; sweep < 3; ++sweep)
@@ -286,8 +290,6 @@ struct AssignLayouts : public kiln::impl::KilnAssignLayoutsBase<AssignLayouts> {
       }
     });
     func->setAttr("kiln.num_warps", b.getI32IntegerAttr(numWarps));
-    if (aligned)
-      func->setAttr("kiln.aligned", b.getUnitAttr());
   }
 };
 

@@ -132,7 +132,8 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
   int threads = o.threads > 0
                     ? o.threads
                     : int(std::max(1u, std::thread::hardware_concurrency()));
-  GpuTarget target{.arch = dev.arch()};
+  GpuTarget target{.arch = dev.arch(),
+                   .unalignedTensors = harness.unalignedTensors};
   auto worker = [&] {
     for (size_t j; (j = next++) < todo.size();) {
       size_t i = todo[j];

@@ -36,6 +36,9 @@ struct TuneHarness {
   int sets = 2;
   std::function<std::vector<ArgValue>(const Kernel &, int set)> args;
   std::function<std::string(const Kernel &, GpuKernel &)> check;
+  /// The tensors `args` binds that are not aligned (unalignedTensors): the
+  /// candidates are compiled for them.
+  std::vector<std::string> unalignedTensors;
 };
 
 struct TuneOptions {

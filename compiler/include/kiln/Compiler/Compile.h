@@ -27,11 +27,15 @@ struct GpuTarget {
   /// from it stays in the loop instead of living in registers across it:
   /// less register pressure, a little more ALU work. Or'ed with the kernel's.
   bool reloadThreadIds = false;
-  /// Specialise for tensors whose last dimension is contiguous (stride 1),
-  /// whose other strides are multiples of 16 bytes and whose base pointers
-  /// are 16-byte aligned: loads and stores become 16-byte vectors. The
-  /// launcher checks the assumption before every launch.
+  /// Specialise each tensor argument for a last dimension that is contiguous
+  /// (stride 1), other strides that are multiples of 16 bytes and a 16-byte
+  /// aligned base: its loads and stores become 16-byte vectors, cp.async or
+  /// TMA. Each tensor on its own: those named in `unalignedTensors` (or all,
+  /// without assumeAligned) take element accesses, and the others keep their
+  /// paths. The launcher checks each specialised tensor before every launch;
+  /// unalignedTensors(kernel, tensors) says which to name for given tensors.
   bool assumeAligned = true;
+  std::vector<std::string> unalignedTensors;
   /// LLVM's middle end before the NVPTX backend: "kiln" (a short function
   /// pipeline for kiln's already-simplified, unrolled code; the default),
   /// LLVM's own "O1", "O2", "O3", or "passes:<text>" for any pipeline in
@@ -39,9 +43,18 @@ struct GpuTarget {
   std::string llvmPipeline = "kiln";
 };
 
-/// Whether the tensors bound to a kernel meet GpuTarget::assumeAligned.
-bool tensorsAligned(const Kernel &kernel,
-                    const std::map<std::string, TensorRef> &tensors);
+/// The tensors bound to a kernel that do not meet GpuTarget::assumeAligned,
+/// sorted by name (GpuTarget::unalignedTensors for them).
+std::vector<std::string>
+unalignedTensors(const Kernel &kernel,
+                 const std::map<std::string, TensorRef> &tensors);
+
+/// Whether the tensor `ref` meets GpuTarget::assumeAligned.
+bool tensorAligned(const TensorRef &ref);
+
+struct CompiledKernel;
+/// "aligned rows: Q, K, V, O; element accesses: LSE" for a compiled kernel.
+std::string tensorSpecialisation(const CompiledKernel &kernel);
 
 /// One stage of a compile: the kernel's IR after a pass (named by the pass's
 /// argument, `cse.2` for its second run), or `kiln` (the DSL's output),
@@ -68,10 +81,11 @@ struct CompiledKernel {
   std::array<int64_t, 3> grid{1, 1, 1};
   int threads = 128;
   int64_t sharedBytes = 0; ///< dynamic shared memory per CTA
-  bool aligned = false;    ///< compiled with GpuTarget::assumeAligned
   /// The grid's programs run on persistent CTAs (LaunchSpec::persistent).
   bool persistent = false;
   std::vector<ParamInfo> params;
+  /// The kernel's tensors, each with the specialisation it was compiled for
+  /// (TensorParamInfo::aligned).
   std::vector<TensorParamInfo> tensors;
   /// TMA tensor maps the kernel takes after `params` (the launcher encodes
   /// them).
@@ -95,8 +109,8 @@ struct CompiledKernel {
 
   /// What the runtime needs to load and launch it.
   LaunchSpec spec() const {
-    return {name,   ptx,     grid,    threads,    sharedBytes,
-            params, tensors, aligned, tensorMaps, persistent};
+    return {name,   ptx,     grid,       threads,   sharedBytes,
+            params, tensors, tensorMaps, persistent};
   }
 };
 
@@ -117,9 +131,23 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target = {},
 std::shared_ptr<const CompiledKernel>
 compileCached(const Kernel &kernel, const GpuTarget &target = {});
 
-/// The same, loaded on the device and ready to launch.
+/// The same, loaded on the device and ready to launch. With KILN_LOG
+/// naming `launch` (KILN_LOG=launch, or a comma list), each variant the
+/// process loads prints one line to stderr: the kernel, its tensors'
+/// specialisation and the path of each load, dot and store.
 std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
                                      const GpuTarget &target = {});
+
+/// The variant for these tensors: `target` with unalignedTensors set from
+/// them (each tensor specialised on its own, as the launch will check).
+std::shared_ptr<GpuKernel>
+jitKernel(const Kernel &kernel, const std::map<std::string, TensorRef> &tensors,
+          GpuTarget target = {});
+
+/// One line: the kernel, arch, tensorSpecialisation and each report line's
+/// path ("load 128x128: TMA | dot 128x128x128: wgmma ..."), as KILN_LOG=launch
+/// prints it.
+std::string variantSummary(const CompiledKernel &kernel);
 
 /// The cache key (64 hex digits): BLAKE3 of the compiler's build id, every
 /// GpuTarget field and the kernel's canonical IR (generic form, without

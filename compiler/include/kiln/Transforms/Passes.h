@@ -17,7 +17,6 @@ namespace kiln {
 /// What the GPU pipeline needs to know beyond the IR.
 struct GpuPipelineOptions {
   int numWarps = 4;
-  bool aligned = false;
   int numStages = 2;
   bool reloadThreadIds = false;
   bool hasWgmma = false; ///< sm_90a

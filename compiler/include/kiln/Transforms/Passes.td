@@ -30,10 +30,10 @@ def KilnOverlapDots : Pass<"kiln-overlap-dots", "::mlir::func::FuncOp"> {
 def KilnAssignLayouts : Pass<"kiln-assign-layouts", "::mlir::func::FuncOp"> {
   let summary = "put a #kiln.layout encoding on every tile";
   let description = [{
-    Anchors: loads take a blocked, coalesced layout (16-byte vectors when the
-    rows are aligned), dots produce the mma accumulator, reductions slice
-    their operand's layout; elementwise ops take the strongest layout among
-    their operands; tiles computed from iota, splats and scalars alone
+    Anchors: loads take a blocked, coalesced layout (16-byte vectors when
+    their pointer argument carries kiln.aligned), dots produce the mma
+    accumulator, reductions slice their operand's layout; elementwise ops
+    take the strongest layout among their operands; tiles computed from iota, splats and scalars alone
     ("flexible") and carried tiles take what their users or the loop pin.
     Wherever an operand's layout differs from the one its user reads (dot
     operands, the operand of a broadcast, a loop's init and yield, operands of
@@ -43,7 +43,8 @@ def KilnAssignLayouts : Pass<"kiln-assign-layouts", "::mlir::func::FuncOp"> {
   let options = [
     Option<"numWarps", "num-warps", "int", "4", "warps per program">,
     Option<"aligned", "aligned", "bool", "false",
-           "rows are contiguous and 16-byte aligned: loads read 16-byte vectors">
+           "mark every pointer argument kiln.aligned (contiguous, 16-byte "
+           "aligned rows: loads read 16-byte vectors)">
   ];
 }
 

@@ -23,10 +23,8 @@ struct LaunchSpec {
   int threads = 128;
   int64_t sharedBytes = 0;
   std::vector<ParamInfo> params;
+  /// Each launch checks the tensors compiled as aligned against that.
   std::vector<TensorParamInfo> tensors;
-  /// Compiled for contiguous last dimensions and 16-byte aligned rows: each
-  /// launch checks the arguments against that.
-  bool aligned = false;
   /// TMA tensor maps passed after `params`, encoded at each launch.
   std::vector<TensorMapInfo> tensorMaps;
   /// The kernel loops over `grid`'s programs (x fastest) in rounds of
@@ -34,6 +32,11 @@ struct LaunchSpec {
   /// most as many CTAs as the device runs at once.
   bool persistent = false;
 };
+
+/// Launches in this process of kernels compiled with a tensor left
+/// unspecialised (element accesses for it: TensorParamInfo::aligned false),
+/// a slower path than the default schedule takes for aligned tensors.
+int64_t fallbackLaunches();
 
 /// A kernel loaded on the device, ready to launch with argument values.
 class GpuKernel {
@@ -54,6 +57,7 @@ public:
 
 private:
   LaunchSpec spec_;
+  bool fallback_ = false; ///< a tensor compiled without the aligned paths
   std::array<unsigned, 3> launchGrid_{1, 1, 1};
   std::unique_ptr<cuda::Module> module_;
   cuda::Function fn_;

@@ -27,6 +27,10 @@ struct TensorParamInfo {
   std::vector<int64_t> shape;
   int pointerParam;
   std::vector<int> strideParams;
+  /// Compiled for a 16-byte aligned base, a contiguous last dimension and
+  /// other strides that are multiples of 16 bytes (GpuTarget::assumeAligned):
+  /// the launcher checks that at each launch.
+  bool aligned = false;
 };
 
 /// A TMA tensor map the kernel takes after its parameters, as a 128-byte

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/TensorArgs.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -250,3 +251,43 @@ LogicalResult ConvertOp::verify() {
 
 #define GET_OP_CLASSES
 #include "kiln/Dialect/Kiln/IR/KilnOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Tensor arguments (TensorArgs.h)
+//===----------------------------------------------------------------------===//
+
+BlockArgument kiln::pointerArgumentOf(Value ptr) {
+  while (auto a = ptr.getDefiningOp<AddPtrOp>())
+    ptr = a.getPtr();
+  auto arg = dyn_cast<BlockArgument>(ptr);
+  auto func = arg ? dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp())
+                  : func::FuncOp();
+  if (!func || arg.getOwner() != &func.getBody().front())
+    return {};
+  return arg;
+}
+
+static func::FuncOp ownerOf(BlockArgument arg) {
+  return cast<func::FuncOp>(arg.getOwner()->getParentOp());
+}
+
+bool kiln::isAlignedAccess(Value ptr) {
+  BlockArgument arg = pointerArgumentOf(ptr);
+  return arg && ownerOf(arg).getArgAttr(arg.getArgNumber(), kAlignedArgAttr);
+}
+
+std::string kiln::accessedTensorName(Value ptr) {
+  BlockArgument arg = pointerArgumentOf(ptr);
+  if (!arg)
+    return "a computed pointer";
+  if (auto name = ownerOf(arg).getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                            "kiln.name"))
+    return name.str();
+  return "argument " + std::to_string(arg.getArgNumber());
+}
+
+void kiln::markAllPointersAligned(func::FuncOp func) {
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (isa<PointerType>(func.getArgument(i).getType()))
+      func.setArgAttr(i, kAlignedArgAttr, UnitAttr::get(func.getContext()));
+}

@@ -1,0 +1,41 @@
+//===- TensorArgs.h - what a kernel knows of its tensor arguments -*- C++
+//-*-===//
+//
+// A tensor argument is a pointer parameter (with a kiln.tensor_shape
+// attribute) followed by one i32 stride parameter per dimension. A compile
+// specialises each pointer argument on its own: `kiln.aligned` on the pointer
+// parameter says that the bound tensor's base is 16-byte aligned, its last
+// dimension contiguous and its other strides multiples of 16 bytes, so that
+// accesses through it may use 16-byte vectors, cp.async and TMA. Loads and
+// stores of other tensors take element accesses without demoting these.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_DIALECT_KILN_IR_TENSORARGS_H
+#define KILN_DIALECT_KILN_IR_TENSORARGS_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace kiln {
+
+inline constexpr llvm::StringLiteral kTensorShapeAttr = "kiln.tensor_shape";
+inline constexpr llvm::StringLiteral kAlignedArgAttr = "kiln.aligned";
+
+/// The argument of the enclosing function that a pointer derives from
+/// through kiln.addptr, if it derives from one.
+mlir::BlockArgument pointerArgumentOf(mlir::Value ptr);
+
+/// Whether block accesses through `ptr` may assume its tensor argument's
+/// argument's aligned specialisation (kAlignedArgAttr).
+bool isAlignedAccess(mlir::Value ptr);
+
+/// The name a report gives the tensor behind `ptr`: its kiln.name (the DSL's
+/// tensor name), else "argument N", else "a computed pointer".
+std::string accessedTensorName(mlir::Value ptr);
+
+/// Marks every pointer argument of `func` aligned (kiln-assign-layouts'
+/// `aligned` option: all tensors at once, for hand-written IR).
+void markAllPointersAligned(mlir::func::FuncOp func);
+
+} // namespace kiln
+
+#endif // KILN_DIALECT_KILN_IR_TENSORARGS_H

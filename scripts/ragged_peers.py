@@ -1,0 +1,78 @@
+"""SDPA's flash and cuDNN attention at the sequence lengths of `kiln bench
+attention --ragged`, timed as ../shared/bench/peers.py times them (standard
+normal inputs, the median of 30 samples of CUDA events around 10 back-to-back
+calls, divided by 10), beside kiln's rows from that benchmark's --json.
+
+Usage: python3 scripts/ragged_peers.py --kiln kiln.json [--dtypes bf16]
+Prints one CSV row per shape and peer, then the table: each N with SDPA's
+figures, kiln's, kiln/cuDNN and, for N not a multiple of 128, kiln at N over
+kiln at the nearest multiple of 128.
+"""
+import argparse, json
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+P = argparse.ArgumentParser()
+P.add_argument("--kiln", required=True, help="kiln bench attention --json output")
+P.add_argument("--dtypes", default="bf16")
+P.add_argument("--batch", type=int, default=10)
+args = P.parse_args()
+dev = torch.device("cuda")
+print(f"# device {torch.cuda.get_device_name(0)} torch={torch.__version__}")
+
+
+def bench(fn, warm=5, reps=30):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(args.batch):
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) / args.batch)
+    return sorted(ts)[len(ts) // 2]
+
+
+kiln = {(r["dtype"], r["N"], r["D"], r["causal"]): r["tflops"]
+        for r in json.load(open(args.kiln))["rows"]}
+peers = {}
+print("peer,dtype,B,H,N,D,causal,ms,tflops")
+for (dn, N, D, causal) in sorted(kiln):
+    if dn not in args.dtypes.split(","):
+        continue
+    dtype = torch.bfloat16 if dn == "bf16" else torch.float16
+    B, H = max(1, 16384 // N), 2048 // D
+    g = torch.Generator(device=dev).manual_seed(N + D)
+    q, k, v = (torch.randn(B, H, N, D, device=dev, dtype=dtype, generator=g) for _ in range(3))
+    flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+    for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION),
+                          ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        def run():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        try:
+            ms = bench(run)
+        except Exception as e:  # noqa: a backend may refuse a shape
+            print(f"# {name} {N} {D} {causal} failed: {type(e).__name__}: {str(e)[:120]}")
+            continue
+        peers[(name, dn, N, D, causal)] = flops / ms / 1e9
+        print(f"{name},{dn},{B},{H},{N},{D},{int(causal)},{ms:.3f},{flops / ms / 1e9:.1f}", flush=True)
+    del q, k, v
+
+print("\n# TFLOP/s; kiln/cuDNN; for N % 128 != 0, kiln at N / kiln at the nearest multiple of 128")
+print("dtype,D,causal,N,sdpa_flash,sdpa_cudnn,kiln,kiln/cudnn,kiln/kiln@128")
+for (dn, N, D, causal) in sorted(kiln, key=lambda k: (k[0], k[2], k[3], k[1])):
+    if dn not in args.dtypes.split(","):
+        continue
+    f = peers.get(("sdpa_flash", dn, N, D, causal), float("nan"))
+    c = peers.get(("sdpa_cudnn", dn, N, D, causal), float("nan"))
+    t = kiln[(dn, N, D, causal)]
+    near = (N + 64) // 128 * 128
+    ref = kiln.get((dn, near, D, causal)) if N % 128 else None
+    print(f"{dn},{D},{int(causal)},{N},{f:.0f},{c:.0f},{t:.0f},{t / c:.2f},"
+          + (f"{t / ref:.2f}" if ref else ""))
