@@ -279,6 +279,14 @@ void KernelBuilder::setStages(int stages, Loc loc) {
                         state_->builder.getI32IntegerAttr(stages));
 }
 
+void KernelBuilder::setMinBlocksPerSM(int blocks, Loc loc) {
+  if (blocks < 1 || blocks > 32)
+    userError(loc, "setMinBlocksPerSM: " + std::to_string(blocks) +
+                       " is not in [1, 32]");
+  state_->func->setAttr("kiln.min_blocks_per_sm",
+                        state_->builder.getI32IntegerAttr(blocks));
+}
+
 void KernelBuilder::setReloadThreadIds(bool reload) {
   state_->kernel->reloadThreadIds = reload;
   if (reload)

@@ -38,6 +38,19 @@ static void checkShape(const AttentionShape &s, const AttentionConfig &c) {
                   std::to_string(b));
 }
 
+/// Loops over key blocks: causal attention splits them at the diagonal;
+/// non-causal with a ragged end of 16 blocks or more keeps it apart from the
+/// unmasked blocks before it. H200 bench (bf16, TFLOP/s) at N=1000/1023/
+/// 2049/3001/4097/8191, every block masked in one loop: D=128 534/482/462/
+/// 513/528/563 (654/690/687/709 at 2048/2944/4096/8192, same run), D=64
+/// 443/464/393/454/427/523; split: D=128 486/491/525/605/629/672, D=64
+/// 405/429/447/489/496/515 (another run; a second loop costs O's TMA store
+/// at D=128, where overlap then needs two V buffers, and 64-key blocks at
+/// the end at D=64, where registers are tight).
+static int keyLoops(const AttentionShape &s, int64_t blockN) {
+  return s.causal || (s.seqK / blockN >= 16 && s.seqK % blockN) ? 2 : 1;
+}
+
 AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // No tile sizes chosen: the autotuner's winner for this GPU and shape
   // bucket, when `kiln tune` recorded one.
@@ -131,6 +144,16 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.persistent = c.warpSpecialize > 0;
   if (c.dynamicTiles < 0)
     c.dynamicTiles = s.causal && c.persistent > 0 && c.warpSpecialize > 0;
+  // Two CTAs of 8 warps per SM at D=64 need 128 registers a thread; the
+  // non-causal kernel with a ragged end's second loop took 129-139 and ran
+  // one (H200 bench, bf16 TFLOP/s at N=2049/4097/8191: 310/360/390; with
+  // the hint 443/496/516). The one-loop kernels take 127-128 without it and
+  // slow down with it (ptxas gives N=1000 107 registers: 376 against 443).
+  if (c.minBlocksPerSM < 0)
+    c.minBlocksPerSM = !wide && c.wgmma > 0 && c.warpSpecialize <= 0 &&
+                               !s.causal && keyLoops(s, c.blockN) == 2
+                           ? 2
+                           : 0;
   // Longest first over every head makes each round of persistent CTAs read
   // the K/V of ~130 heads: at causal N=2k, 2.7 TB/s from DRAM at a 40% L2
   // hit rate (ncu), against cuDNN's 0.76 TB/s at 75%. Smaller groups fix
@@ -161,7 +184,7 @@ int64_t attentionSharedBytes(const AttentionShape &s,
   const int64_t D = s.headDim, bn = c.blockN ? c.blockN : 128;
   int64_t elements = c.blockM * D + 2 * c.stages * bn * D;
   if (c.overlap > 0)
-    elements += (s.causal ? 2 : 1) * bn * D;
+    elements += keyLoops(s, bn) * bn * D;
   const int64_t bytes =
       elements * int64_t(dtypeSize(s.dtype)) + (c.wgmma > 0 ? 1024 : 0);
   // Under TMA the compiler stages O for a bulk store where that still fits.
@@ -190,6 +213,8 @@ Kernel attentionForward(const AttentionShape &s,
   k.setWarps(c.warps);
   k.setStages(c.stages);
   k.setReloadThreadIds(c.reloadThreadIds > 0);
+  if (c.minBlocksPerSM > 0)
+    k.setMinBlocksPerSM(int(c.minBlocksPerSM));
   k.setCopyAddressesPerRegister(c.copyAddressesPerRegister > 0);
   k.setWgmma(c.wgmma > 0);
   k.setTma(c.wgmma > 0 && c.tma > 0);
@@ -263,9 +288,20 @@ Kernel attentionForward(const AttentionShape &s,
     forRange(0, min(m0 + BM, Index(s.seqK)), BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, true, BN); });
   } else {
-    // Only the last block can be ragged; masking every block costs little.
-    forRange(0, s.seqK, BN, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, s.seqK % BN != 0, BN); });
+    // Key blocks before `split` need no mask; from 16 blocks on, a ragged
+    // end goes in a masked loop of its own with the whole block before it
+    // (a loop of one iteration would be unrolled, its loads not pipelined).
+    // keyLoops has the figures.
+    const int64_t split = s.seqK % BN == 0   ? s.seqK
+                          : s.seqK / BN < 16 ? 0
+                                             : (s.seqK / BN - 1) * BN;
+    if (split > 0)
+      forRange(0, split, BN, carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, false, BN); });
+    const int64_t endBlock = split > 0 ? BND : BN;
+    if (split < s.seqK)
+      forRange(split, s.seqK, endBlock, carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, true, endBlock); });
   }
 
   // One reciprocal per row, then a multiply per element: an IEEE division per

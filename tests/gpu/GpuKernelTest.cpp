@@ -326,6 +326,19 @@ INSTANTIATE_TEST_SUITE_P(
                  .dtype = bf16, .bshd = false, .wgmma = true, .tmaStore = 0}),
     [](const auto &info) { return caseName(info.param); });
 
+// Non-causal with a ragged end (the default schedule): from 16 key blocks
+// on, unmasked blocks, then a masked loop over the last whole block and the
+// ragged one (64-key blocks at D=64); fewer, one masked loop; mma.sync.
+INSTANTIATE_TEST_SUITE_P(
+    RaggedKeys, AttentionOnGpu,
+    ::testing::Values(AttnCase{1, 2, 385, 64, false, bf16, false, true},
+                      AttnCase{2, 3, 383, 128, false, f16, false, true},
+                      AttnCase{1, 2, 4097, 64, false, bf16, true, true},
+                      AttnCase{3, 4, 3001, 128, false, bf16, false, true},
+                      AttnCase{2, 2, 2049, 64, false, f16, false, true},
+                      AttnCase{1, 2, 641, 128, false, f16, true, false}),
+    [](const auto &info) { return caseName(info.param); });
+
 TEST(GpuKernels, GemmMatchesFp64) {
   REQUIRE_GPU();
   for (auto [M, N, K, t] :

@@ -258,6 +258,26 @@ TEST(Codegen, UnalignedTensorKeepsOthersOnTheirPaths) {
               HasSubstr("unalignedTensors names X, which is not a tensor"));
 }
 
+// Non-causal with a ragged end: from 16 key blocks on, the unmasked blocks in
+// one loop and the end in a masked one (64-key blocks at D=64, where the
+// kernel asks ptxas for two CTAs per SM); below that, one masked loop.
+TEST(Codegen, RaggedEndHasALoopOfItsOwn) {
+  auto loops = [](const Kernel &k) { return countOf(k.ir(), "scf.for"); };
+  for (int64_t d : {64, 128}) {
+    SCOPED_TRACE(d);
+    Kernel ragged = kernels::attentionForward(selfAttention(2049, d, false));
+    EXPECT_EQ(loops(ragged), 2u);
+    EXPECT_EQ(loops(kernels::attentionForward(selfAttention(2048, d, false))),
+              1u);
+    EXPECT_EQ(loops(kernels::attentionForward(selfAttention(1023, d, false))),
+              1u);
+    CompiledKernel c = compileForGpu(ragged, {.unalignedTensors = {"LSE"}});
+    EXPECT_EQ(countOf(c.ptx, ".minnctapersm 2"), d == 64 ? 1u : 0u);
+    // K and V pipelined in both loops.
+    EXPECT_EQ(countOf(reportOf(c), "iteration(s) ahead"), 4u) << reportOf(c);
+  }
+}
+
 // The default at D=128, N=4k: P·V one iteration behind Q·Kᵀ. Each loop
 // iteration issues Q·Kᵀ, then the previous P·V, and waits for the first only
 // (one group left in flight) before the softmax; one P·V after the loop.

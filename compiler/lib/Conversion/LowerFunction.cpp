@@ -122,6 +122,8 @@ int64_t Lowerer::run(ModuleOp module) {
   fn->setAttr("nvvm.kernel", b.getUnitAttr());
   fn->setAttr("nvvm.maxntid",
               b.getDenseI32ArrayAttr({32 * (numWarps + producerWarps), 1, 1}));
+  if (auto blocks = src->getAttrOfType<IntegerAttr>("kiln.min_blocks_per_sm"))
+    fn->setAttr("nvvm.minctasm", b.getI32IntegerAttr(int(blocks.getInt())));
   for (size_t i = 0; i < tensorMaps.size(); ++i) {
     unsigned arg = src.getNumArguments() + i;
     fn.setArgAttr(arg, "llvm.byval",

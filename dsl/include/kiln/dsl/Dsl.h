@@ -265,6 +265,11 @@ public:
   /// plus per-register constants (the default). Which allocates better
   /// depends on the kernel's register pressure; it is measured, not derived.
   void setCopyAddressesPerRegister(bool perRegister);
+  /// Codegen hint: ptxas keeps each thread's registers low enough for
+  /// `blocks` CTAs per SM (PTX .minnctapersm; at 8 warps and 2 blocks, 128
+  /// registers), where a kernel meant to run that many at once would
+  /// otherwise take a few registers more and run half as many.
+  void setMinBlocksPerSM(int blocks, Loc loc = Loc::current());
   /// Schedule: the dots on Hopper's warpgroup MMA (wgmma, sm_90a; on other
   /// targets they stay on mma.sync and the lowering report says so) rather
   /// than mma.sync. It wants warps in groups of 4, each group over 64 rows.

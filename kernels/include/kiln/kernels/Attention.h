@@ -70,6 +70,10 @@ struct AttentionConfig {
   /// O through TMA (KernelBuilder::setTmaStores) where its staging tile fits
   /// in shared memory: 1 yes, 0 no, -1 default (with TMA).
   int tmaStore = -1;
+  /// CTAs per SM ptxas keeps registers for (KernelBuilder::setMinBlocksPerSM):
+  /// 0 no hint, -1 default (2 at D=64 non-causal under wgmma without a
+  /// producer warpgroup where a ragged end takes a loop of its own).
+  int minBlocksPerSM = -1;
 };
 
 /// The config with its zero fields filled in for `shape`. With blockM and
@@ -80,7 +84,8 @@ AttentionConfig resolveConfig(const AttentionShape &shape,
 
 /// Dynamic shared memory the kernel takes under `config` (blockN 0 reads as
 /// 128): Q resident, K and V `stages` deep, V for the dot after each loop
-/// under `overlap` (two loops when causal), a 1 KB block of TMA
+/// under `overlap` (two loops when causal or seqK is not a multiple of the
+/// key block), a 1 KB block of TMA
 /// mbarriers under wgmma, and O's staging tile for a TMA store where it
 /// fits. A lower bound where layout conversions go through shared memory.
 int64_t attentionSharedBytes(const AttentionShape &shape,
