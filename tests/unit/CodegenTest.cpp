@@ -243,6 +243,16 @@ TEST(Codegen, UnalignedTensorKeepsOthersOnTheirPaths) {
               "aligned rows: Q, K, V, O; element accesses: LSE");
     for (const TensorParamInfo &t : c.tensors)
       EXPECT_EQ(t.aligned, t.name != "LSE") << t.name;
+    // What the launched object (and KILN_LOG=launch) says of the variant.
+    std::string summary = variantSummary(c);
+    EXPECT_THAT(summary, HasSubstr("attention_fwd sm_90a (aligned rows: Q, K, "
+                                   "V, O; element accesses: LSE; persistent)"));
+    EXPECT_THAT(summary, HasSubstr("load 128x128: TMA | "));
+    EXPECT_THAT(summary, HasSubstr("store 128: st.global from registers"));
+    EXPECT_THAT(summary, HasSubstr("dot 128x128x128: wgmma"));
+    EXPECT_THAT(summary, Not(HasSubstr("warp roles")));
+    EXPECT_EQ(c.spec().variant, summary);
+    EXPECT_EQ(c.spec().report, c.report);
     // Without the specialisation the same kernel compiles differently, and
     // every tensor is named.
     CompiledKernel none =

@@ -18,7 +18,6 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/OptBisect.h"
@@ -252,40 +251,6 @@ static void emitPtx(llvm::Module &m, const std::string &arch,
   out.ptx = std::string(ptx.str());
   out.llvmIR = llvmText.get();
   out.stages.push_back({"ptx", "", msSince(t0)});
-}
-
-bool tensorAligned(const TensorRef &r) {
-  if (reinterpret_cast<uintptr_t>(r.data) % 16 || r.strides.empty() ||
-      r.strides.back() != 1)
-    return false;
-  for (size_t d = 0; d + 1 < r.strides.size(); ++d)
-    if ((r.strides[d] * int64_t(dtypeSize(r.dtype))) % 16)
-      return false;
-  return true;
-}
-
-std::vector<std::string>
-unalignedTensors(const Kernel &kernel,
-                 const std::map<std::string, TensorRef> &tensors) {
-  std::vector<std::string> out;
-  for (const TensorParamInfo &t : kernel.tensors()) {
-    auto it = tensors.find(t.name);
-    if (it == tensors.end() || !tensorAligned(it->second))
-      out.push_back(t.name);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::string tensorSpecialisation(const CompiledKernel &kernel) {
-  std::vector<std::string> aligned, any;
-  for (const TensorParamInfo &t : kernel.tensors)
-    (t.aligned ? aligned : any).push_back(t.name);
-  std::string out =
-      "aligned rows: " + (aligned.empty() ? "none" : llvm::join(aligned, ", "));
-  if (!any.empty())
-    out += "; element accesses: " + llvm::join(any, ", ");
-  return out;
 }
 
 /// Puts kiln.aligned on the pointer argument of every tensor the target

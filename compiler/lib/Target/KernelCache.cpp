@@ -134,26 +134,6 @@ jitKernel(const Kernel &kernel, const std::map<std::string, TensorRef> &tensors,
   return jitKernel(kernel, target);
 }
 
-std::string variantSummary(const CompiledKernel &k) {
-  std::string paths;
-  for (const std::string &line : k.report) {
-    // "file:line: load 128x64: TMA (details), ...": what, and its path.
-    size_t what = line.find(": ");
-    if (what == std::string::npos)
-      continue;
-    std::string item = line.substr(what + 2);
-    size_t colon = item.find(": ");
-    if (colon == std::string::npos)
-      continue; // a line about the whole kernel (warp roles, ...)
-    size_t end = item.find_first_of("(,;", colon + 2);
-    std::string path = item.substr(0, end);
-    while (!path.empty() && path.back() == ' ')
-      path.pop_back();
-    paths += (paths.empty() ? "" : " | ") + path;
-  }
-  return k.name + " " + k.arch + " (" + tensorSpecialisation(k) +
-         (k.persistent ? "; persistent" : "") + "): " + paths;
-}
 
 CompileCacheStats compileCacheStats() {
   Cache &c = cache();

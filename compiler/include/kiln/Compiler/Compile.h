@@ -108,10 +108,7 @@ struct CompiledKernel {
   const std::string &textOf(const CompileStage &stage) const;
 
   /// What the runtime needs to load and launch it.
-  LaunchSpec spec() const {
-    return {name,   ptx,     grid,       threads,   sharedBytes,
-            params, tensors, tensorMaps, persistent};
-  }
+  LaunchSpec spec() const;
 };
 
 /// Writes every stage of `kernel` under `dir`/<name>-<arch>-<hash>/ as

@@ -31,6 +31,11 @@ struct LaunchSpec {
   /// gridDim.x, one per CTA each round: it is launched on a 1-D grid of at
   /// most as many CTAs as the device runs at once.
   bool persistent = false;
+  /// Which variant this is, for the user who launches it: the compiler's
+  /// one-line summary (tensors' specialisation, each access's path) and its
+  /// lowering report.
+  std::string variant;
+  std::vector<std::string> report;
 };
 
 /// Launches in this process of kernels compiled with a tensor left

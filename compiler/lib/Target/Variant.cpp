@@ -1,0 +1,83 @@
+//===- Variant.cpp - what a compiled variant is specialised for -----------===//
+//
+// Each tensor argument is compiled as aligned (16-byte vectors, cp.async,
+// TMA) or not on its own; these say which a set of tensors needs, and what a
+// compiled variant took, for the user who launches it.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Compiler/Compile.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+#include <algorithm>
+
+namespace kiln {
+
+bool tensorAligned(const TensorRef &r) {
+  if (reinterpret_cast<uintptr_t>(r.data) % 16 || r.strides.empty() ||
+      r.strides.back() != 1)
+    return false;
+  for (size_t d = 0; d + 1 < r.strides.size(); ++d)
+    if ((r.strides[d] * int64_t(dtypeSize(r.dtype))) % 16)
+      return false;
+  return true;
+}
+
+std::vector<std::string>
+unalignedTensors(const Kernel &kernel,
+                 const std::map<std::string, TensorRef> &tensors) {
+  std::vector<std::string> out;
+  for (const TensorParamInfo &t : kernel.tensors()) {
+    auto it = tensors.find(t.name);
+    if (it == tensors.end() || !tensorAligned(it->second))
+      out.push_back(t.name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string tensorSpecialisation(const CompiledKernel &kernel) {
+  std::vector<std::string> aligned, any;
+  for (const TensorParamInfo &t : kernel.tensors)
+    (t.aligned ? aligned : any).push_back(t.name);
+  std::string out =
+      "aligned rows: " + (aligned.empty() ? "none" : llvm::join(aligned, ", "));
+  if (!any.empty())
+    out += "; element accesses: " + llvm::join(any, ", ");
+  return out;
+}
+
+LaunchSpec CompiledKernel::spec() const {
+  LaunchSpec s{name,   ptx,     grid,       threads,   sharedBytes,
+               params, tensors, tensorMaps, persistent};
+  s.variant = variantSummary(*this);
+  s.report = report;
+  return s;
+}
+
+std::string variantSummary(const CompiledKernel &k) {
+  std::string paths;
+  for (const std::string &line : k.report) {
+    // "File.cpp:12: load 128x64: TMA (details), ...": what, and its path.
+    // Lines about the whole kernel ("warp roles: ...") have no file:line.
+    size_t what = line.find(": ");
+    size_t lineNo = line.rfind(':', what == std::string::npos ? 0 : what - 1);
+    if (what == std::string::npos || lineNo == std::string::npos ||
+        lineNo + 1 == what ||
+        line.find_first_not_of("0123456789", lineNo + 1) != what)
+      continue;
+    std::string item = line.substr(what + 2);
+    size_t colon = item.find(": ");
+    if (colon == std::string::npos)
+      continue;
+    size_t end = item.find_first_of("(,;", colon + 2);
+    std::string path = item.substr(0, end);
+    while (!path.empty() && path.back() == ' ')
+      path.pop_back();
+    paths += (paths.empty() ? "" : " | ") + path;
+  }
+  return k.name + " " + k.arch + " (" + tensorSpecialisation(k) +
+         (k.persistent ? "; persistent" : "") + "): " + paths;
+}
+
+} // namespace kiln
