@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 using namespace kiln::dsl;
 
@@ -22,7 +23,10 @@ namespace kiln::kernels {
 /// convert-kiln-to-llvm shared-limit).
 constexpr int64_t kHopperSharedBytes = 227 * 1024;
 
-static void checkShape(const AttentionShape &s, const AttentionConfig &c) {
+/// Before any arithmetic on the shape: sizes in range, a batch's H*N*D
+/// elements (the contiguous tensors' largest stride) and the programs of
+/// the grid within kiln's 32-bit index width.
+void checkAttentionShape(const AttentionShape &s) {
   if (s.batch < 1 || s.heads < 1 || s.seqQ < 1 || s.seqK < 1)
     throw Error("attention: batch, heads and sequence lengths must be >= 1");
   if (s.headDim != 64 && s.headDim != 128)
@@ -31,6 +35,22 @@ static void checkShape(const AttentionShape &s, const AttentionConfig &c) {
   if (!isFloat(s.dtype))
     throw Error(std::string("attention: dtype ") + dtypeName(s.dtype) +
                 " is not a float type");
+  constexpr int64_t kIndexMax = std::numeric_limits<int32_t>::max();
+  const std::string what = "attention";
+  for (int64_t n : {s.seqQ, s.seqK})
+    if (checkedMul(checkedMul(s.heads, n, what), s.headDim, what) > kIndexMax)
+      throw Error("attention: H*N*D = " + std::to_string(s.heads) + "*" +
+                  std::to_string(n) + "*" + std::to_string(s.headDim) +
+                  " elements per batch exceed kiln's 32-bit index width "
+                  "(2^31 - 1)");
+  const int64_t programs = checkedMul(checkedMul(s.batch, s.heads, what),
+                                      (s.seqQ + 63) / 64, what);
+  if (programs > kIndexMax)
+    throw Error("attention: B*H*ceil(N/64) = " + std::to_string(programs) +
+                " row blocks exceed the grid's 2^31 - 1");
+}
+
+static void checkConfig(const AttentionConfig &c) {
   for (int64_t b : {c.blockM, c.blockN, c.blockNDiagonal})
     if (b < 16 || (b & (b - 1)))
       throw Error("attention: blockM, blockN and blockNDiagonal must be "
@@ -52,6 +72,7 @@ static int keyLoops(const AttentionShape &s, int64_t blockN) {
 }
 
 AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
+  checkAttentionShape(s);
   // No tile sizes chosen: the autotuner's winner for this GPU and shape
   // bucket, when `kiln tune` recorded one.
   if (!c.blockM && !c.blockN)
@@ -198,7 +219,7 @@ int64_t attentionSharedBytes(const AttentionShape &s,
 Kernel attentionForward(const AttentionShape &s,
                         const AttentionConfig &config) {
   const AttentionConfig c = resolveConfig(s, config);
-  checkShape(s, c);
+  checkConfig(c);
   const int64_t D = s.headDim, BM = c.blockM, BN = c.blockN;
   const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
   const double toExp2 = scale * log2e; // scores to base-2 exponents

@@ -72,6 +72,7 @@ AttentionConfig parseConfigString(const std::string &text) {
 }
 
 std::string attentionTuneBucket(const AttentionShape &s) {
+  checkAttentionShape(s); // sizes < 2^31: the doubling ends
   int64_t n = 512;
   while (n < std::max(s.seqQ, s.seqK))
     n *= 2;

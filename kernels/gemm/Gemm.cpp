@@ -3,6 +3,7 @@
 #include "kiln/dsl/Dsl.h"
 
 #include <algorithm>
+#include <limits>
 
 using namespace kiln::dsl;
 
@@ -13,6 +14,15 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
     throw Error("gemm: M, N and K must be >= 1");
   if (!isFloat(s.dtype) || !isFloat(s.outDtype))
     throw Error("gemm: dtypes must be float types");
+  for (int64_t b : {c.blockM, c.blockN, c.blockK})
+    if (b < 1 || b > 1024 || (b & (b - 1)))
+      throw Error("gemm: blockM, blockN and blockK must be powers of two in "
+                  "[1, 1024], got " +
+                  std::to_string(b));
+  if (s.M > std::numeric_limits<int32_t>::max() ||
+      s.N > std::numeric_limits<int32_t>::max() ||
+      s.K > std::numeric_limits<int32_t>::max())
+    throw Error("gemm: M, N and K must be < 2^31 (kiln's index width)");
 
   const int64_t mBlocks = cdiv(s.M, c.blockM), nBlocks = cdiv(s.N, c.blockN);
   const int64_t group = std::clamp<int64_t>(c.groupM, 1, mBlocks);

@@ -9,6 +9,8 @@
 #include "kiln/kernels/Softmax.h"
 #include "kiln/dsl/Dsl.h"
 
+#include <limits>
+
 using namespace kiln::dsl;
 
 namespace kiln::kernels {
@@ -20,6 +22,14 @@ Kernel softmax(const SoftmaxShape &s, const SoftmaxConfig &c) {
     throw Error(std::string("softmax: dtype ") + dtypeName(s.dtype) +
                 " is not a float type");
   const int64_t BR = c.blockRows, BC = c.blockCols;
+  for (int64_t b : {BR, BC})
+    if (b < 1 || b > 4096 || (b & (b - 1)))
+      throw Error("softmax: blockRows and blockCols must be powers of two in "
+                  "[1, 4096], got " +
+                  std::to_string(b));
+  if (s.rows > std::numeric_limits<int32_t>::max() ||
+      s.cols > std::numeric_limits<int32_t>::max())
+    throw Error("softmax: rows and cols must be < 2^31 (kiln's index width)");
 
   KernelBuilder k("softmax", {cdiv(s.rows, BR)});
   k.setWarps(c.warps);

@@ -2,6 +2,7 @@
 #include "kiln/runtime/HostTensor.h"
 #include "kiln/runtime/Error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -13,7 +14,8 @@ std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &shape) {
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     s[i] = acc;
-    acc *= shape[i];
+    acc = checkedMul(acc, std::max<int64_t>(shape[i], 1),
+                     "the strides of shape " + shapeToString(shape));
   }
   return s;
 }
@@ -36,6 +38,7 @@ HostTensor::HostTensor(DType dtype, std::vector<int64_t> shape,
   if (strides_.size() != shape_.size())
     throw Error("HostTensor: " + std::to_string(strides_.size()) +
                 " strides for a " + shapeToString(shape_) + " tensor");
+  const std::string what = "HostTensor " + shapeToString(shape_);
   int64_t last = 0;
   bool empty = false;
   for (size_t i = 0; i < shape_.size(); ++i) {
@@ -43,15 +46,30 @@ HostTensor::HostTensor(DType dtype, std::vector<int64_t> shape,
       throw Error("HostTensor: negative size or stride in shape " +
                   shapeToString(shape_));
     empty |= shape_[i] == 0;
-    last += (shape_[i] - 1) * strides_[i];
+    if (!empty &&
+        __builtin_add_overflow(
+            last, checkedMul(shape_[i] - 1, strides_[i], what), &last))
+      throw Error(what + ": its last element's offset overflows 64-bit "
+                         "integers");
   }
-  storage_.assign(empty ? 0 : size_t(last + 1) * dtypeSize(dtype_), 0);
+  if (empty)
+    return;
+  int64_t elements = 1;
+  for (int64_t d : shape_)
+    elements = checkedMul(elements, d, what);
+  int64_t bytes = checkedMul(last + 1, int64_t(dtypeSize(dtype_)), what);
+  try {
+    storage_.assign(size_t(bytes), 0);
+  } catch (const std::exception &) { // bad_alloc, length_error
+    throw Error(what + ": cannot allocate " + std::to_string(bytes) +
+                " bytes of host memory");
+  }
 }
 
 int64_t HostTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape_)
-    n *= d;
+    n *= d; // the constructor allocated them all: no overflow
   return n;
 }
 

@@ -59,7 +59,13 @@ static size_t countOf(const std::string &ptx, const std::string &what) {
 TEST(Codegen, AttentionIsOneFusedKernel) {
   for (const char *arch : {"sm_80", "sm_90a"}) {
     kernels::AttentionShape s = selfAttention(4096, 128, false);
-    CompiledKernel c = compileForGpu(kernels::attentionForward(s), {arch, 0});
+    // The default Config is Hopper's (225 KB of shared memory at D=128):
+    // sm_80 takes the mma.sync one.
+    kernels::AttentionConfig config;
+    if (std::string(arch) == "sm_80")
+      config.wgmma = 0;
+    CompiledKernel c =
+        compileForGpu(kernels::attentionForward(s, config), {arch, 0});
     EXPECT_THAT(c.ptx, HasSubstr(std::string(".target ") + arch));
     EXPECT_GT(countOf(c.ptx, std::string(arch) == "sm_80"
                                  ? "mma.sync.aligned.m16n8k16.row.col.f32."
@@ -391,6 +397,26 @@ TEST(Codegen, KilnLlvmPipelineDoesO3sWork) {
     size_t lines = countOf(kiln.ptx, "\n"), o3Lines = countOf(o3.ptx, "\n");
     EXPECT_LT(lines, o3Lines * 105 / 100) << k.name();
   }
+}
+
+// What no GPU of the architecture can run is rejected when compiling, with
+// the numbers.
+TEST(Codegen, SchedulesThatCannotFitAreRejected) {
+  kernels::AttentionConfig deep;
+  deep.stages = 8;
+  EXPECT_THAT(test::errorOf([&] {
+                compileForGpu(kernels::attentionForward(
+                                  selfAttention(4096, 128, false), deep),
+                              {"sm_90a"});
+              }),
+              HasSubstr("bytes of shared memory per block; sm_90a allows "
+                        "232448 (8 pipeline stages, 8 warps)"));
+  EXPECT_THAT(test::errorOf([&] {
+                compileForGpu(
+                    kernels::attentionForward(selfAttention(4096, 128, false)),
+                    {"sm_80"});
+              }),
+              HasSubstr("sm_80 allows 166912"));
 }
 
 TEST(Codegen, UnsupportedShapesAreNamed) {

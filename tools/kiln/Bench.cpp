@@ -49,7 +49,7 @@ static double medianLaunchMs(GpuKernel &g, const std::vector<ArgValue> &args,
 /// cuBLAS row of peers.py), M = N = K = --size; median of --reps launches.
 static int benchGemm(Options &opts) {
   int64_t n = opts.integer("size", 8192);
-  int reps = int(positive(opts, "reps", 20));
+  int reps = positive32(opts, "reps", 20);
   // Measured best on the H200 (same run): 128x256 blocks, a producer
   // warpgroup, 3 stages, 699 TFLOP/s; 256x128 with 16 warps and no producer
   // 675; 128x128 4 stages 666.
@@ -62,8 +62,8 @@ static int benchGemm(Options &opts) {
   c.blockM = opts.integer("block-m", c.blockM);
   c.blockN = opts.integer("block-n", c.blockN);
   c.blockK = opts.integer("block-k", c.blockK);
-  c.warps = int(opts.integer("warps", c.warps));
-  c.stages = int(opts.integer("stages", c.stages));
+  c.warps = opts.int32("warps", c.warps);
+  c.stages = opts.int32("stages", c.stages);
   c.wgmma = opts.integer("wgmma", 1) != 0;
   c.tma = opts.integer("tma", 1) != 0;
   c.warpSpecialize = opts.integer("warp-specialize", 1) != 0;
@@ -105,33 +105,33 @@ int cmdBench(Options &opts) {
   if (opts.positional.size() == 1 && opts.positional[0] == "gemm")
     return benchGemm(opts);
   if (opts.positional.size() != 1 || opts.positional[0] != "attention")
-    throw Error("kiln bench: 'attention' or 'gemm'");
+    throw UsageError("kiln bench: .attention. or 'gemm'");
   bool quick = opts.flag("quick");
   bool ragged = opts.flag("ragged");
   std::string dtypes = opts.string("dtypes", "bf16");
   std::string jsonPath = opts.string("json", "");
-  int reps = int(positive(opts, "reps", 30));
+  int reps = positive32(opts, "reps", 30);
   std::string onlyD = opts.string("head-dim", "");
   kernels::AttentionConfig cfg;
   cfg.blockM = opts.integer("block-m", cfg.blockM);
   cfg.blockN = opts.integer("block-n", cfg.blockN);
-  cfg.warps = int(opts.integer("warps", cfg.warps));
-  cfg.stages = int(opts.integer("stages", cfg.stages));
-  cfg.reloadThreadIds = int(opts.integer("reload-ids", cfg.reloadThreadIds));
+  cfg.warps = opts.int32("warps", cfg.warps);
+  cfg.stages = opts.int32("stages", cfg.stages);
+  cfg.reloadThreadIds = opts.int32("reload-ids", cfg.reloadThreadIds);
   cfg.blockNDiagonal = opts.integer("block-n-diagonal", cfg.blockNDiagonal);
   cfg.copyAddressesPerRegister =
-      int(opts.integer("copy-per-register", cfg.copyAddressesPerRegister));
+      opts.int32("copy-per-register", cfg.copyAddressesPerRegister);
   cfg.longestFirstGlobally =
-      int(opts.integer("longest-first-globally", cfg.longestFirstGlobally));
+      opts.int32("longest-first-globally", cfg.longestFirstGlobally);
   cfg.headGroup = opts.integer("head-group", cfg.headGroup);
-  cfg.dynamicTiles = int(opts.integer("dynamic-tiles", cfg.dynamicTiles));
-  cfg.wgmma = int(opts.integer("wgmma", cfg.wgmma));
-  cfg.tma = int(opts.integer("tma", cfg.tma));
-  cfg.tmaStore = int(opts.integer("tma-store", cfg.tmaStore));
-  cfg.warpSpecialize = int(opts.integer("warp-specialize", cfg.warpSpecialize));
-  cfg.pingpong = int(opts.integer("pingpong", cfg.pingpong));
-  cfg.overlap = int(opts.integer("overlap", cfg.overlap));
-  cfg.persistent = int(opts.integer("persistent", cfg.persistent));
+  cfg.dynamicTiles = opts.int32("dynamic-tiles", cfg.dynamicTiles);
+  cfg.wgmma = opts.int32("wgmma", cfg.wgmma);
+  cfg.tma = opts.int32("tma", cfg.tma);
+  cfg.tmaStore = opts.int32("tma-store", cfg.tmaStore);
+  cfg.warpSpecialize = opts.int32("warp-specialize", cfg.warpSpecialize);
+  cfg.pingpong = opts.int32("pingpong", cfg.pingpong);
+  cfg.overlap = opts.int32("overlap", cfg.overlap);
+  cfg.persistent = opts.int32("persistent", cfg.persistent);
   std::string pipeline = opts.string("llvm-pipeline", "kiln");
   opts.checkAllUsed();
   std::string why;
@@ -160,7 +160,7 @@ int cmdBench(Options &opts) {
   for (std::string dn; std::getline(ds, dn, ',');) {
     auto dtype = parseDType(dn);
     if (!dtype || (*dtype != DType::bf16 && *dtype != DType::f16))
-      throw Error("kiln bench: --dtypes takes bf16 and fp16, got " + dn);
+      throw UsageError("kiln bench: --dtypes takes bf16 and fp16, got " + dn);
     for (int64_t D : {64, 128}) {
       if (!onlyD.empty() && std::to_string(D) != onlyD)
         continue;

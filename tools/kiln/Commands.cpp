@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
@@ -31,28 +32,43 @@ Options Options::parse(const std::vector<std::string> &args,
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     } else if (flags.count(name)) {
-      value = "1";
+      // A flag may be given a value: --causal 0, --causal true.
+      const bool valued =
+          i + 1 < args.size() && (args[i + 1] == "0" || args[i + 1] == "1" ||
+                                  args[i + 1] == "false" || args[i + 1] == "true");
+      value = valued ? args[++i] : "1";
     } else if (i + 1 < args.size()) {
       value = args[++i];
     } else {
-      throw Error("option --" + name + " needs a value");
+      throw UsageError("option --" + name + " needs a value");
     }
     o.values_[name] = value;
   }
   return o;
 }
 
-int64_t Options::integer(const std::string &name, int64_t fallback) {
+int64_t Options::integer(const std::string &name, int64_t fallback,
+                         int64_t lo, int64_t hi) {
   used_.insert(name);
   auto it = values_.find(name);
   if (it == values_.end())
     return fallback;
   char *end = nullptr;
+  errno = 0;
   long long v = std::strtoll(it->second.c_str(), &end, 10);
   if (it->second.empty() || *end)
-    throw Error("option --" + name + ": '" + it->second +
-                "' is not an integer");
+    throw UsageError("option --" + name + ": '" + it->second +
+                     "' is not an integer");
+  if (errno == ERANGE || v < lo || v > hi)
+    throw UsageError("option --" + name + ": " + it->second +
+                     " is out of range [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
   return v;
+}
+
+int Options::int32(const std::string &name, int fallback) {
+  return int(integer(name, fallback, std::numeric_limits<int>::min(),
+                     std::numeric_limits<int>::max()));
 }
 
 std::string Options::string(const std::string &name,
@@ -71,14 +87,14 @@ bool Options::flag(const std::string &name) {
 void Options::checkAllUsed() const {
   for (auto &[name, value] : values_)
     if (!used_.count(name))
-      throw Error("unknown option --" + name + " for this command");
+      throw UsageError("unknown option --" + name + " for this command");
 }
 
 DType dtypeOption(Options &opts, const char *fallback) {
   std::string name = opts.string("dtype", fallback);
   auto t = parseDType(name);
   if (!t || !isFloat(*t))
-    throw Error("option --dtype: '" + name + "' is not bf16, fp16 or fp32");
+    throw UsageError("option --dtype: '" + name + "' is not bf16, fp16 or fp32");
   return *t;
 }
 
@@ -109,7 +125,16 @@ cuda::Buffer randomDevice(DType t, size_t n, uint64_t seed) {
 int64_t positive(Options &opts, const std::string &name, int64_t fallback) {
   int64_t v = opts.integer(name, fallback);
   if (v < 1)
-    throw Error("option --" + name + " must be >= 1, got " + std::to_string(v));
+    throw UsageError("option --" + name + " must be >= 1, got " +
+                     std::to_string(v));
+  return v;
+}
+
+int positive32(Options &opts, const std::string &name, int fallback) {
+  int v = opts.int32(name, fallback);
+  if (v < 1)
+    throw UsageError("option --" + name + " must be >= 1, got " +
+                     std::to_string(v));
   return v;
 }
 
@@ -161,36 +186,36 @@ static Problem attentionProblem(Options &opts, bool withData) {
   // and the tensor-core path): resolve once for the option defaults, then
   // again with what the options set.
   kernels::AttentionConfig c;
-  c.wgmma = int(opts.integer("wgmma", c.wgmma));
+  c.wgmma = opts.int32("wgmma", c.wgmma);
   c = kernels::resolveConfig(s, c);
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
   // 0: decided below from the key block (checkShape rejects bad values).
   c.blockNDiagonal = opts.integer("block-n-diagonal", 0);
   c.longestFirstGlobally =
-      int(opts.integer("longest-first-globally", c.longestFirstGlobally));
+      opts.int32("longest-first-globally", c.longestFirstGlobally);
   c.headGroup = opts.integer("head-group", 0);
-  c.dynamicTiles = int(opts.integer("dynamic-tiles", -1));
-  c.warps = int(opts.integer("warps", 0));
-  c.stages = int(positive(opts, "stages", c.stages));
+  c.dynamicTiles = opts.int32("dynamic-tiles", -1);
+  c.warps = opts.int32("warps", 0);
+  c.stages = positive32(opts, "stages", c.stages);
   // The Hopper schedule's choices depend on the stages and tiles just set:
   // decided again unless given.
-  c.tma = int(opts.integer("tma", -1));
-  c.tmaStore = int(opts.integer("tma-store", -1));
-  c.warpSpecialize = int(opts.integer("warp-specialize", -1));
-  c.pingpong = int(opts.integer("pingpong", -1));
-  c.overlap = int(opts.integer("overlap", -1));
-  c.persistent = int(opts.integer("persistent", -1));
+  c.tma = opts.int32("tma", -1);
+  c.tmaStore = opts.int32("tma-store", -1);
+  c.warpSpecialize = opts.int32("warp-specialize", -1);
+  c.pingpong = opts.int32("pingpong", -1);
+  c.overlap = opts.int32("overlap", -1);
+  c.persistent = opts.int32("persistent", -1);
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
-    throw Error("option --layout: '" + layout + "' is not bhsd or bshd");
+    throw UsageError("option --layout: '" + layout + "' is not bhsd or bshd");
   uint64_t seed = uint64_t(opts.integer("seed", 1));
 
   // LSE's row stride (per batch and head): --lse-stride, else seqQ.
   const int64_t lseStride = opts.integer("lse-stride", s.seqQ);
   if (lseStride < s.seqQ)
-    throw Error("option --lse-stride must be >= the sequence length " +
+    throw UsageError("option --lse-stride must be >= the sequence length " +
                 std::to_string(s.seqQ) + ", got " + std::to_string(lseStride));
   const bool bshd = layout == "bshd";
   const std::vector<int64_t> qShape{s.batch, s.heads, s.seqQ, s.headDim},
@@ -245,8 +270,8 @@ static Problem gemmProblem(Options &opts, bool withData) {
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
   c.blockK = positive(opts, "block-k", c.blockK);
-  c.warps = int(opts.integer("warps", c.warps));
-  c.stages = int(opts.integer("stages", c.stages));
+  c.warps = opts.int32("warps", c.warps);
+  c.stages = opts.int32("stages", c.stages);
   c.wgmma = opts.integer("wgmma", c.wgmma) != 0;
   c.tma = opts.integer("tma", c.tma) != 0;
   c.warpSpecialize = opts.integer("warp-specialize", c.warpSpecialize) != 0;
@@ -313,12 +338,12 @@ Problem makeProblem(const std::string &kernel, Options &opts, bool withData) {
     return gemmProblem(opts, withData);
   if (kernel == "softmax")
     return softmaxProblem(opts, withData);
-  throw Error("unknown kernel '" + kernel + "' (attention, gemm, softmax)");
+  throw UsageError("unknown kernel '" + kernel + "' (attention, gemm, softmax)");
 }
 
 std::string kernelName(Options &opts) {
   if (opts.positional.size() != 1)
-    throw Error("name one kernel: attention, gemm or softmax");
+    throw UsageError("name one kernel: attention, gemm or softmax");
   return opts.positional[0];
 }
 
@@ -328,7 +353,7 @@ int cmdRun(Options &opts) {
   char *end = nullptr;
   double tolerance = std::strtod(tolText.c_str(), &end);
   if (tolText.empty() || *end || !(tolerance > 0))
-    throw Error("option --tolerance: '" + tolText +
+    throw UsageError("option --tolerance: '" + tolText +
                 "' is not a positive number");
   std::string name = kernelName(opts);
   std::string why;

@@ -7,6 +7,7 @@
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/HostTensor.h"
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -15,13 +16,25 @@
 
 namespace kiln::cli {
 
+/// A command line kiln cannot read (an unknown option, a value out of its
+/// range): exit status 2. Other kiln::Errors are failures: exit status 1.
+class UsageError : public Error {
+public:
+  using Error::Error;
+};
+
 /// Parsed `--name value` options and `--flag`s; each lookup marks the option
 /// used so that unknown options are reported.
 class Options {
 public:
   static Options parse(const std::vector<std::string> &args,
                        const std::set<std::string> &flags);
-  int64_t integer(const std::string &name, int64_t fallback);
+  /// An integer option, checked to lie in [lo, hi] (UsageError otherwise).
+  int64_t integer(const std::string &name, int64_t fallback,
+                  int64_t lo = std::numeric_limits<int64_t>::min(),
+                  int64_t hi = std::numeric_limits<int64_t>::max());
+  /// An integer option that must fit an int.
+  int int32(const std::string &name, int fallback);
   std::string string(const std::string &name, const std::string &fallback);
   bool flag(const std::string &name);
   /// Throws kiln::Error naming any option that no lookup asked for.
@@ -56,6 +69,7 @@ std::string kernelName(Options &opts);
 /// --dtype as a float type; an integer option that must be >= 1.
 DType dtypeOption(Options &opts, const char *fallback);
 int64_t positive(Options &opts, const std::string &name, int64_t fallback);
+int positive32(Options &opts, const std::string &name, int fallback);
 
 /// Standard normal bf16 or f16 values (as torch.randn, which the peers'
 /// benchmarks use: the input distribution changes tensor-core clocks)

@@ -209,18 +209,18 @@ void writeCompareReport(const std::vector<Row> &rows, const std::string &dir,
 
 int cmdCompare(Options &opts) {
   if (opts.positional.size() != 1 || opts.positional[0] != "attention")
-    throw Error("kiln compare: only 'attention' is compared");
+    throw UsageError("kiln compare: only 'attention' is compared");
   int64_t batch = positive(opts, "batch", 1),
           heads = positive(opts, "heads", 16);
   int64_t minSeq = positive(opts, "min-seq", 256);
   int64_t maxSeq = positive(opts, "max-seq", 131072);
   DType dtype = dtypeOption(opts, "bf16");
-  int reps = int(positive(opts, "reps", 10));
+  int reps = positive32(opts, "reps", 10);
   std::string dir = opts.string("out", "compare");
   std::string dims = opts.string("head-dims", "64,128");
   opts.checkAllUsed();
   if (dtype != DType::bf16 && dtype != DType::f16)
-    throw Error("kiln compare: --dtype must be bf16 or fp16");
+    throw UsageError("kiln compare: --dtype must be bf16 or fp16");
   std::string why;
   if (!cuda::available(&why))
     throw Error("kiln compare: no GPU here (" + why + ")");

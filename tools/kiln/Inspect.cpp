@@ -17,8 +17,8 @@ namespace kiln::cli {
 GpuTarget targetOptions(Options &opts) {
   GpuTarget target;
   target.arch = opts.string("arch", "sm_90a");
-  target.numWarps = int(opts.integer("warps", 0));
-  target.numStages = int(opts.integer("stages", 0));
+  target.numWarps = opts.int32("warps", 0);
+  target.numStages = opts.int32("stages", 0);
   target.reloadThreadIds = opts.integer("reload-ids", 0) != 0;
   target.llvmPipeline = opts.string("llvm-pipeline", target.llvmPipeline);
   return target;
@@ -35,7 +35,7 @@ static std::string stageText(const CompiledKernel &c, const std::string &want) {
     return c.llvmIR;
   for (size_t i = 0; i < c.stages.size(); ++i) {
     const CompileStage &s = c.stages[i];
-    bool byNumber = !want.empty() &&
+    bool byNumber = !want.empty() && want.size() < 6 &&
                     want.find_first_not_of("0123456789") == std::string::npos &&
                     std::stoul(want) == i;
     if (s.name == want || byNumber)
@@ -44,7 +44,7 @@ static std::string stageText(const CompiledKernel &c, const std::string &want) {
   std::string names;
   for (const CompileStage &s : c.stages)
     names += " " + s.name;
-  throw Error("no stage '" + want + "'; the stages are:" + names +
+  throw UsageError("no stage '" + want + "'; the stages are:" + names +
               " (or layouts, lowered, llvm; --stage list shows them)");
 }
 
@@ -204,7 +204,7 @@ static std::string age(int64_t when) {
 
 int cmdCache(Options &opts) {
   if (opts.positional.empty())
-    throw Error("kiln cache: say ls, info <key> or clear");
+    throw UsageError("kiln cache: say ls, info <key> or clear");
   std::string what = opts.positional[0];
   std::string stage = opts.string("stage", "");
   opts.checkAllUsed();
@@ -232,7 +232,7 @@ int cmdCache(Options &opts) {
   }
   if (what == "info") {
     if (opts.positional.size() != 2)
-      throw Error("kiln cache info: give one key (or its first digits, as "
+      throw UsageError("kiln cache info: give one key (or its first digits, as "
                   "kiln cache ls prints them) or a kernel name");
     const std::string &prefix = opts.positional[1];
     std::vector<DiskCacheEntry> found;
@@ -258,7 +258,7 @@ int cmdCache(Options &opts) {
     printStageList(*k);
     return 0;
   }
-  throw Error("kiln cache: unknown action '" + what + "' (ls, info, clear)");
+  throw UsageError("kiln cache: unknown action '" + what + "' (ls, info, clear)");
 }
 
 } // namespace kiln::cli

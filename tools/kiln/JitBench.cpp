@@ -40,11 +40,11 @@ int cmdBenchJit(Options &opts) {
   s.batch = 1;
   s.heads = 16;
   GpuTarget target = targetOptions(opts);
-  int reps = int(opts.integer("reps", 5));
+  int reps = opts.int32("reps", 5);
   bool json = opts.flag("json");
   opts.checkAllUsed();
   if (reps < 1)
-    throw Error("option --reps must be >= 1");
+    throw UsageError("option --reps must be >= 1");
 
   auto ms = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

@@ -10,7 +10,7 @@ namespace kiln::cli {
 
 int cmdLower(Options &opts) {
   if (opts.positional.size() != 1 || opts.positional[0] != "attention")
-    throw Error("kiln lower: only 'attention' is written as a graph");
+    throw UsageError("kiln lower: only 'attention' is written as a graph");
   kernels::AttentionShape s;
   s.batch = positive(opts, "batch", 1);
   s.heads = positive(opts, "heads", 16);

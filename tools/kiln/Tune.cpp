@@ -12,7 +12,7 @@ namespace kiln::cli {
 
 int cmdTune(Options &opts) {
   if (opts.positional.size() != 1 || opts.positional[0] != "attention")
-    throw Error("kiln tune: only 'attention' has a tuning space");
+    throw UsageError("kiln tune: only 'attention' has a tuning space");
   kernels::AttentionShape s;
   s.seqQ = s.seqK = opts.integer("seq", 4096);
   s.headDim = opts.integer("head-dim", 128);
@@ -23,12 +23,12 @@ int cmdTune(Options &opts) {
   std::string dtype = opts.string("dtype", "bf16");
   auto t = parseDType(dtype);
   if (!t || (*t != DType::bf16 && *t != DType::f16))
-    throw Error("option --dtype: '" + dtype + "' is not bf16 or fp16");
+    throw UsageError("option --dtype: '" + dtype + "' is not bf16 or fp16");
   s.dtype = *t;
   TuneOptions o;
   o.budgetSeconds = double(opts.integer("budget", 30));
-  o.threads = int(opts.integer("threads", 0));
-  o.reps = int(opts.integer("reps", 20));
+  o.threads = opts.int32("threads", 0);
+  o.reps = opts.int32("reps", 20);
   o.force = opts.flag("force");
   o.exhaustive = opts.flag("exhaustive");
   opts.checkAllUsed();

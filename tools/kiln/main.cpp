@@ -99,10 +99,16 @@ kernels and their shape options:
 
 int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "help" || args[0] == "--help") {
+  if (args.empty() || args[0] == "help" || args[0] == "--help" ||
+      args[0] == "-h") {
     fmt::print("{}", kUsage);
     return args.empty() ? 2 : 0;
   }
+  for (const std::string &a : args)
+    if (a == "--help" || a == "-h") { // kiln <command> --help
+      fmt::print("{}", kUsage);
+      return 0;
+    }
   std::string cmd = args[0];
   args.erase(args.begin());
   try {
@@ -147,11 +153,14 @@ int main(int argc, char **argv) {
       return kiln::cli::cmdCompare(opts);
     fmt::print(stderr, "kiln: unknown command '{}'\n\n{}", cmd, kUsage);
     return 2;
-  } catch (const kiln::Error &e) {
+  } catch (const kiln::cli::UsageError &e) {
     fmt::print(stderr, "kiln: error: {}\n", e.what());
     return 2;
-  } catch (const std::exception &e) {
-    fmt::print(stderr, "kiln: {}\n", e.what());
-    return 3;
+  } catch (const kiln::Error &e) {
+    fmt::print(stderr, "kiln: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception &e) { // kiln::InternalError, bad_alloc, ...
+    fmt::print(stderr, "kiln: error: {}\n", e.what());
+    return 1;
   }
 }

@@ -391,6 +391,22 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
           (*lowered)->getAttrOfType<IntegerAttr>("kiln.producer_warps"))
     out.threads += 32 * int(extra.getInt());
   out.persistent = (*lowered)->hasAttr("kiln.persistent");
+  // What no GPU of the architecture runs is rejected here, with the numbers,
+  // not at the first launch.
+  const int64_t sharedLimit = target.arch == "sm_80" ? 163 * 1024 : 227 * 1024;
+  if (out.sharedBytes > sharedLimit)
+    throw Error("kernel " + impl.name + " needs " +
+                std::to_string(out.sharedBytes) +
+                " bytes of shared memory per block; " + target.arch +
+                " allows " + std::to_string(sharedLimit) + " (" +
+                std::to_string(numStages) + " pipeline stages, " +
+                std::to_string(numWarps) +
+                " warps): use fewer stages or smaller blocks");
+  if (out.threads > 1024)
+    throw Error("kernel " + impl.name + " needs " +
+                std::to_string(out.threads) +
+                " threads per block (a producer warpgroup included); GPUs "
+                "run at most 1024");
   if (auto maps = (*lowered)->getAttrOfType<ArrayAttr>("kiln.tensor_maps"))
     for (Attribute m : maps)
       out.tensorMaps.push_back(TensorMapInfo::parse(cast<StringAttr>(m).str()));

@@ -76,6 +76,11 @@ struct AttentionConfig {
   int minBlocksPerSM = -1;
 };
 
+/// Throws kiln::Error naming the problem when `shape` is out of range (sizes
+/// < 1, D not 64 or 128, extents past kiln's 32-bit index width); every
+/// function below checks it first.
+void checkAttentionShape(const AttentionShape &shape);
+
 /// The config with its zero fields filled in for `shape`. With blockM and
 /// blockN both 0, the config `kiln tune` recorded for this GPU and the
 /// shape's bucket is taken first (tile sizes, warps, stages, reload).

@@ -8,6 +8,7 @@
 #ifndef KILN_RUNTIME_ERROR_H
 #define KILN_RUNTIME_ERROR_H
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,16 @@ public:
   explicit InternalError(const std::string &message)
       : std::logic_error("kiln internal error: " + message) {}
 };
+
+/// a·b, or kiln::Error("<what>: ... overflows 64-bit integers"): sizes are
+/// multiplied through this before anything uses the product.
+inline int64_t checkedMul(int64_t a, int64_t b, const std::string &what) {
+  int64_t out;
+  if (__builtin_mul_overflow(a, b, &out))
+    throw Error(what + ": " + std::to_string(a) + " x " + std::to_string(b) +
+                " overflows 64-bit integers");
+  return out;
+}
 
 } // namespace kiln
 
