@@ -1,4 +1,5 @@
 //===- CacheTest.cpp - the disk cache and the tuning database (no GPU) ----===//
+#include "TestUtil.h"
 #include "kiln/Compiler/Compile.h"
 #include "kiln/Compiler/DiskCache.h"
 #include "kiln/Compiler/TuningDb.h"
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 using namespace kiln;
+using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 namespace {
@@ -170,10 +172,47 @@ TEST(DiskCache, CorruptEntryIsRejectedDeletedAndMissed) {
   EXPECT_FALSE(cache.load(key));
 }
 
+// An entry records its key and build: a valid entry filed under another key
+// (a D=128 kernel's PTX for a D=64 request) is rejected, deleted and missed.
+TEST(DiskCache, EntryFiledUnderAnotherKeyIsRejected) {
+  TempDir dir;
+  DiskCache cache(dir.path, 1 << 20);
+  std::string a(64, 'a'), b(64, 'b');
+  cache.store(a, sample("ka", 1000));
+  ASSERT_TRUE(cache.load(a));
+  fs::copy_file(dir.path + "/" + a + ".kiln", dir.path + "/" + b + ".kiln");
+  EXPECT_FALSE(cache.load(b));
+  EXPECT_FALSE(fs::exists(dir.path + "/" + b + ".kiln"));
+  EXPECT_TRUE(cache.load(a));
+  std::string bytes = encodeCompiledKernel(sample("ka", 1000), a);
+  EXPECT_THAT(test::errorOf([&] { decodeCompiledKernel(bytes, {}, b); }),
+              HasSubstr("filed under " + b + " but its key is " + a));
+  // Without a key (an entry of an older writer) it is not served either.
+  std::string unkeyed = encodeCompiledKernel(sample("ka", 1000));
+  EXPECT_THAT(test::errorOf([&] { decodeCompiledKernel(unkeyed, {}, a); }),
+              HasSubstr("does not record its key"));
+  EXPECT_EQ(decodeCompiledKernel(unkeyed).name, "ka"); // listing reads it
+}
+
+// An entry larger than the cap is not stored (storing it would evict every
+// entry and then itself); the others stay.
+TEST(DiskCache, EntryLargerThanTheCapIsNotStored) {
+  TempDir dir;
+  std::string a(64, 'a'), b(64, 'b');
+  DiskCache cache(dir.path, 20000);
+  cache.store(a, sample("small", 1000));
+  cache.store(b, sample("large", 50000));
+  EXPECT_TRUE(cache.load(a));
+  EXPECT_FALSE(cache.load(b));
+  int failed = -1;
+  EXPECT_EQ(cache.clear(&failed), 1);
+  EXPECT_EQ(failed, 0);
+}
+
 TEST(DiskCache, EvictsLeastRecentlyUsedAboveTheCap) {
   TempDir dir;
   std::string a(64, 'a'), b(64, 'b'), c(64, 'c');
-  size_t entry = encodeCompiledKernel(sample("k", 10000)).size();
+  size_t entry = encodeCompiledKernel(sample("k", 10000), a).size();
   DiskCache cache(dir.path, int64_t(2 * entry + entry / 2));
   cache.store(a, sample("k", 10000));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <regex>
+#include <functional>
 #include <set>
+#include <thread>
 
 using namespace kiln;
 using ::testing::HasSubstr;
@@ -417,6 +419,37 @@ TEST(Codegen, SchedulesThatCannotFitAreRejected) {
                     {"sm_80"});
               }),
               HasSubstr("sm_80 allows 166912"));
+}
+
+// Compiles of different kernels on several threads at once give what each
+// gives alone (the optimized IR is printed from a module in its own context
+// while the backend runs).
+TEST(Codegen, ConcurrentCompilesAgreeWithSerialOnes) {
+  std::vector<std::function<Kernel()>> builds = {
+      [] { return kernels::attentionForward(selfAttention(1024, 128, true)); },
+      [] { return kernels::attentionForward(selfAttention(777, 64, false)); },
+      [] { return kernels::gemm({512, 256, 128}); },
+      [] { return kernels::softmax({100, 1000}); }};
+  std::vector<std::string> ptx(builds.size()), ir(builds.size());
+  for (size_t i = 0; i < builds.size(); ++i) {
+    CompiledKernel c = compileForGpu(builds[i]());
+    ptx[i] = c.ptx;
+    ir[i] = c.llvmIR.str();
+  }
+  for (int round = 0; round < 3; ++round) {
+    std::vector<CompiledKernel> out(2 * builds.size());
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < out.size(); ++t)
+      threads.emplace_back([&, t] {
+        out[t] = compileForGpu(builds[t % builds.size()]());
+      });
+    for (std::thread &t : threads)
+      t.join();
+    for (size_t t = 0; t < out.size(); ++t) {
+      EXPECT_EQ(out[t].ptx, ptx[t % builds.size()]) << t;
+      EXPECT_EQ(out[t].llvmIR.str(), ir[t % builds.size()]) << t;
+    }
+  }
 }
 
 TEST(Codegen, UnsupportedShapesAreNamed) {

@@ -210,7 +210,7 @@ int cmdCache(Options &opts) {
   opts.checkAllUsed();
   DiskCache *cache = DiskCache::fromEnvironment();
   if (!cache)
-    throw Error("the disk cache is off (KILN_CACHE_DIR=off)");
+    throw Error("the disk cache is off: " + DiskCache::offReason());
   if (what == "ls") {
     auto entries = cache->list();
     int64_t total = 0;
@@ -227,7 +227,14 @@ int cmdCache(Options &opts) {
     return 0;
   }
   if (what == "clear") {
-    fmt::print("removed {} entries from {}\n", cache->clear(), cache->dir());
+    int failed = 0;
+    std::string why;
+    int removed = cache->clear(&failed, &why);
+    fmt::print("removed {} entries from {}\n", removed, cache->dir());
+    if (failed)
+      throw Error(fmt::format("kiln cache clear: {} entries could not be "
+                              "removed ({})",
+                              failed, why));
     return 0;
   }
   if (what == "info") {

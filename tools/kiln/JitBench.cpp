@@ -46,6 +46,20 @@ int cmdBenchJit(Options &opts) {
   if (reps < 1)
     throw UsageError("option --reps must be >= 1");
 
+  // The JIT's disk cache is a private folder, never the user's: the hits
+  // measured here and the entries they leave go there and are removed.
+  const std::string privateDir =
+      (std::filesystem::temp_directory_path() /
+       fmt::format("kiln-bench-jit-cache-{}", ::getpid()))
+          .string();
+  ::setenv("KILN_CACHE_DIR", privateDir.c_str(), 1);
+  struct RemoveAtEnd {
+    std::string dir;
+    ~RemoveAtEnd() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } removeAtEnd{privateDir};
   auto ms = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };

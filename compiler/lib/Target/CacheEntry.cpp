@@ -79,8 +79,13 @@ DType dtypeField(const std::string &s) {
 
 } // namespace
 
-std::string encodeCompiledKernel(const CompiledKernel &k) {
+std::string encodeCompiledKernel(const CompiledKernel &k,
+                                 const std::string &key) {
   Writer w;
+  if (!key.empty()) {
+    w.put("key", key);
+    w.put("build", compilerBuildId());
+  }
   w.put("name", k.name);
   w.put("arch", k.arch);
   w.put("grid", joinInts({k.grid[0], k.grid[1], k.grid[2]}));
@@ -117,7 +122,8 @@ std::string encodeCompiledKernel(const CompiledKernel &k) {
 }
 
 CompiledKernel decodeCompiledKernel(std::string_view bytes,
-                                    std::shared_ptr<const void> owner) {
+                                    std::shared_ptr<const void> owner,
+                                    std::string_view expectKey) {
   const size_t magic = sizeof(kMagic) - 1, head = magic + 17;
   if (bytes.size() < head || bytes.compare(0, magic, kMagic) != 0 ||
       bytes[head - 1] != '\n')
@@ -131,6 +137,7 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
     return owner ? StageText::mapped(owner, v) : StageText(std::string(v));
   };
   CompiledKernel k;
+  bool hasKey = false, hasBuild = false;
   Reader r(body);
   std::string tag;
   std::string_view payload;
@@ -141,7 +148,13 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
                  tag == "llvm_ir" || tag == "ptx" || tag == "stage_text";
       std::string v = big ? std::string() : std::string(payload);
       std::stringstream in(v);
-      if (tag == "name")
+      if (tag == "key" || tag == "build") {
+        if (!expectKey.empty() &&
+            v != (tag == "key" ? std::string(expectKey) : compilerBuildId()))
+          throw Error("kiln cache entry: filed under " + std::string(expectKey) +
+                      " but its " + tag + " is " + v);
+        (tag == "key" ? hasKey : hasBuild) = true;
+      } else if (tag == "name")
         k.name = v;
       else if (tag == "arch")
         k.arch = v;
@@ -203,6 +216,8 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
   }
   if (k.name.empty() || k.ptx.empty())
     throw Error("kiln cache entry: no kernel name or PTX");
+  if (!expectKey.empty() && !(hasKey && hasBuild))
+    throw Error("kiln cache entry: it does not record its key and build");
   return k;
 }
 

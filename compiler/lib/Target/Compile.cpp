@@ -18,6 +18,8 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/OptBisect.h"
@@ -27,7 +29,6 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Triple.h"
-#include "llvm/Transforms/Utils/Cloning.h"
 
 #include <algorithm>
 #include <chrono>
@@ -220,13 +221,31 @@ static void emitPtx(llvm::Module &m, const std::string &arch,
     }
     mpm.run(m, mam);
   }
-  // The optimized IR is printed on another thread from a copy while the
-  // backend (which rewrites the module) runs: ~5 ms off a cold compile.
-  std::future<std::string> llvmText =
-      std::async(std::launch::async, [copy = llvm::CloneModule(m)] {
+  // The optimized IR is printed on another thread while the backend (which
+  // rewrites the module) runs: ~5 ms off a cold compile. The copy goes
+  // through bitcode into a context of its own: a clone in this context
+  // shares its uniqued constants, types and metadata with the module the
+  // backend changes (helgrind saw the race).
+  llvm::SmallVector<char, 0> bitcode;
+  {
+    llvm::raw_svector_ostream os(bitcode);
+    llvm::WriteBitcodeToFile(m, os);
+  }
+  std::future<std::string> llvmText = std::async(
+      std::launch::async,
+      [bitcode = std::move(bitcode), name = m.getModuleIdentifier()] {
+        llvm::LLVMContext context;
+        llvm::Expected<std::unique_ptr<llvm::Module>> copy =
+            llvm::parseBitcodeFile(
+                llvm::MemoryBufferRef(
+                    llvm::StringRef(bitcode.data(), bitcode.size()), name),
+                context);
+        if (!copy)
+          return "; could not re-read the optimized module: " +
+                 llvm::toString(copy.takeError()) + "\n";
         std::string text;
         llvm::raw_string_ostream os(text);
-        copy->print(os, nullptr);
+        (*copy)->print(os, nullptr);
         return text;
       });
   out.stages.push_back({"llvm-opt", "", msSince(t0)});

@@ -13,10 +13,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <dlfcn.h>
@@ -40,6 +42,22 @@ DiskCache::DiskCache(std::string dir, int64_t maxBytes)
     throw Error("kiln cache: cannot create " + dir_ + ": " + ec.message());
 }
 
+static std::string &offReasonText() {
+  static std::string why;
+  return why;
+}
+
+const std::string &DiskCache::offReason() {
+  fromEnvironment();
+  return offReasonText();
+}
+
+/// Prints `what` on stderr the first time `once` is seen in this process.
+static void warnOnce(std::atomic<bool> &once, const std::string &what) {
+  if (!once.exchange(true))
+    std::fprintf(stderr, "kiln: %s\n", what.c_str());
+}
+
 DiskCache *DiskCache::fromEnvironment() {
   static DiskCache *cache = []() -> DiskCache * {
     std::string dir;
@@ -49,20 +67,27 @@ DiskCache *DiskCache::fromEnvironment() {
       dir = std::string(x) + "/kiln";
     else if (const char *h = std::getenv("HOME"); h && *h)
       dir = std::string(h) + "/.cache/kiln";
-    if (dir.empty() || dir == "off")
+    if (dir.empty() || dir == "off") {
+      offReasonText() = dir.empty() ? "no KILN_CACHE_DIR, XDG_CACHE_HOME or HOME"
+                                    : "KILN_CACHE_DIR=off";
       return nullptr;
+    }
     int64_t mb = 1024;
     if (const char *m = std::getenv("KILN_CACHE_MAX_MB")) {
       char *end = nullptr;
+      errno = 0;
       mb = std::strtoll(m, &end, 10);
-      if (!*m || *end || mb < 1)
+      // Megabytes to bytes must fit 64 bits.
+      if (!*m || *end || errno == ERANGE || mb < 1 ||
+          mb > (std::numeric_limits<int64_t>::max() >> 20))
         throw Error(std::string("KILN_CACHE_MAX_MB: '") + m +
-                    "' is not a positive number of megabytes");
+                    "' is not a number of megabytes in [1, 2^43)");
     }
     try {
       return new DiskCache(dir, mb << 20);
     } catch (const Error &e) {
       // An unusable folder costs recompiles, never a failed compile.
+      offReasonText() = e.what();
       std::fprintf(stderr, "kiln: disk cache off: %s\n", e.what());
       return nullptr;
     }
@@ -117,8 +142,10 @@ std::optional<CompiledKernel> DiskCache::load(const std::string &key) {
   if (!file)
     return std::nullopt;
   try {
-    // The inspection texts stay in the mapping until read (StageText).
-    CompiledKernel k = decodeCompiledKernel(file->bytes(), file);
+    // The inspection texts stay in the mapping until read (StageText). An
+    // entry filed under another key, or written by another build, is
+    // dropped like a corrupt one.
+    CompiledKernel k = decodeCompiledKernel(file->bytes(), file, key);
     ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); // now: recently used
     return k;
   } catch (const Error &) {
@@ -131,22 +158,39 @@ std::optional<CompiledKernel> DiskCache::load(const std::string &key) {
 
 void DiskCache::store(const std::string &key, const CompiledKernel &kernel) {
   static std::atomic<int> counter{0};
+  static std::atomic<bool> tooLarge{false}, unwritable{false};
+  std::string bytes = encodeCompiledKernel(kernel, key);
+  if (int64_t(bytes.size()) > maxBytes_) {
+    // Storing it would evict every entry and then itself.
+    warnOnce(tooLarge, fmt::format("disk cache: an entry of {} bytes ({}) is "
+                                   "larger than the cap of {} bytes "
+                                   "(KILN_CACHE_MAX_MB); not stored",
+                                   bytes.size(), kernel.name, maxBytes_));
+    return;
+  }
   std::string tmp = fmt::format("{}/.tmp-{}-{}-{}", dir_, ::getpid(), counter++,
                                 key.substr(0, 16));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    std::string bytes = encodeCompiledKernel(kernel);
     out.write(bytes.data(), std::streamsize(bytes.size()));
     if (!out.flush()) {
       std::error_code ec;
       fs::remove(tmp, ec);
-      return; // a full disk costs a recompile later, never a failure now
+      // A full disk or a read-only folder costs recompiles, never a failure.
+      warnOnce(unwritable, "disk cache: cannot write to " + dir_ +
+                               " (read-only or full): compiled kernels are "
+                               "not kept");
+      return;
     }
   }
   std::error_code ec;
   fs::rename(tmp, pathOf(key), ec); // atomic: readers see all or nothing
-  if (ec)
+  if (ec) {
     fs::remove(tmp, ec);
+    warnOnce(unwritable, "disk cache: cannot publish an entry in " + dir_ +
+                             ": compiled kernels are not kept");
+    return;
+  }
   evict();
 }
 
@@ -185,14 +229,24 @@ std::vector<DiskCacheEntry> DiskCache::list() const {
   return out;
 }
 
-int DiskCache::clear() {
-  int n = 0;
+int DiskCache::clear(int *failed, std::string *why) {
+  int n = 0, bad = 0;
   std::error_code ec;
   for (const auto &e : fs::directory_iterator(dir_, ec)) {
     std::string name = e.path().filename().string();
-    if (e.path().extension() == ".kiln" || name.rfind(".tmp-", 0) == 0)
-      n += fs::remove(e.path(), ec) && e.path().extension() == ".kiln";
+    const bool entry = e.path().extension() == ".kiln";
+    if (!entry && name.rfind(".tmp-", 0) != 0)
+      continue;
+    std::error_code rm;
+    if (fs::remove(e.path(), rm))
+      n += entry;
+    else if (rm && entry && !bad++ && why)
+      *why = e.path().string() + ": " + rm.message();
   }
+  if (ec && why && why->empty())
+    *why = dir_ + ": " + ec.message();
+  if (failed)
+    *failed = bad + (ec ? 1 : 0);
   return n;
 }
 

@@ -40,20 +40,26 @@ public:
   /// The process's cache: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else
   /// $HOME/.cache/kiln; capped at KILN_CACHE_MAX_MB (default 1024).
   /// KILN_CACHE_DIR=off turns it off: nullptr; so does a folder that cannot
-  /// be created (with a warning on stderr).
+  /// be created (with a warning on stderr, and offReason() saying why).
   static DiskCache *fromEnvironment();
+  /// Why fromEnvironment() is null: "KILN_CACHE_DIR=off", or the folder and
+  /// the error that made it unusable.
+  static const std::string &offReason();
 
   /// The entry's kernel, or nothing on a miss. A corrupt entry is deleted
   /// and reported as a miss. A hit marks the entry as used (for the LRU).
   std::optional<CompiledKernel> load(const std::string &key);
-  /// Publishes an entry atomically, then evicts down to the cap.
+  /// Publishes an entry atomically, then evicts down to the cap. An entry
+  /// larger than the cap is not stored, and a folder that cannot be written
+  /// is not either: each warns once per process on stderr.
   void store(const std::string &key, const CompiledKernel &kernel);
 
   /// The entries, most recently used first. Unreadable ones are listed with
   /// kernel "(corrupt)".
   std::vector<DiskCacheEntry> list() const;
-  /// Removes every entry; returns how many.
-  int clear();
+  /// Removes every entry; returns how many, and in `failed` how many could
+  /// not be removed (with the first reason in `why`).
+  int clear(int *failed = nullptr, std::string *why = nullptr);
   /// Removes least recently used entries until the total is under the cap.
   void evict();
 
@@ -71,9 +77,14 @@ private:
 /// `bytes` alive (a mapped entry), the inspection texts (lowered and LLVM IR,
 /// the IR after each pass) stay views into `bytes` until read; without one
 /// they are copied.
-std::string encodeCompiledKernel(const CompiledKernel &kernel);
+/// An entry's bytes. With a `key`, the entry records it and the compiler's
+/// build id, and decoding with `expectKey` rejects it under any other key or
+/// from another build (kiln::Error).
+std::string encodeCompiledKernel(const CompiledKernel &kernel,
+                                 const std::string &key = "");
 CompiledKernel decodeCompiledKernel(std::string_view bytes,
-                                    std::shared_ptr<const void> owner = {});
+                                    std::shared_ptr<const void> owner = {},
+                                    std::string_view expectKey = {});
 
 /// BLAKE3 (256 bits) of `text` as 64 hex digits: a cryptographic hash, so
 /// that distinct kernels never share a key, and ~10x faster than SHA-256 on
