@@ -140,6 +140,36 @@ std::string Kernel::ir(bool withLocations) const {
   return s;
 }
 
+/// "Forward.cpp:42" for an op the DSL built (its first file location).
+static std::string userLine(Location loc) {
+  std::string where;
+  loc->walk([&](Location l) {
+    if (auto fl = dyn_cast<FileLineColLoc>(l); fl && where.empty()) {
+      where = fl.getFilename().str() + ":" + std::to_string(fl.getLine());
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return where.empty() ? "kiln IR" : where;
+}
+
+void Kernel::checkTileShapes() const {
+  impl_->func().walk([&](Operation *op) {
+    for (Type t : op->getResultTypes())
+      if (auto rt = dyn_cast<RankedTensorType>(t))
+        for (int64_t d : rt.getShape())
+          if (d < 1 || (d & (d - 1))) {
+            std::string type;
+            llvm::raw_string_ostream os(type);
+            os << rt;
+            throw Error(userLine(op->getLoc()) + ": tile dimension " +
+                        std::to_string(d) + " of " + type +
+                        " is not a power of two (kernel " + impl_->name +
+                        "; GPU layouts spread tiles bit by bit)");
+          }
+  });
+}
+
 std::vector<ArgValue>
 Kernel::bind(const std::map<std::string, TensorRef> &tensors) const {
   std::vector<ArgValue> args(impl_->params.size());

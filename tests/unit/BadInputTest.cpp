@@ -7,6 +7,9 @@
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
 
+#include "kiln/Compiler/Compile.h"
+#include "kiln/Reference/CpuExecutor.h"
+#include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionTune.h"
 #include "kiln/kernels/Gemm.h"
@@ -81,6 +84,25 @@ TEST(BadInput, HostTensorSizesAreChecked) {
               HasSubstr("cannot allocate"));
   HostTensor fine(DType::f32, {3, 5});
   EXPECT_EQ(fine.numel(), 15);
+}
+
+// A tile of 100 elements: the CPU executor refuses it as the GPU compile
+// does, naming the user's line, instead of running a kernel no GPU runs.
+TEST(BadInput, TileShapesAreCheckedOnTheCpuToo) {
+  int line = 0;
+  Kernel k = [&] {
+    dsl::KernelBuilder b("odd", {1});
+    auto X = b.tensorArg("X", DType::f32, {100});
+    line = __LINE__ + 1;
+    dsl::store(X.block({0}, {100}), dsl::arange(100).to(DType::f32));
+    return b.finish();
+  }();
+  HostTensor x(DType::f32, {100});
+  std::string where = "BadInputTest.cpp:" + std::to_string(line) +
+                      ": tile dimension 100 of tensor<100x";
+  EXPECT_THAT(errorOf([&] { runOnCpu(k, k.bind({{"X", x.ref()}})); }),
+              HasSubstr(where));
+  EXPECT_THAT(errorOf([&] { compileForGpu(k); }), HasSubstr(where));
 }
 
 } // namespace

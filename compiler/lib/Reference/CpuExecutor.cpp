@@ -421,6 +421,7 @@ void runOnCpu(const Kernel &kernel, const std::vector<ArgValue> &args,
   func::FuncOp func = kernel.impl().func();
   if (!func)
     throw InternalError("kernel " + kernel.name() + " has no function");
+  kernel.checkTileShapes();
   const auto &params = kernel.params();
   if (args.size() != params.size())
     throw Error("kernel " + kernel.name() + " takes " +

@@ -311,27 +311,13 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
   if (numWarps < 1 || numWarps > 32 || (numWarps & (numWarps - 1)))
     throw Error("compileForGpu: warps must be a power of two in [1, 32], got " +
                 std::to_string(numWarps));
-  func::FuncOp func = impl.func();
-  // Tile shapes must be powers of two: layouts spread them bit by bit.
-  WalkResult bad = func.walk([&](Operation *op) {
-    for (Type t : op->getResultTypes())
-      if (auto rt = dyn_cast<RankedTensorType>(t))
-        for (int64_t d : rt.getShape())
-          if (d & (d - 1)) {
-            op->emitError("GPU lowering: tile dimension ")
-                << d << " is not a power of two";
-            return WalkResult::interrupt();
-          }
-    return WalkResult::advance();
-  });
+  kernel.checkTileShapes();
   std::string diags;
   llvm::raw_string_ostream dos(diags);
   ScopedDiagnosticHandler handler(ctx, [&](Diagnostic &d) {
     dos << d.getLocation() << ": " << d << "\n";
     return success();
   });
-  if (bad.wasInterrupted())
-    throw Error(diags);
 
   CompiledKernel out;
   out.name = impl.name;
@@ -386,7 +372,9 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
     // error; everything else is a bug of kiln's.
     if (diags.find("internal error:") == std::string::npos &&
         std::string(what) == "lowering to LLVM")
-      throw Error(diags);
+      throw Error(diags.empty() ? "the GPU lowering of kernel " + impl.name +
+                                      " failed without a diagnostic"
+                                : diags);
     throw InternalError(std::string(what) + " of kernel " + impl.name +
                         " failed:\n" + diags + print(*lowered));
   };

@@ -35,6 +35,11 @@ public:
   int numWarps() const;
   /// The kiln IR as text, with source locations when `withLocations`.
   std::string ir(bool withLocations = false) const;
+  /// Throws kiln::Error naming the user's line when a tile dimension is not
+  /// a power of two (layouts spread tiles bit by bit on the GPU): the CPU
+  /// executor and the GPU compile both check, so that a kernel tried on the
+  /// CPU runs on the GPU too.
+  void checkTileShapes() const;
 
   /// The argument list for a launch: each tensor parameter bound by name to a
   /// tensor of the same dtype and shape, strides checked against the index
