@@ -8,6 +8,7 @@
 #include "TestUtil.h"
 
 #include "kiln/Compiler/Compile.h"
+#include "kiln/Compiler/DiskCache.h"
 #include "kiln/Reference/CpuExecutor.h"
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
@@ -20,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <limits>
 
 using namespace kiln;
@@ -103,6 +105,96 @@ TEST(BadInput, TileShapesAreCheckedOnTheCpuToo) {
   EXPECT_THAT(errorOf([&] { runOnCpu(k, k.bind({{"X", x.ref()}})); }),
               HasSubstr(where));
   EXPECT_THAT(errorOf([&] { compileForGpu(k); }), HasSubstr(where));
+}
+
+} // namespace
+
+namespace {
+
+// Cache entries with random bytes changed, cut short or grown (resealed, so
+// that the record parser sees them past the checksum): decoding either gives
+// a kernel or throws kiln::Error, never crashes or throws anything else.
+TEST(Fuzz, CacheEntryBytes) {
+  CompiledKernel k;
+  k.name = "fuzz";
+  k.arch = "sm_90a";
+  k.params = {{"A", ParamInfo::Kind::Pointer, DType::bf16},
+              {"A_stride0", ParamInfo::Kind::Scalar, DType::i32}};
+  k.tensors = {{"A", DType::bf16, {64, 32}, 0, {1}, true}};
+  k.tensorMaps = {
+      TensorMapInfo::parse("ptr=0 elem=2 dims=64,32 strides=1,1 box=64,32")};
+  k.report = {"a.cpp:1: load 64x32: TMA"};
+  k.stages = {{"kiln", "", 1.5}, {"cse", "text", 0.5}};
+  k.ptx = "// ptx\n";
+  const std::string good = encodeCompiledKernel(k, std::string(64, 'f'));
+  std::mt19937_64 rng(23);
+  int decoded = 0, rejected = 0;
+  for (int i = 0; i < 4000; ++i) {
+    std::string bytes = good;
+    switch (rng() % 4) {
+    case 0: // flip a few bytes
+      for (int j = 0, n = 1 + int(rng() % 4); j < n; ++j)
+        bytes[rng() % bytes.size()] = char(rng());
+      break;
+    case 1: // cut short
+      bytes.resize(rng() % bytes.size());
+      break;
+    case 2: // a digit of a length or number made huge
+      for (char &c : bytes)
+        if (c >= '0' && c <= '9' && rng() % 8 == 0)
+          c = '9';
+      break;
+    default: // bytes inserted
+      bytes.insert(rng() % bytes.size(), std::string(1 + rng() % 8, char(rng())));
+    }
+    bytes = resealCacheEntry(bytes);
+    try {
+      decodeCompiledKernel(bytes, {}, std::string(64, 'f'));
+      ++decoded;
+    } catch (const Error &) {
+      ++rejected;
+    }
+  }
+  EXPECT_EQ(decoded + rejected, 4000);
+  EXPECT_GT(rejected, 1000);
+}
+
+// Random attention shapes and configs, extremes included: building the
+// kernel gives one or a kiln::Error, never a crash, hang or other exception.
+TEST(Fuzz, AttentionShapesAndConfigs) {
+  const int64_t values[] = {0, -1, 1, 3, 16, 64, 100, 128, 1000, 4097,
+                            int64_t(1) << 31, int64_t(1) << 40,
+                            std::numeric_limits<int64_t>::max()};
+  auto pick = [&](std::mt19937_64 &rng) {
+    return values[rng() % (sizeof(values) / sizeof(values[0]))];
+  };
+  std::mt19937_64 rng(7);
+  int built = 0;
+  for (int i = 0; i < 400; ++i) {
+    kernels::AttentionShape s;
+    s.batch = rng() % 3 ? 1 + rng() % 4 : pick(rng);
+    s.heads = rng() % 3 ? 1 + rng() % 8 : pick(rng);
+    s.seqQ = rng() % 2 ? 1 + rng() % 5000 : pick(rng);
+    s.seqK = rng() % 2 ? s.seqQ : pick(rng);
+    s.headDim = rng() % 4 ? (rng() % 2 ? 64 : 128) : pick(rng);
+    s.causal = rng() % 2;
+    kernels::AttentionConfig c;
+    if (rng() % 3 == 0)
+      c.blockM = pick(rng);
+    if (rng() % 3 == 0)
+      c.blockN = pick(rng);
+    if (rng() % 4 == 0)
+      c.stages = int(rng() % 10);
+    if (rng() % 4 == 0)
+      c.warps = int(rng() % 40);
+    try {
+      Kernel k = kernels::attentionForward(s, c);
+      EXPECT_GE(k.grid()[0], 1);
+      ++built;
+    } catch (const Error &) {
+    }
+  }
+  EXPECT_GT(built, 50);
 }
 
 } // namespace

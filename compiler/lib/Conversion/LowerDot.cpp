@@ -17,6 +17,19 @@ using namespace mlir;
 
 namespace kiln::gpu {
 
+void checkDotOnTensorCores(DotOp op) {
+  auto at = op.getA().getType(), bt = op.getB().getType();
+  int64_t M = at.getDimSize(0), K = at.getDimSize(1), N = bt.getDimSize(1);
+  Type in = at.getElementType();
+  if (!(in.isBF16() || in.isF16()))
+    throw Error("GPU lowering: dot on tensor cores takes bf16 or f16 operands; "
+                "f32 dots are not supported on the GPU yet");
+  if (M % 16 || N % 8 || K % 16)
+    throw Error("GPU lowering: dot shape must be multiples of 16x8x16, got M=" +
+                std::to_string(M) + " N=" + std::to_string(N) +
+                " K=" + std::to_string(K));
+}
+
 static int dimOf(const Coord &c) {
   for (size_t d = 0; d < c.size(); ++d)
     if (c[d])
@@ -264,16 +277,10 @@ Regs Lowerer::lowerDot(DotOp op) {
       return *r;
     waitFor(op.getAcc()); // mma.sync reads the accumulator's registers
   }
+  checkDotOnTensorCores(op);
   auto at = op.getA().getType(), bt = op.getB().getType();
   int64_t M = at.getDimSize(0), K = at.getDimSize(1), N = bt.getDimSize(1);
   Type in = at.getElementType();
-  if (!(in.isBF16() || in.isF16()))
-    throw Error("GPU lowering: dot on tensor cores takes bf16 or f16 operands; "
-                "f32 dots are not supported on the GPU yet");
-  if (M % 16 || N % 8 || K % 16)
-    throw Error("GPU lowering: dot shape must be multiples of 16x8x16, got M=" +
-                std::to_string(M) + " N=" + std::to_string(N) +
-                " K=" + std::to_string(K));
   Layout la = Layout::dotOperand(0, M, N, K, numWarps);
   Layout lb = Layout::dotOperand(1, M, N, K, numWarps);
   Layout lc = Layout::mma(M, N, numWarps);

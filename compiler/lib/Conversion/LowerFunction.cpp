@@ -36,6 +36,7 @@ static LLVM::LLVMPointerType ptrType(MLIRContext *ctx, unsigned addrSpace) {
 
 int64_t Lowerer::run(ModuleOp module) {
   MLIRContext *ctx = module.getContext();
+  src.walk([](DotOp dot) { checkDotOnTensorCores(dot); });
   b.setInsertionPointToEnd(module.getBody());
   // Dynamic shared memory: one scratch area that layout conversions and
   // cross-warp reductions reuse, sized by the largest of them.

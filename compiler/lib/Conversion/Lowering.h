@@ -61,6 +61,11 @@ struct SmemTile {
   int64_t sourceVec = 1;
 };
 
+/// Throws kiln::Error when a dot cannot run on the tensor cores (operand
+/// types, shape not in multiples of 16x8x16): checked for every dot before
+/// anything is lowered.
+void checkDotOnTensorCores(DotOp op);
+
 /// Why accesses through `ptr` take no vectors, cp.async or TMA: its tensor
 /// argument is not specialised as aligned (kiln.aligned), for the report.
 std::string unalignedReason(mlir::Value ptr);

@@ -121,6 +121,14 @@ std::string encodeCompiledKernel(const CompiledKernel &k,
   return kMagic + fmt::format("{:016x}\n", llvm::xxh3_64bits(w.body)) + w.body;
 }
 
+std::string resealCacheEntry(std::string_view entry) {
+  const size_t head = sizeof(kMagic) - 1 + 17;
+  std::string_view body = entry.size() < head ? "" : entry.substr(head);
+  return kMagic +
+         fmt::format("{:016x}\n", llvm::xxh3_64bits(llvm::StringRef(body))) +
+         std::string(body);
+}
+
 CompiledKernel decodeCompiledKernel(std::string_view bytes,
                                     std::shared_ptr<const void> owner,
                                     std::string_view expectKey) {

@@ -312,6 +312,20 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
     throw Error("compileForGpu: warps must be a power of two in [1, 32], got " +
                 std::to_string(numWarps));
   kernel.checkTileShapes();
+  func::FuncOp func = impl.func();
+  // A tile spreads over the program's threads; far past the 255 registers a
+  // thread has, the lowering would only unroll for minutes towards spills.
+  func.walk([&](Operation *op) {
+    for (Type t : op->getResultTypes())
+      if (auto rt = dyn_cast<RankedTensorType>(t);
+          rt && rt.getNumElements() / (32 * numWarps) > 2048)
+        throw Error("kernel " + impl.name + ": a tile of " +
+                    std::to_string(rt.getNumElements()) + " elements is " +
+                    std::to_string(rt.getNumElements() / (32 * numWarps)) +
+                    " per thread at " + std::to_string(numWarps) +
+                    " warps (the GPU has 255 registers a thread): use smaller "
+                    "blocks or more warps");
+  });
   std::string diags;
   llvm::raw_string_ostream dos(diags);
   ScopedDiagnosticHandler handler(ctx, [&](Diagnostic &d) {

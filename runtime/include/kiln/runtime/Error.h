@@ -16,7 +16,11 @@ namespace kiln {
 
 class Error : public std::runtime_error {
 public:
-  explicit Error(const std::string &message) : std::runtime_error(message) {}
+  explicit Error(const std::string &message)
+      : std::runtime_error(message.empty()
+                               ? "kiln::Error without a message (a kiln bug: "
+                                 "please report it with the command)"
+                               : message) {}
 };
 
 class InternalError : public std::logic_error {
