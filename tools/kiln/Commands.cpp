@@ -122,8 +122,10 @@ cuda::Buffer randomDevice(DType t, size_t n, uint64_t seed) {
   return b;
 }
 
-int64_t positive(Options &opts, const std::string &name, int64_t fallback) {
-  int64_t v = opts.integer(name, fallback);
+int64_t positive(Options &opts, const std::string &name, int64_t fallback,
+                 int64_t hi) {
+  int64_t v =
+      opts.integer(name, fallback, std::numeric_limits<int64_t>::min(), hi);
   if (v < 1)
     throw UsageError("option --" + name + " must be >= 1, got " +
                      std::to_string(v));
@@ -131,11 +133,7 @@ int64_t positive(Options &opts, const std::string &name, int64_t fallback) {
 }
 
 int positive32(Options &opts, const std::string &name, int fallback) {
-  int v = opts.int32(name, fallback);
-  if (v < 1)
-    throw UsageError("option --" + name + " must be >= 1, got " +
-                     std::to_string(v));
-  return v;
+  return int(positive(opts, name, fallback, std::numeric_limits<int>::max()));
 }
 
 static std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &s) {

@@ -68,7 +68,8 @@ std::string kernelName(Options &opts);
 
 /// --dtype as a float type; an integer option that must be >= 1.
 DType dtypeOption(Options &opts, const char *fallback);
-int64_t positive(Options &opts, const std::string &name, int64_t fallback);
+int64_t positive(Options &opts, const std::string &name, int64_t fallback,
+                 int64_t hi = std::numeric_limits<int64_t>::max());
 int positive32(Options &opts, const std::string &name, int fallback);
 
 /// Standard normal bf16 or f16 values (as torch.randn, which the peers'
