@@ -205,6 +205,15 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors) const {
       args[t.strideParams[d]] = int64_t(r.strides[d]);
       set[t.strideParams[d]] = true;
     }
+    // The byte offset of the last element (what the kernel's 64-bit address
+    // arithmetic reaches) must fit in 64 bits.
+    int64_t last = 0;
+    for (size_t d = 0; d < r.shape.size(); ++d)
+      if (__builtin_add_overflow(
+              last, checkedMul(r.shape[d] - 1, r.strides[d], where), &last))
+        throw Error(where + ": its last element's offset overflows 64-bit "
+                            "integers");
+    checkedMul(last + 1, int64_t(dtypeSize(r.dtype)), where);
   }
   for (auto &[name, ref] : tensors) {
     bool known = false;

@@ -74,6 +74,23 @@ TEST(BadInput, BlockSizesAreCheckedBeforeUse) {
   }
 }
 
+// A bound tensor whose last element lies past 64-bit byte offsets (shape
+// and strides each in range) is refused before any launch.
+TEST(BadInput, BoundTensorExtentsAreChecked) {
+  Kernel k = [] {
+    dsl::KernelBuilder b("wide", {1});
+    auto X = b.tensorArg("X", DType::f32, {1 << 30, 1 << 30, 1 << 30, 4});
+    dsl::store(X[0][0][0].block({0}, {4}), dsl::zeros({4}, DType::f32));
+    return b.finish();
+  }();
+  float x = 0;
+  const int64_t big = (int64_t(1) << 31) - 1;
+  TensorRef r{&x, DType::f32, {1 << 30, 1 << 30, 1 << 30, 4}, {big, big, big, 1}};
+  std::string error = errorOf([&] { k.bind({{"X", r}}); });
+  EXPECT_THAT(error, HasSubstr("kernel wide, tensor X: "));
+  EXPECT_THAT(error, HasSubstr("overflows 64-bit integers"));
+}
+
 TEST(BadInput, HostTensorSizesAreChecked) {
   EXPECT_THAT(errorOf([] { HostTensor(DType::f32, {int64_t(1) << 62}); }),
               HasSubstr("overflows 64-bit integers"));
