@@ -179,6 +179,8 @@ int cmdReport(Options &opts) {
   auto [target, p] = toInspect(opts);
   CompiledKernel c = compileForGpu(*p.kernel, target);
   fmt::print("lowering report ({}): what each load and dot became\n", c.arch);
+  // The variant `kiln run` launches for its tensors (--layout, --lse-stride).
+  fmt::print("  tensors: {}\n", tensorSpecialisation(c));
   bool roles = false;
   for (const std::string &line : c.report) {
     fmt::print("  {}\n", line);
