@@ -171,7 +171,8 @@ void Kernel::checkTileShapes() const {
 }
 
 std::vector<ArgValue>
-Kernel::bind(const std::map<std::string, TensorRef> &tensors) const {
+Kernel::bind(const std::map<std::string, TensorRef> &tensors,
+             const std::map<std::string, int64_t> &scalars) const {
   std::vector<ArgValue> args(impl_->params.size());
   std::vector<bool> set(args.size(), false);
   for (const TensorParamInfo &t : impl_->tensors) {
@@ -221,6 +222,21 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors) const {
       known |= t.name == name;
     if (!known)
       throw Error("kernel " + impl_->name + " has no tensor parameter " + name);
+  }
+  for (auto &[name, value] : scalars) {
+    size_t i = 0;
+    while (i < set.size() && (set[i] || impl_->params[i].name != name ||
+                              impl_->params[i].kind != ParamInfo::Kind::Scalar))
+      ++i;
+    if (i == set.size())
+      throw Error("kernel " + impl_->name + " has no integer argument " + name);
+    if (value < std::numeric_limits<int32_t>::min() ||
+        value > std::numeric_limits<int32_t>::max())
+      throw Error("kernel " + impl_->name + ", argument " + name + " = " +
+                  std::to_string(value) +
+                  " does not fit kiln's 32-bit index width");
+    args[i] = value;
+    set[i] = true;
   }
   for (size_t i = 0; i < set.size(); ++i)
     if (!set[i])

@@ -253,6 +253,21 @@ TensorView KernelBuilder::tensorArg(const std::string &name, DType dtype,
                     name);
 }
 
+Index KernelBuilder::scalarArg(const std::string &name, Loc loc) {
+  if (!state_ || current != state_.get())
+    userError(loc, "scalarArg: the kernel is finished");
+  Kernel::Impl &k = *state_->kernel;
+  if (name.empty())
+    userError(loc, "scalarArg: give the argument a name");
+  for (const ParamInfo &p : k.params)
+    if (p.name == name)
+      userError(loc, "scalarArg: a parameter named " + name + " exists already");
+  Value v = state_->func.getBody().front().addArgument(
+      state_->builder.getI32Type(), location(loc));
+  k.params.push_back({name, ParamInfo::Kind::Scalar, DType::i32});
+  return Index::fromRaw(raw(v), std::nullopt);
+}
+
 /// A schedule choice that is a unit attribute on the kernel: present or not.
 static void setFlag(mlir::func::FuncOp func, llvm::StringRef name, bool on) {
   if (on)

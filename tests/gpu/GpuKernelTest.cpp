@@ -9,6 +9,7 @@
 #include "../unit/TestUtil.h"
 
 #include "kiln/Compiler/Compile.h"
+#include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/GpuReference.h"
 #include "kiln/kernels/Reference.h"
 #include "kiln/runtime/Cuda.h"
@@ -399,6 +400,50 @@ TEST(GpuKernels, SoftmaxMatchesFp64) {
     ErrorStats e = compareTensors(y, ref);
     EXPECT_EQ(e.nonFinite, 0);
     EXPECT_LE(e.relative, t == DType::f32 ? 1e-5 : 1e-2) << R << "x" << C;
+  }
+}
+
+// Run-time integer arguments (KernelBuilder::scalarArg): one compile, one
+// loaded kernel, launched with several values; each result checked against
+// the host's sum on fresh inputs, outputs poisoned before every launch.
+TEST(GpuKernels, RuntimeIntegerArgumentsServeEveryValue) {
+  REQUIRE_GPU();
+  using namespace kiln::dsl;
+  constexpr int64_t R = 128, C = 512, BR = 16, BC = 64;
+  Kernel k = [] {
+    KernelBuilder b("row_sum_of_range", {R / BR});
+    Index n = b.scalarArg("n"), first = b.scalarArg("first");
+    auto X = b.tensorArg("X", f32, {R, C});
+    auto Y = b.tensorArg("Y", f32, {R});
+    Index r0 = programId(0) * BR;
+    Tile acc = zeros({BR}, f32);
+    forRange(first, first + n, BC, carry(acc), [&](Index c0) {
+      Tile x = load(X.block({r0, c0}, {BR, BC}));
+      x = where(row(arange(BC) + c0) < first + n, x, 0.0);
+      acc = acc + reduceSum(x, 1);
+    });
+    store(Y.block({r0}), acc);
+    return b.finish();
+  }();
+  HostTensor x(DType::f32, {R, C}), y(DType::f32, {R});
+  x.fillRandom(11);
+  DeviceTensors dt;
+  dt.add("X", x, false);
+  dt.add("Y", y, true);
+  GpuKernel g(compileForGpu(k, {.arch = cuda::device().arch()}).spec());
+  for (auto [n, first] : {std::pair<int64_t, int64_t>{1, 0}, {77, 5},
+                          {300, 100}, {C, 0}}) {
+    dt.poisonOutputs();
+    g.launch(k.bind(dt.refs, {{"n", n}, {"first", first}}));
+    cuda::synchronize();
+    dt.download("Y", y);
+    for (int64_t r = 0; r < R; ++r) {
+      double want = 0;
+      for (int64_t c = first; c < first + n && c < C; ++c)
+        want += x.at(std::vector<int64_t>{r, c});
+      EXPECT_NEAR(y.at(std::vector<int64_t>{r}), want, 1e-3)
+          << "n=" << n << " first=" << first << " row " << r;
+    }
   }
 }
 

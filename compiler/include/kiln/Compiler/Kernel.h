@@ -43,9 +43,12 @@ public:
 
   /// The argument list for a launch: each tensor parameter bound by name to a
   /// tensor of the same dtype and shape, strides checked against the index
-  /// width. Throws kiln::Error naming the tensor on any mismatch.
+  /// width, and each run-time integer (KernelBuilder::scalarArg) to its value
+  /// in `scalars`. Throws kiln::Error naming the tensor or argument on any
+  /// mismatch.
   std::vector<ArgValue>
-  bind(const std::map<std::string, TensorRef> &tensors) const;
+  bind(const std::map<std::string, TensorRef> &tensors,
+       const std::map<std::string, int64_t> &scalars = {}) const;
 
   Impl &impl() const { return *impl_; }
 

@@ -253,6 +253,11 @@ public:
   /// dimension (`name_stride0`, ...). The shape is compiled in.
   TensorView tensorArg(const std::string &name, DType dtype, Shape shape,
                        Loc loc = Loc::current());
+  /// A run-time integer argument (an i32 parameter `name`): an Index usable
+  /// wherever one is (offsets, loop bounds, masks, comparisons), bound by
+  /// name at each launch (Kernel::bind's `scalars`), so that one compile
+  /// serves every value. Tensor shapes stay compile-time.
+  Index scalarArg(const std::string &name, Loc loc = Loc::current());
   /// Warps per program on the GPU (a power of two; default 4).
   void setWarps(int warps, Loc loc = Loc::current());
   /// Software-pipeline depth of the loads in loops (>= 2; default 2).

@@ -1,0 +1,103 @@
+//===- RuntimeArgTest.cpp - run-time integer arguments in the DSL ---------===//
+//
+// KernelBuilder::scalarArg (issue 18, item 1 without run-time tensor
+// dimensions): one kernel, compiled once, serves every value of the
+// argument, as a loop bound, an offset and in masks.
+//
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/Reference/CpuExecutor.h"
+#include "kiln/dsl/Dsl.h"
+#include "kiln/runtime/HostTensor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace kiln;
+using namespace kiln::dsl;
+using kiln::test::errorOf;
+using ::testing::HasSubstr;
+
+namespace {
+
+constexpr int64_t R = 64, C = 256, BR = 16, BC = 64;
+
+/// Y[r] = sum of X[r, first .. first + n): n and first are run-time
+/// arguments (a loop bound, a loop start and a mask).
+Kernel rowSumOfRange() {
+  KernelBuilder k("row_sum_of_range", {R / BR});
+  Index n = k.scalarArg("n");
+  Index first = k.scalarArg("first");
+  auto X = k.tensorArg("X", f32, {R, C});
+  auto Y = k.tensorArg("Y", f32, {R});
+  Index r0 = programId(0) * BR;
+  Tile acc = zeros({BR}, f32);
+  forRange(first, first + n, BC, carry(acc), [&](Index c0) {
+    Tile x = load(X.block({r0, c0}, {BR, BC}));
+    Tile cols = arange(BC) + c0;
+    x = where(row(cols) < first + n, x, 0.0);
+    acc = acc + reduceSum(x, 1);
+  });
+  store(Y.block({r0}), acc);
+  return k.finish();
+}
+
+TEST(RuntimeArgs, OneKernelServesEveryValue) {
+  Kernel k = rowSumOfRange();
+  EXPECT_THAT(k.ir(), HasSubstr("kiln.name = \"n\""));
+  HostTensor x(DType::f32, {R, C});
+  x.fillRandom(5);
+  for (auto [n, first] : {std::pair<int64_t, int64_t>{1, 0}, {37, 3},
+                          {100, 50}, {C, 0}, {0, 7}}) {
+    HostTensor y(DType::f32, {R});
+    y.poison();
+    runOnCpu(k, k.bind({{"X", x.ref()}, {"Y", y.ref()}},
+                       {{"n", n}, {"first", first}}));
+    for (int64_t r = 0; r < R; ++r) {
+      double want = 0;
+      for (int64_t c = first; c < first + n && c < C; ++c)
+        want += x.at(std::vector<int64_t>{r, c});
+      EXPECT_NEAR(y.at(std::vector<int64_t>{r}), want, 1e-4) << "n=" << n << " first=" << first
+                                          << " row " << r;
+    }
+  }
+}
+
+TEST(RuntimeArgs, CompileForTheGpuOnce) {
+  Kernel k = rowSumOfRange();
+  for (const char *arch : {"sm_80", "sm_90a"}) {
+    CompiledKernel c = compileForGpu(k, {arch});
+    // The two integers are kernel parameters, after nothing else was folded.
+    EXPECT_EQ(c.params[0].name, "n");
+    EXPECT_EQ(c.params[1].name, "first");
+    EXPECT_THAT(c.ptx, HasSubstr("row_sum_of_range_param_0"));
+  }
+}
+
+TEST(RuntimeArgs, BindingIsChecked) {
+  Kernel k = rowSumOfRange();
+  HostTensor x(DType::f32, {R, C}), y(DType::f32, {R});
+  std::map<std::string, TensorRef> t{{"X", x.ref()}, {"Y", y.ref()}};
+  EXPECT_THAT(errorOf([&] { k.bind(t, {{"n", 3}}); }),
+              HasSubstr("parameter first is not bound"));
+  EXPECT_THAT(errorOf([&] { k.bind(t, {{"n", 3}, {"first", 0}, {"m", 1}}); }),
+              HasSubstr("has no integer argument m"));
+  EXPECT_THAT(errorOf([&] { k.bind(t, {{"n", int64_t(1) << 40}, {"first", 0}}); }),
+              HasSubstr("argument n = 1099511627776 does not fit"));
+  EXPECT_THAT(errorOf([&] { k.bind(t, {{"X_stride0", 3}, {"n", 1}, {"first", 0}}); }),
+              HasSubstr("has no integer argument X_stride0"));
+  int line = 0;
+  std::string error = errorOf([&] {
+    KernelBuilder b("twice", {1});
+    b.scalarArg("n");
+    line = __LINE__ + 1;
+    b.scalarArg("n");
+  });
+  EXPECT_THAT(error, HasSubstr("RuntimeArgTest.cpp:" + std::to_string(line) +
+                               ": scalarArg: a parameter named n exists "
+                               "already"));
+}
+
+} // namespace
