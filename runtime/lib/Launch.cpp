@@ -63,6 +63,12 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
       auto *v = std::get_if<int64_t>(&args[i]);
       if (!v)
         throw Error(what + " must be an integer");
+      if ((p.assumed == ScalarClass::One && *v != 1) ||
+          (p.assumed == ScalarClass::DivisibleBy16 && *v % 16))
+        throw Error(what + " = " + std::to_string(*v) +
+                    ": the kernel was compiled for values of class " +
+                    scalarClassName(p.assumed) +
+                    " (GpuTarget::scalarClasses, scalarClasses())");
       if (p.dtype == DType::i32) {
         if (*v < std::numeric_limits<int32_t>::min() ||
             *v > std::numeric_limits<int32_t>::max())

@@ -6,6 +6,24 @@
 
 namespace kiln {
 
+const char *scalarClassName(ScalarClass c) {
+  switch (c) {
+  case ScalarClass::One:
+    return "one";
+  case ScalarClass::DivisibleBy16:
+    return "div16";
+  case ScalarClass::Any:
+    break;
+  }
+  return "any";
+}
+
+ScalarClass scalarClassOf(int64_t value) {
+  return value == 1        ? ScalarClass::One
+         : value % 16 == 0 ? ScalarClass::DivisibleBy16
+                           : ScalarClass::Any;
+}
+
 std::string joinInts(const std::vector<int64_t> &v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i)

@@ -431,10 +431,22 @@ TEST(GpuKernels, RuntimeIntegerArgumentsServeEveryValue) {
   dt.add("X", x, false);
   dt.add("Y", y, true);
   GpuKernel g(compileForGpu(k, {.arch = cuda::device().arch()}).spec());
+  // A variant for `first` divisible by 16 (vector loads): it runs those
+  // values and refuses others before launching.
+  GpuKernel div16(
+      compileForGpu(k, {.arch = cuda::device().arch(),
+                        .scalarClasses = {{"first", ScalarClass::DivisibleBy16}}})
+          .spec());
+  EXPECT_THAT(test::errorOf([&] {
+                div16.launch(k.bind(dt.refs, {{"n", 3}, {"first", 5}}));
+              }),
+              HasSubstr("first = 5: the kernel was compiled for values of "
+                        "class div16"));
   for (auto [n, first] : {std::pair<int64_t, int64_t>{1, 0}, {77, 5},
-                          {300, 100}, {C, 0}}) {
+                          {300, 100}, {C, 0}, {200, 48}}) {
     dt.poisonOutputs();
-    g.launch(k.bind(dt.refs, {{"n", n}, {"first", first}}));
+    (first % 16 ? g : div16)
+        .launch(k.bind(dt.refs, {{"n", n}, {"first", first}}));
     cuda::synchronize();
     dt.download("Y", y);
     for (int64_t r = 0; r < R; ++r) {

@@ -44,7 +44,8 @@ CompiledKernel sample(const std::string &name, size_t ptxBytes) {
   k.sharedBytes = 98304;
   k.persistent = true;
   k.params = {{"A", ParamInfo::Kind::Pointer, DType::bf16},
-              {"A_stride0", ParamInfo::Kind::Scalar, DType::i32}};
+              {"A_stride0", ParamInfo::Kind::Scalar, DType::i32,
+               ScalarClass::DivisibleBy16}};
   k.tensors = {{"A", DType::bf16, {64, 32}, 0, {1, 2}, true},
                {"B", DType::f32, {64}, 0, {1}, false}};
   k.tensorMaps = {
@@ -94,6 +95,8 @@ TEST(DiskCache, EntryRoundTripsEveryField) {
   ASSERT_EQ(d.params.size(), 2u);
   EXPECT_EQ(d.params[1].name, "A_stride0");
   EXPECT_EQ(d.params[1].kind, ParamInfo::Kind::Scalar);
+  EXPECT_EQ(d.params[1].assumed, ScalarClass::DivisibleBy16);
+  EXPECT_EQ(d.params[0].assumed, ScalarClass::Any);
   ASSERT_EQ(d.tensors.size(), 2u);
   EXPECT_EQ(d.tensors[0].shape, (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(d.tensors[0].strideParams, (std::vector<int>{1, 2}));

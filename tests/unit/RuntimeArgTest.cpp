@@ -19,6 +19,7 @@ using namespace kiln;
 using namespace kiln::dsl;
 using kiln::test::errorOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -74,6 +75,42 @@ TEST(RuntimeArgs, CompileForTheGpuOnce) {
     EXPECT_EQ(c.params[1].name, "first");
     EXPECT_THAT(c.ptx, HasSubstr("row_sum_of_range_param_0"));
   }
+}
+
+// Specialisation by value class (Triton's): an offset built from an
+// argument compiled as divisible by 16 keeps 16-byte vector loads; without
+// the class, element loads. A value of 1 is compiled in.
+TEST(RuntimeArgs, ValueClassesSpecialiseTheCompile) {
+  EXPECT_EQ(scalarClassOf(1), ScalarClass::One);
+  EXPECT_EQ(scalarClassOf(32), ScalarClass::DivisibleBy16);
+  EXPECT_EQ(scalarClassOf(0), ScalarClass::DivisibleBy16);
+  EXPECT_EQ(scalarClassOf(17), ScalarClass::Any);
+  Kernel k = rowSumOfRange();
+  std::map<std::string, ScalarClass> classes =
+      scalarClasses(k, {{"n", 100}, {"first", 48}, {"X_stride0", 256}});
+  EXPECT_EQ(classes.at("n"), ScalarClass::Any);
+  EXPECT_EQ(classes.at("first"), ScalarClass::DivisibleBy16);
+  CompiledKernel any = compileForGpu(k, {"sm_90a"});
+  CompiledKernel div16 = compileForGpu(
+      k, {.arch = "sm_90a",
+          .scalarClasses = {{"first", ScalarClass::DivisibleBy16}}});
+  EXPECT_THAT(div16.ptx, HasSubstr("ld.global.v4.b32"));
+  EXPECT_THAT(any.ptx, Not(HasSubstr("ld.global.v4.b32")));
+  EXPECT_EQ(div16.params[1].assumed, ScalarClass::DivisibleBy16);
+  EXPECT_THAT(tensorSpecialisation(div16), HasSubstr("; first div16"));
+  CompiledKernel one =
+      compileForGpu(k, {.arch = "sm_90a",
+                        .scalarClasses = {{"n", ScalarClass::One}}});
+  EXPECT_EQ(one.params[0].assumed, ScalarClass::One);
+  EXPECT_NE(one.ptx, any.ptx);
+  // Each class combination is its own cache entry.
+  EXPECT_NE(compileCacheKey(k, {"sm_90a"}),
+            compileCacheKey(k, {.arch = "sm_90a",
+                                .scalarClasses = {{"n", ScalarClass::One}}}));
+  EXPECT_THAT(errorOf([&] {
+                compileForGpu(k, {.scalarClasses = {{"X", ScalarClass::One}}});
+              }),
+              HasSubstr("scalarClasses names X, which is not an integer"));
 }
 
 TEST(RuntimeArgs, BindingIsChecked) {

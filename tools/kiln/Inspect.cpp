@@ -216,13 +216,13 @@ int cmdCache(Options &opts) {
   if (what == "ls") {
     auto entries = cache->list();
     int64_t total = 0;
-    fmt::print("{:<16}  {:<16} {:<7} {:>10} {:>11}  {}\n", "key", "kernel",
-               "arch", "bytes", "compile ms", "used");
+    fmt::print("{:<16}  {:<16} {:<7} {:>10} {:>11}  {:<12}  {}\n", "key",
+               "kernel", "arch", "bytes", "compile ms", "used", "classes");
     for (const DiskCacheEntry &e : entries) {
       total += e.bytes;
-      fmt::print("{:<16}  {:<16} {:<7} {:>10} {:>11.1f}  {}\n",
+      fmt::print("{:<16}  {:<16} {:<7} {:>10} {:>11.1f}  {:<12}  {}\n",
                  e.key.substr(0, 16), e.kernel, e.arch, e.bytes, e.compileMs,
-                 age(e.lastUsed));
+                 age(e.lastUsed), e.classes);
     }
     fmt::print("{} entries, {:.1f} MB of {:.0f} MB in {}\n", entries.size(),
                total / 1048576.0, cache->maxBytes() / 1048576.0, cache->dir());

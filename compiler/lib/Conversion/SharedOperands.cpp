@@ -46,11 +46,17 @@ int64_t knownDivisor(Value v) {
     return std::min(knownDivisor(a.getLhs()), knownDivisor(a.getRhs()));
   if (auto a = v.getDefiningOp<arith::MinSIOp>())
     return std::min(knownDivisor(a.getLhs()), knownDivisor(a.getRhs()));
-  if (auto arg = dyn_cast<BlockArgument>(v))
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
     if (auto f = dyn_cast<scf::ForOp>(arg.getOwner()->getParentOp()))
       if (arg == f.getInductionVar())
         return std::min(knownDivisor(f.getLowerBound()),
                         knownDivisor(f.getStep()));
+    // A run-time integer compiled for values of a class (kiln.divisibility).
+    if (auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+      if (auto d = fn.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
+                                                    kDivisibilityArgAttr))
+        return d.getInt();
+  }
   return 1;
 }
 

@@ -96,7 +96,8 @@ std::string encodeCompiledKernel(const CompiledKernel &k,
   for (const ParamInfo &p : k.params)
     w.put("param", p.name + " " +
                        (p.kind == ParamInfo::Kind::Pointer ? "ptr" : "scalar") +
-                       " " + dtypeName(p.dtype));
+                       " " + dtypeName(p.dtype) + " " +
+                       scalarClassName(p.assumed));
   for (const TensorParamInfo &t : k.tensors) {
     std::vector<int64_t> strides(t.strideParams.begin(), t.strideParams.end());
     w.put("tensor", t.name + " " + dtypeName(t.dtype) + " " +
@@ -180,12 +181,19 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
       else if (tag == "compile_ms")
         k.compileMs = std::stod(v);
       else if (tag == "param") {
-        std::string name, kind, dtype;
-        in >> name >> kind >> dtype;
-        k.params.push_back(
-            {name,
-             kind == "ptr" ? ParamInfo::Kind::Pointer : ParamInfo::Kind::Scalar,
-             dtypeField(dtype)});
+        std::string name, kind, dtype, assumed;
+        in >> name >> kind >> dtype >> assumed;
+        ParamInfo p{name,
+                    kind == "ptr" ? ParamInfo::Kind::Pointer
+                                  : ParamInfo::Kind::Scalar,
+                    dtypeField(dtype)};
+        for (ScalarClass c : {ScalarClass::Any, ScalarClass::DivisibleBy16,
+                              ScalarClass::One})
+          if (assumed == scalarClassName(c))
+            p.assumed = c;
+        if (assumed != scalarClassName(p.assumed))
+          throw Error("kiln cache entry: bad param record " + v);
+        k.params.push_back(std::move(p));
       } else if (tag == "tensor") {
         std::string name, dtype, shape, strides, access;
         int ptr = 0;

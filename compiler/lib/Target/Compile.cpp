@@ -290,6 +290,32 @@ static void specialiseTensors(func::FuncOp func, const GpuTarget &target,
   }
 }
 
+/// Run-time integers by class: kiln.divisibility on those divisible by 16
+/// (offsets built from them keep vector accesses), the constant 1 in place
+/// of those that are 1; `params` records what the launcher checks.
+static void specialiseScalars(func::FuncOp func, const GpuTarget &target,
+                              std::vector<ParamInfo> &params) {
+  for (const auto &[name, c] : target.scalarClasses) {
+    auto it = llvm::find_if(params, [&](auto &p) { return p.name == name; });
+    if (it == params.end() || it->kind != ParamInfo::Kind::Scalar)
+      throw Error("compileForGpu: GpuTarget::scalarClasses names " + name +
+                  ", which is not an integer argument of kernel " +
+                  func.getSymName().str());
+    const unsigned i = unsigned(it - params.begin());
+    it->assumed = c;
+    if (c == ScalarClass::DivisibleBy16)
+      func.setArgAttr(i, kDivisibilityArgAttr,
+                      IntegerAttr::get(IntegerType::get(func.getContext(), 64),
+                                       16));
+    if (c == ScalarClass::One) {
+      OpBuilder b(func.getContext());
+      b.setInsertionPointToStart(&func.getBody().front());
+      Value one = arith::ConstantIntOp::create(b, func.getLoc(), 1, 32);
+      func.getArgument(i).replaceAllUsesWith(one);
+    }
+  }
+}
+
 CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
                              const CompileOptions &opts) {
   auto start = Clock::now();
@@ -355,6 +381,8 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
   OwningOpRef<ModuleOp> lowered(cast<ModuleOp>(impl.module->clone()));
   specialiseTensors(lowered->lookupSymbol<func::FuncOp>(impl.name), target,
                     out.tensors);
+  specialiseScalars(lowered->lookupSymbol<func::FuncOp>(impl.name), target,
+                    out.params);
   {
     OpPrintingFlags flags;
     flags.enableDebugInfo(false);

@@ -217,6 +217,7 @@ std::vector<DiskCacheEntry> DiskCache::list() const {
       d.kernel = k.name;
       d.arch = k.arch;
       d.compileMs = k.compileMs;
+      d.classes = tensorSpecialisation(k);
     } catch (const Error &) {
       d.kernel = "(corrupt)";
     }

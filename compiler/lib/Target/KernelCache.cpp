@@ -62,6 +62,8 @@ std::string compileCacheKey(const Kernel &kernel, const GpuTarget &t) {
   std::string unaligned;
   for (const std::string &name : t.unalignedTensors)
     unaligned += "," + name;
+  for (const auto &[name, c] : t.scalarClasses)
+    unaligned += ";" + name + "=" + scalarClassName(c);
   return contentHash(
       compilerBuildId() + "|" + t.arch + "|w" + std::to_string(t.numWarps) +
       "|s" + std::to_string(t.numStages) + "|a" +
@@ -129,8 +131,9 @@ std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
 
 std::shared_ptr<GpuKernel>
 jitKernel(const Kernel &kernel, const std::map<std::string, TensorRef> &tensors,
-          GpuTarget target) {
+          const std::map<std::string, int64_t> &scalars, GpuTarget target) {
   target.unalignedTensors = unalignedTensors(kernel, tensors);
+  target.scalarClasses = scalarClasses(kernel, scalars);
   return jitKernel(kernel, target);
 }
 

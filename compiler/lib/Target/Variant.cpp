@@ -36,6 +36,16 @@ unalignedTensors(const Kernel &kernel,
   return out;
 }
 
+std::map<std::string, ScalarClass>
+scalarClasses(const Kernel &kernel,
+              const std::map<std::string, int64_t> &values) {
+  std::map<std::string, ScalarClass> out;
+  for (const ParamInfo &p : kernel.params())
+    if (auto it = values.find(p.name); it != values.end())
+      out[p.name] = scalarClassOf(it->second);
+  return out;
+}
+
 std::string tensorSpecialisation(const CompiledKernel &kernel) {
   std::vector<std::string> aligned, any;
   for (const TensorParamInfo &t : kernel.tensors)
@@ -44,6 +54,9 @@ std::string tensorSpecialisation(const CompiledKernel &kernel) {
       "aligned rows: " + (aligned.empty() ? "none" : llvm::join(aligned, ", "));
   if (!any.empty())
     out += "; element accesses: " + llvm::join(any, ", ");
+  for (const ParamInfo &p : kernel.params)
+    if (p.assumed != ScalarClass::Any)
+      out += std::string("; ") + p.name + " " + scalarClassName(p.assumed);
   return out;
 }
 

@@ -36,6 +36,11 @@ struct GpuTarget {
   /// unalignedTensors(kernel, tensors) says which to name for given tensors.
   bool assumeAligned = true;
   std::vector<std::string> unalignedTensors;
+  /// Run-time integer arguments (KernelBuilder::scalarArg) specialised by
+  /// their value's class: DivisibleBy16 lets offsets built from it keep
+  /// vector accesses, One compiles the value in. The launcher checks each
+  /// value; scalarClasses(kernel, values) gives the classes of given values.
+  std::map<std::string, ScalarClass> scalarClasses;
   /// LLVM's middle end before the NVPTX backend: "kiln" (a short function
   /// pipeline for kiln's already-simplified, unrolled code; the default),
   /// LLVM's own "O1", "O2", "O3", or "passes:<text>" for any pipeline in
@@ -48,6 +53,12 @@ struct GpuTarget {
 std::vector<std::string>
 unalignedTensors(const Kernel &kernel,
                  const std::map<std::string, TensorRef> &tensors);
+
+/// The class of each run-time integer argument's value in `values`
+/// (GpuTarget::scalarClasses for them).
+std::map<std::string, ScalarClass>
+scalarClasses(const Kernel &kernel,
+              const std::map<std::string, int64_t> &values);
 
 /// Whether the tensor `ref` meets GpuTarget::assumeAligned.
 bool tensorAligned(const TensorRef &ref);
@@ -135,10 +146,12 @@ compileCached(const Kernel &kernel, const GpuTarget &target = {});
 std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
                                      const GpuTarget &target = {});
 
-/// The variant for these tensors: `target` with unalignedTensors set from
-/// them (each tensor specialised on its own, as the launch will check).
+/// The variant for these tensors and integer values: `target` with
+/// unalignedTensors and scalarClasses set from them (each specialised on its
+/// own, as the launch will check).
 std::shared_ptr<GpuKernel>
 jitKernel(const Kernel &kernel, const std::map<std::string, TensorRef> &tensors,
+          const std::map<std::string, int64_t> &scalars = {},
           GpuTarget target = {});
 
 /// One line: the kernel, arch, tensorSpecialisation and each report line's

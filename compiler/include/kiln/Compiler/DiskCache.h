@@ -30,6 +30,8 @@ struct DiskCacheEntry {
   int64_t lastUsed = 0; ///< seconds since the epoch (the file's mtime)
   std::string kernel, arch;
   double compileMs = 0;
+  /// Its tensors' and integers' specialisation (tensorSpecialisation).
+  std::string classes;
 };
 
 class DiskCache {

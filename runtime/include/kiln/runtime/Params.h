@@ -11,12 +11,22 @@
 
 namespace kiln {
 
+/// What a compile assumed of a run-time integer argument's value (Triton's
+/// specialisation classes): nothing, divisible by 16, or exactly 1.
+enum class ScalarClass { Any, DivisibleBy16, One };
+/// "any", "div16", "one".
+const char *scalarClassName(ScalarClass c);
+/// The class of `value`: One, DivisibleBy16 (0 included) or Any.
+ScalarClass scalarClassOf(int64_t value);
+
 /// One parameter of a kernel function, in order.
 struct ParamInfo {
   enum class Kind { Pointer, Scalar };
   std::string name;
   Kind kind;
   DType dtype; ///< pointee type for pointers, the value's type for scalars
+  /// Scalars: what the compile assumed of the value; the launcher checks it.
+  ScalarClass assumed = ScalarClass::Any;
 };
 
 /// A tensor argument: one pointer parameter plus one stride parameter per

@@ -19,6 +19,8 @@ namespace kiln {
 
 inline constexpr llvm::StringLiteral kTensorShapeAttr = "kiln.tensor_shape";
 inline constexpr llvm::StringLiteral kAlignedArgAttr = "kiln.aligned";
+/// On an i32 argument: a power of two its value is a multiple of.
+inline constexpr llvm::StringLiteral kDivisibilityArgAttr = "kiln.divisibility";
 
 /// The argument of the enclosing function that a pointer derives from
 /// through kiln.addptr, if it derives from one.
