@@ -478,10 +478,15 @@ TEST(GpuKernels, AlignedKernelRejectsUnalignedStrides) {
       test::errorOf([&] { g.launch(k.bind(dt.refs)); }),
       HasSubstr(
           "tensor A: stride 36 of dimension 0 is not a multiple of 16 bytes"));
-  // The variant with A unaligned runs it, correctly, B still by vectors.
+  // The variant with A unaligned runs it, correctly, B still by vectors;
+  // its launch counts as one of a fallback variant.
+  const int64_t fallbacks = fallbackLaunches();
   CompiledKernel mixed = runOnGpu(k, dt);
   EXPECT_FALSE(mixed.tensors[0].aligned);
   EXPECT_TRUE(mixed.tensors[1].aligned);
+  EXPECT_EQ(fallbackLaunches(), fallbacks + 1);
+  EXPECT_THAT(mixed.spec().variant,
+              HasSubstr("aligned rows: B, C; element accesses: A"));
   HostTensor ref(DType::f32, {64, 64});
   a.fillRandom(0); // a's device copy was uploaded zero-filled: compare to 0
   kernels::gemmReference(HostTensor(bf16, {64, 32}), b, ref);
