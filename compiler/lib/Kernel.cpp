@@ -154,6 +154,15 @@ static std::string userLine(Location loc) {
 }
 
 void Kernel::checkTileShapes() const {
+  impl_->func().walk([&](DotOp dot) {
+    auto at = dot.getA().getType(), bt = dot.getB().getType();
+    int64_t M = at.getDimSize(0), K = at.getDimSize(1), N = bt.getDimSize(1);
+    if (M % 16 || N % 8 || K % 16)
+      throw Error(userLine(dot.getLoc()) + ": dot " + std::to_string(M) + "x" +
+                  std::to_string(N) + "x" + std::to_string(K) + " (MxNxK) of kernel " +
+                  impl_->name +
+                  ": the GPU's tensor cores take multiples of 16x8x16");
+  });
   impl_->func().walk([&](Operation *op) {
     for (Type t : op->getResultTypes())
       if (auto rt = dyn_cast<RankedTensorType>(t))

@@ -122,6 +122,27 @@ TEST(BadInput, TileShapesAreCheckedOnTheCpuToo) {
   EXPECT_THAT(errorOf([&] { runOnCpu(k, k.bind({{"X", x.ref()}})); }),
               HasSubstr(where));
   EXPECT_THAT(errorOf([&] { compileForGpu(k); }), HasSubstr(where));
+
+  // A dot the tensor cores cannot take (N = 4): refused on the CPU as well.
+  Kernel thin = [&] {
+    dsl::KernelBuilder b("thin", {1});
+    auto A = b.tensorArg("A", DType::bf16, {16, 16});
+    auto B = b.tensorArg("B", DType::bf16, {16, 4});
+    auto C = b.tensorArg("C", DType::f32, {16, 4});
+    dsl::Tile a = dsl::load(A.block({0, 0}, {16, 16}));
+    dsl::Tile bt = dsl::load(B.block({0, 0}, {16, 4}));
+    line = __LINE__ + 1;
+    dsl::store(C.block({0, 0}), dsl::dot(a, bt));
+    return b.finish();
+  }();
+  HostTensor a(DType::bf16, {16, 16}), bm(DType::bf16, {16, 4}),
+      c(DType::f32, {16, 4});
+  std::string dotError = errorOf([&] {
+    runOnCpu(thin, thin.bind({{"A", a.ref()}, {"B", bm.ref()}, {"C", c.ref()}}));
+  });
+  EXPECT_THAT(dotError, HasSubstr("BadInputTest.cpp:" + std::to_string(line) +
+                                  ": dot 16x4x16 (MxNxK)"));
+  EXPECT_THAT(dotError, HasSubstr("multiples of 16x8x16"));
 }
 
 } // namespace

@@ -36,7 +36,8 @@ public:
   /// The kiln IR as text, with source locations when `withLocations`.
   std::string ir(bool withLocations = false) const;
   /// Throws kiln::Error naming the user's line when a tile dimension is not
-  /// a power of two (layouts spread tiles bit by bit on the GPU): the CPU
+  /// a power of two (layouts spread tiles bit by bit on the GPU) or a dot's
+  /// shape is not in multiples of 16x8x16 (the tensor cores'): the CPU
   /// executor and the GPU compile both check, so that a kernel tried on the
   /// CPU runs on the GPU too.
   void checkTileShapes() const;
