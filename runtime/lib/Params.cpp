@@ -18,6 +18,14 @@ const char *scalarClassName(ScalarClass c) {
   return "any";
 }
 
+std::optional<ScalarClass> parseScalarClass(const std::string &name) {
+  for (ScalarClass c :
+       {ScalarClass::Any, ScalarClass::DivisibleBy16, ScalarClass::One})
+    if (name == scalarClassName(c))
+      return c;
+  return std::nullopt;
+}
+
 ScalarClass scalarClassOf(int64_t value) {
   return value == 1        ? ScalarClass::One
          : value % 16 == 0 ? ScalarClass::DivisibleBy16

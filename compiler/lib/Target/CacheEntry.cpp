@@ -187,12 +187,10 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
                     kind == "ptr" ? ParamInfo::Kind::Pointer
                                   : ParamInfo::Kind::Scalar,
                     dtypeField(dtype)};
-        for (ScalarClass c : {ScalarClass::Any, ScalarClass::DivisibleBy16,
-                              ScalarClass::One})
-          if (assumed == scalarClassName(c))
-            p.assumed = c;
-        if (assumed != scalarClassName(p.assumed))
+        std::optional<ScalarClass> c = parseScalarClass(assumed);
+        if (!c)
           throw Error("kiln cache entry: bad param record " + v);
+        p.assumed = *c;
         k.params.push_back(std::move(p));
       } else if (tag == "tensor") {
         std::string name, dtype, shape, strides, access;

@@ -59,15 +59,16 @@ std::string compileCacheKey(const Kernel &kernel, const GpuTarget &t) {
   // The DSL verified the kernel when it finished it: the printer need not.
   flags.printGenericOpForm().enableDebugInfo(false).assumeVerified();
   kernel.impl().module->print(os, flags);
-  std::string unaligned;
+  // The tensors compiled without the aligned paths, the integers' classes.
+  std::string classes;
   for (const std::string &name : t.unalignedTensors)
-    unaligned += "," + name;
+    classes += "," + name;
   for (const auto &[name, c] : t.scalarClasses)
-    unaligned += ";" + name + "=" + scalarClassName(c);
+    classes += ";" + name + "=" + scalarClassName(c);
   return contentHash(
       compilerBuildId() + "|" + t.arch + "|w" + std::to_string(t.numWarps) +
       "|s" + std::to_string(t.numStages) + "|a" +
-      std::to_string(t.assumeAligned) + unaligned + "|r" +
+      std::to_string(t.assumeAligned) + classes + "|r" +
       std::to_string(t.reloadThreadIds) + "|" + t.llvmPipeline + "|" + ir);
 }
 
@@ -136,7 +137,6 @@ jitKernel(const Kernel &kernel, const std::map<std::string, TensorRef> &tensors,
   target.scalarClasses = scalarClasses(kernel, scalars);
   return jitKernel(kernel, target);
 }
-
 
 CompileCacheStats compileCacheStats() {
   Cache &c = cache();

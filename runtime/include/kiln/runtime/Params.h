@@ -5,6 +5,7 @@
 #include "kiln/runtime/DType.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -14,8 +15,9 @@ namespace kiln {
 /// What a compile assumed of a run-time integer argument's value (Triton's
 /// specialisation classes): nothing, divisible by 16, or exactly 1.
 enum class ScalarClass { Any, DivisibleBy16, One };
-/// "any", "div16", "one".
+/// "any", "div16", "one"; and back (nullopt for any other text).
 const char *scalarClassName(ScalarClass c);
+std::optional<ScalarClass> parseScalarClass(const std::string &name);
 /// The class of `value`: One, DivisibleBy16 (0 included) or Any.
 ScalarClass scalarClassOf(int64_t value);
 
