@@ -6,10 +6,10 @@
 // compared. Skips, saying why, without a GPU.
 //
 //===----------------------------------------------------------------------===//
+#include "../unit/RowSumKernel.h"
 #include "../unit/TestUtil.h"
 
 #include "kiln/Compiler/Compile.h"
-#include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/GpuReference.h"
 #include "kiln/kernels/Reference.h"
 #include "kiln/runtime/Cuda.h"
@@ -408,23 +408,8 @@ TEST(GpuKernels, SoftmaxMatchesFp64) {
 // the host's sum on fresh inputs, outputs poisoned before every launch.
 TEST(GpuKernels, RuntimeIntegerArgumentsServeEveryValue) {
   REQUIRE_GPU();
-  using namespace kiln::dsl;
-  constexpr int64_t R = 128, C = 512, BR = 16, BC = 64;
-  Kernel k = [] {
-    KernelBuilder b("row_sum_of_range", {R / BR});
-    Index n = b.scalarArg("n"), first = b.scalarArg("first");
-    auto X = b.tensorArg("X", f32, {R, C});
-    auto Y = b.tensorArg("Y", f32, {R});
-    Index r0 = programId(0) * BR;
-    Tile acc = zeros({BR}, f32);
-    forRange(first, first + n, BC, carry(acc), [&](Index c0) {
-      Tile x = load(X.block({r0, c0}, {BR, BC}));
-      x = where(row(arange(BC) + c0) < first + n, x, 0.0);
-      acc = acc + reduceSum(x, 1);
-    });
-    store(Y.block({r0}), acc);
-    return b.finish();
-  }();
+  constexpr int64_t R = 128, C = 512;
+  Kernel k = test::rowSumOfRange(R, C);
   HostTensor x(DType::f32, {R, C}), y(DType::f32, {R});
   x.fillRandom(11);
   DeviceTensors dt;

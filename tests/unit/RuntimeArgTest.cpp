@@ -5,6 +5,7 @@
 // argument, as a loop bound, an offset and in masks.
 //
 //===----------------------------------------------------------------------===//
+#include "RowSumKernel.h"
 #include "TestUtil.h"
 
 #include "kiln/Compiler/Compile.h"
@@ -23,27 +24,9 @@ using ::testing::Not;
 
 namespace {
 
-constexpr int64_t R = 64, C = 256, BR = 16, BC = 64;
+constexpr int64_t R = 64, C = 256;
 
-/// Y[r] = sum of X[r, first .. first + n): n and first are run-time
-/// arguments (a loop bound, a loop start and a mask).
-Kernel rowSumOfRange() {
-  KernelBuilder k("row_sum_of_range", {R / BR});
-  Index n = k.scalarArg("n");
-  Index first = k.scalarArg("first");
-  auto X = k.tensorArg("X", f32, {R, C});
-  auto Y = k.tensorArg("Y", f32, {R});
-  Index r0 = programId(0) * BR;
-  Tile acc = zeros({BR}, f32);
-  forRange(first, first + n, BC, carry(acc), [&](Index c0) {
-    Tile x = load(X.block({r0, c0}, {BR, BC}));
-    Tile cols = arange(BC) + c0;
-    x = where(row(cols) < first + n, x, 0.0);
-    acc = acc + reduceSum(x, 1);
-  });
-  store(Y.block({r0}), acc);
-  return k.finish();
-}
+Kernel rowSumOfRange() { return test::rowSumOfRange(R, C); }
 
 TEST(RuntimeArgs, OneKernelServesEveryValue) {
   Kernel k = rowSumOfRange();

@@ -1,0 +1,37 @@
+//===- RowSumKernel.h - a DSL kernel with run-time integer arguments -------===//
+//
+// Shared by the CPU and GPU tests of KernelBuilder::scalarArg.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_TESTS_ROWSUMKERNEL_H
+#define KILN_TESTS_ROWSUMKERNEL_H
+
+#include "kiln/dsl/Dsl.h"
+
+namespace kiln::test {
+
+/// Y[r] = sum of X[r, first .. first + n) for an R x C tensor X, in programs
+/// of 16 rows and 64-column blocks: n and first are run-time arguments (a
+/// loop bound, a loop start and a mask).
+inline Kernel rowSumOfRange(int64_t R, int64_t C) {
+  using namespace kiln::dsl;
+  constexpr int64_t BR = 16, BC = 64;
+  KernelBuilder k("row_sum_of_range", {R / BR});
+  Index n = k.scalarArg("n");
+  Index first = k.scalarArg("first");
+  auto X = k.tensorArg("X", f32, {R, C});
+  auto Y = k.tensorArg("Y", f32, {R});
+  Index r0 = programId(0) * BR;
+  Tile acc = zeros({BR}, f32);
+  forRange(first, first + n, BC, carry(acc), [&](Index c0) {
+    Tile x = load(X.block({r0, c0}, {BR, BC}));
+    x = where(row(arange(BC) + c0) < first + n, x, 0.0);
+    acc = acc + reduceSum(x, 1);
+  });
+  store(Y.block({r0}), acc);
+  return k.finish();
+}
+
+} // namespace kiln::test
+
+#endif // KILN_TESTS_ROWSUMKERNEL_H
