@@ -40,6 +40,7 @@ void buildLLVMLoweringPipeline(OpPassManager &pm, const GpuPipelineOptions &o) {
   lower.numStages = o.numStages;
   lower.reloadThreadIds = o.reloadThreadIds;
   lower.hasWgmma = o.hasWgmma;
+  lower.sharedLimit = o.sharedLimit;
   pm.addPass(createConvertKilnToLLVM(lower));
   // One-shot conversions (no pattern rollback): none of these patterns
   // fails halfway, and rollback bookkeeping doubles the time on kiln's

@@ -7,6 +7,7 @@
 // scores·k − max·k with k = scale·log2(e), which is one FMA per score.
 //
 //===----------------------------------------------------------------------===//
+#include "kiln/Compiler/Compile.h"
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionTune.h"
@@ -19,9 +20,8 @@ using namespace kiln::dsl;
 
 namespace kiln::kernels {
 
-/// Shared memory a CTA may take on sm_90a (the opt-in limit; the compiler's
-/// convert-kiln-to-llvm shared-limit).
-constexpr int64_t kHopperSharedBytes = 227 * 1024;
+/// Shared memory a CTA may take on sm_90a, where the defaults are decided.
+static const int64_t kHopperSharedBytes = sharedMemoryLimit("sm_90a");
 
 /// Before any arithmetic on the shape: sizes in range, a batch's H*N*D
 /// elements (the contiguous tensors' largest stride) and the programs of
@@ -67,8 +67,19 @@ static void checkConfig(const AttentionConfig &c) {
 /// 405/429/447/489/496/515 (another run; a second loop costs O's TMA store
 /// at D=128, where overlap then needs two V buffers, and 64-key blocks at
 /// the end at D=64, where registers are tight).
+/// Non-causal: the keys before the split take unmasked blocks, those from it
+/// a masked loop. seqK when no block is ragged; 0 (one masked loop) below 16
+/// blocks; else the last whole block goes with the ragged one (a loop of one
+/// iteration would be unrolled, its loads not pipelined).
+static int64_t unmaskedKeys(const AttentionShape &s, int64_t blockN) {
+  if (s.seqK % blockN == 0)
+    return s.seqK;
+  return s.seqK / blockN < 16 ? 0 : (s.seqK / blockN - 1) * blockN;
+}
+
 static int keyLoops(const AttentionShape &s, int64_t blockN) {
-  return s.causal || (s.seqK / blockN >= 16 && s.seqK % blockN) ? 2 : 1;
+  const int64_t split = unmaskedKeys(s, blockN);
+  return s.causal || (split > 0 && split < s.seqK) ? 2 : 1;
 }
 
 AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
@@ -309,13 +320,8 @@ Kernel attentionForward(const AttentionShape &s,
     forRange(0, min(m0 + BM, Index(s.seqK)), BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, true, BN); });
   } else {
-    // Key blocks before `split` need no mask; from 16 blocks on, a ragged
-    // end goes in a masked loop of its own with the whole block before it
-    // (a loop of one iteration would be unrolled, its loads not pipelined).
-    // keyLoops has the figures.
-    const int64_t split = s.seqK % BN == 0   ? s.seqK
-                          : s.seqK / BN < 16 ? 0
-                                             : (s.seqK / BN - 1) * BN;
+    // A ragged end in a masked loop of its own (keyLoops has the figures).
+    const int64_t split = unmaskedKeys(s, BN);
     if (split > 0)
       forRange(0, split, BN, carry(acc, rowMax, rowSum),
                [&](Index n0) { step(n0, false, BN); });

@@ -272,6 +272,10 @@ static void emitPtx(llvm::Module &m, const std::string &arch,
   out.stages.push_back({"ptx", "", msSince(t0)});
 }
 
+int64_t sharedMemoryLimit(const std::string &arch) {
+  return (arch == "sm_80" ? 163 : 227) * int64_t(1024);
+}
+
 /// Puts kiln.aligned on the pointer argument of every tensor the target
 /// specialises as aligned, and says so in `tensors`.
 static void specialiseTensors(func::FuncOp func, const GpuTarget &target,
@@ -375,7 +379,8 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
                              .numStages = numStages,
                              .reloadThreadIds =
                                  target.reloadThreadIds || impl.reloadThreadIds,
-                             .hasWgmma = target.arch == "sm_90a"};
+                             .hasWgmma = target.arch == "sm_90a",
+                             .sharedLimit = sharedMemoryLimit(target.arch)};
   // The kernel's own module stays as the DSL built it (the CPU executor and
   // the cache key read it); the passes work on a copy.
   OwningOpRef<ModuleOp> lowered(cast<ModuleOp>(impl.module->clone()));
@@ -442,7 +447,7 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
   out.persistent = (*lowered)->hasAttr("kiln.persistent");
   // What no GPU of the architecture runs is rejected here, with the numbers,
   // not at the first launch.
-  const int64_t sharedLimit = target.arch == "sm_80" ? 163 * 1024 : 227 * 1024;
+  const int64_t sharedLimit = options.sharedLimit;
   if (out.sharedBytes > sharedLimit)
     throw Error("kernel " + impl.name + " needs " +
                 std::to_string(out.sharedBytes) +

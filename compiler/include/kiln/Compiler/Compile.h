@@ -48,6 +48,11 @@ struct GpuTarget {
   std::string llvmPipeline = "kiln";
 };
 
+/// Dynamic shared memory one block may take on `arch` (the opt-in limit:
+/// 227 KB on sm_90/sm_90a, 163 KB on sm_80). Compiles past it are refused;
+/// the lowering fits TMA staging tiles under it.
+int64_t sharedMemoryLimit(const std::string &arch);
+
 /// The tensors bound to a kernel that do not meet GpuTarget::assumeAligned,
 /// sorted by name (GpuTarget::unalignedTensors for them).
 std::vector<std::string>

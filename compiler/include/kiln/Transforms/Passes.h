@@ -20,6 +20,7 @@ struct GpuPipelineOptions {
   int numStages = 2;
   bool reloadThreadIds = false;
   bool hasWgmma = false; ///< sm_90a
+  int64_t sharedLimit = 227 * 1024; ///< bytes of shared memory a block may take
 };
 
 /// Layout assignment and cleanup: kiln IR -> kiln IR with #kiln.layout
