@@ -181,8 +181,7 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
        {std::tuple{"Q", qShape, s.dtype}, std::tuple{"K", kShape, s.dtype},
         std::tuple{"V", kShape, s.dtype}, std::tuple{"O", qShape, s.dtype},
         std::tuple{"LSE", lShape, DType::f32}})
-    if (!tensorAligned(
-            {reinterpret_cast<void *>(256), dtype, shape, contiguous(shape)}))
+    if (!stridesAligned(dtype, contiguous(shape)))
       h.unalignedTensors.push_back(name);
   std::sort(h.unalignedTensors.begin(), h.unalignedTensors.end());
   h.check = [=](const Kernel &kernel, GpuKernel &g) -> std::string {

@@ -13,14 +13,18 @@
 
 namespace kiln {
 
-bool tensorAligned(const TensorRef &r) {
-  if (reinterpret_cast<uintptr_t>(r.data) % 16 || r.strides.empty() ||
-      r.strides.back() != 1)
+bool stridesAligned(DType dtype, const std::vector<int64_t> &strides) {
+  if (strides.empty() || strides.back() != 1)
     return false;
-  for (size_t d = 0; d + 1 < r.strides.size(); ++d)
-    if ((r.strides[d] * int64_t(dtypeSize(r.dtype))) % 16)
+  for (size_t d = 0; d + 1 < strides.size(); ++d)
+    if ((strides[d] * int64_t(dtypeSize(dtype))) % 16)
       return false;
   return true;
+}
+
+bool tensorAligned(const TensorRef &r) {
+  return reinterpret_cast<uintptr_t>(r.data) % 16 == 0 &&
+         stridesAligned(r.dtype, r.strides);
 }
 
 std::vector<std::string>

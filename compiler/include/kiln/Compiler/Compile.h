@@ -67,6 +67,9 @@ scalarClasses(const Kernel &kernel,
 
 /// Whether the tensor `ref` meets GpuTarget::assumeAligned.
 bool tensorAligned(const TensorRef &ref);
+/// The same for a tensor's strides alone: one whose base will be 16-byte
+/// aligned (device allocations are 256-byte aligned).
+bool stridesAligned(DType dtype, const std::vector<int64_t> &strides);
 
 struct CompiledKernel;
 /// "aligned rows: Q, K, V, O; element accesses: LSE" for a compiled kernel.
