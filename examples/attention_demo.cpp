@@ -38,9 +38,8 @@ int main(int argc, char **argv) try {
   std::printf("flash attention forward: B=%lld H=%lld N=%lld D=%lld %s bf16\n",
               (long long)s.batch, (long long)s.heads, (long long)s.seqQ,
               (long long)s.headDim, s.causal ? "causal" : "non-causal");
-  std::printf("grid %lld x %lld programs, %zu parameters\n\n",
-              (long long)k.grid()[0], (long long)k.grid()[1],
-              k.params().size());
+  std::printf("grid %s programs, %zu parameters\n\n",
+              describeGrid(k.grid(), k.params()).c_str(), k.params().size());
 
   // The loop body of the kiln IR: what one program runs per K/V block.
   std::istringstream ir(k.ir());

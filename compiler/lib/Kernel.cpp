@@ -124,7 +124,21 @@ const std::vector<ParamInfo> &Kernel::params() const { return impl_->params; }
 const std::vector<TensorParamInfo> &Kernel::tensors() const {
   return impl_->tensors;
 }
-std::array<int64_t, 3> Kernel::grid() const { return impl_->grid; }
+const GridExtents &Kernel::grid() const { return impl_->grid; }
+
+std::array<int64_t, 3>
+Kernel::gridFor(const std::vector<ArgValue> &args) const {
+  std::array<int64_t, 3> g;
+  for (int a = 0; a < 3; ++a) {
+    g[a] = impl_->grid[a].evaluate(args);
+    if (g[a] < 1)
+      throw Error("kernel " + impl_->name + ": grid extent " +
+                  std::string(1, char('x' + a)) + " = " +
+                  impl_->grid[a].describe(impl_->params) + " is " +
+                  std::to_string(g[a]) + " (an empty launch)");
+  }
+  return g;
+}
 int Kernel::numWarps() const { return impl_->numWarps; }
 
 std::string Kernel::ir(bool withLocations) const {
@@ -179,11 +193,24 @@ void Kernel::checkTileShapes() const {
   });
 }
 
+/// "2x16xNx128": a tensor parameter's shape with its run-time dimensions
+/// named.
+static std::string shapeText(const TensorParamInfo &t,
+                             const std::vector<ParamInfo> &params) {
+  std::string s;
+  for (size_t d = 0; d < t.shape.size(); ++d)
+    s += (d ? "x" : "") + (t.shape[d] == kDynamicDim && d < t.dimParams.size()
+                               ? params[t.dimParams[d]].name
+                               : std::to_string(t.shape[d]));
+  return s;
+}
+
 std::vector<ArgValue>
 Kernel::bind(const std::map<std::string, TensorRef> &tensors,
              const std::map<std::string, int64_t> &scalars) const {
   std::vector<ArgValue> args(impl_->params.size());
   std::vector<bool> set(args.size(), false);
+  std::vector<std::string> boundFrom(args.size()); ///< the tensor, for dims
   for (const TensorParamInfo &t : impl_->tensors) {
     auto it = tensors.find(t.name);
     std::string where = "kernel " + impl_->name + ", tensor " + t.name;
@@ -195,9 +222,34 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors,
     if (r.dtype != t.dtype)
       throw Error(where + ": expected " + dtypeName(t.dtype) + ", got " +
                   dtypeName(r.dtype));
-    if (r.shape != t.shape)
+    bool shapeOk = r.shape.size() == t.shape.size();
+    for (size_t d = 0; shapeOk && d < r.shape.size(); ++d)
+      shapeOk = t.shape[d] == kDynamicDim ? r.shape[d] >= 1
+                                          : r.shape[d] == t.shape[d];
+    if (!shapeOk)
       throw Error(where + ": the kernel was compiled for shape " +
-                  shapeToString(t.shape) + ", got " + shapeToString(r.shape));
+                  shapeText(t, impl_->params) + ", got " +
+                  shapeToString(r.shape));
+    // Run-time dimensions bind their integer parameters; two tensors that
+    // share one must agree.
+    for (size_t d = 0; d < t.dimParams.size(); ++d) {
+      int p = t.dimParams[d];
+      if (p < 0)
+        continue;
+      const std::string &dim = impl_->params[p].name;
+      if (r.shape[d] > std::numeric_limits<int32_t>::max())
+        throw Error(where + ": dimension " + std::to_string(d) + " (" + dim +
+                    ") = " + std::to_string(r.shape[d]) +
+                    " does not fit kiln's 32-bit index width");
+      if (set[p] && std::get<int64_t>(args[p]) != r.shape[d])
+        throw Error(where + ": dimension " + std::to_string(d) + " is " +
+                    std::to_string(r.shape[d]) + " but " + dim + " = " +
+                    std::to_string(std::get<int64_t>(args[p])) +
+                    " from tensor " + boundFrom[p]);
+      args[p] = r.shape[d];
+      set[p] = true;
+      boundFrom[p] = t.name;
+    }
     if (r.strides.size() != r.shape.size())
       throw Error(where + ": " + std::to_string(r.strides.size()) +
                   " strides for a rank-" + std::to_string(r.shape.size()) +
@@ -234,8 +286,9 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors,
   }
   for (auto &[name, value] : scalars) {
     size_t i = 0;
-    while (i < set.size() && (set[i] || impl_->params[i].name != name ||
-                              impl_->params[i].kind != ParamInfo::Kind::Scalar))
+    while (i < set.size() &&
+           ((set[i] && boundFrom[i].empty()) || impl_->params[i].name != name ||
+            impl_->params[i].kind != ParamInfo::Kind::Scalar))
       ++i;
     if (i == set.size())
       throw Error("kernel " + impl_->name + " has no integer argument " + name);
@@ -244,6 +297,10 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors,
       throw Error("kernel " + impl_->name + ", argument " + name + " = " +
                   std::to_string(value) +
                   " does not fit kiln's 32-bit index width");
+    if (set[i] && std::get<int64_t>(args[i]) != value)
+      throw Error("kernel " + impl_->name + ", argument " + name + " = " +
+                  std::to_string(value) + " but tensor " + boundFrom[i] +
+                  " has " + std::to_string(std::get<int64_t>(args[i])));
     args[i] = value;
     set[i] = true;
   }

@@ -23,6 +23,7 @@ struct KernelBuilder::State {
   mlir::OpBuilder builder;
   mlir::func::FuncOp func;
   Loc createdAt;
+  bool gridSet = false; ///< by the constructor or setGrid
 
   explicit State(std::shared_ptr<mlir::MLIRContext> ctx) : builder(ctx.get()) {
     kernel = std::make_shared<Kernel::Impl>();

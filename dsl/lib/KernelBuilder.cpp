@@ -1,5 +1,6 @@
 //===- KernelBuilder.cpp - kernels, arguments, indices, memory, loops -----===//
 #include "BuilderState.h"
+#include "kiln/Dialect/Kiln/IR/TensorArgs.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Dominance.h"
@@ -70,12 +71,15 @@ using namespace detail;
 // Index
 //===----------------------------------------------------------------------===//
 
-Index::Index(int64_t constant, Loc loc) : constant_(constant), loc_(loc) {}
+Index::Index(int64_t constant, Loc loc)
+    : constant_(constant), extent_(GridExtent(constant)), loc_(loc) {}
 
-Index Index::fromRaw(void *v, std::optional<int64_t> constant) {
+Index Index::fromRaw(void *v, std::optional<int64_t> constant,
+                     std::optional<GridExtent> extent) {
   Index i;
   i.value_ = v;
   i.constant_ = constant;
+  i.extent_ = std::move(extent);
   return i;
 }
 
@@ -89,62 +93,83 @@ void *Index::raw() const {
 
 template <class Op>
 static Index indexOp(const Index &a, const IndexArg &b,
-                     int64_t (*fold)(int64_t, int64_t), const char *name) {
+                     int64_t (*fold)(int64_t, int64_t),
+                     std::optional<GridExtent> extent = std::nullopt) {
   if (a.isConstant() && b.value.isConstant()) {
     int64_t r = fold(a.constant(), b.value.constant());
     (void)i32Constant(r, b.loc); // range check only; folded in C++
     return Index(r, b.loc);
   }
-  (void)name;
   OpBuilder &bld = builder(b.loc);
   Value v =
       Op::create(bld, location(b.loc), value(a.raw()), value(b.value.raw()));
-  return Index::fromRaw(raw(v), std::nullopt);
+  return Index::fromRaw(raw(v), std::nullopt, std::move(extent));
+}
+
+/// The host formula of a * b, where both have one.
+static std::optional<GridExtent> productExtent(const Index &a, const Index &b) {
+  if (!a.extent() || !b.extent())
+    return std::nullopt;
+  GridExtent e = *a.extent();
+  e.scale *= b.extent()->scale;
+  e.factors.insert(e.factors.end(), b.extent()->factors.begin(),
+                   b.extent()->factors.end());
+  return e;
+}
+
+/// The host formula of cdiv(a, b): an argument (or cdiv of one) by a
+/// positive constant.
+static std::optional<GridExtent> cdivExtent(const Index &a, const Index &b) {
+  if (!a.extent() || !b.isConstant() || b.constant() < 1 ||
+      a.extent()->scale != 1 || a.extent()->factors.size() != 1)
+    return std::nullopt;
+  GridExtent e = *a.extent();
+  e.factors[0].divisor *= b.constant();
+  return e;
 }
 
 Index operator+(const Index &a, IndexArg b) {
-  return indexOp<arith::AddIOp>(
-      a, b, [](int64_t x, int64_t y) { return x + y; }, "+");
+  return indexOp<arith::AddIOp>(a, b,
+                                [](int64_t x, int64_t y) { return x + y; });
 }
 Index operator-(const Index &a, IndexArg b) {
-  return indexOp<arith::SubIOp>(
-      a, b, [](int64_t x, int64_t y) { return x - y; }, "-");
+  return indexOp<arith::SubIOp>(a, b,
+                                [](int64_t x, int64_t y) { return x - y; });
 }
 Index operator*(const Index &a, IndexArg b) {
   return indexOp<arith::MulIOp>(
-      a, b, [](int64_t x, int64_t y) { return x * y; }, "*");
+      a, b, [](int64_t x, int64_t y) { return x * y; },
+      productExtent(a, b.value));
 }
 Index operator/(const Index &a, IndexArg b) {
   if (b.value.isConstant() && b.value.constant() == 0)
     userError(b.loc, "index division by zero");
-  return indexOp<arith::DivSIOp>(
-      a, b, [](int64_t x, int64_t y) { return x / y; }, "/");
+  return indexOp<arith::DivSIOp>(a, b,
+                                 [](int64_t x, int64_t y) { return x / y; });
 }
 Index operator%(const Index &a, IndexArg b) {
   if (b.value.isConstant() && b.value.constant() == 0)
     userError(b.loc, "index remainder by zero");
-  return indexOp<arith::RemSIOp>(
-      a, b, [](int64_t x, int64_t y) { return x % y; }, "%");
+  return indexOp<arith::RemSIOp>(a, b,
+                                 [](int64_t x, int64_t y) { return x % y; });
 }
 Index operator+(int64_t a, IndexArg b) { return Index(a, b.loc) + b; }
 Index operator*(int64_t a, IndexArg b) { return Index(a, b.loc) * b; }
 Index operator-(int64_t a, IndexArg b) { return Index(a, b.loc) - b; }
 Index min(Index a, Index b, Loc loc) {
   return indexOp<arith::MinSIOp>(
-      a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::min(x, y); },
-      "min");
+      a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::min(x, y); });
 }
 Index max(Index a, Index b, Loc loc) {
   return indexOp<arith::MaxSIOp>(
-      a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::max(x, y); },
-      "max");
+      a, IndexArg(b, loc), [](int64_t x, int64_t y) { return std::max(x, y); });
 }
 Index cdiv(Index a, Index b, Loc loc) {
   if (b.isConstant() && b.constant() <= 0)
     userError(loc, "cdiv by a non-positive constant");
   return indexOp<arith::CeilDivSIOp>(
       a, IndexArg(b, loc), [](int64_t x, int64_t y) { return (x + y - 1) / y; },
-      "cdiv");
+      cdivExtent(a, b));
 }
 
 Index programId(int axis, Loc loc) {
@@ -161,8 +186,14 @@ Index numPrograms(int axis, Loc loc) {
   if (axis < 0 || axis > 2)
     userError(loc, "numPrograms: axis " + std::to_string(axis) +
                        " is not 0, 1 or 2");
-  // The grid is compiled in, so this folds to a constant.
-  return Index(state(loc).kernel->grid[axis], loc);
+  // A grid compiled in folds to a constant; the hardware's count otherwise.
+  KernelBuilder::State &st = state(loc);
+  if (st.gridSet && st.kernel->grid[axis].isConstant())
+    return Index(st.kernel->grid[axis].scale, loc);
+  OpBuilder &b = builder(loc);
+  Value v = NumProgramsOp::create(b, location(loc), b.getI32Type(),
+                                  b.getI32IntegerAttr(axis));
+  return Index::fromRaw(raw(v), std::nullopt);
 }
 
 //===----------------------------------------------------------------------===//
@@ -185,20 +216,26 @@ KernelBuilder::KernelBuilder(const std::string &name,
 }
 
 KernelBuilder::KernelBuilder(const std::string &name,
-                             std::array<int64_t, 3> grid, Loc loc) {
+                             std::array<int64_t, 3> grid, Loc loc)
+    : KernelBuilder(name, loc) {
+  for (int64_t g : grid)
+    if (g < 1 || g > std::numeric_limits<int32_t>::max()) {
+      current = nullptr;
+      userError(loc, "KernelBuilder: grid dimension " + std::to_string(g) +
+                         " is not in [1, 2^31)");
+    }
+  setGrid({Index(grid[0], loc), Index(grid[1], loc), Index(grid[2], loc)}, loc);
+}
+
+KernelBuilder::KernelBuilder(const std::string &name, Loc loc) {
   if (current)
     userError(loc, "KernelBuilder: another kernel is being built on this "
                    "thread (finish it first)");
-  for (int64_t g : grid)
-    if (g < 1 || g > std::numeric_limits<int32_t>::max())
-      userError(loc, "KernelBuilder: grid dimension " + std::to_string(g) +
-                         " is not in [1, 2^31)");
   if (name.empty())
     userError(loc, "KernelBuilder: empty kernel name");
   state_ = std::make_unique<State>(makeKilnContext());
   state_->createdAt = loc;
   state_->kernel->name = name;
-  state_->kernel->grid = grid;
   current = state_.get();
 
   OpBuilder &b = state_->builder;
@@ -207,9 +244,49 @@ KernelBuilder::KernelBuilder(const std::string &name,
   b.setInsertionPointToEnd(state_->kernel->module->getBody());
   auto func = func::FuncOp::create(b, l, name, b.getFunctionType({}, {}));
   func->setAttr(kKernelAttr, b.getUnitAttr());
-  func->setAttr(kGridAttr, b.getDenseI64ArrayAttr(grid));
   state_->func = func;
   b.setInsertionPointToStart(func.addEntryBlock());
+}
+
+void KernelBuilder::setGrid(std::vector<Index> grid, Loc loc) {
+  if (!state_ || current != state_.get())
+    userError(loc, "setGrid: the kernel is finished");
+  if (grid.empty() || grid.size() > 3)
+    userError(loc, "setGrid: the grid has 1 to 3 dimensions, got " +
+                       std::to_string(grid.size()));
+  grid.resize(3, Index(1, loc));
+  GridExtents extents;
+  for (int a = 0; a < 3; ++a) {
+    const Index &g = grid[a];
+    std::string axis = "setGrid: extent " + std::string(1, char('x' + a));
+    if (g.isConstant() && (g.constant() < 1 ||
+                           g.constant() > std::numeric_limits<int32_t>::max()))
+      userError(loc, axis + " = " + std::to_string(g.constant()) +
+                         " is not in [1, 2^31)");
+    if (!g.extent())
+      userError(loc, axis + " is not a product of constants, run-time integer "
+                            "arguments and cdiv(argument, constant), which "
+                            "the host evaluates at each launch");
+    extents[a] = *g.extent();
+  }
+  State &st = *state_;
+  st.kernel->grid = extents;
+  st.gridSet = true;
+  std::vector<int64_t> fixed;
+  std::vector<Attribute> formulas;
+  bool dynamic = false;
+  for (const GridExtent &e : extents) {
+    fixed.push_back(e.isConstant() ? e.scale : kDynamicDim);
+    formulas.push_back(st.builder.getStringAttr(e.str()));
+    dynamic |= !e.isConstant();
+  }
+  st.func->setAttr(kGridAttr, st.builder.getDenseI64ArrayAttr(fixed));
+  // Run-time extents as GridExtent::str() formulas over argument numbers:
+  // what a persistent kernel evaluates on the device.
+  if (dynamic)
+    st.func->setAttr(kGridExtentsAttr, st.builder.getArrayAttr(formulas));
+  else
+    st.func->removeAttr(kGridExtentsAttr);
 }
 
 KernelBuilder::~KernelBuilder() {
@@ -218,25 +295,54 @@ KernelBuilder::~KernelBuilder() {
 }
 
 TensorView KernelBuilder::tensorArg(const std::string &name, DType dtype,
-                                    Shape shape, Loc loc) {
+                                    Dims dimList, Loc loc) {
+  std::vector<Index> &dims = dimList.dims;
   if (!state_ || current != state_.get())
     userError(loc, "tensorArg: the kernel is finished");
-  if (shape.empty())
+  if (dims.empty())
     userError(loc,
               "tensorArg " + name + ": a tensor needs at least one dimension");
-  for (int64_t d : shape)
-    if (d < 1 || d > std::numeric_limits<int32_t>::max())
-      userError(loc, "tensorArg " + name + ": dimension " + std::to_string(d) +
-                         " of shape " + shapeToString(shape) +
-                         " is not in [1, 2^31)");
   Kernel::Impl &k = *state_->kernel;
+  mlir::Block &entry = state_->func.getBody().front();
+  // Each dimension: a constant in range, or a run-time integer argument
+  // itself (its parameter is what a launch binds from the tensor's shape).
+  Shape shape;
+  std::vector<int> dimParams;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    const Index &i = dims[d];
+    std::string what = "tensorArg " + name + ": dimension " + std::to_string(d);
+    if (i.isConstant()) {
+      if (i.constant() < 1 ||
+          i.constant() > std::numeric_limits<int32_t>::max())
+        userError(loc,
+                  "tensorArg " + name + ": dimension " +
+                      std::to_string(i.constant()) + " of shape " +
+                      shapeToString(
+                          TensorView(nullptr, dtype, dims, {}, name).shape()) +
+                      " is not in [1, 2^31)");
+      shape.push_back(i.constant());
+      dimParams.push_back(-1);
+      continue;
+    }
+    auto arg = dyn_cast<BlockArgument>(value(i.raw()));
+    if (!arg || arg.getOwner() != &entry ||
+        k.params[arg.getArgNumber()].kind != ParamInfo::Kind::Scalar ||
+        !i.extent() || i.extent()->factors.size() != 1 ||
+        i.extent()->factors[0].divisor != 1 || i.extent()->scale != 1)
+      userError(loc, what + " is neither a constant nor a run-time integer "
+                            "argument (scalarArg); compute it on the host "
+                            "and pass it as one");
+    shape.push_back(kDynamicDim);
+    dimParams.push_back(int(arg.getArgNumber()));
+  }
   for (const TensorParamInfo &t : k.tensors)
     if (t.name == name)
       userError(loc, "tensorArg: a tensor named " + name + " exists already");
 
-  mlir::Block &entry = state_->func.getBody().front();
   Location l = location(loc);
   TensorParamInfo info{name, dtype, shape, int(k.params.size()), {}};
+  if (llvm::any_of(dimParams, [](int p) { return p >= 0; }))
+    info.dimParams = dimParams;
   Value ptr = entry.addArgument(
       PointerType::get(state_->ctx(), mlirType(state_->ctx(), dtype)), l);
   k.params.push_back({name, ParamInfo::Kind::Pointer, dtype});
@@ -249,8 +355,7 @@ TensorView KernelBuilder::tensorArg(const std::string &name, DType dtype,
     strides.push_back(Index::fromRaw(raw(s), std::nullopt));
   }
   k.tensors.push_back(info);
-  return TensorView(raw(ptr), dtype, std::move(shape), std::move(strides),
-                    name);
+  return TensorView(raw(ptr), dtype, std::move(dims), std::move(strides), name);
 }
 
 Index KernelBuilder::scalarArg(const std::string &name, Loc loc) {
@@ -264,8 +369,10 @@ Index KernelBuilder::scalarArg(const std::string &name, Loc loc) {
       userError(loc, "scalarArg: a parameter named " + name + " exists already");
   Value v = state_->func.getBody().front().addArgument(
       state_->builder.getI32Type(), location(loc));
+  GridExtent extent;
+  extent.factors.push_back({int(k.params.size()), 1});
   k.params.push_back({name, ParamInfo::Kind::Scalar, DType::i32});
-  return Index::fromRaw(raw(v), std::nullopt);
+  return Index::fromRaw(raw(v), std::nullopt, extent);
 }
 
 /// A schedule choice that is a unit attribute on the kernel: present or not.
@@ -349,6 +456,9 @@ void KernelBuilder::setDynamicTiles(bool dynamic) {
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");
+  if (!state_->gridSet)
+    userError(loc, "finish: kernel " + state_->kernel->name +
+                       " has no grid (give it to the constructor or setGrid)");
   OpBuilder &b = state_->builder;
   func::FuncOp func = state_->func;
   b.setInsertionPointToEnd(&func.getBody().front());
@@ -360,9 +470,13 @@ Kernel KernelBuilder::finish(Loc loc) {
     func.setArgAttr(i, "kiln.name", b.getStringAttr(p.name));
   // A tensor's shape on its pointer (its strides are the arguments after it):
   // what a TMA tensor map over the whole tensor needs.
-  for (const TensorParamInfo &t : state_->kernel->tensors)
-    func.setArgAttr(t.pointerParam, "kiln.tensor_shape",
+  for (const TensorParamInfo &t : state_->kernel->tensors) {
+    func.setArgAttr(t.pointerParam, kTensorShapeAttr,
                     b.getDenseI64ArrayAttr(t.shape));
+    if (!t.dimParams.empty())
+      func.setArgAttr(t.pointerParam, kTensorDimsAttr,
+                      b.getDenseI32ArrayAttr(t.dimParams));
+  }
 
   std::string diags;
   llvm::raw_string_ostream os(diags);
@@ -409,17 +523,21 @@ Kernel KernelBuilder::finish(Loc loc) {
 // Memory
 //===----------------------------------------------------------------------===//
 
-TensorView::TensorView(void *pointer, DType dtype, Shape shape,
+TensorView::TensorView(void *pointer, DType dtype, std::vector<Index> dims,
                        std::vector<Index> strides, std::string name)
-    : pointer_(pointer), dtype_(dtype), shape_(std::move(shape)),
-      strides_(std::move(strides)), name_(std::move(name)) {}
+    : pointer_(pointer), dtype_(dtype), dims_(std::move(dims)),
+      strides_(std::move(strides)), name_(std::move(name)) {
+  for (const Index &d : dims_)
+    shape_.push_back(d.isConstant() ? d.constant() : kDynamicDim);
+}
 
 TensorView TensorView::operator[](IndexArg i) const {
   if (shape_.size() < 2)
     userError(i.loc, "indexing " + name_ + ": a " + shapeToString(shape_) +
                          " view has no leading dimension to drop");
   if (i.value.isConstant() &&
-      (i.value.constant() < 0 || i.value.constant() >= shape_[0]))
+      (i.value.constant() < 0 ||
+       (shape_[0] != kDynamicDim && i.value.constant() >= shape_[0])))
     userError(i.loc, "indexing " + name_ + ": index " +
                          std::to_string(i.value.constant()) +
                          " is out of range for dimension 0 of " +
@@ -434,9 +552,9 @@ TensorView TensorView::operator[](IndexArg i) const {
   Value off = arith::MulIOp::create(b, l, idx, stride);
   Value p =
       AddPtrOp::create(b, l, value(pointer_).getType(), value(pointer_), off);
-  return TensorView(raw(p), dtype_, Shape(shape_.begin() + 1, shape_.end()),
-                    std::vector<Index>(strides_.begin() + 1, strides_.end()),
-                    name_ + "[]");
+  return TensorView(
+      raw(p), dtype_, std::vector<Index>(dims_.begin() + 1, dims_.end()),
+      std::vector<Index>(strides_.begin() + 1, strides_.end()), name_ + "[]");
 }
 
 Block TensorView::block(std::vector<Index> offsets, Shape blockShape,
@@ -463,8 +581,9 @@ static void blockOperands(const Block &blk, const Loc &loc,
                           SmallVectorImpl<Value> &strides) {
   for (const Index &o : blk.offsets)
     offsets.push_back(value(o.raw()));
-  for (int64_t d : blk.view.shape())
-    shape.push_back(i32Constant(d, loc));
+  (void)loc;
+  for (const Index &d : blk.view.dims())
+    shape.push_back(value(d.raw()));
   for (const Index &s : blk.view.strides())
     strides.push_back(value(s.raw()));
 }

@@ -26,19 +26,42 @@ GpuKernel::GpuKernel(LaunchSpec spec) : spec_(std::move(spec)) {
                 std::to_string(d.maxSharedPerBlockOptin));
   if (spec_.sharedBytes > 48 * 1024)
     fn_.setMaxDynamicShared(int(spec_.sharedBytes));
+  resident_ = int64_t(d.smCount) * std::max(1, blocksPerSM());
+  bool constant = true;
+  for (const GridExtent &g : spec_.grid)
+    constant &= g.isConstant();
+  if (constant)
+    launchGrid_ = launchGridFor({});
+}
+
+std::array<unsigned, 3>
+GpuKernel::launchGridFor(const std::vector<ArgValue> &args) const {
+  int64_t g[3];
+  for (int a = 0; a < 3; ++a) {
+    g[a] = spec_.grid[a].evaluate(args);
+    if (g[a] < 1)
+      throw Error("kernel " + spec_.name + ": grid extent " +
+                  std::string(1, char('x' + a)) + " = " +
+                  spec_.grid[a].describe(spec_.params) + " is " +
+                  std::to_string(g[a]) + " (an empty launch)");
+  }
   if (spec_.persistent) {
     // As many CTAs as run at once, and no more than there are programs.
-    int64_t programs = spec_.grid[0] * spec_.grid[1] * spec_.grid[2];
-    int64_t resident = int64_t(d.smCount) * std::max(1, blocksPerSM());
-    launchGrid_ = {unsigned(std::min(programs, resident)), 1, 1};
-    return;
+    int64_t programs =
+        checkedMul(checkedMul(g[0], g[1], spec_.name), g[2], spec_.name);
+    if (programs > std::numeric_limits<int32_t>::max())
+      throw Error("kernel " + spec_.name + ": " + std::to_string(programs) +
+                  " programs exceed the persistent grid's 2^31 - 1");
+    return {unsigned(std::min(programs, resident_)), 1, 1};
   }
-  for (int64_t g : {spec_.grid[1], spec_.grid[2]})
-    if (g > 65535)
+  if (g[0] > std::numeric_limits<int32_t>::max())
+    throw Error("kernel " + spec_.name + ": grid x of " + std::to_string(g[0]) +
+                " exceeds the device's 2^31 - 1");
+  for (int64_t y : {g[1], g[2]})
+    if (y > 65535)
       throw Error("kernel " + spec_.name + ": grid y/z of " +
-                  std::to_string(g) + " exceeds the device's 65535");
-  launchGrid_ = {unsigned(spec_.grid[0]), unsigned(spec_.grid[1]),
-                 unsigned(spec_.grid[2])};
+                  std::to_string(y) + " exceeds the device's 65535");
+  return {unsigned(g[0]), unsigned(g[1]), unsigned(g[2])};
 }
 
 void GpuKernel::launch(const std::vector<ArgValue> &args) {
@@ -125,7 +148,13 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
         throw Error(what + ": stride " + std::to_string(stride) +
                     " of dimension " + std::to_string(i) +
                     " is not a positive multiple of 16 bytes");
-      dims.push_back(uint64_t(t.dims[i]));
+      int64_t dim = t.dims[i];
+      if (!t.dimParams.empty() && t.dimParams[i] >= 0)
+        dim = std::get<int64_t>(args.at(t.dimParams[i]));
+      if (dim < 1)
+        throw Error(what + ": dimension " + std::to_string(i) + " is " +
+                    std::to_string(dim));
+      dims.push_back(uint64_t(dim));
       box.push_back(uint32_t(t.box[i]));
       if (i != rank - 1)
         strideBytes.push_back(uint64_t(stride * t.elementBytes));
@@ -135,6 +164,7 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
                           t.elementBytes, dims, strideBytes, box);
     ptrs.push_back(maps[m].bytes);
   }
+  launchGrid_ = launchGridFor(args);
   fn_.launch(launchGrid_, {unsigned(spec_.threads), 1, 1},
              unsigned(spec_.sharedBytes), ptrs);
   if (fallback_)

@@ -55,7 +55,11 @@ std::string TensorMapInfo::str() const {
          " strides=" +
          joinInts(
              std::vector<int64_t>(strideParams.begin(), strideParams.end())) +
-         " box=" + joinInts(box);
+         " box=" + joinInts(box) +
+         (dimParams.empty()
+              ? std::string()
+              : " dimparams=" + joinInts(std::vector<int64_t>(
+                                    dimParams.begin(), dimParams.end())));
 }
 
 TensorMapInfo TensorMapInfo::parse(const std::string &text) {
@@ -80,6 +84,9 @@ TensorMapInfo TensorMapInfo::parse(const std::string &text) {
           t.strideParams.push_back(int(s));
       else if (key == "box")
         t.box = splitInts(value);
+      else if (key == "dimparams")
+        for (int64_t p : splitInts(value))
+          t.dimParams.push_back(int(p));
       else
         throw Error("");
     }
@@ -87,9 +94,99 @@ TensorMapInfo TensorMapInfo::parse(const std::string &text) {
     ptr = false;
   }
   if (!ptr || t.dims.empty() || t.dims.size() != t.strideParams.size() ||
-      t.dims.size() != t.box.size())
+      t.dims.size() != t.box.size() ||
+      (!t.dimParams.empty() && t.dimParams.size() != t.dims.size()))
     throw Error("tensor map: cannot parse '" + text + "'");
   return t;
+}
+
+int64_t GridExtent::evaluate(const std::vector<ArgValue> &args) const {
+  int64_t n = scale;
+  for (const Factor &f : factors) {
+    const int64_t *v = f.param >= 0 && size_t(f.param) < args.size()
+                           ? std::get_if<int64_t>(&args[size_t(f.param)])
+                           : nullptr;
+    if (!v)
+      throw Error("grid extent " + str() + ": argument #" +
+                  std::to_string(f.param) + " is not an integer");
+    int64_t q = *v <= 0 ? 0 : (*v + f.divisor - 1) / f.divisor;
+    if (__builtin_mul_overflow(n, q, &n))
+      throw Error("grid extent " + str() + " overflows 64-bit integers");
+  }
+  return n;
+}
+
+static std::string factorText(const GridExtent::Factor &f,
+                              const std::string &name) {
+  return f.divisor == 1
+             ? name
+             : "cdiv(" + name + "," + std::to_string(f.divisor) + ")";
+}
+
+std::string GridExtent::str() const {
+  std::string s = std::to_string(scale);
+  if (scale == 1 && !factors.empty())
+    s.clear();
+  for (const Factor &f : factors)
+    s += (s.empty() ? "" : "*") + factorText(f, "#" + std::to_string(f.param));
+  return s;
+}
+
+std::string GridExtent::describe(const std::vector<ParamInfo> &params) const {
+  std::string s = scale == 1 && !factors.empty() ? "" : std::to_string(scale);
+  for (const Factor &f : factors)
+    s += (s.empty() ? "" : "*") +
+         factorText(f, size_t(f.param) < params.size()
+                           ? params[size_t(f.param)].name
+                           : "#" + std::to_string(f.param));
+  return s;
+}
+
+GridExtent GridExtent::parse(const std::string &text) {
+  GridExtent g(1);
+  auto bad = [&] { return Error("grid extent: cannot parse '" + text + "'"); };
+  std::stringstream in(text);
+  std::string item;
+  bool any = false;
+  try {
+    while (std::getline(in, item, '*')) {
+      any = true;
+      if (item.rfind("cdiv(#", 0) == 0 && item.back() == ')') {
+        size_t comma = item.find(',');
+        if (comma == std::string::npos)
+          throw bad();
+        g.factors.push_back({std::stoi(item.substr(6, comma - 6)),
+                             std::stoll(item.substr(comma + 1))});
+        if (g.factors.back().divisor < 1)
+          throw bad();
+      } else if (item.rfind("#", 0) == 0) {
+        g.factors.push_back({std::stoi(item.substr(1)), 1});
+      } else {
+        size_t used = 0;
+        g.scale *= std::stoll(item, &used);
+        if (used != item.size())
+          throw bad();
+      }
+    }
+  } catch (const std::logic_error &) {
+    throw bad();
+  }
+  if (!any)
+    throw bad();
+  return g;
+}
+
+std::string describeGrid(const GridExtents &grid,
+                         const std::vector<ParamInfo> &params) {
+  bool constant = true;
+  for (const GridExtent &g : grid)
+    constant &= g.isConstant();
+  if (constant)
+    return std::to_string(grid[0].scale) + " x " +
+           std::to_string(grid[1].scale) + " x " +
+           std::to_string(grid[2].scale);
+  return "x=" + grid[0].describe(params) + " y=" + grid[1].describe(params) +
+         " z=" + grid[2].describe(params);
 }
 
 } // namespace kiln

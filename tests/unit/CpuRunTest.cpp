@@ -327,7 +327,7 @@ TEST(CpuExecutor, AttentionScheduleVariantsAgree) {
              .warps = 4,
              .longestFirstGlobally = 1,
              .headGroup = 2};
-  EXPECT_EQ(kernels::attentionForward(s, groups).grid(),
+  EXPECT_EQ(kernels::attentionForward(s, groups).gridFor({}),
             (std::array<int64_t, 3>{15, 1, 1}));
   for (const Config &c : {diag, unsplit, perHead, groups}) {
     Kernel kern = kernels::attentionForward(s, c);

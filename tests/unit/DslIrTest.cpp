@@ -29,7 +29,7 @@ TEST(DslIr, KernelSignatureAndMetadata) {
   Kernel kernel = k.finish();
 
   EXPECT_EQ(kernel.name(), "scale_rows");
-  EXPECT_EQ(kernel.grid(), (std::array<int64_t, 3>{4, 2, 1}));
+  EXPECT_EQ(kernel.gridFor({}), (std::array<int64_t, 3>{4, 2, 1}));
   ASSERT_EQ(kernel.params().size(), 6u);
   EXPECT_EQ(kernel.params()[0].name, "X");
   EXPECT_EQ(kernel.params()[0].kind, ParamInfo::Kind::Pointer);
@@ -134,10 +134,10 @@ TEST(DslIr, AttentionKernelShape) {
   s.heads = 3;
   Kernel k = kernels::attentionForward(s, {64, 64, 4, 2});
   // Causal: one axis, the longest row blocks of a group of heads first.
-  EXPECT_EQ(k.grid(), (std::array<int64_t, 3>{96, 1, 1}));
+  EXPECT_EQ(k.gridFor({}), (std::array<int64_t, 3>{96, 1, 1}));
   kernels::AttentionConfig perHead{64, 64, 4, 2};
   perHead.longestFirstGlobally = 0;
-  EXPECT_EQ(kernels::attentionForward(s, perHead).grid(),
+  EXPECT_EQ(kernels::attentionForward(s, perHead).gridFor({}),
             (std::array<int64_t, 3>{16, 6, 1}));
   std::string ir = k.ir();
   // Causal: a loop over the blocks left of the diagonal, without masks, and
@@ -156,7 +156,7 @@ TEST(DslIr, AttentionKernelShape) {
   s.seqQ = s.seqK = 1024;
   std::string full = kernels::attentionForward(s, {64, 64, 4, 2}).ir();
   // The defaults: 128-row query blocks, 32-key blocks at D=128.
-  EXPECT_EQ(kernels::attentionForward(s).grid()[0], 8);
+  EXPECT_EQ(kernels::attentionForward(s).gridFor({})[0], 8);
   EXPECT_EQ(count(full, "scf.for"), 1);
   EXPECT_THAT(full, Not(HasSubstr("arith.cmpi"))); // no mask needed at all
   EXPECT_THAT(full, Not(HasSubstr("arith.minsi")));

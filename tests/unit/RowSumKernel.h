@@ -32,6 +32,26 @@ inline Kernel rowSumOfRange(int64_t R, int64_t C) {
   return k.finish();
 }
 
+/// Y[r] = sum of the row X[r, :] of an R x C tensor whose R and C are
+/// run-time arguments (the tensors' dimensions, bound from their shapes):
+/// programs of 16 rows on a grid of cdiv(R, 16), 64-column blocks.
+inline Kernel rowSums() {
+  using namespace kiln::dsl;
+  constexpr int64_t BR = 16, BC = 64;
+  KernelBuilder k("row_sums");
+  Index R = k.scalarArg("R"), C = k.scalarArg("C");
+  auto X = k.tensorArg("X", f32, {R, C});
+  auto Y = k.tensorArg("Y", f32, {R});
+  k.setGrid({cdiv(R, BR)});
+  Index r0 = programId(0) * BR;
+  Tile acc = zeros({BR}, f32);
+  forRange(0, C, BC, carry(acc), [&](Index c0) {
+    acc = acc + reduceSum(load(X.block({r0, c0}, {BR, BC})), 1);
+  });
+  store(Y.block({r0}), acc);
+  return k.finish();
+}
+
 } // namespace kiln::test
 
 #endif // KILN_TESTS_ROWSUMKERNEL_H

@@ -120,4 +120,101 @@ TEST(RuntimeArgs, BindingIsChecked) {
                                "already"));
 }
 
+// Run-time tensor dimensions and grid: one kernel serves every shape; the
+// launch binds R and C from the tensors and evaluates the grid from them.
+TEST(RuntimeShapes, OneKernelServesEveryShape) {
+  Kernel k = test::rowSums();
+  EXPECT_EQ(k.tensors()[0].shape, (std::vector<int64_t>{-1, -1}));
+  EXPECT_EQ(k.tensors()[0].dimParams, (std::vector<int>{0, 1}));
+  EXPECT_EQ(describeGrid(k.grid(), k.params()), "x=cdiv(R,16) y=1 z=1");
+  EXPECT_THAT(k.ir(), HasSubstr("kiln.grid_extents = [\"cdiv(#0,16)\""));
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 64},
+                            {1, 1},
+                            {37, 100},
+                            {200, 3},
+                            {64, 256}}) {
+    HostTensor x(DType::f32, {rows, cols}), y(DType::f32, {rows});
+    x.fillRandom(uint64_t(rows * 1000 + cols));
+    y.poison();
+    std::vector<ArgValue> args = k.bind({{"X", x.ref()}, {"Y", y.ref()}});
+    EXPECT_EQ(std::get<int64_t>(args[0]), rows);
+    EXPECT_EQ(std::get<int64_t>(args[1]), cols);
+    EXPECT_EQ(k.gridFor(args)[0], (rows + 15) / 16);
+    runOnCpu(k, args);
+    for (int64_t r = 0; r < rows; ++r) {
+      double want = 0;
+      for (int64_t c = 0; c < cols; ++c)
+        want += x.at(std::vector<int64_t>{r, c});
+      EXPECT_NEAR(y.at(std::vector<int64_t>{r}), want, 1e-4)
+          << rows << "x" << cols << " row " << r;
+    }
+  }
+}
+
+TEST(RuntimeShapes, DimensionsAreBoundConsistently) {
+  Kernel k = test::rowSums();
+  HostTensor x(DType::f32, {20, 8}), y(DType::f32, {21});
+  EXPECT_THAT(
+      errorOf([&] {
+        k.bind({{"X", x.ref()}, {"Y", y.ref()}});
+      }),
+      HasSubstr("tensor Y: dimension 0 is 21 but R = 20 from tensor X"));
+  HostTensor y20(DType::f32, {20});
+  EXPECT_THAT(errorOf([&] {
+                k.bind({{"X", x.ref()}, {"Y", y20.ref()}}, {{"C", 9}});
+              }),
+              HasSubstr("argument C = 9 but tensor X has 8"));
+  EXPECT_NO_THROW(k.bind({{"X", x.ref()}, {"Y", y20.ref()}}, {{"C", 8}}));
+  HostTensor rank3(DType::f32, {2, 2, 2});
+  EXPECT_THAT(errorOf([&] {
+                k.bind({{"X", rank3.ref()}, {"Y", y20.ref()}});
+              }),
+              HasSubstr("compiled for shape RxC, got 2x2x2"));
+}
+
+TEST(RuntimeShapes, MisuseNamesTheUsersLine) {
+  int line = 0;
+  std::string error = errorOf([&] {
+    KernelBuilder k("bad_dim");
+    Index n = k.scalarArg("n");
+    line = __LINE__ + 1;
+    k.tensorArg("X", f32, {n * 2, 4});
+  });
+  EXPECT_THAT(error, HasSubstr("RuntimeArgTest.cpp:" + std::to_string(line) +
+                               ": tensorArg X: dimension 0 is neither a "
+                               "constant nor a run-time integer argument"));
+  error = errorOf([&] {
+    KernelBuilder k("bad_grid");
+    Index n = k.scalarArg("n");
+    line = __LINE__ + 1;
+    k.setGrid({n + 1});
+  });
+  EXPECT_THAT(error, HasSubstr("RuntimeArgTest.cpp:" + std::to_string(line) +
+                               ": setGrid: extent x is not a product of"));
+  error = errorOf([&] {
+    KernelBuilder k("no_grid");
+    line = __LINE__ + 1;
+    k.finish();
+  });
+  EXPECT_THAT(error, HasSubstr("RuntimeArgTest.cpp:" + std::to_string(line) +
+                               ": finish: kernel no_grid has no grid"));
+  // Products and cdivs of arguments by constants are what a grid may be.
+  KernelBuilder k("good_grid");
+  Index n = k.scalarArg("n"), h = k.scalarArg("h");
+  k.setGrid({cdiv(n, 128), h * 2 * n, 3});
+  Kernel done = k.finish();
+  EXPECT_EQ(describeGrid(done.grid(), done.params()),
+            "x=cdiv(n,128) y=2*h*n z=3");
+  EXPECT_EQ(done.gridFor({int64_t(300), int64_t(5)}),
+            (std::array<int64_t, 3>{3, 3000, 3}));
+  EXPECT_THAT(errorOf([&] {
+                done.gridFor({int64_t(0), int64_t(5)});
+              }),
+              HasSubstr("grid extent x = cdiv(n,128) is 0"));
+  GridExtent parsed = GridExtent::parse(done.grid()[1].str());
+  EXPECT_EQ(parsed, done.grid()[1]);
+  EXPECT_THAT(errorOf([&] { GridExtent::parse("cdiv(#0,0)"); }),
+              HasSubstr("cannot parse"));
+}
+
 } // namespace

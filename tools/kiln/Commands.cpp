@@ -359,9 +359,15 @@ int cmdRun(Options &opts) {
                 "); pass --cpu to run the CPU reference executor");
   Problem p = makeProblem(name, opts, /*withData=*/true);
   opts.checkAllUsed();
-  auto grid = p.kernel->grid();
-  fmt::print("kiln run {}{}\n  grid {}x{}x{}\n", cpu ? "--cpu " : "", p.summary,
-             grid[0], grid[1], grid[2]);
+  {
+    std::map<std::string, TensorRef> refs;
+    for (auto &[n, t] : p.tensors)
+      refs[n] = t.ref();
+    auto grid = p.kernel->gridFor(p.kernel->bind(refs));
+    fmt::print("kiln run {}{}\n  grid {}x{}x{} ({})\n", cpu ? "--cpu " : "",
+               p.summary, grid[0], grid[1], grid[2],
+               describeGrid(p.kernel->grid(), p.kernel->params()));
+  }
 
   if (cpu) {
     std::map<std::string, TensorRef> refs;

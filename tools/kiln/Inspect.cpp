@@ -125,8 +125,8 @@ int cmdSass(Options &opts) {
 static void printResources(const Problem &p, const CompiledKernel &c) {
   fmt::print(
       "{}\n  {} threads per block, {} dynamic shared bytes, grid "
-      "{}x{}x{}{}\n",
-      p.summary, c.threads, c.sharedBytes, c.grid[0], c.grid[1], c.grid[2],
+      "{}{}\n",
+      p.summary, c.threads, c.sharedBytes, describeGrid(c.grid, c.params),
       c.persistent ? " (persistent: run on as many CTAs as fit at once)" : "");
   int registers = 0;
   int64_t staticShared = 0;
@@ -261,9 +261,9 @@ int cmdCache(Options &opts) {
       return 0;
     }
     fmt::print("key      {}\nfile     {} ({} bytes)\nkernel   {} for {}, "
-               "grid {}x{}x{}, {} threads, {} dynamic shared bytes\n",
+               "grid {}, {} threads, {} dynamic shared bytes\n",
                found[0].key, found[0].path, found[0].bytes, k->name, k->arch,
-               k->grid[0], k->grid[1], k->grid[2], k->threads, k->sharedBytes);
+               describeGrid(k->grid, k->params), k->threads, k->sharedBytes);
     printStageList(*k);
     return 0;
   }

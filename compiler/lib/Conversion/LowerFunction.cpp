@@ -138,6 +138,7 @@ int64_t Lowerer::run(ModuleOp module) {
     scalars[s] = d;
   for (size_t i = 0; i < tensorMaps.size(); ++i)
     tensorMapArgs.push_back(entry->getArgument(src.getNumArguments() + i));
+  evaluatePersistentGrid();
   Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
   lane = arith::AndIOp::create(b, loc, tid, i32(31));
   warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
@@ -280,7 +281,7 @@ void Lowerer::lowerOp(Operation *op) {
   if (auto p = dyn_cast<NumProgramsOp>(op)) {
     scalars[p] =
         !persistentGrid.empty()
-            ? i32(persistentGrid[p.getAxis()])
+            ? gridExtentValues[p.getAxis()]
             : perAxis<NVVM::GridDimXOp, NVVM::GridDimYOp, NVVM::GridDimZOp>(
                   b, loc, p.getAxis());
     return;

@@ -35,17 +35,44 @@ using namespace mlir;
 
 namespace kiln::gpu {
 
+/// "x=cdiv(N,128) y=H z=1": a run-time grid with the arguments' names
+/// (kiln.name, else #i).
+static std::string runtimeGridText(func::FuncOp f,
+                                   llvm::ArrayRef<GridExtent> extents) {
+  std::vector<ParamInfo> params(f.getNumArguments());
+  for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+    auto name = f.getArgAttrOfType<StringAttr>(i, "kiln.name");
+    params[i].name = name ? name.str() : "#" + std::to_string(i);
+  }
+  return describeGrid({extents[0], extents[1], extents[2]}, params);
+}
+
 void Lowerer::planPersistent(int64_t &top) {
   if (!src->hasAttr("kiln.persistent"))
     return;
   auto grid = src->getAttrOfType<DenseI64ArrayAttr>(kGridAttr);
+  auto formulas = src->getAttrOfType<ArrayAttr>(kGridExtentsAttr);
   std::string why;
   int64_t tiles = 1;
+  llvm::SmallVector<GridExtent, 3> extents;
   if (!grid || grid.size() != 3)
     why = "the kernel has no grid";
   else {
-    for (int64_t g : grid.asArrayRef())
-      tiles *= g;
+    for (auto [a, g] : llvm::enumerate(grid.asArrayRef())) {
+      if (g != kDynamicDim) {
+        extents.push_back(GridExtent(g));
+        tiles *= g;
+        continue;
+      }
+      auto f = formulas && formulas.size() == 3
+                   ? dyn_cast<StringAttr>(formulas[a])
+                   : StringAttr();
+      if (!f)
+        throw InternalError("GPU lowering: grid axis " + std::to_string(a) +
+                            " is run-time with no formula");
+      extents.push_back(GridExtent::parse(f.str()));
+      tiles = -1; // counted at each launch
+    }
     if (tiles > (int64_t(1) << 31) - 1)
       why = "its grid has more than 2^31 - 1 programs";
   }
@@ -60,11 +87,11 @@ void Lowerer::planPersistent(int64_t &top) {
                      why + "): one CTA per program");
     return;
   }
-  persistentGrid.assign(grid.asArrayRef().begin(), grid.asArrayRef().end());
-  persistentTiles = tiles;
+  persistentGrid = extents;
   dynamicTiles = src->hasAttr("kiln.dynamic_tiles") && producerWarps;
   report.push_back(
-      "persistent: the grid's " + std::to_string(tiles) +
+      "persistent: the grid's " +
+      (tiles > 0 ? std::to_string(tiles) : runtimeGridText(src, extents)) +
       " programs run on at most as many CTAs as the GPU holds at once, " +
       (dynamicTiles
            ? std::string("handed out in grid order (x fastest) as CTAs "
@@ -91,19 +118,48 @@ void Lowerer::planPersistent(int64_t &top) {
                            /*addrSpace=*/1);
 }
 
+void Lowerer::evaluatePersistentGrid() {
+  if (persistentGrid.empty())
+    return;
+  gridExtentValues.clear();
+  mlir::Block &args = src.getBody().front();
+  for (const GridExtent &e : persistentGrid) {
+    Value v = e.scale != 1 || e.factors.empty() ? i32(e.scale) : Value();
+    for (const GridExtent::Factor &f : e.factors) {
+      Value x = scalarOf(args.getArgument(unsigned(f.param)));
+      if (f.divisor != 1)
+        x = arith::DivUIOp::create(
+            b, loc, arith::AddIOp::create(b, loc, x, i32(f.divisor - 1)),
+            i32(f.divisor));
+      v = v ? arith::MulIOp::create(b, loc, v, x).getResult() : x;
+    }
+    gridExtentValues.push_back(v);
+  }
+  if (llvm::all_of(persistentGrid,
+                   [](const GridExtent &e) { return e.isConstant(); })) {
+    persistentTiles = i32(persistentGrid[0].scale * persistentGrid[1].scale *
+                          persistentGrid[2].scale);
+    return;
+  }
+  persistentTiles = arith::MulIOp::create(
+      b, loc,
+      arith::MulIOp::create(b, loc, gridExtentValues[0], gridExtentValues[1]),
+      gridExtentValues[2]);
+}
+
 void Lowerer::forEachTile(llvm::function_ref<void()> body, TileRole role) {
   if (persistentGrid.empty())
     return body();
   if (dynamicTiles)
     return forEachDynamicTile(body, role);
-  const int64_t tiles = persistentTiles;
+  Value tiles = persistentTiles;
   SmallVector<Value> inits;
   if (ringSlot)
     inits = {ringSlot, ringPhase};
   Type t = b.getI32Type();
   Value first = NVVM::BlockIdXOp::create(b, loc, t);
   Value step = NVVM::GridDimXOp::create(b, loc, t);
-  auto loop = scf::ForOp::create(b, loc, first, i32(tiles), step, inits);
+  auto loop = scf::ForOp::create(b, loc, first, tiles, step, inits);
   {
     OpBuilder::InsertionGuard g(b);
     if (inits.empty())
@@ -117,7 +173,7 @@ void Lowerer::forEachTile(llvm::function_ref<void()> body, TileRole role) {
         b, loc, arith::CmpIPredicate::ule,
         arith::MulIOp::create(
             b, loc, arith::AddIOp::create(b, loc, round, i32(1)), step),
-        i32(tiles));
+        tiles);
     Value odd = arith::TruncIOp::create(b, loc, b.getI1Type(), round);
     Value mirrored = arith::SubIOp::create(
         b, loc,
@@ -161,7 +217,11 @@ void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
                                  TileRole role) {
   if (role == TileRole::All)
     throw InternalError("GPU lowering: dynamic tiles without warp roles");
-  const int64_t tiles = persistentTiles;
+  Value tiles = persistentTiles;
+  std::optional<int64_t> constantTiles = constantInt(tiles);
+  Value lastTile =
+      constantTiles ? i32(*constantTiles - 1)
+                    : arith::SubIOp::create(b, loc, tiles, i32(1)).getResult();
   Type i32t = b.getI32Type();
   // Hand-out k sits in slot k mod 2; its mbarriers complete phase k / 2 mod
   // 2 (a fresh barrier's "previous phase" counts as complete).
@@ -186,9 +246,9 @@ void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
     Value old =
         LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, counter,
                                   i32(1), LLVM::AtomicOrdering::monotonic);
-    ifThen(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, old,
-                                 i32(tiles - 1)),
-           [&] { LLVM::StoreOp::create(b, loc, i32(0), counter); });
+    ifThen(
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, old, lastTile),
+        [&] { LLVM::StoreOp::create(b, loc, i32(0), counter); });
     return arith::AddIOp::create(b, loc, NVVM::GridDimXOp::create(b, loc, i32t),
                                  old);
   };
@@ -217,7 +277,7 @@ void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
     OpBuilder::InsertionGuard g(b);
     Block *before = b.createBlock(&loop.getBefore(), {}, types, locs);
     Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                       before->getArgument(0), i32(tiles));
+                                       before->getArgument(0), tiles);
     scf::ConditionOp::create(b, loc, more, before->getArguments());
     Block *after = b.createBlock(&loop.getAfter(), {}, types, locs);
     tile = after->getArgument(0);
@@ -245,10 +305,9 @@ Value Lowerer::programId(uint32_t axis) {
   // x = tile mod gx, y = (tile / gx) mod gy, z = tile / (gx gy).
   Value v = tile;
   for (uint32_t a = 0; a < axis; ++a)
-    v = arith::DivUIOp::create(b, loc, v, i32(persistentGrid[a]));
-  return axis == 2
-             ? v
-             : arith::RemUIOp::create(b, loc, v, i32(persistentGrid[axis]));
+    v = arith::DivUIOp::create(b, loc, v, gridExtentValues[a]);
+  return axis == 2 ? v
+                   : arith::RemUIOp::create(b, loc, v, gridExtentValues[axis]);
 }
 
 } // namespace kiln::gpu

@@ -236,13 +236,6 @@ static int64_t vectorWidth(const Layout &l) {
   return n;
 }
 
-static std::optional<int64_t> constantOf(Value v) {
-  if (auto c = v.getDefiningOp<arith::ConstantOp>())
-    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
-      return i.getInt();
-  return std::nullopt;
-}
-
 /// Elements per vector access of a block in layout `l` (1: none): whole
 /// vectors are in or out of bounds when the row length and the block's
 /// offset along it are multiples of the vector width.
@@ -250,9 +243,9 @@ static int64_t accessWidth(bool aligned, const Layout &l, Type elem,
                            ValueRange shape, ValueRange offsets) {
   int64_t vec =
       aligned ? std::min<int64_t>(vectorWidth(l), 16 / byteSize(elem)) : 1;
-  std::optional<int64_t> rowLen = constantOf(shape.back());
+  // The row length: a constant, or a run-time dimension of a known class.
   if (vec > 1 &&
-      (!rowLen || *rowLen % vec || knownDivisor(offsets.back()) % vec))
+      (knownDivisor(shape.back()) % vec || knownDivisor(offsets.back()) % vec))
     vec = 1;
   return vec;
 }
@@ -301,10 +294,9 @@ bool Lowerer::canPrefetch(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
   if (!forOp)
     return false;
   const Layout l = layoutOf(ld.getResult());
-  std::optional<int64_t> rowLen = constantOf(ld.getShape().back());
   if (vectorWidth(l) < 8 || byteSize(ld.getType().getElementType()) != 2 ||
-      !rowLen || *rowLen % 8 || knownDivisor(ld.getOffsets().back()) % 8 ||
-      !tileGeometry(l))
+      knownDivisor(ld.getShape().back()) % 8 ||
+      knownDivisor(ld.getOffsets().back()) % 8 || !tileGeometry(l))
     return false;
   // Its operands must be loop-invariant or pure scalar arithmetic of the
   // induction variable, so that they can be evaluated for the next iteration.

@@ -21,13 +21,6 @@ using namespace mlir;
 
 namespace kiln::gpu {
 
-static std::optional<int64_t> constantInt(Value v) {
-  if (auto c = v.getDefiningOp<arith::ConstantOp>())
-    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
-      return i.getInt();
-  return std::nullopt;
-}
-
 /// `v` with sign extensions looked through.
 static Value unextended(Value v) {
   while (auto e = v.getDefiningOp<arith::ExtSIOp>())
@@ -57,7 +50,7 @@ Lowerer::matchTmaBlock(Value p, ValueRange offsets, ValueRange blockShape,
   auto arg = dyn_cast<BlockArgument>(p);
   auto shapeAttr = arg && arg.getOwner() == &src.getBody().front()
                        ? src.getArgAttrOfType<DenseI64ArrayAttr>(
-                             arg.getArgNumber(), "kiln.tensor_shape")
+                             arg.getArgNumber(), kTensorShapeAttr)
                        : DenseI64ArrayAttr();
   if (!shapeAttr) {
     why = "its pointer is not a tensor argument's";
@@ -74,13 +67,20 @@ Lowerer::matchTmaBlock(Value p, ValueRange offsets, ValueRange blockShape,
   // The block's columns run along the tensor's contiguous last dimension,
   // its rows along one other dimension; the pointer indexes the rest.
   TmaLoad t;
-  std::optional<int64_t> rowExtent = constantInt(blockShape[0]),
-                         colExtent = constantInt(blockShape[1]);
+  // The access's extents are the tensor's own: the same constant, or the
+  // same run-time argument.
+  auto dimsAttr =
+      src.getArgAttrOfType<DenseI32ArrayAttr>(argNo, kTensorDimsAttr);
+  auto isExtent = [&](Value v, int d) {
+    if (dimsAttr && dimsAttr[d] >= 0)
+      return v == src.getArgument(unsigned(dimsAttr[d]));
+    return constantInt(v) == shape[d];
+  };
   for (int d = 0; d < rank - 1; ++d)
-    if (strides[0] == strideArg(d) && rowExtent == shape[d])
+    if (strides[0] == strideArg(d) && isExtent(blockShape[0], d))
       t.rowDim = d;
   if (t.rowDim < 0 || strides[1] != strideArg(rank - 1) ||
-      colExtent != shape[rank - 1]) {
+      !isExtent(blockShape[1], rank - 1)) {
     why = "its block is not over the tensor's own dimensions (rows along "
           "one, columns along the contiguous last)";
     return std::nullopt;
@@ -121,6 +121,9 @@ Lowerer::matchTmaBlock(Value p, ValueRange offsets, ValueRange blockShape,
   map.pointerParam = int(argNo);
   map.elementBytes = 2;
   map.dims.assign(shape.begin(), shape.end());
+  if (dimsAttr)
+    map.dimParams.assign(dimsAttr.asArrayRef().begin(),
+                         dimsAttr.asArrayRef().end());
   for (int d = 0; d < rank; ++d)
     map.strideParams.push_back(int(argNo) + 1 + d);
   map.box.assign(rank, 1);

@@ -32,6 +32,8 @@ llvm::DenseSet<mlir::Value> findSharedOperands(mlir::func::FuncOp func);
 /// The largest power of two known to divide an i32 value of the kiln IR
 /// (constants, products, sums, loop induction variables).
 int64_t knownDivisor(mlir::Value v);
+/// The value of an integer arith.constant.
+std::optional<int64_t> constantInt(mlir::Value v);
 
 /// A lowered tile: one register per bit pattern of the layout's register
 /// bits, or a single scalar when the tile is uniform.
@@ -314,11 +316,17 @@ public:
   bool dynamicTiles = false;
   int64_t tileRing = -1;       ///< shared offset: 2 ids, then 2 full, 2 empty
   std::string tileCounter;     ///< dynamic tiles: the module global's name
-  int64_t persistentTiles = 0; ///< the grid's programs when persistent
   /// Program id `axis` of the current tile.
   mlir::Value programId(uint32_t axis);
-  /// The kernel's grid when persistent, else empty.
-  llvm::SmallVector<int64_t, 3> persistentGrid;
+  /// The kernel's grid when persistent (an extent evaluated from the
+  /// arguments where it is not constant), else empty.
+  llvm::SmallVector<GridExtent, 3> persistentGrid;
+  /// Persistent: the grid's extents and programs as i32 values, computed at
+  /// the kernel's entry (constants for a constant grid).
+  llvm::SmallVector<mlir::Value, 3> gridExtentValues;
+  mlir::Value persistentTiles;
+  /// Emits gridExtentValues and persistentTiles at the insertion point.
+  void evaluatePersistentGrid();
   mlir::Value tile;      ///< i32: the tile being computed (persistent)
   mlir::Value tileCount; ///< i32: tiles this CTA computed before this one
   mlir::Value sharedAt(mlir::Value byteOffset); ///< no scratch offset

@@ -32,6 +32,13 @@ llvm::DenseSet<Value> findSharedOperands(func::FuncOp func) {
   return out;
 }
 
+std::optional<int64_t> constantInt(Value v) {
+  if (auto c = v.getDefiningOp<arith::ConstantOp>())
+    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
+      return i.getInt();
+  return std::nullopt;
+}
+
 int64_t knownDivisor(Value v) {
   constexpr int64_t kMax = int64_t(1) << 30;
   auto pow2 = [](int64_t x) {

@@ -436,8 +436,9 @@ void runOnCpu(const Kernel &kernel, const std::vector<ArgValue> &args,
       throw Error("kernel " + kernel.name() + ": argument " + params[i].name +
                   " is a null pointer");
   }
-  std::array<int64_t, 3> grid = kernel.grid();
-  int64_t total = grid[0] * grid[1] * grid[2];
+  std::array<int64_t, 3> grid = kernel.gridFor(args);
+  int64_t total = checkedMul(checkedMul(grid[0], grid[1], kernel.name()),
+                             grid[2], kernel.name());
   unsigned nThreads = options.threads
                           ? options.threads
                           : std::max(1u, std::thread::hardware_concurrency());

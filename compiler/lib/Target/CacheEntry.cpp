@@ -88,7 +88,8 @@ std::string encodeCompiledKernel(const CompiledKernel &k,
   }
   w.put("name", k.name);
   w.put("arch", k.arch);
-  w.put("grid", joinInts({k.grid[0], k.grid[1], k.grid[2]}));
+  w.put("grid",
+        k.grid[0].str() + " " + k.grid[1].str() + " " + k.grid[2].str());
   w.put("threads", std::to_string(k.threads));
   w.put("shared_bytes", std::to_string(k.sharedBytes));
   w.put("persistent", k.persistent ? "1" : "0");
@@ -100,10 +101,14 @@ std::string encodeCompiledKernel(const CompiledKernel &k,
                        scalarClassName(p.assumed));
   for (const TensorParamInfo &t : k.tensors) {
     std::vector<int64_t> strides(t.strideParams.begin(), t.strideParams.end());
-    w.put("tensor", t.name + " " + dtypeName(t.dtype) + " " +
-                        joinInts(t.shape) + " " +
-                        std::to_string(t.pointerParam) + " " +
-                        joinInts(strides) + (t.aligned ? " aligned" : " any"));
+    w.put("tensor",
+          t.name + " " + dtypeName(t.dtype) + " " + joinInts(t.shape) + " " +
+              std::to_string(t.pointerParam) + " " + joinInts(strides) +
+              (t.aligned ? " aligned" : " any") +
+              (t.dimParams.empty()
+                   ? std::string()
+                   : " " + joinInts(std::vector<int64_t>(t.dimParams.begin(),
+                                                         t.dimParams.end()))));
   }
   for (const TensorMapInfo &t : k.tensorMaps)
     w.put("tensor_map", t.str());
@@ -168,10 +173,12 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
       else if (tag == "arch")
         k.arch = v;
       else if (tag == "grid") {
-        auto g = splitInts(v);
-        if (g.size() != 3)
+        std::string g[3], extra;
+        in >> g[0] >> g[1] >> g[2];
+        if (g[2].empty() || (in >> extra))
           throw Error("kiln cache entry: bad grid");
-        k.grid = {g[0], g[1], g[2]};
+        for (int a = 0; a < 3; ++a)
+          k.grid[a] = GridExtent::parse(g[a]);
       } else if (tag == "threads")
         k.threads = std::stoi(v);
       else if (tag == "shared_bytes")
@@ -193,15 +200,19 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
         p.assumed = *c;
         k.params.push_back(std::move(p));
       } else if (tag == "tensor") {
-        std::string name, dtype, shape, strides, access;
+        std::string name, dtype, shape, strides, access, dims;
         int ptr = 0;
-        in >> name >> dtype >> shape >> ptr >> strides >> access;
+        in >> name >> dtype >> shape >> ptr >> strides >> access >> dims;
         if (access != "aligned" && access != "any")
           throw Error("kiln cache entry: bad tensor record " + v);
         TensorParamInfo t{name, dtypeField(dtype), splitInts(shape), ptr};
         t.aligned = access == "aligned";
         for (int64_t s : splitInts(strides))
           t.strideParams.push_back(int(s));
+        for (int64_t d : splitInts(dims))
+          t.dimParams.push_back(int(d));
+        if (!t.dimParams.empty() && t.dimParams.size() != t.shape.size())
+          throw Error("kiln cache entry: bad tensor record " + v);
         k.tensors.push_back(std::move(t));
       } else if (tag == "tensor_map") {
         k.tensorMaps.push_back(TensorMapInfo::parse(v));

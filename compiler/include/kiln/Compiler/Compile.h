@@ -97,7 +97,7 @@ struct CompileOptions {
 struct CompiledKernel {
   std::string name;
   std::string arch;
-  std::array<int64_t, 3> grid{1, 1, 1};
+  GridExtents grid{1, 1, 1}; ///< constants or formulas of the arguments
   int threads = 128;
   int64_t sharedBytes = 0; ///< dynamic shared memory per CTA
   /// The grid's programs run on persistent CTAs (LaunchSpec::persistent).

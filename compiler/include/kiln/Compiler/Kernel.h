@@ -29,8 +29,12 @@ public:
   const std::string &name() const;
   const std::vector<ParamInfo> &params() const;
   const std::vector<TensorParamInfo> &tensors() const;
-  /// Programs along x, y, z.
-  std::array<int64_t, 3> grid() const;
+  /// Programs along x, y, z: constants, or products of run-time integers
+  /// (KernelBuilder::setGrid) evaluated at each launch.
+  const GridExtents &grid() const;
+  /// The grid's extents for an argument list (bind's); throws kiln::Error
+  /// naming the extent when one is < 1.
+  std::array<int64_t, 3> gridFor(const std::vector<ArgValue> &args) const;
   /// Warps per program (the Config's choice).
   int numWarps() const;
   /// The kiln IR as text, with source locations when `withLocations`.

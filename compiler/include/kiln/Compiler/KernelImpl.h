@@ -21,7 +21,7 @@ struct Kernel::Impl {
   std::string name;
   std::vector<ParamInfo> params;
   std::vector<TensorParamInfo> tensors;
-  std::array<int64_t, 3> grid{1, 1, 1};
+  GridExtents grid{1, 1, 1};
   int numWarps = 4;             ///< the schedule's warps per program
   int numStages = 2;            ///< software-pipeline depth of loads in loops
   bool reloadThreadIds = false; ///< see GpuTarget::reloadThreadIds

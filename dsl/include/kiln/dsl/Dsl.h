@@ -52,13 +52,19 @@ public:
   bool isConstant() const { return constant_.has_value(); }
   int64_t constant() const { return *constant_; }
   void *raw() const;
+  /// For a constant, a run-time integer argument, and products and cdivs by
+  /// constants of them: the host-side formula (what a launch grid's extent
+  /// may be); nullopt for anything the host cannot evaluate.
+  const std::optional<GridExtent> &extent() const { return extent_; }
 
-  static Index fromRaw(void *value, std::optional<int64_t> constant);
+  static Index fromRaw(void *value, std::optional<int64_t> constant,
+                       std::optional<GridExtent> extent = std::nullopt);
 
 private:
   Index() = default;
   void *value_ = nullptr; // materialised lazily for constants
   std::optional<int64_t> constant_;
+  std::optional<GridExtent> extent_;
   Loc loc_;
 };
 
@@ -176,17 +182,20 @@ Tile dot(const Tile &a, const Tile &b, const Tile &acc,
 
 struct Block;
 
-/// A tensor in global memory seen through a pointer, a compile-time shape and
-/// run-time strides. Indexing the leading dimension gives a view of one rank
-/// less.
+/// A tensor in global memory seen through a pointer, a shape (each
+/// dimension compiled in or a run-time integer argument) and run-time
+/// strides. Indexing the leading dimension gives a view of one rank less.
 class TensorView {
 public:
-  TensorView(void *pointer, DType dtype, Shape shape,
+  TensorView(void *pointer, DType dtype, std::vector<Index> dims,
              std::vector<Index> strides, std::string name);
   TensorView operator[](IndexArg i) const;
   Block block(std::vector<Index> offsets, Shape blockShape = {},
               Loc loc = Loc::current()) const;
+  /// The shape, kDynamicDim where a dimension is read at run time.
   const Shape &shape() const { return shape_; }
+  /// The dimensions as indices (constants or run-time arguments).
+  const std::vector<Index> &dims() const { return dims_; }
   DType dtype() const { return dtype_; }
   const std::string &name() const { return name_; }
   void *pointer() const { return pointer_; }
@@ -196,6 +205,7 @@ private:
   void *pointer_;
   DType dtype_;
   Shape shape_;
+  std::vector<Index> dims_;
   std::vector<Index> strides_;
   std::string name_;
 };
@@ -237,6 +247,18 @@ void forRange(Index lo, Index hi, Index step,
 Index programId(int axis, Loc loc = Loc::current());
 Index numPrograms(int axis, Loc loc = Loc::current());
 
+/// A tensor argument's dimensions: constants ({4, 128}, or a Shape) and
+/// run-time integer arguments ({B, H, N, 128}).
+struct Dims {
+  Dims(std::initializer_list<Index> d) : dims(d) {}
+  Dims(std::vector<Index> d) : dims(std::move(d)) {}
+  Dims(const Shape &shape) {
+    for (int64_t d : shape)
+      dims.emplace_back(d);
+  }
+  std::vector<Index> dims;
+};
+
 /// Builds one kernel. While it is alive, the free functions above add ops to
 /// it (one builder per thread at a time).
 class KernelBuilder {
@@ -245,19 +267,30 @@ public:
                 Loc loc = Loc::current());
   KernelBuilder(const std::string &name, std::initializer_list<int64_t> grid,
                 Loc loc = Loc::current());
+  /// A kernel whose grid setGrid gives once its arguments exist.
+  explicit KernelBuilder(const std::string &name, Loc loc = Loc::current());
   ~KernelBuilder();
   KernelBuilder(const KernelBuilder &) = delete;
   KernelBuilder &operator=(const KernelBuilder &) = delete;
 
   /// A tensor argument: a pointer parameter `name` and a stride parameter per
-  /// dimension (`name_stride0`, ...). The shape is compiled in.
-  TensorView tensorArg(const std::string &name, DType dtype, Shape shape,
+  /// dimension (`name_stride0`, ...). Each dimension is compiled in or a
+  /// run-time integer argument (scalarArg's value: {B, H, N, 128}), which a
+  /// launch binds from the tensor's shape (Kernel::bind), so that one
+  /// compile serves every size.
+  TensorView tensorArg(const std::string &name, DType dtype, Dims dims,
                        Loc loc = Loc::current());
   /// A run-time integer argument (an i32 parameter `name`): an Index usable
-  /// wherever one is (offsets, loop bounds, masks, comparisons), bound by
-  /// name at each launch (Kernel::bind's `scalars`), so that one compile
-  /// serves every value. Tensor shapes stay compile-time.
+  /// wherever one is (offsets, loop bounds, masks, comparisons, tensor
+  /// dimensions, the grid), bound by name at each launch (Kernel::bind's
+  /// `scalars`, or from a tensor's shape), so that one compile serves every
+  /// value.
   Index scalarArg(const std::string &name, Loc loc = Loc::current());
+  /// The launch grid: per axis a constant or a product of constants,
+  /// run-time integer arguments and cdiv(argument, constant)
+  /// ({cdiv(N, 128), B * H}), evaluated on the host at each launch. Given
+  /// here or to the constructor, before numPrograms is read.
+  void setGrid(std::vector<Index> grid, Loc loc = Loc::current());
   /// Warps per program on the GPU (a power of two; default 4).
   void setWarps(int warps, Loc loc = Loc::current());
   /// Software-pipeline depth of the loads in loops (>= 2; default 2).

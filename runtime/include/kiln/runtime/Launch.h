@@ -19,7 +19,9 @@ namespace kiln {
 
 struct LaunchSpec {
   std::string name, ptx;
-  std::array<int64_t, 3> grid{1, 1, 1};
+  /// Programs along x, y, z: constants, or evaluated from the integer
+  /// arguments at each launch.
+  GridExtents grid{1, 1, 1};
   int threads = 128;
   int64_t sharedBytes = 0;
   std::vector<ParamInfo> params;
@@ -57,12 +59,19 @@ public:
   }
   const std::string &jitLog() const { return module_->infoLog(); }
   const LaunchSpec &spec() const { return spec_; }
-  /// The grid it is launched on: spec().grid, or the persistent CTAs.
+  /// The grid of the last launch (before any: of one with the grid's
+  /// constant extents): spec().grid's programs, or the persistent CTAs.
   std::array<unsigned, 3> launchGrid() const { return launchGrid_; }
+  /// The grid these arguments launch: spec().grid evaluated, or as many
+  /// persistent CTAs as run at once and no more than there are programs.
+  /// Throws kiln::Error when an extent is < 1 or past the device's limits.
+  std::array<unsigned, 3>
+  launchGridFor(const std::vector<ArgValue> &args) const;
 
 private:
   LaunchSpec spec_;
   bool fallback_ = false; ///< a tensor compiled without the aligned paths
+  int64_t resident_ = 0;  ///< CTAs the device runs at once
   std::array<unsigned, 3> launchGrid_{1, 1, 1};
   std::unique_ptr<cuda::Module> module_;
   cuda::Function fn_;

@@ -4,6 +4,7 @@
 
 #include "kiln/runtime/DType.h"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,7 +33,10 @@ struct ParamInfo {
 };
 
 /// A tensor argument: one pointer parameter plus one stride parameter per
-/// dimension. Its shape is compiled into the kernel.
+/// dimension. Each dimension is compiled in, or read at run time from an
+/// integer parameter (KernelBuilder::scalarArg): then `shape` holds
+/// kDynamicDim there and `dimParams` the parameter's index.
+inline constexpr int64_t kDynamicDim = -1;
 struct TensorParamInfo {
   std::string name;
   DType dtype;
@@ -43,6 +47,9 @@ struct TensorParamInfo {
   /// other strides that are multiples of 16 bytes (GpuTarget::assumeAligned):
   /// the launcher checks that at each launch.
   bool aligned = false;
+  /// Per dimension: the integer parameter that holds it, or -1 (compiled
+  /// in). Empty: every dimension is compiled in.
+  std::vector<int> dimParams;
 };
 
 /// A TMA tensor map the kernel takes after its parameters, as a 128-byte
@@ -53,10 +60,14 @@ struct TensorParamInfo {
 struct TensorMapInfo {
   int pointerParam = 0;
   int elementBytes = 2;
-  std::vector<int64_t> dims;
+  std::vector<int64_t> dims; ///< kDynamicDim where dimParams names one
+  /// Per dimension, the integer parameter read at launch for a run-time
+  /// dimension, else -1; empty when every dimension is compiled in.
+  std::vector<int> dimParams;
   std::vector<int> strideParams; ///< in elements, one per dimension
   std::vector<int64_t> box;      ///< elements per dimension of one copy
-  /// "ptr=0 elem=2 dims=2,8,300,128 strides=1,2,3,4 box=1,1,64,64"
+  /// "ptr=0 elem=2 dims=2,8,300,128 strides=1,2,3,4 box=1,1,64,64", with
+  /// " dimparams=-1,-1,5,-1" when a dimension is read at run time
   std::string str() const;
   /// Parses str()'s form; throws kiln::Error on anything else.
   static TensorMapInfo parse(const std::string &text);
@@ -71,6 +82,37 @@ std::vector<int64_t> splitInts(const std::string &s);
 /// A value for one parameter: a pointer (host or device), an integer, or a
 /// float.
 using ArgValue = std::variant<void *, int64_t, double>;
+
+/// The number of programs along one axis of a launch grid: a constant, or
+/// evaluated at each launch from the kernel's integer arguments as
+/// scale x prod(ceil(args[param] / divisor)) (what cdiv(N, 128) * H in the
+/// DSL builds from run-time integers).
+struct GridExtent {
+  struct Factor {
+    int param;
+    int64_t divisor = 1;
+    bool operator==(const Factor &) const = default;
+  };
+  int64_t scale = 1;
+  std::vector<Factor> factors;
+
+  GridExtent(int64_t constant = 1) : scale(constant) {}
+  bool isConstant() const { return factors.empty(); }
+  bool operator==(const GridExtent &) const = default;
+  /// Throws kiln::Error when an argument it reads is not an integer or the
+  /// product overflows.
+  int64_t evaluate(const std::vector<ArgValue> &args) const;
+  /// "128", "2*cdiv(#3,128)*#4" (parameter indices); parse() reads it back
+  /// and throws kiln::Error on anything else.
+  std::string str() const;
+  static GridExtent parse(const std::string &text);
+  /// The same with parameter names: "2*cdiv(Nq,128)*H".
+  std::string describe(const std::vector<ParamInfo> &params) const;
+};
+using GridExtents = std::array<GridExtent, 3>;
+/// "x=cdiv(Nq,128) y=B*H z=1" (or "8 x 32 x 1" when constant).
+std::string describeGrid(const GridExtents &grid,
+                         const std::vector<ParamInfo> &params);
 
 } // namespace kiln
 

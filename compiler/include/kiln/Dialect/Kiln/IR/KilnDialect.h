@@ -28,7 +28,11 @@
 namespace kiln {
 /// Attribute names on a kernel's func.func.
 inline constexpr llvm::StringLiteral kKernelAttr = "kiln.kernel";
+/// Programs per axis; -1 (kiln::kDynamicDim) for an axis evaluated at launch,
+/// whose GridExtent::str() formula kGridExtentsAttr then holds (one string per
+/// axis).
 inline constexpr llvm::StringLiteral kGridAttr = "kiln.grid";
+inline constexpr llvm::StringLiteral kGridExtentsAttr = "kiln.grid_extents";
 
 /// The layout of a tile type's #kiln.layout encoding, if it has one.
 std::optional<Layout> layoutOf(mlir::Type type);

@@ -2,12 +2,13 @@
 //-*-===//
 //
 // A tensor argument is a pointer parameter (with a kiln.tensor_shape
-// attribute) followed by one i32 stride parameter per dimension. A compile
-// specialises each pointer argument on its own: `kiln.aligned` on the pointer
-// parameter says that the bound tensor's base is 16-byte aligned, its last
-// dimension contiguous and its other strides multiples of 16 bytes, so that
-// accesses through it may use 16-byte vectors, cp.async and TMA. Loads and
-// stores of other tensors take element accesses without demoting these.
+// attribute, and kiln.tensor_dims for run-time dimensions) followed by one i32
+// stride parameter per dimension. A compile specialises each pointer argument
+// on its own: `kiln.aligned` on the pointer parameter says that the bound
+// tensor's base is 16-byte aligned, its last dimension contiguous and its other
+// strides multiples of 16 bytes, so that accesses through it may use 16-byte
+// vectors, cp.async and TMA. Loads and stores of other tensors take element
+// accesses without demoting these.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_DIALECT_KILN_IR_TENSORARGS_H
@@ -17,7 +18,11 @@
 
 namespace kiln {
 
+/// On a tensor's pointer argument: its shape, -1 (kiln::kDynamicDim) for a
+/// run-time dimension; when one is, kTensorDimsAttr holds per dimension the
+/// function argument that holds it (-1 for those compiled in).
 inline constexpr llvm::StringLiteral kTensorShapeAttr = "kiln.tensor_shape";
+inline constexpr llvm::StringLiteral kTensorDimsAttr = "kiln.tensor_dims";
 inline constexpr llvm::StringLiteral kAlignedArgAttr = "kiln.aligned";
 /// On an i32 argument: a power of two its value is a multiple of.
 inline constexpr llvm::StringLiteral kDivisibilityArgAttr = "kiln.divisibility";
