@@ -88,9 +88,8 @@ int main(int argc, char **argv) try {
       refs[name] = ref;
       refs[name].data = buffers[name].data();
     }
-    GpuTarget target{.arch = dev.arch(),
-                     .unalignedTensors = unalignedTensors(k, refs)};
-    std::shared_ptr<GpuKernel> gpu = jitKernel(k, target);
+    std::shared_ptr<GpuKernel> gpu =
+        jitKernel(k, refs, {}, GpuTarget{.arch = dev.arch()});
     auto args = k.bind(refs);
     gpu->launch(args); // warm-up
     cuda::Timer timer;

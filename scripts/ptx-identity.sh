@@ -4,6 +4,7 @@
 # sm_80; GEMM; softmax): a codegen change meant to keep static kernels as
 # they were shows "identical" for every line.
 # usage: scripts/ptx-identity.sh <kiln binary A> <kiln binary B> [extra args]
+# (B_ARGS="..." adds arguments for B alone, e.g. --static-shapes 1)
 set -uo pipefail
 A=$1 B=$2
 shift 2
@@ -25,7 +26,7 @@ cases=(
 status=0
 for c in "${cases[@]}"; do
   a=$(KILN_CACHE_DIR=/nonexistent/a $A ptx $c "$@" 2>&1 | md5sum)
-  b=$(KILN_CACHE_DIR=/nonexistent/b $B ptx $c "$@" 2>&1 | md5sum)
+  b=$(KILN_CACHE_DIR=/nonexistent/b $B ptx $c "$@" ${B_ARGS:-} 2>&1 | md5sum)
   if [ "$a" == "$b" ]; then echo "identical  $c"; else echo "DIFFERENT  $c"; status=1; fi
 done
 exit $status

@@ -4,6 +4,7 @@ normal inputs, the median of 30 samples of CUDA events around 10 back-to-back
 calls, divided by 10), beside kiln's rows from that benchmark's --json.
 
 Usage: python3 scripts/ragged_peers.py --kiln kiln.json [--dtypes bf16]
+(kiln rows of `--shapes both` are tabled per mode: static, runtime)
 Prints one CSV row per shape and peer, then the table: each N with SDPA's
 figures, kiln's, kiln/cuDNN and, for N not a multiple of 128, kiln at N over
 kiln at the nearest multiple of 128.
@@ -38,11 +39,13 @@ def bench(fn, warm=5, reps=30):
     return sorted(ts)[len(ts) // 2]
 
 
-kiln = {(r["dtype"], r["N"], r["D"], r["causal"]): r["tflops"]
-        for r in json.load(open(args.kiln))["rows"]}
+rows = json.load(open(args.kiln))["rows"]
+modes = sorted({r.get("shapes", "default") for r in rows})
+kiln = {(r["dtype"], r["N"], r["D"], r["causal"], r.get("shapes", "default")): r["tflops"]
+        for r in rows}
 peers = {}
 print("peer,dtype,B,H,N,D,causal,ms,tflops")
-for (dn, N, D, causal) in sorted(kiln):
+for (dn, N, D, causal) in sorted({k[:4] for k in kiln}):
     if dn not in args.dtypes.split(","):
         continue
     dtype = torch.bfloat16 if dn == "bf16" else torch.float16
@@ -64,15 +67,16 @@ for (dn, N, D, causal) in sorted(kiln):
         print(f"{name},{dn},{B},{H},{N},{D},{int(causal)},{ms:.3f},{flops / ms / 1e9:.1f}", flush=True)
     del q, k, v
 
-print("\n# TFLOP/s; kiln/cuDNN; for N % 128 != 0, kiln at N / kiln at the nearest multiple of 128")
-print("dtype,D,causal,N,sdpa_flash,sdpa_cudnn,kiln,kiln/cudnn,kiln/kiln@128")
-for (dn, N, D, causal) in sorted(kiln, key=lambda k: (k[0], k[2], k[3], k[1])):
+print("\n# TFLOP/s; kiln/cuDNN; for N % 128 != 0, kiln at N / kiln at the nearest multiple of 128"
+      + (" (same shapes mode)" if len(modes) > 1 else ""))
+print("dtype,D,causal,N,shapes,sdpa_flash,sdpa_cudnn,kiln,kiln/cudnn,kiln/kiln@128")
+for (dn, N, D, causal, mode) in sorted(kiln, key=lambda k: (k[0], k[2], k[3], k[1], k[4])):
     if dn not in args.dtypes.split(","):
         continue
     f = peers.get(("sdpa_flash", dn, N, D, causal), float("nan"))
     c = peers.get(("sdpa_cudnn", dn, N, D, causal), float("nan"))
-    t = kiln[(dn, N, D, causal)]
+    t = kiln[(dn, N, D, causal, mode)]
     near = (N + 64) // 128 * 128
-    ref = kiln.get((dn, near, D, causal)) if N % 128 else None
-    print(f"{dn},{D},{int(causal)},{N},{f:.0f},{c:.0f},{t:.0f},{t / c:.2f},"
+    ref = kiln.get((dn, near, D, causal, mode)) if N % 128 else None
+    print(f"{dn},{D},{int(causal)},{N},{mode},{f:.0f},{c:.0f},{t:.0f},{t / c:.2f},"
           + (f"{t / ref:.2f}" if ref else ""))

@@ -246,6 +246,12 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors,
                     std::to_string(r.shape[d]) + " but " + dim + " = " +
                     std::to_string(std::get<int64_t>(args[p])) +
                     " from tensor " + boundFrom[p]);
+      if (r.shape[d] % impl_->params[p].multipleOf)
+        throw Error(where + ": dimension " + std::to_string(d) + " (" + dim +
+                    ") = " + std::to_string(r.shape[d]) +
+                    " is not a multiple of " +
+                    std::to_string(impl_->params[p].multipleOf) +
+                    ", which the kernel was built for");
       args[p] = r.shape[d];
       set[p] = true;
       boundFrom[p] = t.name;
@@ -297,6 +303,11 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors,
       throw Error("kernel " + impl_->name + ", argument " + name + " = " +
                   std::to_string(value) +
                   " does not fit kiln's 32-bit index width");
+    if (value % impl_->params[i].multipleOf)
+      throw Error("kernel " + impl_->name + ", argument " + name + " = " +
+                  std::to_string(value) + " is not a multiple of " +
+                  std::to_string(impl_->params[i].multipleOf) +
+                  ", which the kernel was built for");
     if (set[i] && std::get<int64_t>(args[i]) != value)
       throw Error("kernel " + impl_->name + ", argument " + name + " = " +
                   std::to_string(value) + " but tensor " + boundFrom[i] +

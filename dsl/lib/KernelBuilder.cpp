@@ -359,6 +359,14 @@ TensorView KernelBuilder::tensorArg(const std::string &name, DType dtype,
 }
 
 Index KernelBuilder::scalarArg(const std::string &name, Loc loc) {
+  return scalarArg(name, 1, loc);
+}
+
+Index KernelBuilder::scalarArg(const std::string &name, int64_t multipleOf,
+                               Loc loc) {
+  if (multipleOf < 1 || multipleOf > std::numeric_limits<int32_t>::max())
+    userError(loc, "scalarArg " + name + ": multipleOf " +
+                       std::to_string(multipleOf) + " is not in [1, 2^31)");
   if (!state_ || current != state_.get())
     userError(loc, "scalarArg: the kernel is finished");
   Kernel::Impl &k = *state_->kernel;
@@ -372,6 +380,7 @@ Index KernelBuilder::scalarArg(const std::string &name, Loc loc) {
   GridExtent extent;
   extent.factors.push_back({int(k.params.size()), 1});
   k.params.push_back({name, ParamInfo::Kind::Scalar, DType::i32});
+  k.params.back().multipleOf = multipleOf;
   return Index::fromRaw(raw(v), std::nullopt, extent);
 }
 
@@ -466,8 +475,14 @@ Kernel KernelBuilder::finish(Loc loc) {
   func.setType(
       b.getFunctionType(func.getBody().front().getArgumentTypes(), {}));
   // Parameter names, so that the printed IR says which argument is which.
-  for (auto [i, p] : llvm::enumerate(state_->kernel->params))
+  for (auto [i, p] : llvm::enumerate(state_->kernel->params)) {
     func.setArgAttr(i, "kiln.name", b.getStringAttr(p.name));
+    // What the compiler may assume of a value the kernel is built for
+    // multiples of: its largest power-of-two factor (knownDivisor's terms).
+    if (p.multipleOf > 1)
+      func.setArgAttr(i, kDivisibilityArgAttr,
+                      b.getI64IntegerAttr(p.multipleOf & -p.multipleOf));
+  }
   // A tensor's shape on its pointer (its strides are the arguments after it):
   // what a TMA tensor map over the whole tensor needs.
   for (const TensorParamInfo &t : state_->kernel->tensors) {

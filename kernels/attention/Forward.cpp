@@ -7,6 +7,8 @@
 // scores·k − max·k with k = scale·log2(e), which is one FMA per score.
 //
 //===----------------------------------------------------------------------===//
+#include "AttentionLoops.h"
+
 #include "kiln/Compiler/Compile.h"
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
@@ -20,213 +22,6 @@ using namespace kiln::dsl;
 
 namespace kiln::kernels {
 
-/// Shared memory a CTA may take on sm_90a, where the defaults are decided.
-static const int64_t kHopperSharedBytes = sharedMemoryLimit("sm_90a");
-
-/// Before any arithmetic on the shape: sizes in range, a batch's H*N*D
-/// elements (the contiguous tensors' largest stride) and the programs of
-/// the grid within kiln's 32-bit index width.
-void checkAttentionShape(const AttentionShape &s) {
-  if (s.batch < 1 || s.heads < 1 || s.seqQ < 1 || s.seqK < 1)
-    throw Error("attention: batch, heads and sequence lengths must be >= 1");
-  if (s.headDim != 64 && s.headDim != 128)
-    throw Error("attention: head dim " + std::to_string(s.headDim) +
-                " is not supported (64 or 128)");
-  if (!isFloat(s.dtype))
-    throw Error(std::string("attention: dtype ") + dtypeName(s.dtype) +
-                " is not a float type");
-  constexpr int64_t kIndexMax = std::numeric_limits<int32_t>::max();
-  const std::string what = "attention";
-  for (int64_t n : {s.seqQ, s.seqK})
-    if (checkedMul(checkedMul(s.heads, n, what), s.headDim, what) > kIndexMax)
-      throw Error("attention: H*N*D = " + std::to_string(s.heads) + "*" +
-                  std::to_string(n) + "*" + std::to_string(s.headDim) +
-                  " elements per batch exceed kiln's 32-bit index width "
-                  "(2^31 - 1)");
-  const int64_t programs = checkedMul(checkedMul(s.batch, s.heads, what),
-                                      (s.seqQ + 63) / 64, what);
-  if (programs > kIndexMax)
-    throw Error("attention: B*H*ceil(N/64) = " + std::to_string(programs) +
-                " row blocks exceed the grid's 2^31 - 1");
-}
-
-static void checkConfig(const AttentionConfig &c) {
-  for (int64_t b : {c.blockM, c.blockN, c.blockNDiagonal})
-    if (b < 16 || (b & (b - 1)))
-      throw Error("attention: blockM, blockN and blockNDiagonal must be "
-                  "powers of two >= 16, got " +
-                  std::to_string(b));
-}
-
-/// Loops over key blocks: causal attention splits them at the diagonal;
-/// non-causal with a ragged end of 16 blocks or more keeps it apart from the
-/// unmasked blocks before it. H200 bench (bf16, TFLOP/s) at N=1000/1023/
-/// 2049/3001/4097/8191, every block masked in one loop: D=128 534/482/462/
-/// 513/528/563 (654/690/687/709 at 2048/2944/4096/8192, same run), D=64
-/// 443/464/393/454/427/523; split: D=128 486/491/525/605/629/672, D=64
-/// 405/429/447/489/496/515 (another run; a second loop costs O's TMA store
-/// at D=128, where overlap then needs two V buffers, and 64-key blocks at
-/// the end at D=64, where registers are tight).
-/// Non-causal: the keys before the split take unmasked blocks, those from it
-/// a masked loop. seqK when no block is ragged; 0 (one masked loop) below 16
-/// blocks; else the last whole block goes with the ragged one (a loop of one
-/// iteration would be unrolled, its loads not pipelined).
-static int64_t unmaskedKeys(const AttentionShape &s, int64_t blockN) {
-  if (s.seqK % blockN == 0)
-    return s.seqK;
-  return s.seqK / blockN < 16 ? 0 : (s.seqK / blockN - 1) * blockN;
-}
-
-static int keyLoops(const AttentionShape &s, int64_t blockN) {
-  const int64_t split = unmaskedKeys(s, blockN);
-  return s.causal || (split > 0 && split < s.seqK) ? 2 : 1;
-}
-
-AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
-  checkAttentionShape(s);
-  // No tile sizes chosen: the autotuner's winner for this GPU and shape
-  // bucket, when `kiln tune` recorded one.
-  if (!c.blockM && !c.blockN)
-    if (std::optional<AttentionConfig> tuned = tunedAttentionConfig(s)) {
-      tuned->blockNDiagonal = c.blockNDiagonal;
-      tuned->longestFirstGlobally = c.longestFirstGlobally;
-      tuned->headGroup = c.headGroup;
-      tuned->dynamicTiles = c.dynamicTiles;
-      tuned->tmaStore = c.tmaStore;
-      c = *tuned;
-    }
-  // Hopper's warpgroup MMA by default (a target without it falls back to
-  // mma.sync, and the lowering report says so): two warpgroups of 64 rows.
-  if (c.wgmma < 0)
-    c.wgmma = 1;
-  if (c.tma < 0)
-    c.tma = c.wgmma;
-  if (c.tmaStore < 0)
-    c.tmaStore = c.tma > 0;
-  if (!c.blockM)
-    c.blockM = 128;
-  if (!c.warps) // wgmma: a warpgroup per 64 rows
-    c.warps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.blockM / 16)) : 4;
-  bool wide = s.headDim >= 128;
-  // mma.sync at D=128 causal is register-bound at 128x64; wgmma is not.
-  // A producer warpgroup with 128-key blocks for causal D=128: same-run
-  // H200 bench, bf16 TFLOP/s at N=1k..16k 233/331/447/542/608 against
-  // 205/287/379/443/481 without; slower elsewhere (D=128 non-causal 566 vs
-  // 592 at 4k, D=64 402 vs 436).
-  // P·V one iteration behind Q·Kᵀ (kiln-overlap-dots), with the producer
-  // warpgroup (which also fetches V for the dot after each loop), persistent
-  // CTAs and 128-key blocks, at D=128 but causal N<1k: same-run H200 bench,
-  // bf16 TFLOP/s at N=512..16k non-causal 342/474/579/648/690/710 against
-  // 337/454/543/627/682/707 (the default before: overlap from 2k, not
-  // persistent), causal 169/268/370/524/612/676 against 169/258/356/468/
-  // 575/656; causal N=512 174 without overlap. D=64 about even.
-  // ... where its shared memory fits: Q, the K/V stages, and V for the dot
-  // after each loop (two loops when causal). Causal's two V buffers leave no
-  // room for O's TMA staging tile, which pays more up to N=2k: same-run H200
-  // bench, causal bf16 TFLOP/s at N=1k/2k/4k/8k without overlap (O by TMA)
-  // 425/524/589/631 against 381/501/599/660 with it (O by st.global); without
-  // TMA stores overlap wins (376/477 at 1k/2k without it).
-  const bool hopper = c.wgmma > 0 && c.tma > 0;
-  const int64_t causalOverlapFrom = c.tmaStore > 0 ? 2049 : 1024;
-  auto fitsOverlapped = [&] {
-    AttentionConfig overlapped = c;
-    overlapped.overlap = 1;
-    return attentionSharedBytes(s, overlapped) <= kHopperSharedBytes;
-  };
-  if (c.overlap < 0)
-    c.overlap = wide && hopper && c.warpSpecialize != 0 &&
-                !(s.causal && s.seqK < causalOverlapFrom) && fitsOverlapped();
-  if (c.warpSpecialize < 0)
-    c.warpSpecialize = wide && hopper && (s.causal || c.overlap > 0);
-  // Ping-pong wherever the producer warpgroup is the default: same-run H200
-  // bench, causal D=128 bf16 TFLOP/s at N=1k..16k 239/339/453/548/612
-  // against 234/333/448/545/608 without; neutral with a producer at
-  // non-causal D=128 (565 vs 566 at 4k), which keeps every warp computing.
-  if (c.pingpong < 0)
-    c.pingpong = c.warpSpecialize > 0 && c.warps == 8;
-  // D=64 under wgmma: 128-key blocks, same-run H200 bench, bf16 TFLOP/s at
-  // N=512..16k non-causal 369/448/496/522/530/515 against 329/389/424/444/
-  // 454/442 with 64; causal with 64-key diagonal blocks 199/300/399/467/516/
-  // 531 against 197/290/364/415/452/467 (148/220/292/349/381/400 with
-  // 128-key diagonal blocks).
-  if (!c.blockN)
-    c.blockN = wide && (s.causal || c.warpSpecialize > 0)
-                   ? (c.wgmma <= 0           ? 32
-                      : c.warpSpecialize > 0 ? 128
-                                             : 64)
-               : !wide && c.wgmma > 0 ? 128
-                                      : 64;
-  if (!c.blockNDiagonal)
-    c.blockNDiagonal =
-        !wide && c.wgmma > 0 ? std::min<int64_t>(64, c.blockN) : c.blockN;
-  // Same-run A/B on the H200 under wgmma, D=128 causal: 383 vs 376 TFLOP/s
-  // at N=4k, 470 vs 465 at 16k.
-  if (c.reloadThreadIds < 0)
-    c.reloadThreadIds = wide && (!s.causal || c.wgmma > 0);
-  // Same-run A/Bs on the H200: one offset per register is 2% faster at D=128
-  // non-causal; base plus constants 2-4% faster everywhere else.
-  if (c.copyAddressesPerRegister < 0)
-    c.copyAddressesPerRegister = wide && !s.causal;
-  if (c.longestFirstGlobally < 0) // +4..10% causal on the H200 at N >= 4k
-    c.longestFirstGlobally = s.causal;
-  // Persistent CTAs wherever there is a producer warpgroup: it fetches the
-  // next row block's Q and K/V (and V for the dot after an overlapped loop)
-  // while the compute warps finish this one.
-  if (c.persistent < 0)
-    c.persistent = c.warpSpecialize > 0;
-  if (c.dynamicTiles < 0)
-    c.dynamicTiles = s.causal && c.persistent > 0 && c.warpSpecialize > 0;
-  // Two CTAs of 8 warps per SM at D=64 need 128 registers a thread; the
-  // non-causal kernel with a ragged end's second loop took 129-139 and ran
-  // one (H200 bench, bf16 TFLOP/s at N=2049/4097/8191: 310/360/390; with
-  // the hint 443/496/516). The one-loop kernels take 127-128 without it and
-  // slow down with it (ptxas gives N=1000 107 registers: 376 against 443).
-  if (c.minBlocksPerSM < 0)
-    c.minBlocksPerSM = !wide && c.wgmma > 0 && c.warpSpecialize <= 0 &&
-                               !s.causal && keyLoops(s, c.blockN) == 2
-                           ? 2
-                           : 0;
-  // Longest first over every head makes each round of persistent CTAs read
-  // the K/V of ~130 heads: at causal N=2k, 2.7 TB/s from DRAM at a 40% L2
-  // hit rate (ncu), against cuDNN's 0.76 TB/s at 75%. Smaller groups fix
-  // that but unbalance fixed rounds (a round spans several lengths): same-run
-  // H200 bench, causal D=128 bf16 TFLOP/s at N=512..16k, groups of 2:
-  // 257/365/468/542/464/434; 8: 252/353/372/388/526/634; every head:
-  // 236/323/411/559/634/665. Handed out dynamically, groups of 16 MiB of K/V
-  // (16/8/4/2 heads at 2k/4k/8k/16k): 244/382/509/605/667/699 (another run:
-  // fixed rounds over every head 237/325/413/561/639/677). The hardware
-  // hands out the CTAs of a launch that is not persistent in the same way:
-  // D=64 causal 197/289/364/418/451/454 in groups of 32 heads at 2k against
-  // 187/265/337/410/450/470 over every head. At most 16: at N=512, groups
-  // of 16 ran 264 against 244 in groups of 64 (no fewer bytes fit in L2).
-  if (c.headGroup <= 0) {
-    const int64_t kvBytes = 2 * s.seqK * s.headDim * dtypeSize(s.dtype);
-    const bool fixedRounds = c.persistent > 0 && c.dynamicTiles <= 0;
-    c.headGroup =
-        fixedRounds
-            ? s.batch * s.heads
-            : std::clamp<int64_t>((int64_t(16) << 20) / kvBytes, 1,
-                                  std::min<int64_t>(16, s.batch * s.heads));
-  }
-  return c;
-}
-
-int64_t attentionSharedBytes(const AttentionShape &s,
-                             const AttentionConfig &c) {
-  const int64_t D = s.headDim, bn = c.blockN ? c.blockN : 128;
-  int64_t elements = c.blockM * D + 2 * c.stages * bn * D;
-  if (c.overlap > 0)
-    elements += keyLoops(s, bn) * bn * D;
-  const int64_t bytes =
-      elements * int64_t(dtypeSize(s.dtype)) + (c.wgmma > 0 ? 1024 : 0);
-  // Under TMA the compiler stages O for a bulk store where that still fits.
-  const int64_t staging = c.blockM * D * int64_t(dtypeSize(s.dtype));
-  const bool tmaStore = c.wgmma > 0 && c.tma != 0 && c.tmaStore != 0 &&
-                        dtypeSize(s.dtype) == 2 &&
-                        bytes + staging <= kHopperSharedBytes;
-  return bytes + (tmaStore ? staging : 0);
-}
-
 Kernel attentionForward(const AttentionShape &s,
                         const AttentionConfig &config) {
   const AttentionConfig c = resolveConfig(s, config);
@@ -234,14 +29,27 @@ Kernel attentionForward(const AttentionShape &s,
   const int64_t D = s.headDim, BM = c.blockM, BN = c.blockN;
   const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
   const double toExp2 = scale * log2e; // scores to base-2 exponents
+  const bool runtimeShapes = c.staticShapes <= 0;
+  // Run-time shapes are built for a class of Nk: whole key blocks (no mask
+  // for keys past the end; bind refuses other Nk) or not.
+  const bool wholeKeys = runtimeShapes ? wholeKeyBlocks(s, c) : false;
 
   // Causal row blocks differ in cost: the longest blocks of a group of heads
   // are dispatched first, one group after another (a 1-D grid).
   const bool longestFirst = s.causal && c.longestFirstGlobally > 0;
-  const int64_t mBlocks = cdiv(s.seqQ, BM), heads = s.batch * s.heads;
-  KernelBuilder k("attention_fwd",
-                  longestFirst ? std::array<int64_t, 3>{heads * mBlocks, 1, 1}
-                               : std::array<int64_t, 3>{mBlocks, heads, 1});
+  KernelBuilder k("attention_fwd");
+  Index B = s.batch, H = s.heads, Nq = s.seqQ, Nk = s.seqK;
+  if (runtimeShapes) {
+    B = k.scalarArg("B");
+    H = k.scalarArg("H");
+    Nq = k.scalarArg("Nq");
+    Nk = k.scalarArg("Nk", wholeKeys ? keyBlockMultiple(c) : 1);
+  }
+  const Index mBlocks = cdiv(Nq, BM), heads = B * H;
+  if (longestFirst)
+    k.setGrid({heads * mBlocks});
+  else
+    k.setGrid({mBlocks, heads});
   k.setWarps(c.warps);
   k.setStages(c.stages);
   k.setReloadThreadIds(c.reloadThreadIds > 0);
@@ -256,26 +64,35 @@ Kernel attentionForward(const AttentionShape &s,
   k.setOverlapDots(c.overlap > 0);
   k.setPersistent(c.persistent > 0);
   k.setDynamicTiles(c.persistent > 0 && c.dynamicTiles > 0);
-  auto Q = k.tensorArg("Q", s.dtype, {s.batch, s.heads, s.seqQ, D});
-  auto K = k.tensorArg("K", s.dtype, {s.batch, s.heads, s.seqK, D});
-  auto V = k.tensorArg("V", s.dtype, {s.batch, s.heads, s.seqK, D});
-  auto O = k.tensorArg("O", s.dtype, {s.batch, s.heads, s.seqQ, D});
-  auto LSE = k.tensorArg("LSE", f32, {s.batch, s.heads, s.seqQ});
+  auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
+  auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
+  auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
+  auto O = k.tensorArg("O", s.dtype, {B, H, Nq, D});
+  auto LSE = k.tensorArg("LSE", f32, {B, H, Nq});
 
   Index bh = programId(1), mProgram = programId(0);
   if (longestFirst) {
     // Program t: row block (t mod G·mBlocks) / G of the group's pair
     // (t mod G·mBlocks) mod G, where the last group may hold fewer pairs.
-    const int64_t G = std::min(c.headGroup, heads), perGroup = G * mBlocks;
+    // With run-time shapes and no group given, G is what has 16 MiB of K/V
+    // (resolveConfig's rule, on the device: 1 to 16 pairs).
+    Index G = min(Index(c.headGroup), heads);
+    if (runtimeShapes && config.headGroup <= 0 && c.dynamicTiles > 0) {
+      const int64_t perKey = 2 * D * int64_t(dtypeSize(s.dtype));
+      G = min(max(Index((int64_t(16) << 20) / perKey) / Nk, 1), min(16, heads));
+    }
+    Index perGroup = G * mBlocks;
     Index t = programId(0), first = t / perGroup * G;
-    Index pairs = heads % G ? min(Index(G), heads - first) : Index(G);
+    Index rest = heads % G;
+    Index pairs =
+        rest.isConstant() && rest.constant() == 0 ? G : min(G, heads - first);
     Index inGroup = t % perGroup;
     mProgram = inGroup / pairs;
     bh = first + inGroup % pairs;
   }
-  Index b = bh / s.heads, h = bh % s.heads;
+  Index b = bh / H, h = bh % H;
   // Causal: the longest rows first, so that the short ones fill the tail.
-  Index mBlock = s.causal ? cdiv(s.seqQ, BM) - 1 - mProgram : mProgram;
+  Index mBlock = s.causal ? mBlocks - 1 - mProgram : mProgram;
   Index m0 = mBlock * BM;
   auto q = Q[b][h], kv = K[b][h], v = V[b][h];
 
@@ -285,14 +102,19 @@ Kernel attentionForward(const AttentionShape &s,
   Tile rowSum = zeros({BM}, f32);
   Tile rows = arange(BM) + m0;
 
+  // Whether keys past Nk can fall in a block of BN keys (they read as 0 and
+  // are masked out).
+  auto raggedKeys = [&](int64_t BN) {
+    return runtimeShapes ? !wholeKeys : s.seqK % BN != 0;
+  };
   // One step of the online softmax over the keys [n0, n0 + BN).
   auto step = [&](Index n0, bool mask, int64_t BN) {
     Tile kTile = load(kv.block({n0, 0}, {BN, D}));
     Tile scores = dot(qTile, transpose(kTile));
     if (mask) {
       Tile cols = arange(BN) + n0;
-      if (s.seqK % BN != 0) // keys past seqK read as 0: mask them out
-        scores = where(row(cols) < s.seqK, scores, -inf);
+      if (raggedKeys(BN))
+        scores = where(row(cols) < Nk, scores, -inf);
       if (s.causal)
         scores = where(column(rows) >= row(cols), scores, -inf);
     }
@@ -310,15 +132,23 @@ Kernel attentionForward(const AttentionShape &s,
     // Whole key blocks left of the diagonal need no mask; the diagonal ones
     // (and a ragged last block) do, in blocks of their own size; those right
     // of it are skipped.
-    Index split = min(m0, Index(s.seqK / BN * BN));
+    Index split = min(m0, Nk / BN * BN);
     forRange(0, split, BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, false, BN); });
-    forRange(split, min(m0 + BM, Index(s.seqK)), BND,
-             carry(acc, rowMax, rowSum),
+    forRange(split, min(m0 + BM, Nk), BND, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, true, BND); });
   } else if (s.causal) {
-    forRange(0, min(m0 + BM, Index(s.seqK)), BN, carry(acc, rowMax, rowSum),
+    forRange(0, min(m0 + BM, Nk), BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, true, BN); });
+  } else if (runtimeShapes) {
+    // Whole key blocks unmasked; a ragged end in a masked loop of its own,
+    // which runs once (keyLoops).
+    Index split = wholeKeys ? Nk : Nk / BN * BN;
+    forRange(0, split, BN, carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, false, BN); });
+    if (!wholeKeys)
+      forRange(split, Nk, BN, carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, true, BN); });
   } else {
     // A ragged end in a masked loop of its own (keyLoops has the figures).
     const int64_t split = unmaskedKeys(s, BN);

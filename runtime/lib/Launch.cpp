@@ -86,6 +86,10 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
       auto *v = std::get_if<int64_t>(&args[i]);
       if (!v)
         throw Error(what + " must be an integer");
+      if (*v % p.multipleOf)
+        throw Error(what + " = " + std::to_string(*v) +
+                    ": the kernel was built for multiples of " +
+                    std::to_string(p.multipleOf));
       if ((p.assumed == ScalarClass::One && *v != 1) ||
           (p.assumed == ScalarClass::DivisibleBy16 && *v % 16))
         throw Error(what + " = " + std::to_string(*v) +

@@ -56,9 +56,8 @@ struct DeviceTensors {
 /// Each tensor specialised as aligned or not on its own (unalignedTensors).
 /// Returns the compiled kernel, for its report.
 CompiledKernel runOnGpu(const Kernel &k, DeviceTensors &dt, int launches = 1) {
-  CompiledKernel c =
-      compileForGpu(k, {.arch = cuda::device().arch(),
-                        .unalignedTensors = unalignedTensors(k, dt.refs)});
+  CompiledKernel c = compileForGpu(
+      k, variantTarget(k, dt.refs, {}, {.arch = cuda::device().arch()}));
   GpuKernel g(c.spec());
   for (int i = 0; i < launches; ++i) {
     if (i)
@@ -83,6 +82,7 @@ struct AttnCase {
   int dynamicTiles = -1;   ///< 1: row blocks handed out as CTAs free up
   int64_t headGroup = 0;   ///< causal: heads per longest-first group
   int tmaStore = -1;       ///< 0: O by st.global, not staged for TMA
+  int staticShapes = -1;   ///< 1: B, H and N compiled in
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
@@ -96,7 +96,8 @@ void PrintTo(const AttnCase &c, std::ostream *os) {
       << (c.persistent > 0 ? " persistent" : "")
       << (c.dynamicTiles > 0 ? " dynamic" : "")
       << (c.headGroup > 0 ? " groups of " + std::to_string(c.headGroup) : "")
-      << (c.tmaStore == 0 ? " st.global" : "");
+      << (c.tmaStore == 0 ? " st.global" : "")
+      << (c.staticShapes > 0 ? " static" : "");
 }
 
 std::string caseName(const AttnCase &c) {
@@ -110,7 +111,8 @@ std::string caseName(const AttnCase &c) {
          (c.persistent > 0 ? "_persistent" : "") +
          (c.dynamicTiles > 0 ? "_dynamic" : "") +
          (c.headGroup > 0 ? "_group" + std::to_string(c.headGroup) : "") +
-         (c.tmaStore == 0 ? "_stglobal" : "");
+         (c.tmaStore == 0 ? "_stglobal" : "") +
+         (c.staticShapes > 0 ? "_static" : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -125,6 +127,7 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   config.dynamicTiles = c.dynamicTiles;
   config.headGroup = c.headGroup;
   config.tmaStore = c.tmaStore;
+  config.staticShapes = c.staticShapes;
   if (c.wgmma) {
     if (cuda::device().arch() != "sm_90a")
       GTEST_SKIP() << "SKIPPED: the wgmma schedule needs sm_90a, this GPU is "
@@ -326,6 +329,111 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{.B = 3, .H = 5, .N = 1000, .D = 128, .causal = false,
                  .dtype = bf16, .bshd = false, .wgmma = true, .tmaStore = 0}),
     [](const auto &info) { return caseName(info.param); });
+
+// Exact shapes compiled in (AttentionConfig::staticShapes): the default
+// schedule's kernels with B, H and N constants, ragged and not, causal and
+// not; the suites above run the default, run-time shapes.
+INSTANTIATE_TEST_SUITE_P(StaticShapes, AttentionOnGpu,
+                         ::testing::Values(AttnCase{.B = 2,
+                                                    .H = 4,
+                                                    .N = 4097,
+                                                    .D = 128,
+                                                    .causal = false,
+                                                    .dtype = bf16,
+                                                    .bshd = false,
+                                                    .wgmma = true,
+                                                    .staticShapes = 1},
+                                           AttnCase{.B = 2,
+                                                    .H = 4,
+                                                    .N = 2048,
+                                                    .D = 128,
+                                                    .causal = true,
+                                                    .dtype = bf16,
+                                                    .bshd = false,
+                                                    .wgmma = true,
+                                                    .staticShapes = 1},
+                                           AttnCase{.B = 1,
+                                                    .H = 3,
+                                                    .N = 1000,
+                                                    .D = 64,
+                                                    .causal = true,
+                                                    .dtype = f16,
+                                                    .bshd = true,
+                                                    .wgmma = true,
+                                                    .staticShapes = 1},
+                                           AttnCase{.B = 1,
+                                                    .H = 2,
+                                                    .N = 333,
+                                                    .D = 64,
+                                                    .causal = false,
+                                                    .dtype = bf16,
+                                                    .bshd = false,
+                                                    .wgmma = false,
+                                                    .staticShapes = 1}),
+                         [](const auto &info) { return caseName(info.param); });
+
+// One compile serves every sequence length of a class (issue 18): N = 1000,
+// 1001 and 1003 (ragged, LSE's rows unaligned at the last two) build the
+// same kernel, compiled or read from disk once; Q, K and V through TMA at
+// each; every element against the NVRTC reference.
+TEST(GpuKernels, AttentionOneCompileServesRaggedLengths) {
+  REQUIRE_GPU();
+  if (cuda::device().arch() != "sm_90a")
+    GTEST_SKIP() << "SKIPPED: the default schedule needs sm_90a";
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "non-causal");
+    const CompileCacheStats before = compileCacheStats();
+    for (int64_t n : {1000, 1001, 1003}) {
+      kernels::AttentionShape s{2, 3, n, n, 128, causal, DType::bf16, 0};
+      HostTensor q(s.dtype, {2, 3, n, 128}), k(s.dtype, {2, 3, n, 128}),
+          v(s.dtype, {2, 3, n, 128}), o(s.dtype, {2, 3, n, 128}),
+          lse(DType::f32, {2, 3, n});
+      q.fillRandom(uint64_t(n), -2, 2);
+      k.fillRandom(uint64_t(n + 1), -2, 2);
+      v.fillRandom(uint64_t(n + 2));
+      DeviceTensors dt;
+      dt.add("Q", q, false);
+      dt.add("K", k, false);
+      dt.add("V", v, false);
+      dt.add("O", o, true);
+      dt.add("LSE", lse, true);
+      Kernel kernel = kernels::attentionForward(s);
+      std::shared_ptr<GpuKernel> g = jitKernel(kernel, dt.refs);
+      g->launch(kernel.bind(dt.refs));
+      cuda::synchronize();
+      std::string report;
+      for (const std::string &line : g->spec().report)
+        report += line + "\n";
+      // Q, K and V (128x128 blocks at D=128) all by TMA.
+      EXPECT_EQ(test::countOf(report, "load 128x128: TMA"),
+                test::countOf(report, "load 128x128:"))
+          << report;
+      EXPECT_GE(test::countOf(report, "load 128x128: TMA"), 3u) << report;
+      dt.download("O", o);
+      dt.download("LSE", lse);
+      HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
+      cuda::Buffer ro(oRef.storageBytes()), rl(lseRef.storageBytes());
+      kernels::attentionReferenceGpu(s, dt.refs["Q"], dt.refs["K"],
+                                     dt.refs["V"], ro.data(), rl.data());
+      ro.download(oRef.data(), oRef.storageBytes());
+      rl.download(lseRef.data(), lseRef.storageBytes());
+      ErrorStats eo = compareTensors(o, oRef), el = compareTensors(lse, lseRef);
+      EXPECT_EQ(eo.nonFinite, 0) << "N=" << n;
+      EXPECT_LE(eo.relative, 1e-2) << "N=" << n;
+      EXPECT_LE(el.relative, 1e-4) << "N=" << n;
+    }
+    const CompileCacheStats after = compileCacheStats();
+    std::printf("%s: %lld compiled, %lld from disk, %lld in-process hits\n",
+                causal ? "causal" : "non-causal",
+                (long long)(after.misses - before.misses),
+                (long long)(after.diskHits - before.diskHits),
+                (long long)(after.hits - before.hits));
+    EXPECT_EQ(
+        (after.misses - before.misses) + (after.diskHits - before.diskHits), 1)
+        << "one compile (or disk read) for the three lengths";
+    EXPECT_EQ(after.hits - before.hits, 2);
+  }
+}
 
 // Non-causal with a ragged end (the default schedule): from 16 key blocks
 // on, unmasked blocks, then a masked loop over the last whole block and the

@@ -47,13 +47,7 @@ static std::string reportOf(const CompiledKernel &c) {
   return text;
 }
 
-static size_t countOf(const std::string &ptx, const std::string &what) {
-  size_t n = 0;
-  for (size_t at = ptx.find(what); at != std::string::npos;
-       at = ptx.find(what, at + 1))
-    ++n;
-  return n;
-}
+using test::countOf;
 
 // Fusion: S and P stay on chip. The attention kernel's only global stores
 // are O (16-bit) and the logsumexp (32-bit), and its dots are tensor-core
@@ -86,9 +80,10 @@ TEST(Codegen, AttentionIsOneFusedKernel) {
     // 4-byte store, not two 2-byte ones.
     EXPECT_EQ(forms.count("st.global.b16"), 0u) << arch;
     // Every global store writes O or LSE: count the distinct destinations by
-    // parameter: O is parameter 15, LSE 20; S and P have none.
-    EXPECT_EQ(c.params[15].name, "O");
-    EXPECT_EQ(c.params[20].name, "LSE");
+    // parameter: O is parameter 19, LSE 24 (after B, H, Nq, Nk and Q, K, V
+    // with their strides); S and P have none.
+    EXPECT_EQ(c.params[19].name, "O");
+    EXPECT_EQ(c.params[24].name, "LSE");
   }
 }
 
@@ -157,11 +152,13 @@ TEST(Codegen, WgmmaScheduleEmitsWarpgroupMma) {
   EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.tensor.4d.global.shared::cta"), 2u);
   EXPECT_EQ(countOf(c.ptx, "cp.async.bulk.wait_group.read \t0"), 2u);
   ASSERT_EQ(c.tensorMaps.size(), 3u); // K, V and O
-  EXPECT_EQ(c.tensorMaps[0].str(),
-            "ptr=5 elem=2 dims=1,1,4096,128 strides=6,7,8,9 box=1,1,64,64");
-  EXPECT_EQ(c.tensorMaps[2].str(),
-            "ptr=15 elem=2 dims=1,1,4096,128 strides=16,17,18,19 "
-            "box=1,1,64,64");
+  // Their B, H and N are the run-time arguments 0, 1 and 3 (Nk) or 2 (Nq).
+  EXPECT_EQ(c.tensorMaps[0].str(), "ptr=9 elem=2 dims=-1,-1,-1,128 "
+                                   "strides=10,11,12,13 box=1,1,64,64 "
+                                   "dimparams=0,1,3,-1");
+  EXPECT_EQ(c.tensorMaps[2].str(), "ptr=19 elem=2 dims=-1,-1,-1,128 "
+                                   "strides=20,21,22,23 box=1,1,64,64 "
+                                   "dimparams=0,1,2,-1");
   // Without TMA in the schedule: cp.async, no tensor maps.
   CompiledKernel async = compileForGpu(
       kernels::attentionForward(s, {.warps = 8, .wgmma = 1, .tma = 0}),
@@ -279,15 +276,25 @@ TEST(Codegen, UnalignedTensorKeepsOthersOnTheirPaths) {
 // Non-causal with a ragged end: from 16 key blocks on, the unmasked blocks in
 // one loop and the end in a masked one (64-key blocks at D=64, where the
 // kernel asks ptxas for two CTAs per SM); below that, one masked loop.
+// With run-time shapes every ragged Nk takes the two loops (the second runs
+// once, over the ragged block).
 TEST(Codegen, RaggedEndHasALoopOfItsOwn) {
   auto loops = [](const Kernel &k) { return countOf(k.ir(), "scf.for"); };
+  const kernels::AttentionConfig exact{.staticShapes = 1};
   for (int64_t d : {64, 128}) {
     SCOPED_TRACE(d);
-    Kernel ragged = kernels::attentionForward(selfAttention(2049, d, false));
+    Kernel ragged =
+        kernels::attentionForward(selfAttention(2049, d, false), exact);
     EXPECT_EQ(loops(ragged), 2u);
-    EXPECT_EQ(loops(kernels::attentionForward(selfAttention(2048, d, false))),
-              1u);
+    EXPECT_EQ(
+        loops(kernels::attentionForward(selfAttention(2048, d, false), exact)),
+        1u);
+    EXPECT_EQ(
+        loops(kernels::attentionForward(selfAttention(1023, d, false), exact)),
+        1u);
     EXPECT_EQ(loops(kernels::attentionForward(selfAttention(1023, d, false))),
+              2u);
+    EXPECT_EQ(loops(kernels::attentionForward(selfAttention(2048, d, false))),
               1u);
     CompiledKernel c = compileForGpu(ragged, {.unalignedTensors = {"LSE"}});
     EXPECT_EQ(countOf(c.ptx, ".minnctapersm 2"), d == 64 ? 1u : 0u);

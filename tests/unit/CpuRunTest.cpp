@@ -303,6 +303,45 @@ TEST(CpuExecutor, RejectsBadArguments) {
               HasSubstr("argument A must be a pointer"));
 }
 
+// One run-time-shape attention kernel (the default) on shapes of its class:
+// other batch, heads, Nq != Nk, causal and not, each against the fp64
+// reference with poisoned outputs.
+TEST(CpuExecutor, AttentionRuntimeShapesServeEveryShape) {
+  for (bool causal : {false, true}) {
+    kernels::AttentionShape built{1, 2, 300, 300, 64, causal, DType::bf16, 0};
+    Kernel kern = kernels::attentionForward(
+        built, {.blockM = 64, .blockN = 64, .warps = 4});
+    for (auto [b, h, nq, nk] : {std::array<int64_t, 4>{1, 2, 300, 300},
+                                {2, 1, 77, 77},
+                                {1, 3, 130, 190},
+                                {1, 1, 1, 1},
+                                {2, 2, 200, 129}}) {
+      kernels::AttentionShape s{b, h, nq, nk, 64, causal, DType::bf16, 0};
+      HostTensor q(s.dtype, {b, h, nq, 64}), k(s.dtype, {b, h, nk, 64}),
+          v(s.dtype, {b, h, nk, 64}), o(s.dtype, {b, h, nq, 64}),
+          lse(DType::f32, {b, h, nq});
+      q.fillRandom(uint64_t(nq + 1), -2, 2);
+      k.fillRandom(uint64_t(nk + 2), -2, 2);
+      v.fillRandom(uint64_t(b + h + 3));
+      o.poison();
+      lse.poison();
+      HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
+      kernels::attentionReference(s, q, k, v, oRef, lseRef);
+      runOnCpu(kern, kern.bind({{"Q", q.ref()},
+                                {"K", k.ref()},
+                                {"V", v.ref()},
+                                {"O", o.ref()},
+                                {"LSE", lse.ref()}}));
+      std::string which = std::to_string(b) + "x" + std::to_string(h) +
+                          " Nq=" + std::to_string(nq) +
+                          " Nk=" + std::to_string(nk) +
+                          (causal ? " causal" : "");
+      EXPECT_LE(compareTensors(o, oRef).relative, 1e-2) << which;
+      EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5) << which;
+    }
+  }
+}
+
 // Causal attention with its diagonal blocks smaller than the others, with
 // the general (unsplit) loop when blockN does not divide blockM, with the row
 // blocks launched head by head instead of longest first, and longest first
@@ -327,9 +366,11 @@ TEST(CpuExecutor, AttentionScheduleVariantsAgree) {
              .warps = 4,
              .longestFirstGlobally = 1,
              .headGroup = 2};
-  EXPECT_EQ(kernels::attentionForward(s, groups).gridFor({}),
+  Config exactGroups = groups;
+  exactGroups.staticShapes = 1;
+  EXPECT_EQ(kernels::attentionForward(s, exactGroups).gridFor({}),
             (std::array<int64_t, 3>{15, 1, 1}));
-  for (const Config &c : {diag, unsplit, perHead, groups}) {
+  for (Config c : {diag, unsplit, perHead, groups, exactGroups}) {
     Kernel kern = kernels::attentionForward(s, c);
     HostTensor o(s.dtype, q.shape()), lse(DType::f32, {1, 3, 300});
     o.poison();
@@ -343,7 +384,8 @@ TEST(CpuExecutor, AttentionScheduleVariantsAgree) {
         std::to_string(c.blockM) + "x" + std::to_string(c.blockN) +
         " diagonal " + std::to_string(c.blockNDiagonal) + " longest first " +
         std::to_string(c.longestFirstGlobally) + " group " +
-        std::to_string(c.headGroup);
+        std::to_string(c.headGroup) + " static " +
+        std::to_string(c.staticShapes);
     EXPECT_LE(compareTensors(o, oRef).relative, 1e-2) << which;
     EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5) << which;
   }

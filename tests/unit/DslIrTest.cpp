@@ -13,10 +13,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 static int count(const std::string &s, const std::string &what) {
-  int n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1))
-    ++n;
-  return n;
+  return int(test::countOf(s, what));
 }
 
 TEST(DslIr, KernelSignatureAndMetadata) {
@@ -132,10 +129,12 @@ TEST(DslIr, AttentionKernelShape) {
   s.causal = true;
   s.batch = 2;
   s.heads = 3;
-  Kernel k = kernels::attentionForward(s, {64, 64, 4, 2});
+  const kernels::AttentionConfig exact{
+      .blockM = 64, .blockN = 64, .warps = 4, .stages = 2, .staticShapes = 1};
+  Kernel k = kernels::attentionForward(s, exact);
   // Causal: one axis, the longest row blocks of a group of heads first.
   EXPECT_EQ(k.gridFor({}), (std::array<int64_t, 3>{96, 1, 1}));
-  kernels::AttentionConfig perHead{64, 64, 4, 2};
+  kernels::AttentionConfig perHead = exact;
   perHead.longestFirstGlobally = 0;
   EXPECT_EQ(kernels::attentionForward(s, perHead).gridFor({}),
             (std::array<int64_t, 3>{16, 6, 1}));
@@ -154,12 +153,53 @@ TEST(DslIr, AttentionKernelShape) {
 
   s.causal = false;
   s.seqQ = s.seqK = 1024;
-  std::string full = kernels::attentionForward(s, {64, 64, 4, 2}).ir();
-  // The defaults: 128-row query blocks, 32-key blocks at D=128.
-  EXPECT_EQ(kernels::attentionForward(s).gridFor({})[0], 8);
+  std::string full = kernels::attentionForward(s, exact).ir();
   EXPECT_EQ(count(full, "scf.for"), 1);
   EXPECT_THAT(full, Not(HasSubstr("arith.cmpi"))); // no mask needed at all
   EXPECT_THAT(full, Not(HasSubstr("arith.minsi")));
+}
+
+// Run-time shapes (the default): B, H, Nq and Nk are arguments and the grid
+// a formula of them. Built for an Nk of whole key blocks, the kernel has one
+// unmasked loop and refuses other Nk; built for a ragged Nk, a second,
+// masked loop takes the ragged block.
+TEST(DslIr, AttentionRuntimeShapes) {
+  kernels::AttentionShape s{2, 3, 1024, 1024, 128, false, DType::bf16, 0};
+  const kernels::AttentionConfig c{.blockM = 64, .blockN = 64, .warps = 4};
+  Kernel whole = kernels::attentionForward(s, c);
+  EXPECT_EQ(describeGrid(whole.grid(), whole.params()),
+            "x=cdiv(Nq,64) y=B*H z=1");
+  EXPECT_EQ(whole.params()[3].name, "Nk");
+  EXPECT_EQ(whole.params()[3].multipleOf, 64);
+  std::string ir = whole.ir();
+  EXPECT_EQ(count(ir, "scf.for"), 1);
+  EXPECT_THAT(ir, Not(HasSubstr("arith.cmpi")));
+  EXPECT_THAT(ir, HasSubstr("kiln.tensor_dims = array<i32: 0, 1, 3, -1>"));
+  // The defaults: 128-row query blocks.
+  HostTensor q(s.dtype, {2, 3, 1000, 128}), kv(s.dtype, {2, 3, 1000, 128}),
+      o(s.dtype, {2, 3, 1000, 128}), lse(DType::f32, {2, 3, 1000});
+  std::map<std::string, TensorRef> t{{"Q", q.ref()},
+                                     {"K", kv.ref()},
+                                     {"V", kv.ref()},
+                                     {"O", o.ref()},
+                                     {"LSE", lse.ref()}};
+  EXPECT_THAT(test::errorOf([&] { whole.bind(t); }),
+              HasSubstr("dimension 2 (Nk) = 1000 is not a multiple of 64"));
+  s.seqQ = s.seqK = 1000;
+  Kernel ragged = kernels::attentionForward(s, c);
+  EXPECT_EQ(ragged.params()[3].multipleOf, 1);
+  EXPECT_EQ(count(ragged.ir(), "scf.for"), 2);
+  Kernel defaults = kernels::attentionForward(s);
+  EXPECT_EQ(defaults.gridFor(defaults.bind(t))[0], 8);
+  // Any other ragged shape binds to the same kernel.
+  HostTensor q2(s.dtype, {1, 5, 77, 128}), kv2(s.dtype, {1, 5, 3001, 128}),
+      o2(s.dtype, {1, 5, 77, 128}), lse2(DType::f32, {1, 5, 77});
+  auto args = ragged.bind({{"Q", q2.ref()},
+                           {"K", kv2.ref()},
+                           {"V", kv2.ref()},
+                           {"O", o2.ref()},
+                           {"LSE", lse2.ref()}});
+  EXPECT_EQ(ragged.gridFor(args), (std::array<int64_t, 3>{2, 5, 1}));
 }
 
 TEST(DslIr, AttentionRejectsBadShapes) {

@@ -18,6 +18,15 @@ template <class F> std::string errorOf(F &&f) {
   return "<no error>";
 }
 
+/// Occurrences of `what` in `text` (overlapping ones too).
+inline size_t countOf(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
 /// Skips the test, saying why, when no GPU can be used (needs
 /// kiln/runtime/Cuda.h).
 #define REQUIRE_GPU()                                                          \

@@ -133,6 +133,17 @@ int cmdBench(Options &opts) {
   cfg.overlap = opts.int32("overlap", cfg.overlap);
   cfg.persistent = opts.int32("persistent", cfg.persistent);
   std::string pipeline = opts.string("llvm-pipeline", "kiln");
+  // Shapes compiled in, run-time, both (each row twice, back to back), or
+  // the default's.
+  const std::string shapes = opts.string("shapes", "default");
+  std::vector<int> shapeModes = shapes == "static"    ? std::vector<int>{1}
+                                : shapes == "runtime" ? std::vector<int>{0}
+                                : shapes == "both"    ? std::vector<int>{1, 0}
+                                : shapes == "default" ? std::vector<int>{-1}
+                                                      : std::vector<int>{};
+  if (shapeModes.empty())
+    throw UsageError("option --shapes: '" + shapes +
+                     "' is not default, static, runtime or both");
   opts.checkAllUsed();
   std::string why;
   if (!cuda::available(&why))
@@ -142,7 +153,8 @@ int cmdBench(Options &opts) {
              "stages={} (0: the head dim's default), median of {} launches\n",
              dev.name, dev.arch(), cfg.blockM, cfg.blockN, cfg.warps,
              cfg.stages, reps);
-  fmt::print("dtype,B,H,N,D,causal,ms,tflops,registers,spill_bytes,smem\n");
+  fmt::print(
+      "dtype,B,H,N,D,causal,shapes,ms,tflops,registers,spill_bytes,smem\n");
 
   std::vector<int64_t> ns =
       quick ? std::vector<int64_t>{1024, 4096}
@@ -165,45 +177,53 @@ int cmdBench(Options &opts) {
       if (!onlyD.empty() && std::to_string(D) != onlyD)
         continue;
       for (int64_t N : ns)
-        for (bool causal : {false, true}) {
-          int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
-          kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
-          Kernel kernel = kernels::attentionForward(s, cfg);
-          size_t n = size_t(B * H * N * D);
-          uint64_t seed = uint64_t(N * 1000 + D + causal);
-          cuda::Buffer q = randomDevice(*dtype, n, seed),
-                       k = randomDevice(*dtype, n, seed + 1),
-                       v = randomDevice(*dtype, n, seed + 2), o(n * 2),
-                       lse(size_t(B * H * N) * 4);
-          std::vector<int64_t> shape{B, H, N, D}, st{H * N * D, N * D, D, 1};
-          std::map<std::string, TensorRef> refs{
-              {"Q", {q.data(), *dtype, shape, st}},
-              {"K", {k.data(), *dtype, shape, st}},
-              {"V", {v.data(), *dtype, shape, st}},
-              {"O", {o.data(), *dtype, shape, st}},
-              {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}};
-          GpuTarget target{.arch = dev.arch(),
-                           .unalignedTensors = unalignedTensors(kernel, refs),
-                           .llvmPipeline = pipeline};
-          CompiledKernel c = compileForGpu(kernel, target);
-          GpuKernel g(c.spec());
-          auto args = kernel.bind(refs);
-          double ms = medianLaunchMs(g, args, reps);
-          double tflops =
-              4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
-          cuda::FunctionAttributes a = g.attributes();
-          fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}\n", dn, B, H, N,
-                     D, int(causal), ms, tflops, a.registers, a.localBytes,
-                     c.sharedBytes);
-          std::fflush(stdout);
-          json << (first ? "" : ",") << "\n {\"peer\": \"kiln\", \"dtype\": \""
-               << (*dtype == DType::bf16 ? "bf16" : "fp16")
-               << "\", \"B\": " << B << ", \"H\": " << H << ", \"N\": " << N
-               << ", \"D\": " << D
-               << ", \"causal\": " << (causal ? "true" : "false")
-               << ", \"ms\": " << ms << ", \"tflops\": " << tflops << "}";
-          first = false;
-        }
+        for (bool causal : {false, true})
+          for (int mode : shapeModes) {
+            int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
+            kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
+            kernels::AttentionConfig modeCfg = cfg;
+            modeCfg.staticShapes = mode;
+            const char *modeName =
+                kernels::resolveConfig(s, modeCfg).staticShapes > 0 ? "static"
+                                                                    : "runtime";
+            Kernel kernel = kernels::attentionForward(s, modeCfg);
+            size_t n = size_t(B * H * N * D);
+            uint64_t seed = uint64_t(N * 1000 + D + causal);
+            cuda::Buffer q = randomDevice(*dtype, n, seed),
+                         k = randomDevice(*dtype, n, seed + 1),
+                         v = randomDevice(*dtype, n, seed + 2), o(n * 2),
+                         lse(size_t(B * H * N) * 4);
+            std::vector<int64_t> shape{B, H, N, D}, st{H * N * D, N * D, D, 1};
+            std::map<std::string, TensorRef> refs{
+                {"Q", {q.data(), *dtype, shape, st}},
+                {"K", {k.data(), *dtype, shape, st}},
+                {"V", {v.data(), *dtype, shape, st}},
+                {"O", {o.data(), *dtype, shape, st}},
+                {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}};
+            GpuTarget target = variantTarget(
+                kernel, refs, {},
+                GpuTarget{.arch = dev.arch(), .llvmPipeline = pipeline});
+            CompiledKernel c = compileForGpu(kernel, target);
+            GpuKernel g(c.spec());
+            auto args = kernel.bind(refs);
+            double ms = medianLaunchMs(g, args, reps);
+            double tflops =
+                4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
+            cuda::FunctionAttributes a = g.attributes();
+            fmt::print("{},{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}\n", dn, B,
+                       H, N, D, int(causal), modeName, ms, tflops, a.registers,
+                       a.localBytes, c.sharedBytes);
+            std::fflush(stdout);
+            json << (first ? "" : ",")
+                 << "\n {\"peer\": \"kiln\", \"dtype\": \""
+                 << (*dtype == DType::bf16 ? "bf16" : "fp16")
+                 << "\", \"B\": " << B << ", \"H\": " << H << ", \"N\": " << N
+                 << ", \"D\": " << D
+                 << ", \"causal\": " << (causal ? "true" : "false")
+                 << ", \"shapes\": \"" << modeName << "\""
+                 << ", \"ms\": " << ms << ", \"tflops\": " << tflops << "}";
+            first = false;
+          }
     }
   }
   json << "\n]}\n";

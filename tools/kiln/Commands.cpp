@@ -203,6 +203,8 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.pingpong = opts.int32("pingpong", -1);
   c.overlap = opts.int32("overlap", -1);
   c.persistent = opts.int32("persistent", -1);
+  c.staticShapes = opts.int32("static-shapes", -1);
+  c.minBlocksPerSM = -1; // depends on the shapes' mode
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
@@ -224,6 +226,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
 
   Problem p;
   p.kernel = kernels::attentionForward(s, c);
+  p.dims = {{"B", s.batch}, {"H", s.heads}, {"Nq", s.seqQ}, {"Nk", s.seqK}};
   for (const char *name : {"Q", "O"})
     noteLayout(p, name, s.dtype, qStrides);
   for (const char *name : {"K", "V"})
@@ -390,8 +393,8 @@ int cmdRun(Options &opts) {
       refs[n] = t.ref();
       refs[n].data = buf.data();
     }
-    GpuTarget target{.arch = dev.arch(),
-                     .unalignedTensors = unalignedTensors(*p.kernel, refs)};
+    GpuTarget target =
+        variantTarget(*p.kernel, refs, {}, GpuTarget{.arch = dev.arch()});
     const CompiledKernel &c = *compileCached(*p.kernel, target);
     GpuKernel &gpu = *jitKernel(*p.kernel, target);
     fmt::print("  {}\n", tensorSpecialisation(c));

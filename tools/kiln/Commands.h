@@ -55,6 +55,9 @@ struct Problem {
   /// specialisation (GpuTarget::unalignedTensors), sorted: what the inspect
   /// commands compile for.
   std::vector<std::string> unaligned;
+  /// The run-time integer arguments `kiln run` binds (the kernel's run-time
+  /// dimensions): their classes are what the inspect commands compile for.
+  std::map<std::string, int64_t> dims;
   /// Output tensor name -> its reference.
   std::vector<std::pair<std::string, HostTensor>> expected;
 };

@@ -81,6 +81,7 @@ static Inspected toInspect(Options &opts) {
   opts.checkAllUsed();
   // The variant `kiln run` launches for these tensors.
   in.target.unalignedTensors = in.problem.unaligned;
+  in.target.scalarClasses = scalarClasses(*in.problem.kernel, in.problem.dims);
   return in;
 }
 

@@ -45,8 +45,12 @@ commands:
       [--head-group G] [--dynamic-tiles 0|1]
       [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--warp-specialize 0|1]
       [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
+      [--shapes default|static|runtime|both]
                                         TFLOP/s on the GPU over B*N=16k tokens
-                                        (--ragged: also N=1000, 1023, 2049,
+                                        (--shapes both: each row compiled
+                                        with B, H, N in and with them
+                                        run-time, back to back;
+                                        --ragged: also N=1000, 1023, 2049,
                                         3001, 4097, 8191 and the multiples of
                                         128 nearest them)
   bench gemm [--size N] [--block-m M] [--block-n N] [--block-k K]
@@ -89,6 +93,7 @@ kernels and their shape options:
              [--block-m M] [--block-n N] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1]
              [--warp-specialize 0|1]
              [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
+             [--static-shapes 0|1] (B, H, N compiled in; default run-time)
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
              [--group-m G]

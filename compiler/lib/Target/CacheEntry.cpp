@@ -98,7 +98,8 @@ std::string encodeCompiledKernel(const CompiledKernel &k,
     w.put("param", p.name + " " +
                        (p.kind == ParamInfo::Kind::Pointer ? "ptr" : "scalar") +
                        " " + dtypeName(p.dtype) + " " +
-                       scalarClassName(p.assumed));
+                       scalarClassName(p.assumed) + " " +
+                       std::to_string(p.multipleOf));
   for (const TensorParamInfo &t : k.tensors) {
     std::vector<int64_t> strides(t.strideParams.begin(), t.strideParams.end());
     w.put("tensor",
@@ -189,15 +190,17 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
         k.compileMs = std::stod(v);
       else if (tag == "param") {
         std::string name, kind, dtype, assumed;
-        in >> name >> kind >> dtype >> assumed;
+        int64_t multipleOf = 0;
+        in >> name >> kind >> dtype >> assumed >> multipleOf;
         ParamInfo p{name,
                     kind == "ptr" ? ParamInfo::Kind::Pointer
                                   : ParamInfo::Kind::Scalar,
                     dtypeField(dtype)};
         std::optional<ScalarClass> c = parseScalarClass(assumed);
-        if (!c)
+        if (!c || multipleOf < 1)
           throw Error("kiln cache entry: bad param record " + v);
         p.assumed = *c;
+        p.multipleOf = multipleOf;
         k.params.push_back(std::move(p));
       } else if (tag == "tensor") {
         std::string name, dtype, shape, strides, access, dims;

@@ -294,6 +294,13 @@ static void specialiseTensors(func::FuncOp func, const GpuTarget &target,
   }
 }
 
+/// What kiln.divisibility says of argument i already (the kernel's own
+/// scalarArg multipleOf), 1 without it.
+static int64_t knownMultiple(func::FuncOp func, unsigned i) {
+  auto d = func.getArgAttrOfType<IntegerAttr>(i, kDivisibilityArgAttr);
+  return d ? d.getInt() : 1;
+}
+
 /// Run-time integers by class: kiln.divisibility on those divisible by 16
 /// (offsets built from them keep vector accesses), the constant 1 in place
 /// of those that are 1; `params` records what the launcher checks.
@@ -308,14 +315,35 @@ static void specialiseScalars(func::FuncOp func, const GpuTarget &target,
     const unsigned i = unsigned(it - params.begin());
     it->assumed = c;
     if (c == ScalarClass::DivisibleBy16)
-      func.setArgAttr(i, kDivisibilityArgAttr,
-                      IntegerAttr::get(IntegerType::get(func.getContext(), 64),
-                                       16));
+      func.setArgAttr(
+          i, kDivisibilityArgAttr,
+          IntegerAttr::get(IntegerType::get(func.getContext(), 64),
+                           std::max<int64_t>(16, knownMultiple(func, i))));
     if (c == ScalarClass::One) {
       OpBuilder b(func.getContext());
       b.setInsertionPointToStart(&func.getBody().front());
       Value one = arith::ConstantIntOp::create(b, func.getLoc(), 1, 32);
       func.getArgument(i).replaceAllUsesWith(one);
+      // A tensor dimension it held is the constant 1 now (what TMA's
+      // matching of the tensor's extents reads).
+      for (unsigned a = 0; a < func.getNumArguments(); ++a) {
+        auto dims =
+            func.getArgAttrOfType<DenseI32ArrayAttr>(a, kTensorDimsAttr);
+        auto shape =
+            func.getArgAttrOfType<DenseI64ArrayAttr>(a, kTensorShapeAttr);
+        if (!dims || !shape || !llvm::is_contained(dims.asArrayRef(), int(i)))
+          continue;
+        SmallVector<int32_t> d(dims.asArrayRef());
+        SmallVector<int64_t> sh(shape.asArrayRef());
+        for (size_t k = 0; k < d.size(); ++k)
+          if (d[k] == int(i))
+            d[k] = -1, sh[k] = 1;
+        func.setArgAttr(a, kTensorShapeAttr, b.getDenseI64ArrayAttr(sh));
+        if (llvm::all_of(d, [](int32_t x) { return x < 0; }))
+          func.removeArgAttr(a, kTensorDimsAttr);
+        else
+          func.setArgAttr(a, kTensorDimsAttr, b.getDenseI32ArrayAttr(d));
+      }
     }
   }
 }

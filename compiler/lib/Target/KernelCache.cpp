@@ -133,9 +133,7 @@ std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
 std::shared_ptr<GpuKernel>
 jitKernel(const Kernel &kernel, const std::map<std::string, TensorRef> &tensors,
           const std::map<std::string, int64_t> &scalars, GpuTarget target) {
-  target.unalignedTensors = unalignedTensors(kernel, tensors);
-  target.scalarClasses = scalarClasses(kernel, scalars);
-  return jitKernel(kernel, target);
+  return jitKernel(kernel, variantTarget(kernel, tensors, scalars, target));
 }
 
 CompileCacheStats compileCacheStats() {

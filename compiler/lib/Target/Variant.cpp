@@ -42,12 +42,29 @@ unalignedTensors(const Kernel &kernel,
 
 std::map<std::string, ScalarClass>
 scalarClasses(const Kernel &kernel,
-              const std::map<std::string, int64_t> &values) {
+              const std::map<std::string, int64_t> &values,
+              const std::map<std::string, TensorRef> &tensors) {
   std::map<std::string, ScalarClass> out;
   for (const ParamInfo &p : kernel.params())
     if (auto it = values.find(p.name); it != values.end())
       out[p.name] = scalarClassOf(it->second);
+  for (const TensorParamInfo &t : kernel.tensors()) {
+    auto it = tensors.find(t.name);
+    for (size_t d = 0; it != tensors.end() && d < t.dimParams.size(); ++d)
+      if (t.dimParams[d] >= 0 && d < it->second.shape.size())
+        out.emplace(kernel.params()[t.dimParams[d]].name,
+                    scalarClassOf(it->second.shape[d]));
+  }
   return out;
+}
+
+GpuTarget variantTarget(const Kernel &kernel,
+                        const std::map<std::string, TensorRef> &tensors,
+                        const std::map<std::string, int64_t> &scalars,
+                        GpuTarget target) {
+  target.unalignedTensors = unalignedTensors(kernel, tensors);
+  target.scalarClasses = scalarClasses(kernel, scalars, tensors);
+  return target;
 }
 
 std::string tensorSpecialisation(const CompiledKernel &kernel) {

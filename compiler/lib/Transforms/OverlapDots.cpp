@@ -16,6 +16,9 @@
 // for the first iteration, so the load stays a function of the induction
 // variable that the software pipeline can fetch ahead.
 //
+// Not in a loop that runs at most once (a blocked loop's remainder), where
+// there is no next iteration to overlap and the carried operands would only
+// cost registers and the V buffer shared memory.
 // Only where the kernel's schedule asks (kiln.overlap_dots). A loop gets
 // kiln.overlapped, or kiln.not_overlapped = "<why>" when it cannot be done.
 //
@@ -66,8 +69,36 @@ Value recompute(OpBuilder &b, Value v, scf::ForOp loop, IRMapping &map) {
   return copy->getResult(cast<OpResult>(v).getResultNumber());
 }
 
+/// Whether `loop` runs at most once: a constant trip count <= 1, or the
+/// remainder loop of a blocked one, for (i = hi / step * step; i < hi;
+/// i += step) with a constant step.
+bool runsAtMostOnce(scf::ForOp loop) {
+  auto constant = [](Value v) -> std::optional<int64_t> {
+    if (auto c = v.getDefiningOp<arith::ConstantIntOp>())
+      return c.value();
+    return std::nullopt;
+  };
+  std::optional<int64_t> lo = constant(loop.getLowerBound()),
+                         hi = constant(loop.getUpperBound()),
+                         step = constant(loop.getStep());
+  if (lo && hi && step && *step > 0)
+    return *hi - *lo <= *step;
+  auto mul = loop.getLowerBound().getDefiningOp<arith::MulIOp>();
+  if (!step || *step < 1 || !mul)
+    return false;
+  for (int side = 0; side < 2; ++side) {
+    auto div = mul->getOperand(side).getDefiningOp<arith::DivSIOp>();
+    if (div && constant(mul->getOperand(1 - side)) == step &&
+        div.getLhs() == loop.getUpperBound() && constant(div.getRhs()) == step)
+      return true;
+  }
+  return false;
+}
+
 /// Rewrites `loop`; returns why not when it cannot.
 std::string overlap(scf::ForOp loop) {
+  if (runsAtMostOnce(loop))
+    return "the loop runs at most once (nothing to overlap with)";
   Block *body = loop.getBody();
   SmallVector<DotOp> dots;
   for (Operation &op : *body)

@@ -59,11 +59,13 @@ std::vector<std::string>
 unalignedTensors(const Kernel &kernel,
                  const std::map<std::string, TensorRef> &tensors);
 
-/// The class of each run-time integer argument's value in `values`
-/// (GpuTarget::scalarClasses for them).
+/// The class of each run-time integer argument's value in `values`, and of
+/// each run-time dimension bound from `tensors` (GpuTarget::scalarClasses
+/// for them).
 std::map<std::string, ScalarClass>
 scalarClasses(const Kernel &kernel,
-              const std::map<std::string, int64_t> &values);
+              const std::map<std::string, int64_t> &values,
+              const std::map<std::string, TensorRef> &tensors = {});
 
 /// Whether the tensor `ref` meets GpuTarget::assumeAligned.
 bool tensorAligned(const TensorRef &ref);
@@ -154,9 +156,16 @@ compileCached(const Kernel &kernel, const GpuTarget &target = {});
 std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
                                      const GpuTarget &target = {});
 
-/// The variant for these tensors and integer values: `target` with
-/// unalignedTensors and scalarClasses set from them (each specialised on its
-/// own, as the launch will check).
+/// `target` with unalignedTensors and scalarClasses set from these tensors
+/// (their alignment, their run-time dimensions' classes) and integer values:
+/// the variant a launch with them takes (each specialised on its own, as the
+/// launch will check).
+GpuTarget variantTarget(const Kernel &kernel,
+                        const std::map<std::string, TensorRef> &tensors,
+                        const std::map<std::string, int64_t> &scalars = {},
+                        GpuTarget target = {});
+
+/// The variant for these tensors and integer values (variantTarget's).
 std::shared_ptr<GpuKernel>
 jitKernel(const Kernel &kernel, const std::map<std::string, TensorRef> &tensors,
           const std::map<std::string, int64_t> &scalars = {},

@@ -286,6 +286,11 @@ public:
   /// `scalars`, or from a tensor's shape), so that one compile serves every
   /// value.
   Index scalarArg(const std::string &name, Loc loc = Loc::current());
+  /// The same for values that are multiples of `multipleOf` (what the
+  /// kernel was built for, e.g. whole key blocks): the compiler may assume
+  /// it, and Kernel::bind and the launcher refuse other values.
+  Index scalarArg(const std::string &name, int64_t multipleOf,
+                  Loc loc = Loc::current());
   /// The launch grid: per axis a constant or a product of constants,
   /// run-time integer arguments and cdiv(argument, constant)
   /// ({cdiv(N, 128), B * H}), evaluated on the host at each launch. Given

@@ -6,7 +6,7 @@
 
 namespace kiln::kernels {
 
-/// Compile-time constants of one attention kernel. Q, K, V and O are
+/// The problem one attention kernel is built for. Q, K, V and O are
 /// (batch, heads, seq, headDim) tensors with any strides; LSE is
 /// (batch, heads, seqQ) fp32 and holds the natural-log logsumexp of each row of
 /// scaled scores, for a backward pass.
@@ -70,6 +70,11 @@ struct AttentionConfig {
   /// O through TMA (KernelBuilder::setTmaStores) where its staging tile fits
   /// in shared memory: 1 yes, 0 no, -1 default (with TMA).
   int tmaStore = -1;
+  /// Shapes: 1 compiles B, H, Nq and Nk in (a compile per shape); 0 makes
+  /// them run-time arguments bound from the tensors (one compile per class:
+  /// head dim, causal, dtype, schedule, whether Nk is a whole number of key
+  /// blocks, and the values' specialisation classes); -1 default (0).
+  int staticShapes = -1;
   /// CTAs per SM ptxas keeps registers for (KernelBuilder::setMinBlocksPerSM):
   /// 0 no hint, -1 default (2 at D=64 non-causal under wgmma without a
   /// producer warpgroup where a ragged end takes a loop of its own).
@@ -97,7 +102,11 @@ int64_t attentionSharedBytes(const AttentionShape &shape,
                              const AttentionConfig &config);
 
 /// Checks the shape (D in {64, 128}, float dtype, positive sizes) and builds
-/// the kernel; throws kiln::Error naming the bad field.
+/// the kernel; throws kiln::Error naming the bad field. With run-time shapes
+/// (the default) the kernel serves every B, H, Nq and Nk of the shape's
+/// class: its B, H, Nq and Nk arguments are bound from the tensors
+/// (Kernel::bind), and Nk must be a whole number of key blocks where
+/// s.seqK is one.
 Kernel attentionForward(const AttentionShape &shape,
                         const AttentionConfig &config = {});
 

@@ -30,6 +30,9 @@ struct ParamInfo {
   DType dtype; ///< pointee type for pointers, the value's type for scalars
   /// Scalars: what the compile assumed of the value; the launcher checks it.
   ScalarClass assumed = ScalarClass::Any;
+  /// Scalars: a multiple the kernel itself was built for
+  /// (KernelBuilder::scalarArg's multipleOf); bind and the launcher check it.
+  int64_t multipleOf = 1;
 };
 
 /// A tensor argument: one pointer parameter plus one stride parameter per

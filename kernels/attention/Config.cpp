@@ -1,0 +1,238 @@
+//===- Config.cpp - attention's shape checks and schedule defaults --------===//
+//
+// What the forward kernel is built with: the shape checked, the Config's
+// zero fields filled in with the defaults measured on the H200 (each with
+// its figures), and the shared memory a schedule takes.
+//
+//===----------------------------------------------------------------------===//
+#include "AttentionLoops.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/kernels/Attention.h"
+#include "kiln/kernels/AttentionTune.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+namespace kiln::kernels {
+
+/// Shared memory a CTA may take on sm_90a, where the defaults are decided.
+static const int64_t kHopperSharedBytes = sharedMemoryLimit("sm_90a");
+
+/// Before any arithmetic on the shape: sizes in range, a batch's H*N*D
+/// elements (the contiguous tensors' largest stride) and the programs of
+/// the grid within kiln's 32-bit index width.
+void checkAttentionShape(const AttentionShape &s) {
+  if (s.batch < 1 || s.heads < 1 || s.seqQ < 1 || s.seqK < 1)
+    throw Error("attention: batch, heads and sequence lengths must be >= 1");
+  if (s.headDim != 64 && s.headDim != 128)
+    throw Error("attention: head dim " + std::to_string(s.headDim) +
+                " is not supported (64 or 128)");
+  if (!isFloat(s.dtype))
+    throw Error(std::string("attention: dtype ") + dtypeName(s.dtype) +
+                " is not a float type");
+  constexpr int64_t kIndexMax = std::numeric_limits<int32_t>::max();
+  const std::string what = "attention";
+  for (int64_t n : {s.seqQ, s.seqK})
+    if (checkedMul(checkedMul(s.heads, n, what), s.headDim, what) > kIndexMax)
+      throw Error("attention: H*N*D = " + std::to_string(s.heads) + "*" +
+                  std::to_string(n) + "*" + std::to_string(s.headDim) +
+                  " elements per batch exceed kiln's 32-bit index width "
+                  "(2^31 - 1)");
+  const int64_t programs =
+      checkedMul(checkedMul(s.batch, s.heads, what), (s.seqQ + 63) / 64, what);
+  if (programs > kIndexMax)
+    throw Error("attention: B*H*ceil(N/64) = " + std::to_string(programs) +
+                " row blocks exceed the grid's 2^31 - 1");
+}
+
+void checkConfig(const AttentionConfig &c) {
+  for (int64_t b : {c.blockM, c.blockN, c.blockNDiagonal})
+    if (b < 16 || (b & (b - 1)))
+      throw Error("attention: blockM, blockN and blockNDiagonal must be "
+                  "powers of two >= 16, got " +
+                  std::to_string(b));
+}
+
+int64_t unmaskedKeys(const AttentionShape &s, int64_t blockN) {
+  if (s.seqK % blockN == 0)
+    return s.seqK;
+  return s.seqK / blockN < 16 ? 0 : (s.seqK / blockN - 1) * blockN;
+}
+
+bool wholeKeyBlocks(const AttentionShape &s, const AttentionConfig &c) {
+  return s.seqK % keyBlockMultiple(c) == 0;
+}
+
+int64_t keyBlockMultiple(const AttentionConfig &c) {
+  return std::lcm(c.blockN, c.blockNDiagonal ? c.blockNDiagonal : c.blockN);
+}
+
+int overlappedLoops(const AttentionShape &s, const AttentionConfig &c) {
+  // A run-time ragged end's loop runs once: kiln-overlap-dots leaves it.
+  return !s.causal && c.staticShapes <= 0 ? 1 : keyLoops(s, c);
+}
+
+int keyLoops(const AttentionShape &s, const AttentionConfig &c) {
+  const int64_t blockN = c.blockN ? c.blockN : 128;
+  if (s.causal)
+    return 2;
+  if (c.staticShapes <= 0) // run-time Nk: whole blocks, or a ragged loop
+    return s.seqK % blockN == 0 ? 1 : 2;
+  const int64_t split = unmaskedKeys(s, blockN);
+  return split > 0 && split < s.seqK ? 2 : 1;
+}
+
+AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
+  checkAttentionShape(s);
+  // Run-time B, H, Nq and Nk: one compile serves every size of a class.
+  if (c.staticShapes < 0)
+    c.staticShapes = 0;
+  // No tile sizes chosen: the autotuner's winner for this GPU and shape
+  // bucket, when `kiln tune` recorded one.
+  if (!c.blockM && !c.blockN)
+    if (std::optional<AttentionConfig> tuned = tunedAttentionConfig(s)) {
+      tuned->blockNDiagonal = c.blockNDiagonal;
+      tuned->longestFirstGlobally = c.longestFirstGlobally;
+      tuned->headGroup = c.headGroup;
+      tuned->dynamicTiles = c.dynamicTiles;
+      tuned->tmaStore = c.tmaStore;
+      c = *tuned;
+    }
+  // Hopper's warpgroup MMA by default (a target without it falls back to
+  // mma.sync, and the lowering report says so): two warpgroups of 64 rows.
+  if (c.wgmma < 0)
+    c.wgmma = 1;
+  if (c.tma < 0)
+    c.tma = c.wgmma;
+  if (c.tmaStore < 0)
+    c.tmaStore = c.tma > 0;
+  if (!c.blockM)
+    c.blockM = 128;
+  if (!c.warps) // wgmma: a warpgroup per 64 rows
+    c.warps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.blockM / 16)) : 4;
+  bool wide = s.headDim >= 128;
+  // mma.sync at D=128 causal is register-bound at 128x64; wgmma is not.
+  // A producer warpgroup with 128-key blocks for causal D=128: same-run
+  // H200 bench, bf16 TFLOP/s at N=1k..16k 233/331/447/542/608 against
+  // 205/287/379/443/481 without; slower elsewhere (D=128 non-causal 566 vs
+  // 592 at 4k, D=64 402 vs 436).
+  // P·V one iteration behind Q·Kᵀ (kiln-overlap-dots), with the producer
+  // warpgroup (which also fetches V for the dot after each loop), persistent
+  // CTAs and 128-key blocks, at D=128 but causal N<1k: same-run H200 bench,
+  // bf16 TFLOP/s at N=512..16k non-causal 342/474/579/648/690/710 against
+  // 337/454/543/627/682/707 (the default before: overlap from 2k, not
+  // persistent), causal 169/268/370/524/612/676 against 169/258/356/468/
+  // 575/656; causal N=512 174 without overlap. D=64 about even.
+  // ... where its shared memory fits: Q, the K/V stages, and V for the dot
+  // after each loop (two loops when causal). Causal's two V buffers leave no
+  // room for O's TMA staging tile, which pays more up to N=2k: same-run H200
+  // bench, causal bf16 TFLOP/s at N=1k/2k/4k/8k without overlap (O by TMA)
+  // 425/524/589/631 against 381/501/599/660 with it (O by st.global); without
+  // TMA stores overlap wins (376/477 at 1k/2k without it).
+  const bool hopper = c.wgmma > 0 && c.tma > 0;
+  const int64_t causalOverlapFrom = c.tmaStore > 0 ? 2049 : 1024;
+  auto fitsOverlapped = [&] {
+    AttentionConfig overlapped = c;
+    overlapped.overlap = 1;
+    return attentionSharedBytes(s, overlapped) <= kHopperSharedBytes;
+  };
+  if (c.overlap < 0)
+    c.overlap = wide && hopper && c.warpSpecialize != 0 &&
+                !(s.causal && s.seqK < causalOverlapFrom) && fitsOverlapped();
+  if (c.warpSpecialize < 0)
+    c.warpSpecialize = wide && hopper && (s.causal || c.overlap > 0);
+  // Ping-pong wherever the producer warpgroup is the default: same-run H200
+  // bench, causal D=128 bf16 TFLOP/s at N=1k..16k 239/339/453/548/612
+  // against 234/333/448/545/608 without; neutral with a producer at
+  // non-causal D=128 (565 vs 566 at 4k), which keeps every warp computing.
+  if (c.pingpong < 0)
+    c.pingpong = c.warpSpecialize > 0 && c.warps == 8;
+  // D=64 under wgmma: 128-key blocks, same-run H200 bench, bf16 TFLOP/s at
+  // N=512..16k non-causal 369/448/496/522/530/515 against 329/389/424/444/
+  // 454/442 with 64; causal with 64-key diagonal blocks 199/300/399/467/516/
+  // 531 against 197/290/364/415/452/467 (148/220/292/349/381/400 with
+  // 128-key diagonal blocks).
+  if (!c.blockN)
+    c.blockN = wide && (s.causal || c.warpSpecialize > 0)
+                   ? (c.wgmma <= 0           ? 32
+                      : c.warpSpecialize > 0 ? 128
+                                             : 64)
+               : !wide && c.wgmma > 0 ? 128
+                                      : 64;
+  if (!c.blockNDiagonal)
+    c.blockNDiagonal =
+        !wide && c.wgmma > 0 ? std::min<int64_t>(64, c.blockN) : c.blockN;
+  // Same-run A/B on the H200 under wgmma, D=128 causal: 383 vs 376 TFLOP/s
+  // at N=4k, 470 vs 465 at 16k.
+  if (c.reloadThreadIds < 0)
+    c.reloadThreadIds = wide && (!s.causal || c.wgmma > 0);
+  // Same-run A/Bs on the H200: one offset per register is 2% faster at D=128
+  // non-causal; base plus constants 2-4% faster everywhere else.
+  if (c.copyAddressesPerRegister < 0)
+    c.copyAddressesPerRegister = wide && !s.causal;
+  if (c.longestFirstGlobally < 0) // +4..10% causal on the H200 at N >= 4k
+    c.longestFirstGlobally = s.causal;
+  // Persistent CTAs wherever there is a producer warpgroup: it fetches the
+  // next row block's Q and K/V (and V for the dot after an overlapped loop)
+  // while the compute warps finish this one.
+  if (c.persistent < 0)
+    c.persistent = c.warpSpecialize > 0;
+  if (c.dynamicTiles < 0)
+    c.dynamicTiles = s.causal && c.persistent > 0 && c.warpSpecialize > 0;
+  // Two CTAs of 8 warps per SM at D=64 need 128 registers a thread; the
+  // non-causal kernel with a ragged end's second loop took 129-139 and ran
+  // one (H200 bench, bf16 TFLOP/s at N=2049/4097/8191: 310/360/390; with
+  // the hint 443/496/516). The one-loop kernels take 127-128 without it and
+  // slow down with it (ptxas gives N=1000 107 registers: 376 against 443).
+  // Causal with run-time shapes took 129 (static: 128) and ran at 0.57-0.88x
+  // the static kernel's speed (H200 bench, bf16, N=512..16k).
+  if (c.minBlocksPerSM < 0)
+    c.minBlocksPerSM = !wide && c.wgmma > 0 && c.warpSpecialize <= 0 &&
+                               (!s.causal || c.staticShapes <= 0) &&
+                               keyLoops(s, c) == 2
+                           ? 2
+                           : 0;
+  // Longest first over every head makes each round of persistent CTAs read
+  // the K/V of ~130 heads: at causal N=2k, 2.7 TB/s from DRAM at a 40% L2
+  // hit rate (ncu), against cuDNN's 0.76 TB/s at 75%. Smaller groups fix
+  // that but unbalance fixed rounds (a round spans several lengths): same-run
+  // H200 bench, causal D=128 bf16 TFLOP/s at N=512..16k, groups of 2:
+  // 257/365/468/542/464/434; 8: 252/353/372/388/526/634; every head:
+  // 236/323/411/559/634/665. Handed out dynamically, groups of 16 MiB of K/V
+  // (16/8/4/2 heads at 2k/4k/8k/16k): 244/382/509/605/667/699 (another run:
+  // fixed rounds over every head 237/325/413/561/639/677). The hardware
+  // hands out the CTAs of a launch that is not persistent in the same way:
+  // D=64 causal 197/289/364/418/451/454 in groups of 32 heads at 2k against
+  // 187/265/337/410/450/470 over every head. At most 16: at N=512, groups
+  // of 16 ran 264 against 244 in groups of 64 (no fewer bytes fit in L2).
+  if (c.headGroup <= 0) {
+    const int64_t kvBytes = 2 * s.seqK * s.headDim * dtypeSize(s.dtype);
+    const bool fixedRounds = c.persistent > 0 && c.dynamicTiles <= 0;
+    c.headGroup =
+        fixedRounds
+            ? s.batch * s.heads
+            : std::clamp<int64_t>((int64_t(16) << 20) / kvBytes, 1,
+                                  std::min<int64_t>(16, s.batch * s.heads));
+  }
+  return c;
+}
+
+int64_t attentionSharedBytes(const AttentionShape &s,
+                             const AttentionConfig &c) {
+  const int64_t D = s.headDim, bn = c.blockN ? c.blockN : 128;
+  int64_t elements = c.blockM * D + 2 * c.stages * bn * D;
+  if (c.overlap > 0)
+    elements += overlappedLoops(s, c) * bn * D;
+  const int64_t bytes =
+      elements * int64_t(dtypeSize(s.dtype)) + (c.wgmma > 0 ? 1024 : 0);
+  // Under TMA the compiler stages O for a bulk store where that still fits.
+  const int64_t staging = c.blockM * D * int64_t(dtypeSize(s.dtype));
+  const bool tmaStore = c.wgmma > 0 && c.tma != 0 && c.tmaStore != 0 &&
+                        dtypeSize(s.dtype) == 2 &&
+                        bytes + staging <= kHopperSharedBytes;
+  return bytes + (tmaStore ? staging : 0);
+}
+
+} // namespace kiln::kernels
