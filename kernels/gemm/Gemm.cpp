@@ -2,7 +2,6 @@
 #include "kiln/kernels/Gemm.h"
 #include "kiln/dsl/Dsl.h"
 
-#include <algorithm>
 #include <limits>
 
 using namespace kiln::dsl;
@@ -24,35 +23,45 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
       s.K > std::numeric_limits<int32_t>::max())
     throw Error("gemm: M, N and K must be < 2^31 (kiln's index width)");
 
-  const int64_t mBlocks = cdiv(s.M, c.blockM), nBlocks = cdiv(s.N, c.blockN);
-  const int64_t group = std::clamp<int64_t>(c.groupM, 1, mBlocks);
-  KernelBuilder k("gemm", group > 1
-                              ? std::array<int64_t, 3>{mBlocks * nBlocks, 1, 1}
-                              : std::array<int64_t, 3>{mBlocks, nBlocks, 1});
+  KernelBuilder k("gemm");
+  Index M = s.M, N = s.N, K = s.K;
+  if (!c.staticShapes) {
+    M = k.scalarArg("M");
+    N = k.scalarArg("N");
+    K = k.scalarArg("K");
+  }
+  const Index mBlocks = cdiv(M, c.blockM), nBlocks = cdiv(N, c.blockN);
+  // Rows of blocks per group: at most the row blocks there are.
+  const Index group = c.groupM > 1 ? min(Index(c.groupM), mBlocks) : Index(1);
+  const bool grouped = !group.isConstant() || group.constant() > 1;
+  if (grouped)
+    k.setGrid({mBlocks * nBlocks});
+  else
+    k.setGrid({mBlocks, nBlocks});
   k.setWarps(c.warps);
   k.setStages(c.stages);
   k.setWgmma(c.wgmma);
   k.setTma(c.wgmma && c.tma);
   k.setWarpSpecialize(c.wgmma && c.warpSpecialize);
   k.setPersistent(c.persistent);
-  auto A = k.tensorArg("A", s.dtype, {s.M, s.K});
-  auto B = k.tensorArg("B", s.dtype, {s.K, s.N});
-  auto C = k.tensorArg("C", s.outDtype, {s.M, s.N});
+  auto A = k.tensorArg("A", s.dtype, {M, K});
+  auto B = k.tensorArg("B", s.dtype, {K, N});
+  auto C = k.tensorArg("C", s.outDtype, {M, N});
 
   Index mBlock = programId(0), nBlock = programId(1);
-  if (group > 1) {
+  if (grouped) {
     // Program p: group p / (group · nBlocks) of row blocks (the last one
     // may be shorter), walked row block fastest.
     Index p = programId(0), inGroup = p % (group * nBlocks);
     Index firstRow = p / (group * nBlocks) * group;
-    Index rows = min(Index(mBlocks) - firstRow, Index(group));
+    Index rows = min(mBlocks - firstRow, group);
     mBlock = firstRow + inGroup % rows;
     nBlock = inGroup / rows;
   }
   Index m0 = mBlock * c.blockM, n0 = nBlock * c.blockN;
   Tile acc = zeros({c.blockM, c.blockN}, f32);
   // Out-of-range rows and columns of A and B read 0 and add nothing.
-  forRange(0, s.K, c.blockK, carry(acc), [&](Index k0) {
+  forRange(0, K, c.blockK, carry(acc), [&](Index k0) {
     Tile a = load(A.block({m0, k0}, {c.blockM, c.blockK}));
     Tile b = load(B.block({k0, n0}, {c.blockK, c.blockN}));
     acc = dot(a, b, acc);

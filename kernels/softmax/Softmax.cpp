@@ -31,15 +31,21 @@ Kernel softmax(const SoftmaxShape &s, const SoftmaxConfig &c) {
       s.cols > std::numeric_limits<int32_t>::max())
     throw Error("softmax: rows and cols must be < 2^31 (kiln's index width)");
 
-  KernelBuilder k("softmax", {cdiv(s.rows, BR)});
+  KernelBuilder k("softmax");
+  Index rows = s.rows, cols = s.cols;
+  if (!c.staticShapes) {
+    rows = k.scalarArg("rows");
+    cols = k.scalarArg("cols");
+  }
+  k.setGrid({cdiv(rows, BR)});
   k.setWarps(c.warps);
-  auto X = k.tensorArg("X", s.dtype, {s.rows, s.cols});
-  auto Y = k.tensorArg("Y", s.dtype, {s.rows, s.cols});
+  auto X = k.tensorArg("X", s.dtype, {rows, cols});
+  auto Y = k.tensorArg("Y", s.dtype, {rows, cols});
   Index r0 = programId(0) * BR;
 
   Tile rowMax = full({BR}, -inf, f32);
   Tile rowSum = zeros({BR}, f32);
-  forRange(0, s.cols, BC, carry(rowMax, rowSum), [&](Index c0) {
+  forRange(0, cols, BC, carry(rowMax, rowSum), [&](Index c0) {
     Tile x = load(X.block({r0, c0}, {BR, BC}), -inf).to(f32);
     Tile newMax = max(rowMax, reduceMax(x, 1));
     rowSum =
@@ -47,7 +53,7 @@ Kernel softmax(const SoftmaxShape &s, const SoftmaxConfig &c) {
     rowMax = newMax;
   });
   Tile inverseSum = 1.0 / rowSum; // a division per row, not per element
-  forRange(0, s.cols, BC, [&](Index c0) {
+  forRange(0, cols, BC, [&](Index c0) {
     Tile x = load(X.block({r0, c0}, {BR, BC}), -inf).to(f32);
     Tile y = exp(x - column(rowMax)) * column(inverseSum);
     store(Y.block({r0, c0}), y.to(s.dtype));

@@ -491,11 +491,17 @@ TEST(Codegen, JitCacheKeysOnIrAndTarget) {
   EXPECT_NE(a.get(), c.get());
   EXPECT_NE(compileCacheKey(kernels::gemm(s), {}),
             compileCacheKey(kernels::gemm(s), {.llvmPipeline = "O3"}));
-  s.K = 128; // other shape
+  s.K = 128; // another shape: the same run-time-shape kernel, a hit
   auto d = compileCached(kernels::gemm(s));
-  EXPECT_NE(a.get(), d.get());
+  EXPECT_EQ(a.get(), d.get());
+  // Compiled in, each shape is a kernel of its own.
+  auto e = compileCached(kernels::gemm(s, {.staticShapes = true}));
+  s.K = 64;
+  auto f = compileCached(kernels::gemm(s, {.staticShapes = true}));
+  EXPECT_NE(e.get(), f.get());
+  EXPECT_NE(a.get(), e.get());
   CompileCacheStats after = compileCacheStats();
-  EXPECT_EQ(after.hits - before.hits, 1);
+  EXPECT_EQ(after.hits - before.hits, 2);
   // Compiled, or found on disk by an earlier run.
-  EXPECT_EQ(after.misses + after.diskHits - before.misses - before.diskHits, 3);
+  EXPECT_EQ(after.misses + after.diskHits - before.misses - before.diskHits, 4);
 }

@@ -255,6 +255,38 @@ TEST(CpuExecutor, IntegerAndMaskSemantics) {
   }
 }
 
+// One run-time-shape GEMM and one softmax (the defaults) serve other sizes:
+// M, N, K and rows, cols bound from the tensors, every element against the
+// fp64 reference on fresh inputs, outputs poisoned.
+TEST(CpuExecutor, GemmAndSoftmaxServeEverySize) {
+  Kernel gemm = kernels::gemm({64, 64, 64, DType::bf16, DType::f32});
+  for (auto [m, n, k] : {std::array<int64_t, 3>{64, 64, 64},
+                         {1, 1, 1},
+                         {33, 70, 5},
+                         {130, 17, 200}}) {
+    HostTensor a(DType::bf16, {m, k}), b(DType::bf16, {k, n}),
+        c(DType::f32, {m, n}), ref(DType::f32, {m, n});
+    a.fillRandom(uint64_t(m + k));
+    b.fillRandom(uint64_t(n + k + 1));
+    c.poison();
+    kernels::gemmReference(a, b, ref);
+    runOnCpu(gemm, gemm.bind({{"A", a.ref()}, {"B", b.ref()}, {"C", c.ref()}}));
+    EXPECT_LE(compareTensors(c, ref).relative, 1e-3)
+        << m << "x" << n << "x" << k;
+  }
+  Kernel softmax = kernels::softmax({128, 128, DType::f32});
+  for (auto [rows, cols] :
+       {std::array<int64_t, 2>{128, 128}, {1, 1}, {17, 1000}, {40, 129}}) {
+    HostTensor x(DType::f32, {rows, cols}), y(DType::f32, {rows, cols}),
+        ref(DType::f32, {rows, cols});
+    x.fillRandom(uint64_t(rows * cols), -4, 4);
+    y.poison();
+    kernels::softmaxReference(x, ref);
+    runOnCpu(softmax, softmax.bind({{"X", x.ref()}, {"Y", y.ref()}}));
+    EXPECT_LE(compareTensors(y, ref).relative, 1e-5) << rows << "x" << cols;
+  }
+}
+
 TEST(CpuExecutor, RejectsBadArguments) {
   kernels::GemmShape s{16, 16, 16, DType::bf16, DType::f32};
   Kernel k = kernels::gemm(s);
@@ -267,9 +299,16 @@ TEST(CpuExecutor, RejectsBadArguments) {
         k.bind({{"A", wrongType.ref()}, {"B", b.ref()}, {"C", c.ref()}});
       }),
       HasSubstr("tensor A: expected bf16, got f16"));
+  // Run-time M, N, K: bound from A, refused where B disagrees.
   EXPECT_THAT(
       errorOf([&] {
         k.bind({{"A", wrongShape.ref()}, {"B", b.ref()}, {"C", c.ref()}});
+      }),
+      HasSubstr("tensor B: dimension 0 is 16 but K = 17 from tensor A"));
+  Kernel exact = kernels::gemm(s, {.staticShapes = true});
+  EXPECT_THAT(
+      errorOf([&] {
+        exact.bind({{"A", wrongShape.ref()}, {"B", b.ref()}, {"C", c.ref()}});
       }),
       HasSubstr(
           "tensor A: the kernel was compiled for shape 16x16, got 16x17"));
@@ -296,9 +335,10 @@ TEST(CpuExecutor, RejectsBadArguments) {
               }),
               HasSubstr("does not fit kiln's 32-bit index width"));
   EXPECT_THAT(errorOf([&] { runOnCpu(k, {}); }),
-              HasSubstr("takes 9 arguments, got 0"));
+              HasSubstr("takes 12 arguments, got 0"));
   auto args = k.bind({{"A", a.ref()}, {"B", b.ref()}, {"C", c.ref()}});
-  args[0] = int64_t(1);
+  ASSERT_EQ(k.params()[3].name, "A");
+  args[3] = int64_t(1);
   EXPECT_THAT(errorOf([&] { runOnCpu(k, args); }),
               HasSubstr("argument A must be a pointer"));
 }

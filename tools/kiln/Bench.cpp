@@ -46,9 +46,11 @@ static double medianLaunchMs(GpuKernel &g, const std::vector<ArgValue> &args,
 }
 
 /// `kiln bench gemm`: C = A·B, bf16 in and out (as torch.matmul, the
-/// cuBLAS row of peers.py), M = N = K = --size; median of --reps launches.
+/// cuBLAS row of peers.py), M = N = K = each of --sizes (or --size); median
+/// of --reps launches; --shapes static, runtime or both (back to back).
 static int benchGemm(Options &opts) {
-  int64_t n = opts.integer("size", 8192);
+  const std::string sizes =
+      opts.string("sizes", std::to_string(opts.integer("size", 8192)));
   int reps = positive32(opts, "reps", 20);
   // Measured best on the H200 (same run): 128x256 blocks, a producer
   // warpgroup, 3 stages, 699 TFLOP/s; 256x128 with 16 warps and no producer
@@ -69,35 +71,52 @@ static int benchGemm(Options &opts) {
   c.warpSpecialize = opts.integer("warp-specialize", 1) != 0;
   c.persistent = opts.integer("persistent", 0) != 0;
   c.groupM = opts.integer("group-m", 8);
+  const std::string shapes = opts.string("shapes", "runtime");
+  if (shapes != "static" && shapes != "runtime" && shapes != "both")
+    throw UsageError("option --shapes: '" + shapes +
+                     "' is not static, runtime or both");
   opts.checkAllUsed();
+  std::vector<int64_t> ns;
+  for (int64_t n : splitInts(sizes))
+    ns.push_back(n);
+  if (ns.empty() || *std::min_element(ns.begin(), ns.end()) < 1)
+    throw UsageError("option --sizes: '" + sizes + "' is not a list of sizes");
   std::string why;
   if (!cuda::available(&why))
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
-  Kernel kernel = kernels::gemm({n, n, n, DType::bf16, DType::bf16}, c);
-  CompiledKernel compiled = compileForGpu(kernel, {.arch = dev.arch()});
-  GpuKernel g(compiled.spec());
-  size_t count = size_t(n * n);
-  cuda::Buffer a = randomDevice(DType::bf16, count, 1),
-               b = randomDevice(DType::bf16, count, 2), out(count * 2);
-  auto args = kernel.bind({{"A", {a.data(), DType::bf16, {n, n}, {n, 1}}},
-                           {"B", {b.data(), DType::bf16, {n, n}, {n, 1}}},
-                           {"C", {out.data(), DType::bf16, {n, n}, {n, 1}}}});
-  double ms = medianLaunchMs(g, args, reps);
-  cuda::FunctionAttributes attr = g.attributes();
   fmt::print(
-      "# kiln bench gemm on {} ({}): {}x{}x{} blocks {}x{}x{}, {} warps, "
-      "{} stages, {}\n",
-      dev.name, dev.arch(), n, n, n, c.blockM, c.blockN, c.blockK, c.warps,
-      c.stages,
+      "# kiln bench gemm on {} ({}): blocks {}x{}x{}, {} warps, {} "
+      "stages, {}\n",
+      dev.name, dev.arch(), c.blockM, c.blockN, c.blockK, c.warps, c.stages,
       c.wgmma ? (c.tma ? (c.warpSpecialize ? "wgmma, TMA, producer warpgroup"
                                            : "wgmma, TMA")
                        : "wgmma, cp.async")
               : "mma.sync");
-  fmt::print("gemm,{},{:.3f} ms,{:.1f} TFLOP/s,{} registers,{} spill bytes,{} "
-             "smem\n",
-             n, ms, 2.0 * n * n * n / ms / 1e9, attr.registers, attr.localBytes,
-             compiled.sharedBytes);
+  fmt::print("gemm,n,shapes,ms,tflops,registers,spill_bytes,smem\n");
+  for (int64_t n : ns)
+    for (bool exact : {true, false}) {
+      if ((exact && shapes == "runtime") || (!exact && shapes == "static"))
+        continue;
+      c.staticShapes = exact;
+      Kernel kernel = kernels::gemm({n, n, n, DType::bf16, DType::bf16}, c);
+      size_t count = size_t(n * n);
+      cuda::Buffer a = randomDevice(DType::bf16, count, 1),
+                   b = randomDevice(DType::bf16, count, 2), out(count * 2);
+      std::map<std::string, TensorRef> refs{
+          {"A", {a.data(), DType::bf16, {n, n}, {n, 1}}},
+          {"B", {b.data(), DType::bf16, {n, n}, {n, 1}}},
+          {"C", {out.data(), DType::bf16, {n, n}, {n, 1}}}};
+      CompiledKernel compiled = compileForGpu(
+          kernel, variantTarget(kernel, refs, {}, {.arch = dev.arch()}));
+      GpuKernel g(compiled.spec());
+      double ms = medianLaunchMs(g, kernel.bind(refs), reps);
+      cuda::FunctionAttributes attr = g.attributes();
+      fmt::print("gemm,{},{},{:.3f},{:.1f},{},{},{}\n", n,
+                 exact ? "static" : "runtime", ms, 2.0 * n * n * n / ms / 1e9,
+                 attr.registers, attr.localBytes, compiled.sharedBytes);
+      std::fflush(stdout);
+    }
   return 0;
 }
 

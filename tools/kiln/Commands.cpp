@@ -277,9 +277,11 @@ static Problem gemmProblem(Options &opts, bool withData) {
   c.warpSpecialize = opts.integer("warp-specialize", c.warpSpecialize) != 0;
   c.persistent = opts.integer("persistent", c.persistent) != 0;
   c.groupM = opts.integer("group-m", c.groupM);
+  c.staticShapes = opts.integer("static-shapes", c.staticShapes) != 0;
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::gemm(s, c);
+  p.dims = {{"M", s.M}, {"N", s.N}, {"K", s.K}};
   noteLayout(p, "A", s.dtype, {s.K, 1});
   noteLayout(p, "B", s.dtype, {s.N, 1});
   noteLayout(p, "C", s.outDtype, {s.N, 1});
@@ -310,9 +312,11 @@ static Problem softmaxProblem(Options &opts, bool withData) {
   kernels::SoftmaxConfig c;
   c.blockRows = positive(opts, "block-rows", c.blockRows);
   c.blockCols = positive(opts, "block-cols", c.blockCols);
+  c.staticShapes = opts.integer("static-shapes", c.staticShapes) != 0;
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::softmax(s, c);
+  p.dims = {{"rows", s.rows}, {"cols", s.cols}};
   noteLayout(p, "X", s.dtype, {s.cols, 1});
   noteLayout(p, "Y", s.dtype, {s.cols, 1});
   p.summary =

@@ -53,7 +53,8 @@ commands:
                                         --ragged: also N=1000, 1023, 2049,
                                         3001, 4097, 8191 and the multiples of
                                         128 nearest them)
-  bench gemm [--size N] [--block-m M] [--block-n N] [--block-k K]
+  bench gemm [--size N | --sizes N,N,...] [--shapes static|runtime|both]
+      [--block-m M] [--block-n N] [--block-k K]
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
       [--persistent 0|1] [--group-m G]
                                         TFLOP/s of the DSL GEMM, bf16, N^3
@@ -96,8 +97,9 @@ kernels and their shape options:
              [--static-shapes 0|1] (B, H, N compiled in; default run-time)
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
-             [--group-m G]
+             [--group-m G] [--static-shapes 0|1]
   softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
+             [--static-shapes 0|1]
   every run takes --seed S for its random inputs and --tolerance T for the
   relative error it accepts (default 1e-2).
 )";

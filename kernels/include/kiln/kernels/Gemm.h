@@ -31,8 +31,14 @@ struct GemmConfig {
   /// blocks in L2 (8, `kiln bench gemm`'s default, measured 727 against 695
   /// TFLOP/s at bf16 8192^3 on the H200); 0 or 1: row blocks fastest.
   int64_t groupM = 0;
+  /// M, N and K compiled in (a compile per shape) rather than run-time
+  /// arguments bound from the tensors (one compile per class of their
+  /// values).
+  bool staticShapes = false;
 };
 
+/// Builds the kernel; with run-time shapes (the default) it serves every M,
+/// N and K, bound from the tensors (Kernel::bind).
 Kernel gemm(const GemmShape &shape, const GemmConfig &config = {});
 
 } // namespace kiln::kernels

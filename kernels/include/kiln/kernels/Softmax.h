@@ -15,8 +15,13 @@ struct SoftmaxShape {
 struct SoftmaxConfig {
   int64_t blockRows = 16, blockCols = 128;
   int warps = 4;
+  /// rows and cols compiled in rather than run-time arguments bound from
+  /// the tensors.
+  bool staticShapes = false;
 };
 
+/// Builds the kernel; with run-time shapes (the default) it serves every
+/// rows and cols, bound from the tensors (Kernel::bind).
 Kernel softmax(const SoftmaxShape &shape, const SoftmaxConfig &config = {});
 
 } // namespace kiln::kernels
