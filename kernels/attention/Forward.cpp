@@ -77,9 +77,14 @@ Kernel attentionForward(const AttentionShape &s,
     // With run-time shapes and no group given, G is what has 16 MiB of K/V
     // (resolveConfig's rule, on the device: 1 to 16 pairs).
     Index G = min(Index(c.headGroup), heads);
-    if (runtimeShapes && config.headGroup <= 0 && c.dynamicTiles > 0) {
+    if (runtimeShapes && config.headGroup <= 0) {
+      // resolveConfig's rule with the run-time values: every pair in fixed
+      // rounds, else those that have 16 MiB of K/V, 1 to 16.
       const int64_t perKey = 2 * D * int64_t(dtypeSize(s.dtype));
-      G = min(max(Index((int64_t(16) << 20) / perKey) / Nk, 1), min(16, heads));
+      G = c.persistent > 0 && c.dynamicTiles <= 0
+              ? heads
+              : min(max(Index((int64_t(16) << 20) / perKey) / Nk, 1),
+                    min(16, heads));
     }
     Index perGroup = G * mBlocks;
     Index t = programId(0), first = t / perGroup * G;

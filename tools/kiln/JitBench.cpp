@@ -8,12 +8,19 @@
 //       lookup): key, map, checksum and decode (the inspection texts stay in
 //       the mapping until read). The in-process hit is printed beside it.
 //
+// --seqs N,N,...: the first call of each length in one process, as a
+//       training or serving loop makes it: DSL build, compile or cache
+//       lookup, module load and first launch (on a GPU) timed apart, and the
+//       compiles it took (one per class with run-time shapes). --cache-dir
+//       keeps the disk cache, so that a second process starts warm.
+//
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/Compiler/DiskCache.h"
 #include "kiln/kernels/Attention.h"
+#include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Error.h"
 
 #include <fmt/core.h>
@@ -32,6 +39,126 @@ static double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+struct FirstCall {
+  int64_t n;
+  bool compiled, fromDisk;
+  double buildMs, compileMs, loadMs, launchMs, totalMs;
+};
+
+/// The first call of attention at each length of `seqs`, one after another.
+static std::vector<FirstCall> firstCalls(kernels::AttentionShape s,
+                                         const std::vector<int64_t> &seqs,
+                                         const GpuTarget &base) {
+  auto ms = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  std::string why;
+  const bool gpu = cuda::available(&why);
+  std::vector<FirstCall> out;
+  for (int64_t n : seqs) {
+    s.seqQ = s.seqK = n;
+    // Device buffers as a caller has them before its call (not timed).
+    const std::vector<int64_t> shape{s.batch, s.heads, n, s.headDim},
+        st{s.heads * n * s.headDim, n * s.headDim, s.headDim, 1};
+    const size_t count = size_t(s.batch * s.heads * n * s.headDim);
+    std::optional<cuda::Buffer> q, k, v, o, lse;
+    std::map<std::string, TensorRef> refs;
+    if (gpu) {
+      q = randomDevice(s.dtype, count, 1);
+      k = randomDevice(s.dtype, count, 2);
+      v = randomDevice(s.dtype, count, 3);
+      o.emplace(count * 2);
+      lse.emplace(size_t(s.batch * s.heads * n) * 4);
+      refs = {{"Q", {q->data(), s.dtype, shape, st}},
+              {"K", {k->data(), s.dtype, shape, st}},
+              {"V", {v->data(), s.dtype, shape, st}},
+              {"O", {o->data(), s.dtype, shape, st}},
+              {"LSE",
+               {lse->data(),
+                DType::f32,
+                {s.batch, s.heads, n},
+                {s.heads * n, n, 1}}}};
+      cuda::synchronize();
+    }
+    const CompileCacheStats before = compileCacheStats();
+    FirstCall c{n, false, false, 0, 0, 0, 0, 0};
+    auto t0 = Clock::now();
+    Kernel kernel = kernels::attentionForward(s);
+    c.buildMs = ms(t0);
+    auto t1 = Clock::now();
+    GpuTarget target = base;
+    if (gpu)
+      target = variantTarget(kernel, refs, {}, base);
+    compileCached(kernel, target);
+    c.compileMs = ms(t1);
+    if (gpu) {
+      auto t2 = Clock::now();
+      std::shared_ptr<GpuKernel> g = jitKernel(kernel, target);
+      c.loadMs = ms(t2);
+      auto t3 = Clock::now();
+      g->launch(kernel.bind(refs));
+      cuda::synchronize();
+      c.launchMs = ms(t3);
+    }
+    c.totalMs = ms(t0);
+    const CompileCacheStats after = compileCacheStats();
+    c.compiled = after.misses > before.misses;
+    c.fromDisk = after.diskHits > before.diskHits;
+    out.push_back(c);
+  }
+  return out;
+}
+
+static int benchFirstCalls(const kernels::AttentionShape &s,
+                           const std::string &seqs, GpuTarget target,
+                           const std::string &cacheDir, bool json) {
+  std::vector<int64_t> ns;
+  for (int64_t n : splitInts(seqs))
+    ns.push_back(n);
+  if (ns.empty() || *std::min_element(ns.begin(), ns.end()) < 1)
+    throw UsageError("option --seqs: '" + seqs + "' is not a list of lengths");
+  std::string why;
+  if (cuda::available(&why))
+    target.arch = cuda::device().arch();
+  ::setenv("KILN_CACHE_DIR", cacheDir.c_str(), 1);
+  std::vector<FirstCall> calls = firstCalls(s, ns, target);
+  int compiles = 0, diskReads = 0;
+  for (const FirstCall &c : calls)
+    compiles += c.compiled, diskReads += c.fromDisk;
+  if (json) {
+    fmt::print("{{\"compiles\": {}, \"disk_reads\": {}, \"calls\": [", compiles,
+               diskReads);
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const FirstCall &c = calls[i];
+      fmt::print("{}{{\"N\": {}, \"compiled\": {}, \"from_disk\": {}, "
+                 "\"build_ms\": {:.3f}, \"compile_ms\": {:.3f}, "
+                 "\"load_ms\": {:.3f}, \"launch_ms\": {:.3f}, "
+                 "\"first_call_ms\": {:.3f}}}",
+                 i ? ", " : "", c.n, c.compiled, c.fromDisk, c.buildMs,
+                 c.compileMs, c.loadMs, c.launchMs, c.totalMs);
+    }
+    fmt::print("]}}\n");
+    return 0;
+  }
+  fmt::print("kiln bench jit: first calls of attention D={} {} B={} H={} for "
+             "{} (disk cache {}){}\n",
+             s.headDim, s.causal ? "causal" : "non-causal", s.batch, s.heads,
+             target.arch, cacheDir,
+             cuda::available(&why) ? "" : "; no GPU: no load or launch");
+  fmt::print("  {:>6} {:>9} {:>9} {:>10} {:>8} {:>9} {:>10}\n", "N", "build",
+             "compile", "load", "launch", "total", "");
+  for (const FirstCall &c : calls)
+    fmt::print("  {:>6} {:>6.2f} ms {:>6.2f} ms {:>7.2f} ms {:>5.2f} ms "
+               "{:>6.2f} ms  {}\n",
+               c.n, c.buildMs, c.compileMs, c.loadMs, c.launchMs, c.totalMs,
+               c.compiled   ? "compiled"
+               : c.fromDisk ? "read from disk"
+                            : "in-process hit");
+  fmt::print("  {} compile(s), {} disk read(s) for {} lengths\n", compiles,
+             diskReads, calls.size());
+  return 0;
+}
+
 int cmdBenchJit(Options &opts) {
   kernels::AttentionShape s;
   s.seqQ = s.seqK = opts.integer("seq", 4096);
@@ -42,7 +169,25 @@ int cmdBenchJit(Options &opts) {
   GpuTarget target = targetOptions(opts);
   int reps = opts.int32("reps", 5);
   bool json = opts.flag("json");
+  const std::string seqs = opts.string("seqs", "");
+  std::string cacheDir = opts.string("cache-dir", "");
   opts.checkAllUsed();
+  if (!seqs.empty()) {
+    struct RemoveAtEnd {
+      std::string dir;
+      ~RemoveAtEnd() {
+        std::error_code ec;
+        if (!dir.empty())
+          std::filesystem::remove_all(dir, ec);
+      }
+    } removeAtEnd{cacheDir.empty()
+                      ? (std::filesystem::temp_directory_path() /
+                         fmt::format("kiln-bench-jit-seqs-{}", ::getpid()))
+                            .string()
+                      : std::string()};
+    return benchFirstCalls(s, seqs, target,
+                           cacheDir.empty() ? removeAtEnd.dir : cacheDir, json);
+  }
   if (reps < 1)
     throw UsageError("option --reps must be >= 1");
 

@@ -67,6 +67,11 @@ commands:
   bench jit [--seq N] [--head-dim D] [--causal] [--reps R] [--json]
                                         compile latency without a GPU: cold
                                         DSL -> PTX, and a disk-cache hit
+  bench jit --seqs N,N,... [--head-dim D] [--causal] [--cache-dir DIR]
+      [--json]                          the first call of each length in one
+                                        process: build, compile or cache hit,
+                                        module load, first launch (on a GPU),
+                                        and the compiles they took
   lower attention --mode unfused|elementwise|fused [--seq N] [--head-dim D]
       [--causal] [--batch B] [--heads H] [--dtype] [--json] [--graph] [--ir]
                                         without a GPU: the kernels of that
