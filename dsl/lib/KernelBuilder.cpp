@@ -384,6 +384,19 @@ Index KernelBuilder::scalarArg(const std::string &name, int64_t multipleOf,
   return Index::fromRaw(raw(v), std::nullopt, extent);
 }
 
+void KernelBuilder::keepUnspecialised(const TensorView &tensor, Loc loc) {
+  if (!state_ || current != state_.get())
+    userError(loc, "keepUnspecialised: the kernel is finished");
+  for (TensorParamInfo &t : state_->kernel->tensors)
+    if (t.name == tensor.name()) {
+      t.specialisable = false;
+      return;
+    }
+  userError(loc, "keepUnspecialised: " + tensor.name() +
+                     " is not a tensor argument of this kernel (a view of "
+                     "one is not)");
+}
+
 /// A schedule choice that is a unit attribute on the kernel: present or not.
 static void setFlag(mlir::func::FuncOp func, llvm::StringRef name, bool on) {
   if (on)

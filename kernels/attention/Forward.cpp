@@ -69,6 +69,10 @@ Kernel attentionForward(const AttentionShape &s,
   auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
   auto O = k.tensorArg("O", s.dtype, {B, H, Nq, D});
   auto LSE = k.tensorArg("LSE", f32, {B, H, Nq});
+  // LSE's rows (Nq fp32) are 16-byte aligned only when Nq % 4 == 0: one
+  // variant for every Nq of the class.
+  if (runtimeShapes)
+    k.keepUnspecialised(LSE);
 
   Index bh = programId(1), mProgram = programId(0);
   if (longestFirst) {

@@ -17,7 +17,7 @@ GpuKernel::GpuKernel(LaunchSpec spec) : spec_(std::move(spec)) {
   module_ = std::make_unique<cuda::Module>(cuda::Module::fromPtx(spec_.ptx));
   fn_ = module_->function(spec_.name);
   for (const TensorParamInfo &t : spec_.tensors)
-    fallback_ |= !t.aligned;
+    fallback_ |= !t.aligned && t.specialisable;
   const cuda::DeviceInfo &d = cuda::device();
   if (spec_.sharedBytes > d.maxSharedPerBlockOptin)
     throw Error("kernel " + spec_.name + " needs " +

@@ -1,6 +1,7 @@
 //===- DslIrTest.cpp - the IR the DSL builds ------------------------------===//
 #include "TestUtil.h"
 
+#include "kiln/Compiler/Compile.h"
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
 
@@ -200,6 +201,22 @@ TEST(DslIr, AttentionRuntimeShapes) {
                            {"O", o2.ref()},
                            {"LSE", lse2.ref()}});
   EXPECT_EQ(ragged.gridFor(args), (std::array<int64_t, 3>{2, 5, 1}));
+  // LSE is kept unspecialised: N = 1000 (rows of 4000 bytes, aligned) and
+  // 1001 take one variant, one cache key.
+  EXPECT_FALSE(ragged.tensors()[4].specialisable);
+  auto keyFor = [&](int64_t n) {
+    HostTensor q(s.dtype, {1, 2, n, 128}), o(s.dtype, {1, 2, n, 128}),
+        lse(DType::f32, {1, 2, n});
+    std::map<std::string, TensorRef> refs{{"Q", q.ref()},
+                                          {"K", q.ref()},
+                                          {"V", q.ref()},
+                                          {"O", o.ref()},
+                                          {"LSE", lse.ref()}};
+    EXPECT_EQ(unalignedTensors(ragged, refs), std::vector<std::string>{});
+    return compileCacheKey(ragged, variantTarget(ragged, refs));
+  };
+  EXPECT_EQ(keyFor(1000), keyFor(1001));
+  EXPECT_EQ(keyFor(1001), keyFor(4097));
 }
 
 TEST(DslIr, AttentionRejectsBadShapes) {

@@ -105,7 +105,9 @@ std::string encodeCompiledKernel(const CompiledKernel &k,
     w.put("tensor",
           t.name + " " + dtypeName(t.dtype) + " " + joinInts(t.shape) + " " +
               std::to_string(t.pointerParam) + " " + joinInts(strides) +
-              (t.aligned ? " aligned" : " any") +
+              (t.aligned         ? " aligned"
+               : t.specialisable ? " any"
+                                 : " never") +
               (t.dimParams.empty()
                    ? std::string()
                    : " " + joinInts(std::vector<int64_t>(t.dimParams.begin(),
@@ -206,10 +208,11 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
         std::string name, dtype, shape, strides, access, dims;
         int ptr = 0;
         in >> name >> dtype >> shape >> ptr >> strides >> access >> dims;
-        if (access != "aligned" && access != "any")
+        if (access != "aligned" && access != "any" && access != "never")
           throw Error("kiln cache entry: bad tensor record " + v);
         TensorParamInfo t{name, dtypeField(dtype), splitInts(shape), ptr};
         t.aligned = access == "aligned";
+        t.specialisable = access != "never";
         for (int64_t s : splitInts(strides))
           t.strideParams.push_back(int(s));
         for (int64_t d : splitInts(dims))

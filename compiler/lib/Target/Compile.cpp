@@ -286,7 +286,7 @@ static void specialiseTensors(func::FuncOp func, const GpuTarget &target,
                   ", which is not a tensor of kernel " +
                   func.getSymName().str());
   for (TensorParamInfo &t : tensors) {
-    t.aligned = target.assumeAligned &&
+    t.aligned = target.assumeAligned && t.specialisable &&
                 !llvm::is_contained(target.unalignedTensors, t.name);
     if (t.aligned)
       func.setArgAttr(t.pointerParam, kAlignedArgAttr,

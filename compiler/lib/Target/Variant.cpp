@@ -33,7 +33,7 @@ unalignedTensors(const Kernel &kernel,
   std::vector<std::string> out;
   for (const TensorParamInfo &t : kernel.tensors()) {
     auto it = tensors.find(t.name);
-    if (it == tensors.end() || !tensorAligned(it->second))
+    if (t.specialisable && (it == tensors.end() || !tensorAligned(it->second)))
       out.push_back(t.name);
   }
   std::sort(out.begin(), out.end());
@@ -70,7 +70,8 @@ GpuTarget variantTarget(const Kernel &kernel,
 std::string tensorSpecialisation(const CompiledKernel &kernel) {
   std::vector<std::string> aligned, any;
   for (const TensorParamInfo &t : kernel.tensors)
-    (t.aligned ? aligned : any).push_back(t.name);
+    (t.aligned ? aligned : any)
+        .push_back(t.name + (t.specialisable ? "" : " (kept unspecialised)"));
   std::string out =
       "aligned rows: " + (aligned.empty() ? "none" : llvm::join(aligned, ", "));
   if (!any.empty())

@@ -54,7 +54,8 @@ struct GpuTarget {
 int64_t sharedMemoryLimit(const std::string &arch);
 
 /// The tensors bound to a kernel that do not meet GpuTarget::assumeAligned,
-/// sorted by name (GpuTarget::unalignedTensors for them).
+/// sorted by name (GpuTarget::unalignedTensors for them); not those the
+/// kernel keeps unspecialised (KernelBuilder::keepUnspecialised).
 std::vector<std::string>
 unalignedTensors(const Kernel &kernel,
                  const std::map<std::string, TensorRef> &tensors);

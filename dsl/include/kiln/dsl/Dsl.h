@@ -296,6 +296,12 @@ public:
   /// ({cdiv(N, 128), B * H}), evaluated on the host at each launch. Given
   /// here or to the constructor, before numPrograms is read.
   void setGrid(std::vector<Index> grid, Loc loc = Loc::current());
+  /// Compiles `tensor`'s accesses for any alignment (element accesses)
+  /// whatever a launch's tensors, so that one variant serves aligned and
+  /// unaligned ones (Triton's do_not_specialize): for a tensor accessed too
+  /// little for vectors to matter (attention's LSE, one fp32 per row),
+  /// whose alignment would otherwise split compiles by N % 4.
+  void keepUnspecialised(const TensorView &tensor, Loc loc = Loc::current());
   /// Warps per program on the GPU (a power of two; default 4).
   void setWarps(int warps, Loc loc = Loc::current());
   /// Software-pipeline depth of the loads in loops (>= 2; default 2).

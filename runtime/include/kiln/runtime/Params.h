@@ -50,6 +50,10 @@ struct TensorParamInfo {
   /// other strides that are multiples of 16 bytes (GpuTarget::assumeAligned):
   /// the launcher checks that at each launch.
   bool aligned = false;
+  /// False where the kernel asked for one variant whatever the tensor's
+  /// alignment (KernelBuilder::keepUnspecialised): never compiled as
+  /// aligned, and its element accesses are no fallback.
+  bool specialisable = true;
   /// Per dimension: the integer parameter that holds it, or -1 (compiled
   /// in). Empty: every dimension is compiled in.
   std::vector<int> dimParams;
