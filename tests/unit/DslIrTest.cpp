@@ -172,6 +172,8 @@ TEST(DslIr, AttentionRuntimeShapes) {
             "x=cdiv(Nq,64) y=B*H z=1");
   EXPECT_EQ(whole.params()[3].name, "Nk");
   EXPECT_EQ(whole.params()[3].multipleOf, 64);
+  EXPECT_THAT(tensorSpecialisation(compileForGpu(whole, {"sm_90a"})),
+              HasSubstr("; Nk multiple of 64"));
   std::string ir = whole.ir();
   EXPECT_EQ(count(ir, "scf.for"), 1);
   EXPECT_THAT(ir, Not(HasSubstr("arith.cmpi")));

@@ -76,9 +76,12 @@ std::string tensorSpecialisation(const CompiledKernel &kernel) {
       "aligned rows: " + (aligned.empty() ? "none" : llvm::join(aligned, ", "));
   if (!any.empty())
     out += "; element accesses: " + llvm::join(any, ", ");
-  for (const ParamInfo &p : kernel.params)
+  for (const ParamInfo &p : kernel.params) {
     if (p.assumed != ScalarClass::Any)
       out += std::string("; ") + p.name + " " + scalarClassName(p.assumed);
+    if (p.multipleOf > 1)
+      out += "; " + p.name + " multiple of " + std::to_string(p.multipleOf);
+  }
   return out;
 }
 
