@@ -279,6 +279,63 @@ Tile sqrt(const Tile &x, Loc loc) {
   return unaryFloat<math::SqrtOp>(x, "sqrt", loc);
 }
 
+/// A float op in `mode`: Fast marks it `afn` (approximate functions), which
+/// the GPU lowering takes for its approximate instructions.
+template <class Op>
+static Tile unaryMath(const Tile &x, MathMode mode, const char *opName,
+                      const Loc &loc) {
+  Tile r = unaryFloat<Op>(x, opName, loc);
+  if (mode == MathMode::Fast)
+    value(r.raw()).getDefiningOp()->setAttr(
+        "fastmath", arith::FastMathFlagsAttr::get(state(loc).ctx(),
+                                                  arith::FastMathFlags::afn));
+  return r;
+}
+
+Tile abs(const Tile &x, Loc loc) {
+  RankedTensorType t = tileType(x, loc, "abs");
+  if (isa<IntegerType>(t.getElementType()))
+    return Tile::fromRaw(
+        raw(math::AbsIOp::create(builder(loc), location(loc), value(x.raw()))));
+  return unaryFloat<math::AbsFOp>(x, "abs", loc);
+}
+Tile floor(const Tile &x, Loc loc) {
+  return unaryFloat<math::FloorOp>(x, "floor", loc);
+}
+Tile erf(const Tile &x, Loc loc) {
+  return unaryFloat<math::ErfOp>(x, "erf", loc);
+}
+Tile tanh(const Tile &x, MathMode mode, Loc loc) {
+  return unaryMath<math::TanhOp>(x, mode, "tanh", loc);
+}
+Tile sin(const Tile &x, MathMode mode, Loc loc) {
+  return unaryMath<math::SinOp>(x, mode, "sin", loc);
+}
+Tile cos(const Tile &x, MathMode mode, Loc loc) {
+  return unaryMath<math::CosOp>(x, mode, "cos", loc);
+}
+Tile rsqrt(const Tile &x, MathMode mode, Loc loc) {
+  return unaryMath<math::RsqrtOp>(x, mode, "rsqrt", loc);
+}
+// Compositions: every op they build carries the user's line.
+Tile sigmoid(const Tile &x, MathMode mode, Loc loc) {
+  if (mode == MathMode::Fast) {
+    Tile t = tanh(TileArg(x, loc) * TileArg(0.5, loc), mode, loc);
+    return TileArg(TileArg(t, loc) * TileArg(0.5, loc), loc) +
+           TileArg(0.5, loc);
+  }
+  Tile e = exp(neg(x, loc), loc);
+  return TileArg(1.0, loc) / TileArg(TileArg(e, loc) + TileArg(1.0, loc), loc);
+}
+Tile pow(const Tile &x, TileArg y, Loc loc) {
+  RankedTensorType t = tileType(x, loc, "pow");
+  if (!isa<FloatType>(t.getElementType()))
+    userError(loc,
+              "pow: needs a float tile, got " + typeStr(t.getElementType()));
+  y.loc = loc;
+  return exp2(y * TileArg(log2(x, loc), loc), loc);
+}
+
 //===----------------------------------------------------------------------===//
 // Creation
 //===----------------------------------------------------------------------===//

@@ -6,6 +6,7 @@
 // compared. Skips, saying why, without a GPU.
 //
 //===----------------------------------------------------------------------===//
+#include "../unit/MathKernel.h"
 #include "../unit/RowSumKernel.h"
 #include "../unit/TestUtil.h"
 
@@ -586,6 +587,34 @@ TEST(GpuKernels, AlignedKernelRejectsUnalignedStrides) {
   kernels::gemmReference(HostTensor(bf16, {64, 32}), b, ref);
   dt.download("C", c);
   EXPECT_EQ(compareTensors(c, ref).maxAbs, 0.0);
+}
+
+// The DSL's math functions on the GPU, each mode against the fp64 host
+// reference on fresh random inputs, outputs poisoned (MathKernel.h has the
+// tolerances: the fast instructions' documented accuracy).
+TEST(GpuKernels, MathFunctionsMatchTheirReferences) {
+  REQUIRE_GPU();
+  for (const test::MathCase &c : test::mathCases())
+    for (dsl::MathMode mode : {dsl::MathMode::Fast, dsl::MathMode::Precise}) {
+      const bool fast = mode == dsl::MathMode::Fast;
+      SCOPED_TRACE(c.name + (fast ? " fast" : " precise"));
+      Kernel k = test::mathKernel(c, mode);
+      HostTensor x(DType::f32, {64, 128}), y(DType::f32, {64, 128});
+      x.fillRandom(uint64_t(c.name.size() * 31 + fast), c.lo, c.hi);
+      DeviceTensors dt;
+      dt.add("X", x, false);
+      dt.add("Y", y, true);
+      runOnGpu(k, dt);
+      dt.download("Y", y);
+      double worst = 0;
+      for (int64_t i = 0; i < 64; ++i)
+        for (int64_t j = 0; j < 128; ++j) {
+          std::vector<int64_t> at{i, j};
+          double err = std::fabs(y.at(at) - c.reference(x.at(at)));
+          worst = std::isnan(err) ? INFINITY : std::max(worst, err);
+        }
+      EXPECT_LE(worst, fast ? c.fastTolerance : c.preciseTolerance);
+    }
 }
 
 TEST(GpuKernels, BadArgumentsAreRejectedBeforeLaunch) {

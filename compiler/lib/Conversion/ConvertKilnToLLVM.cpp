@@ -9,6 +9,9 @@
 #include "kiln/runtime/Error.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/Transforms/Approximation.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <memory>
 
@@ -99,6 +102,19 @@ struct ConvertKilnToLLVM
         return signalPassFailure();
       }
       f.erase();
+    }
+    // Precise tanh, sin, cos and erf left on f32 scalars: MLIR's
+    // polynomial approximations (NVPTX has no instruction for them).
+    {
+      RewritePatternSet patterns(module.getContext());
+      populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
+        return llvm::is_contained({StringRef("math.tanh"),
+                                   StringRef("math.sin"), StringRef("math.cos"),
+                                   StringRef("math.erf")},
+                                  name);
+      });
+      if (failed(applyPatternsGreedily(module, std::move(patterns))))
+        return signalPassFailure();
     }
     Builder b(module.getContext());
     module->setAttr("kiln.shared_bytes", b.getI64IntegerAttr(shared));

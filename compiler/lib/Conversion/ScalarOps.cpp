@@ -19,7 +19,51 @@ static Value intrinsic(OpBuilder &b, Location loc, const char *name, Value x) {
       .getResult(0);
 }
 
+/// Whether `op` asks for approximate functions (the DSL's MathMode::Fast).
+static bool approximate(Operation *op) {
+  auto fm = op->getAttrOfType<arith::FastMathFlagsAttr>("fastmath");
+  return fm &&
+         arith::bitEnumContainsAll(fm.getValue(), arith::FastMathFlags::afn);
+}
+
 Value Lowerer::scalarOp(Operation *op, ValueRange operands, Type resultElem) {
+  // tanh, sin, cos, rsqrt, erf, floor, abs: in f32. Fast: the approximate
+  // instructions; otherwise the math op, which ConvertKilnToLLVM expands
+  // into a polynomial (tanh, sin, cos, erf) or LLVM lowers exactly.
+  if (isa<math::TanhOp, math::SinOp, math::CosOp, math::RsqrtOp, math::ErfOp,
+          math::FloorOp, math::AbsFOp>(op)) {
+    Value x = operands[0];
+    Type t = x.getType();
+    if (!t.isF32())
+      x = arith::ExtFOp::create(b, loc, b.getF32Type(), x);
+    Value r;
+    const bool fast = approximate(op);
+    if (fast && isa<math::TanhOp>(op)) // sm_75+; LLVM has no intrinsic
+      r = LLVM::InlineAsmOp::create(
+              b, loc, b.getF32Type(), ValueRange{x}, "tanh.approx.f32 $0, $1;",
+              "=f,f", /*has_side_effects=*/false, /*is_align_stack=*/false,
+              LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr())
+              .getResult(0);
+    else if (fast && isa<math::SinOp>(op))
+      r = intrinsic(b, loc, "llvm.nvvm.sin.approx.ftz.f", x);
+    else if (fast && isa<math::CosOp>(op))
+      r = intrinsic(b, loc, "llvm.nvvm.cos.approx.ftz.f", x);
+    else if (fast && isa<math::RsqrtOp>(op))
+      r = intrinsic(b, loc, "llvm.nvvm.rsqrt.approx.ftz.f", x);
+    else if (isa<math::RsqrtOp>(op))
+      r = arith::DivFOp::create(
+          b, loc, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f)),
+          math::SqrtOp::create(b, loc, x));
+    else {
+      OperationState st(loc, op->getName());
+      st.addOperands(x);
+      st.addTypes(b.getF32Type());
+      r = b.create(st)->getResult(0);
+    }
+    if (!t.isF32())
+      r = arith::TruncFOp::create(b, loc, t, r);
+    return r;
+  }
   if (isa<math::ExpOp, math::Exp2Op, math::LogOp, math::Log2Op>(op)) {
     Value x = operands[0];
     Type t = x.getType();

@@ -239,6 +239,10 @@ RtRef evalElementwise(Operation *op, ArrayRef<RtRef> in) {
   FLOAT_OP(math::RsqrtOp, 1.0f / std::sqrt(x))
   FLOAT_OP(math::AbsFOp, std::fabs(x))
   FLOAT_OP(math::TanhOp, std::tanh(x))
+  FLOAT_OP(math::SinOp, std::sin(x))
+  FLOAT_OP(math::CosOp, std::cos(x))
+  FLOAT_OP(math::ErfOp, std::erf(x))
+  FLOAT_OP(math::FloorOp, std::floor(x))
   FLOAT_OP(math::FmaOp, std::fma(x, y, z))
 
   INT_OP(arith::AddIOp, x + y)
@@ -254,6 +258,7 @@ RtRef evalElementwise(Operation *op, ArrayRef<RtRef> in) {
          (divCheck(t, x, y), x / y + ((x % y != 0) && ((x < 0) == (y < 0)))))
   INT_OP(arith::FloorDivSIOp,
          (divCheck(t, x, y), x / y - ((x % y != 0) && ((x < 0) != (y < 0)))))
+  INT_OP(math::AbsIOp, x < 0 ? -x : x)
   INT_OP(arith::MaxSIOp, std::max(x, y))
   INT_OP(arith::MinSIOp, std::min(x, y))
   INT_OP(arith::MaxUIOp, asUnsigned(t, x) > asUnsigned(t, y) ? x : y)

@@ -144,6 +144,31 @@ Tile exp2(const Tile &x, Loc loc = Loc::current());
 Tile log(const Tile &x, Loc loc = Loc::current());
 Tile log2(const Tile &x, Loc loc = Loc::current());
 Tile sqrt(const Tile &x, Loc loc = Loc::current());
+Tile abs(const Tile &x, Loc loc = Loc::current()); ///< float or integer
+Tile floor(const Tile &x, Loc loc = Loc::current());
+Tile erf(const Tile &x, Loc loc = Loc::current()); ///< polynomial, ~1e-7
+
+/// Transcendental functions, computed in fp32: Fast takes the GPU's
+/// approximate instructions (tanh.approx, sin.approx, cos.approx,
+/// rsqrt.approx; ex2/lg2.approx for pow, |error| about 1e-3 for tanh and
+/// 1e-6 for the others), Precise a polynomial (tanh, sin, cos), an IEEE
+/// square root and division (rsqrt), a few ulps. The CPU executor computes
+/// both in full precision.
+enum class MathMode { Fast, Precise };
+Tile tanh(const Tile &x, MathMode mode = MathMode::Fast,
+          Loc loc = Loc::current());
+/// 1 / (1 + e^-x); Fast: 0.5·tanh.approx(x/2) + 0.5.
+Tile sigmoid(const Tile &x, MathMode mode = MathMode::Fast,
+             Loc loc = Loc::current());
+Tile sin(const Tile &x, MathMode mode = MathMode::Fast,
+         Loc loc = Loc::current());
+Tile cos(const Tile &x, MathMode mode = MathMode::Fast,
+         Loc loc = Loc::current());
+Tile rsqrt(const Tile &x, MathMode mode = MathMode::Fast,
+           Loc loc = Loc::current());
+/// x^y elementwise for x > 0 (NaN for x < 0, as exp2(y·log2(x))); y may be
+/// a number.
+Tile pow(const Tile &x, TileArg y, Loc loc = Loc::current());
 
 // Creation.
 Tile full(const Shape &shape, double value, DType dtype,
