@@ -105,7 +105,14 @@ struct ConvertKilnToLLVM
     }
     // Precise tanh, sin, cos and erf left on f32 scalars: MLIR's
     // polynomial approximations (NVPTX has no instruction for them).
-    {
+    // Only those ops are rewritten, and nothing is folded on the way: the
+    // rest of the kernel stays as the lowering made it.
+    SmallVector<Operation *> precise;
+    module.walk([&](Operation *op) {
+      if (isa<math::TanhOp, math::SinOp, math::CosOp, math::ErfOp>(op))
+        precise.push_back(op);
+    });
+    if (!precise.empty()) {
       RewritePatternSet patterns(module.getContext());
       populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
         return llvm::is_contained({StringRef("math.tanh"),
@@ -113,7 +120,10 @@ struct ConvertKilnToLLVM
                                    StringRef("math.erf")},
                                   name);
       });
-      if (failed(applyPatternsGreedily(module, std::move(patterns))))
+      GreedyRewriteConfig config;
+      config.enableFolding(false);
+      config.setStrictness(GreedyRewriteStrictness::ExistingAndNewOps);
+      if (failed(applyOpPatternsGreedily(precise, std::move(patterns), config)))
         return signalPassFailure();
     }
     Builder b(module.getContext());
