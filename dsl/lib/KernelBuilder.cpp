@@ -630,9 +630,50 @@ Tile load(const Block &blk, double padding, Loc loc) {
   return Tile::fromRaw(raw(op.getResult()));
 }
 
+/// Checks a tile written into a block (a store or an atomic): its dtype and
+/// rank are the tensor's, its shape the block's when given.
+static void checkWrittenTile(const Block &blk, RankedTensorType t,
+                             const std::string &what, const Loc &loc);
+
 void store(const Block &blk, const Tile &tile, Loc loc) {
   RankedTensorType t = tileType(tile, loc, "store");
-  std::string what = "store to " + blk.view.name() + ": ";
+  checkWrittenTile(blk, t, "store to " + blk.view.name() + ": ", loc);
+  OpBuilder &b = builder(loc);
+  SmallVector<Value> offsets, shape, strides;
+  blockOperands(blk, loc, offsets, shape, strides);
+  StoreOp::create(b, location(loc), value(tile.raw()),
+                  value(blk.view.pointer()), offsets, shape, strides);
+}
+
+static void atomic(ReduceKind kind, const char *name, const Block &blk,
+                   const Tile &tile, const Loc &loc) {
+  RankedTensorType t = tileType(tile, loc, name);
+  std::string what = std::string(name) + " to " + blk.view.name() + ": ";
+  checkWrittenTile(blk, t, what, loc);
+  Type elem = t.getElementType();
+  if (kind == ReduceKind::Sum ? !(elem.isF32() || elem.isInteger(32))
+                              : !elem.isInteger(32))
+    userError(loc, what + (kind == ReduceKind::Sum ? "f32 or i32" : "i32") +
+                       " tiles only, got " + typeStr(elem));
+  OpBuilder &b = builder(loc);
+  SmallVector<Value> offsets, shape, strides;
+  blockOperands(blk, loc, offsets, shape, strides);
+  AtomicRMWOp::create(b, location(loc), kind, value(tile.raw()),
+                      value(blk.view.pointer()), offsets, shape, strides);
+}
+
+void atomicAdd(const Block &blk, const Tile &tile, Loc loc) {
+  atomic(ReduceKind::Sum, "atomicAdd", blk, tile, loc);
+}
+void atomicMax(const Block &blk, const Tile &tile, Loc loc) {
+  atomic(ReduceKind::Max, "atomicMax", blk, tile, loc);
+}
+void atomicMin(const Block &blk, const Tile &tile, Loc loc) {
+  atomic(ReduceKind::Min, "atomicMin", blk, tile, loc);
+}
+
+static void checkWrittenTile(const Block &blk, RankedTensorType t,
+                             const std::string &what, const Loc &loc) {
   if (dtypeOf(t.getElementType()) != blk.view.dtype())
     userError(loc, what + "tile is " + typeStr(t.getElementType()) +
                        " but the tensor holds " + dtypeName(blk.view.dtype()) +
@@ -645,11 +686,6 @@ void store(const Block &blk, const Tile &tile, Loc loc) {
     userError(loc, what + "store of the wrong shape: block is " +
                        shapeToString(blk.shape) + ", tile is " +
                        shapeStr(t.getShape()));
-  OpBuilder &b = builder(loc);
-  SmallVector<Value> offsets, shape, strides;
-  blockOperands(blk, loc, offsets, shape, strides);
-  StoreOp::create(b, location(loc), value(tile.raw()),
-                  value(blk.view.pointer()), offsets, shape, strides);
 }
 
 //===----------------------------------------------------------------------===//

@@ -6,6 +6,7 @@
 // compared. Skips, saying why, without a GPU.
 //
 //===----------------------------------------------------------------------===//
+#include "../unit/AtomicKernels.h"
 #include "../unit/MathKernel.h"
 #include "../unit/RowSumKernel.h"
 #include "../unit/TestUtil.h"
@@ -615,6 +616,50 @@ TEST(GpuKernels, MathFunctionsMatchTheirReferences) {
         }
       EXPECT_LE(worst, fast ? c.fastTolerance : c.preciseTolerance);
     }
+}
+
+// Every program combines into the same outputs: column sums (f32 adds in
+// any order), maxima and minima (i32), on run-time shapes with ragged edges,
+// against the host's; outputs start from values the combine must keep.
+TEST(GpuKernels, AtomicsCombineEveryProgram) {
+  REQUIRE_GPU();
+  Kernel k = test::columnReductions();
+  for (auto [R, C] : {std::pair<int64_t, int64_t>{100, 45}, {1000, 300}}) {
+    HostTensor x(DType::f32, {R, C}), i(DType::i32, {R, C}), y(DType::f32, {C}),
+        hi(DType::i32, {C}), lo(DType::i32, {C});
+    x.fillRandom(uint64_t(R + C), -1, 1);
+    auto *iv = static_cast<int32_t *>(i.data());
+    for (int64_t n = 0; n < R * C; ++n)
+      iv[n] = int32_t((n * 2654435761u) % 2001) - 1000;
+    for (int64_t c = 0; c < C; ++c) {
+      static_cast<float *>(y.data())[c] = 1.5f;
+      static_cast<int32_t *>(hi.data())[c] = -5000;
+      static_cast<int32_t *>(lo.data())[c] = 5000;
+    }
+    DeviceTensors dt;
+    dt.add("X", x, false);
+    dt.add("I", i, false);
+    dt.add("Y", y, false); // the initial values are part of the result
+    dt.add("Hi", hi, false);
+    dt.add("Lo", lo, false);
+    runOnGpu(k, dt);
+    dt.download("Y", y);
+    dt.download("Hi", hi);
+    dt.download("Lo", lo);
+    for (int64_t c = 0; c < C; ++c) {
+      double sum = 1.5;
+      int32_t mx = -5000, mn = 5000;
+      for (int64_t r = 0; r < R; ++r) {
+        sum += x.at(std::vector<int64_t>{r, c});
+        mx = std::max(mx, iv[r * C + c]);
+        mn = std::min(mn, iv[r * C + c]);
+      }
+      EXPECT_NEAR(static_cast<float *>(y.data())[c], sum, 1e-3)
+          << R << "x" << C << " column " << c;
+      EXPECT_EQ(static_cast<int32_t *>(hi.data())[c], mx) << "column " << c;
+      EXPECT_EQ(static_cast<int32_t *>(lo.data())[c], mn) << "column " << c;
+    }
+  }
 }
 
 TEST(GpuKernels, BadArgumentsAreRejectedBeforeLaunch) {

@@ -302,6 +302,8 @@ void Lowerer::lowerOp(Operation *op) {
       return lowerTmaStore(s, it->second);
     return lowerStore(s);
   }
+  if (auto a = dyn_cast<AtomicRMWOp>(op))
+    return lowerAtomic(a);
   if (op->getNumResults() != 1)
     throw InternalError("GPU lowering: unexpected op " +
                         op->getName().getStringRef().str());

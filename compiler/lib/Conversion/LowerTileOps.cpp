@@ -258,12 +258,15 @@ Regs Lowerer::lowerLoad(LoadOp op) {
   SmallVector<Value> addrs, ok;
   blockAddresses(*this, l, scalarOf(op.getPtr()), aligned, op.getOffsets(),
                  op.getShape(), op.getStrides(), elem, addrs, ok, vec);
-  Value pad = arith::ConstantOp::create(
-      b, loc,
-      b.getFloatAttr(isa<FloatType>(elem) ? elem : b.getF32Type(),
-                     op.getPadding().convertToDouble()));
-  if (!isa<FloatType>(elem))
-    pad = arith::FPToSIOp::create(b, loc, elem, pad);
+  // An integer padding is made from the f64 directly: through f32, a large
+  // one (INT32_MAX for a min) would round out of range.
+  const double padding = op.getPadding().convertToDouble();
+  Value pad =
+      isa<FloatType>(elem)
+          ? arith::ConstantOp::create(b, loc, b.getFloatAttr(elem, padding))
+                .getResult()
+          : arith::ConstantIntOp::create(b, loc, elem, int64_t(padding))
+                .getResult();
   Regs out{l, {}, {}};
   if (vec > 1) {
     auto vt = VectorType::get({vec}, elem);
@@ -350,6 +353,34 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
         NVVM::LoadCacheModifierKindAttr::get(b.getContext(),
                                              NVVM::LoadCacheModifierKind::CG),
         bytes);
+  }
+}
+
+void Lowerer::lowerAtomic(AtomicRMWOp op) {
+  Value v = op.getValue();
+  Layout l = layoutOf(v);
+  Regs in = regsIn(v, l);
+  Type elem = op.getValue().getType().getElementType();
+  int64_t dup = l.duplicateRegMask();
+  SmallVector<Value> addrs, ok;
+  blockAddresses(*this, l, scalarOf(op.getPtr()), /*aligned=*/false,
+                 op.getOffsets(), op.getShape(), op.getStrides(), elem, addrs,
+                 ok);
+  const LLVM::AtomicBinOp bin =
+      op.getKind() == ReduceKind::Max   ? LLVM::AtomicBinOp::max
+      : op.getKind() == ReduceKind::Min ? LLVM::AtomicBinOp::min
+      : elem.isF32()                    ? LLVM::AtomicBinOp::fadd
+                                        : LLVM::AtomicBinOp::add;
+  Value owner = isOwner(l);
+  for (int64_t r = 0; r < l.numRegs(); ++r) {
+    if (r & dup)
+      continue; // another register holds the same element: combine it once
+    auto ifOp = scf::IfOp::create(
+        b, loc, arith::AndIOp::create(b, loc, ok[r], owner), false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    LLVM::AtomicRMWOp::create(b, loc, bin, addrs[r], in.regs[r],
+                              LLVM::AtomicOrdering::monotonic);
   }
 }
 

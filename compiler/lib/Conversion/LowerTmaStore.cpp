@@ -205,6 +205,14 @@ void Lowerer::noteStores() {
     note(st, "store " + shape + ": st.global from registers" +
                  (why.empty() ? std::string() : "; not TMA: " + why));
   });
+  src.walk([&](AtomicRMWOp a) {
+    std::string shape;
+    for (int64_t d : a.getValue().getType().getShape())
+      shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    note(a, std::string("atomic ") + stringifyReduceKind(a.getKind()).str() +
+                " " + shape +
+                ": one red/atom.global per element from registers");
+  });
 }
 
 } // namespace kiln::gpu

@@ -125,6 +125,8 @@ public:
 
   Regs lowerLoad(LoadOp op);
   void lowerStore(StoreOp op);
+  /// One atomic read-modify-write per element (red/atom.global), masked.
+  void lowerAtomic(AtomicRMWOp op);
   Regs lowerDot(DotOp op);
   /// The dot on warpgroup MMA (LowerWgmma.cpp); nullopt, with the reason in
   /// `why`, when its shape or operands do not fit.

@@ -223,6 +223,10 @@ private:
       execStore(s, in);
       return std::make_shared<RtValue>();
     }
+    if (auto a = dyn_cast<AtomicRMWOp>(op)) {
+      execAtomic(a, in);
+      return std::make_shared<RtValue>();
+    }
     if (isa<DotOp>(op))
       return execDot(op, in);
     if (auto r = dyn_cast<ReduceOp>(op))
@@ -349,6 +353,37 @@ private:
       int64_t off = a.byteOffset(idx);
       if (off >= 0)
         writeElem(ptr.ptr + off, ptr.elemType, val, k);
+    });
+  }
+
+  /// Programs run on several host threads: one lock makes each
+  /// read-modify-write atomic.
+  void execAtomic(AtomicRMWOp op, ArrayRef<RtRef> in) {
+    static std::mutex mutex;
+    const RtValue &val = *in[0], &ptr = *in[1];
+    BlockAddr a =
+        blockAddr(op, ptr, op.getOffsets(), op.getShape(), op.getStrides());
+    std::lock_guard<std::mutex> lock(mutex);
+    forEachIndex(val.shape, [&](int64_t k, ArrayRef<int64_t> idx) {
+      int64_t off = a.byteOffset(idx);
+      if (off < 0)
+        return;
+      char *at = ptr.ptr + off;
+      if (val.isFloatTy()) {
+        float old;
+        std::memcpy(&old, at, 4);
+        float x = old + val.f[k];
+        std::memcpy(at, &x, 4);
+        return;
+      }
+      int32_t old;
+      std::memcpy(&old, at, 4);
+      int64_t v = val.i[k];
+      int64_t x = op.getKind() == ReduceKind::Sum   ? int64_t(old) + v
+                  : op.getKind() == ReduceKind::Max ? std::max<int64_t>(old, v)
+                                                    : std::min<int64_t>(old, v);
+      int32_t w = int32_t(uint32_t(x)); // i32 wraps as the GPU's
+      std::memcpy(at, &w, 4);
     });
   }
 

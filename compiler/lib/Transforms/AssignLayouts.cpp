@@ -199,7 +199,8 @@ std::optional<Layout> operandLayout(Operation *op, unsigned i, int numWarps) {
       return layoutOf(f.getRegionIterArgs()[i].getType());
     return std::nullopt;
   }
-  if (isa<ReduceOp, ExpandDimsOp, TransOp, StoreOp, ConvertLayoutOp>(op) ||
+  if (isa<ReduceOp, ExpandDimsOp, TransOp, StoreOp, AtomicRMWOp,
+          ConvertLayoutOp>(op) ||
       op->getNumResults() != 1 ||
       !isa<RankedTensorType>(op->getResult(0).getType()))
     return std::nullopt;

@@ -187,3 +187,19 @@ func.func @convert_layout_shape(%a: tensor<32xf32, #l>) {
   %0 = kiln.convert_layout %a : tensor<32xf32, #l> -> tensor<64xf32>
   return
 }
+
+// -----
+
+func.func @atomic_max_float(%p: !kiln.ptr<f32>, %i: i32, %v: tensor<16xf32>) {
+  // expected-error @+1 {{max combines i32 elements, not 'f32'}}
+  kiln.atomic_rmw max %v, %p[%i] shape[%i] strides[%i] : tensor<16xf32>, !kiln.ptr<f32>
+  return
+}
+
+// -----
+
+func.func @atomic_elem(%p: !kiln.ptr<bf16>, %i: i32, %v: tensor<16xf32>) {
+  // expected-error @+1 {{combined tile element type 'f32' differs from the pointer's element type 'bf16'}}
+  kiln.atomic_rmw sum %v, %p[%i] shape[%i] strides[%i] : tensor<16xf32>, !kiln.ptr<bf16>
+  return
+}

@@ -43,6 +43,8 @@ func.func @all_ops(%a: !kiln.ptr<bf16>, %out: !kiln.ptr<f32>, %s0: i32, %s1: i32
   %cv = kiln.convert %ex : tensor<64x64xf32> -> tensor<64x64xbf16>
   // CHECK: kiln.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] shape[%{{.*}}, %{{.*}}] strides[%{{.*}}, %{{.*}}] : tensor<64x64xf32>, !kiln.ptr<f32>
   kiln.store %ex, %out[%c0, %c0] shape[%c64, %c64] strides[%s0, %s1] : tensor<64x64xf32>, !kiln.ptr<f32>
+  // CHECK: kiln.atomic_rmw sum %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] shape[%{{.*}}, %{{.*}}] strides[%{{.*}}, %{{.*}}] : tensor<64x64xf32>, !kiln.ptr<f32>
+  kiln.atomic_rmw sum %ex, %out[%c0, %c0] shape[%c64, %c64] strides[%s0, %s1] : tensor<64x64xf32>, !kiln.ptr<f32>
   // CHECK: scf.for
   %r = scf.for %i = %c0 to %c64 step %c64 iter_args(%it = %m) -> (tensor<64xf32>) : i32 {
     %n = arith.maximumf %it, %s : tensor<64xf32>

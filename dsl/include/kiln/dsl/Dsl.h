@@ -247,6 +247,13 @@ struct Block {
 Tile load(const Block &block, double padding = 0.0, Loc loc = Loc::current());
 /// Stores a tile into a block; elements outside the tensor are skipped.
 void store(const Block &block, const Tile &value, Loc loc = Loc::current());
+/// Combines a tile into a block with one atomic read-modify-write per
+/// element (several programs may combine into the same elements): add for
+/// f32 and i32 tiles, max and min for i32. Elements outside the tensor are
+/// skipped.
+void atomicAdd(const Block &block, const Tile &value, Loc loc = Loc::current());
+void atomicMax(const Block &block, const Tile &value, Loc loc = Loc::current());
+void atomicMin(const Block &block, const Tile &value, Loc loc = Loc::current());
 
 //===----------------------------------------------------------------------===//
 // Loops

@@ -123,6 +123,21 @@ LogicalResult StoreOp::verify() {
                            getStrides().size(), "stored tile");
 }
 
+LogicalResult AtomicRMWOp::verify() {
+  if (failed(verifyBlockAccess(*this, getPtr().getType(), getValue().getType(),
+                               getOffsets().size(), getShape().size(),
+                               getStrides().size(), "combined tile")))
+    return failure();
+  Type elem = getValue().getType().getElementType();
+  if (getKind() == ReduceKind::Sum ? !(elem.isF32() || elem.isInteger(32))
+                                   : !elem.isInteger(32))
+    return emitOpError() << stringifyReduceKind(getKind()) << " combines "
+                         << (getKind() == ReduceKind::Sum ? "f32 or i32"
+                                                          : "i32")
+                         << " elements, not " << elem;
+  return success();
+}
+
 LogicalResult DotOp::verify() {
   auto a = getA().getType(), b = getB().getType(), c = getResult().getType();
   for (auto [t, name] : {std::pair{a, "lhs"}, {b, "rhs"}, {c, "result"}}) {

@@ -103,6 +103,29 @@ def Kiln_StoreOp : Kiln_Op<"store", [AttrSizedOperandSegments]> {
   let hasVerifier = 1;
 }
 
+def Kiln_AtomicRMWOp : Kiln_Op<"atomic_rmw", [AttrSizedOperandSegments]> {
+  let summary = "combine a tile into a block of a global tensor, atomically";
+  let description = [{
+    Combines each element of `value` into the element of the global tensor
+    at its place (the block at `offsets`, as kiln.store writes it) with one
+    atomic read-modify-write per element: `sum` adds (f32 or i32), `max` and
+    `min` keep the larger or smaller (i32). Elements that fall outside the
+    global shape are skipped. Programs that combine into one element do so
+    in no particular order (float sums may differ in their last bits).
+  }];
+  let arguments = (ins Kiln_ReduceKindAttr:$kind, AnyRankedTensor:$value,
+                   Arg<Kiln_PointerType, "global tensor",
+                       [MemRead, MemWrite]>:$ptr,
+                   Variadic<I32>:$offsets, Variadic<I32>:$shape,
+                   Variadic<I32>:$strides);
+  let assemblyFormat = [{
+    $kind $value `,` $ptr `[` $offsets `]` `shape` `[` $shape `]`
+    `strides` `[` $strides `]` attr-dict `:` type($value) `,`
+    qualified(type($ptr))
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Compute
 //===----------------------------------------------------------------------===//
