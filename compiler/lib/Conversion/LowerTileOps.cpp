@@ -356,69 +356,75 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
   }
 }
 
-void Lowerer::lowerAtomic(AtomicRMWOp op) {
-  Value v = op.getValue();
-  Layout l = layoutOf(v);
-  Regs in = regsIn(v, l);
-  Type elem = op.getValue().getType().getElementType();
-  int64_t dup = l.duplicateRegMask();
+/// Writes a tile's elements to a block of a global tensor (a store or an
+/// atomic): each element once (by the thread that owns it, its first
+/// register), in bounds only, `vec` consecutive registers per access; `write`
+/// emits the access for register r at `addr` under that predicate.
+static void writeBlock(
+    Lowerer &L, Value value, Value ptr, ValueRange offsets, ValueRange shape,
+    ValueRange strides, bool aligned, int64_t vec,
+    llvm::function_ref<void(const Regs &, int64_t r, Value addr)> write) {
+  OpBuilder &b = L.b;
+  Layout l = L.layoutOf(value);
+  Regs in = L.regsIn(value, l);
+  Type elem = cast<RankedTensorType>(value.getType()).getElementType();
+  const int64_t dup = l.duplicateRegMask();
   SmallVector<Value> addrs, ok;
-  blockAddresses(*this, l, scalarOf(op.getPtr()), /*aligned=*/false,
-                 op.getOffsets(), op.getShape(), op.getStrides(), elem, addrs,
-                 ok);
+  blockAddresses(L, l, L.scalarOf(ptr), aligned, offsets, shape, strides, elem,
+                 addrs, ok, vec);
+  Value owner = L.isOwner(l);
+  for (int64_t r = 0; r < l.numRegs(); r += vec) {
+    if (r & dup)
+      continue; // another register holds the same element
+    Value pred = arith::AndIOp::create(b, L.loc, ok[r], owner);
+    auto ifOp = scf::IfOp::create(b, L.loc, pred, /*withElse=*/false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    write(in, r, addrs[r]);
+  }
+}
+
+void Lowerer::lowerAtomic(AtomicRMWOp op) {
+  Type elem = op.getValue().getType().getElementType();
   const LLVM::AtomicBinOp bin =
       op.getKind() == ReduceKind::Max   ? LLVM::AtomicBinOp::max
       : op.getKind() == ReduceKind::Min ? LLVM::AtomicBinOp::min
       : elem.isF32()                    ? LLVM::AtomicBinOp::fadd
                                         : LLVM::AtomicBinOp::add;
-  Value owner = isOwner(l);
-  for (int64_t r = 0; r < l.numRegs(); ++r) {
-    if (r & dup)
-      continue; // another register holds the same element: combine it once
-    auto ifOp = scf::IfOp::create(
-        b, loc, arith::AndIOp::create(b, loc, ok[r], owner), false);
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    LLVM::AtomicRMWOp::create(b, loc, bin, addrs[r], in.regs[r],
-                              LLVM::AtomicOrdering::monotonic);
-  }
+  writeBlock(*this, op.getValue(), op.getPtr(), op.getOffsets(), op.getShape(),
+             op.getStrides(), /*aligned=*/false, /*vec=*/1,
+             [&](const Regs &in, int64_t r, Value addr) {
+               LLVM::AtomicRMWOp::create(b, loc, bin, addr, in.regs[r],
+                                         LLVM::AtomicOrdering::monotonic);
+             });
 }
 
 void Lowerer::lowerStore(StoreOp op) {
-  Value v = op.getValue();
-  Layout l = layoutOf(v);
-  Regs in = regsIn(v, l);
   Type elem = op.getValue().getType().getElementType();
-  int64_t dup = l.duplicateRegMask();
+  const int64_t dup = layoutOf(op.getValue()).duplicateRegMask();
   // Consecutive registers along the row go out as one vector store (a
   // wgmma accumulator's column pairs: one 4-byte bf16x2 store instead of two
   // 2-byte ones), under the same conditions as vector loads.
   const bool aligned = isAlignedAccess(op.getPtr());
-  int64_t vec = accessWidth(aligned, l, elem, op.getShape(), op.getOffsets());
+  int64_t vec = accessWidth(aligned, layoutOf(op.getValue()), elem,
+                            op.getShape(), op.getOffsets());
   if (dup & (vec - 1))
     vec = 1;
-  SmallVector<Value> addrs, ok;
-  blockAddresses(*this, l, scalarOf(op.getPtr()), aligned, op.getOffsets(),
-                 op.getShape(), op.getStrides(), elem, addrs, ok, vec);
-  Value owner = isOwner(l);
-  for (int64_t r = 0; r < l.numRegs(); r += vec) {
-    if (r & dup)
-      continue; // another register holds the same element
-    Value pred = arith::AndIOp::create(b, loc, ok[r], owner);
-    auto ifOp = scf::IfOp::create(b, loc, pred, /*withElse=*/false);
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    if (vec == 1) {
-      LLVM::StoreOp::create(b, loc, in.regs[r], addrs[r]);
-      continue;
-    }
-    Value packed = LLVM::UndefOp::create(b, loc, VectorType::get({vec}, elem));
-    for (int64_t i = 0; i < vec; ++i)
-      packed =
-          LLVM::InsertElementOp::create(b, loc, packed, in.regs[r + i], i32(i));
-    LLVM::StoreOp::create(b, loc, packed, addrs[r],
-                          /*alignment=*/vec * byteSize(elem));
-  }
+  writeBlock(*this, op.getValue(), op.getPtr(), op.getOffsets(), op.getShape(),
+             op.getStrides(), aligned, vec,
+             [&](const Regs &in, int64_t r, Value addr) {
+               if (vec == 1) {
+                 LLVM::StoreOp::create(b, loc, in.regs[r], addr);
+                 return;
+               }
+               Value packed =
+                   LLVM::UndefOp::create(b, loc, VectorType::get({vec}, elem));
+               for (int64_t i = 0; i < vec; ++i)
+                 packed = LLVM::InsertElementOp::create(b, loc, packed,
+                                                        in.regs[r + i], i32(i));
+               LLVM::StoreOp::create(b, loc, packed, addr,
+                                     /*alignment=*/vec * byteSize(elem));
+             });
 }
 
 static Value combine(OpBuilder &b, Location loc, ReduceKind kind, Value x,
