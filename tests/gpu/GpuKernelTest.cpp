@@ -336,44 +336,17 @@ INSTANTIATE_TEST_SUITE_P(
 // Exact shapes compiled in (AttentionConfig::staticShapes): the default
 // schedule's kernels with B, H and N constants, ragged and not, causal and
 // not; the suites above run the default, run-time shapes.
-INSTANTIATE_TEST_SUITE_P(StaticShapes, AttentionOnGpu,
-                         ::testing::Values(AttnCase{.B = 2,
-                                                    .H = 4,
-                                                    .N = 4097,
-                                                    .D = 128,
-                                                    .causal = false,
-                                                    .dtype = bf16,
-                                                    .bshd = false,
-                                                    .wgmma = true,
-                                                    .staticShapes = 1},
-                                           AttnCase{.B = 2,
-                                                    .H = 4,
-                                                    .N = 2048,
-                                                    .D = 128,
-                                                    .causal = true,
-                                                    .dtype = bf16,
-                                                    .bshd = false,
-                                                    .wgmma = true,
-                                                    .staticShapes = 1},
-                                           AttnCase{.B = 1,
-                                                    .H = 3,
-                                                    .N = 1000,
-                                                    .D = 64,
-                                                    .causal = true,
-                                                    .dtype = f16,
-                                                    .bshd = true,
-                                                    .wgmma = true,
-                                                    .staticShapes = 1},
-                                           AttnCase{.B = 1,
-                                                    .H = 2,
-                                                    .N = 333,
-                                                    .D = 64,
-                                                    .causal = false,
-                                                    .dtype = bf16,
-                                                    .bshd = false,
-                                                    .wgmma = false,
-                                                    .staticShapes = 1}),
-                         [](const auto &info) { return caseName(info.param); });
+AttnCase exactShapes(AttnCase c) {
+  c.staticShapes = 1;
+  return c;
+}
+INSTANTIATE_TEST_SUITE_P(
+    StaticShapes, AttentionOnGpu,
+    ::testing::Values(exactShapes({2, 4, 4097, 128, false, bf16, false, true}),
+                      exactShapes({2, 4, 2048, 128, true, bf16, false, true}),
+                      exactShapes({1, 3, 1000, 64, true, f16, true, true}),
+                      exactShapes({1, 2, 333, 64, false, bf16, false, false})),
+    [](const auto &info) { return caseName(info.param); });
 
 // One compile serves every sequence length of a class (issue 18): N = 1000,
 // 1001 and 1003 (ragged, LSE's rows unaligned at the last two) build the
@@ -625,40 +598,18 @@ TEST(GpuKernels, AtomicsCombineEveryProgram) {
   REQUIRE_GPU();
   Kernel k = test::columnReductions();
   for (auto [R, C] : {std::pair<int64_t, int64_t>{100, 45}, {1000, 300}}) {
-    HostTensor x(DType::f32, {R, C}), i(DType::i32, {R, C}), y(DType::f32, {C}),
-        hi(DType::i32, {C}), lo(DType::i32, {C});
-    x.fillRandom(uint64_t(R + C), -1, 1);
-    auto *iv = static_cast<int32_t *>(i.data());
-    for (int64_t n = 0; n < R * C; ++n)
-      iv[n] = int32_t((n * 2654435761u) % 2001) - 1000;
-    for (int64_t c = 0; c < C; ++c) {
-      static_cast<float *>(y.data())[c] = 1.5f;
-      static_cast<int32_t *>(hi.data())[c] = -5000;
-      static_cast<int32_t *>(lo.data())[c] = 5000;
-    }
+    test::ColumnReductionsData d(R, C);
     DeviceTensors dt;
-    dt.add("X", x, false);
-    dt.add("I", i, false);
-    dt.add("Y", y, false); // the initial values are part of the result
-    dt.add("Hi", hi, false);
-    dt.add("Lo", lo, false);
+    dt.add("X", d.x, false);
+    dt.add("I", d.i, false);
+    dt.add("Y", d.y, false); // the initial values are part of the result
+    dt.add("Hi", d.hi, false);
+    dt.add("Lo", d.lo, false);
     runOnGpu(k, dt);
-    dt.download("Y", y);
-    dt.download("Hi", hi);
-    dt.download("Lo", lo);
-    for (int64_t c = 0; c < C; ++c) {
-      double sum = 1.5;
-      int32_t mx = -5000, mn = 5000;
-      for (int64_t r = 0; r < R; ++r) {
-        sum += x.at(std::vector<int64_t>{r, c});
-        mx = std::max(mx, iv[r * C + c]);
-        mn = std::min(mn, iv[r * C + c]);
-      }
-      EXPECT_NEAR(static_cast<float *>(y.data())[c], sum, 1e-3)
-          << R << "x" << C << " column " << c;
-      EXPECT_EQ(static_cast<int32_t *>(hi.data())[c], mx) << "column " << c;
-      EXPECT_EQ(static_cast<int32_t *>(lo.data())[c], mn) << "column " << c;
-    }
+    dt.download("Y", d.y);
+    dt.download("Hi", d.hi);
+    dt.download("Lo", d.lo);
+    d.check();
   }
 }
 

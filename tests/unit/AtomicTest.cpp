@@ -9,60 +9,22 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <random>
-
 using namespace kiln;
 using ::testing::HasSubstr;
 
 namespace {
 
-/// Column sums, maxima and minima of random inputs against the host's; the
-/// outputs start from values the combine must keep (Y: 1.5 added to, Hi/Lo:
-/// a value every column's max/min passes).
-void checkColumnReductions(
-    const std::function<void(const Kernel &, HostTensor &, HostTensor &,
-                             HostTensor &, HostTensor &, HostTensor &)> &run,
-    int64_t R, int64_t C) {
-  Kernel k = test::columnReductions();
-  HostTensor x(DType::f32, {R, C}), i(DType::i32, {R, C}), y(DType::f32, {C}),
-      hi(DType::i32, {C}), lo(DType::i32, {C});
-  x.fillRandom(uint64_t(R * C), -1, 1);
-  std::mt19937 rng(uint32_t(R + C));
-  auto *iv = static_cast<int32_t *>(i.data());
-  for (int64_t n = 0; n < R * C; ++n)
-    iv[n] = int32_t(rng() % 2001) - 1000;
-  for (int64_t c = 0; c < C; ++c) {
-    static_cast<float *>(y.data())[c] = 1.5f;
-    static_cast<int32_t *>(hi.data())[c] = -5000;
-    static_cast<int32_t *>(lo.data())[c] = 5000;
-  }
-  run(k, x, i, y, hi, lo);
-  for (int64_t c = 0; c < C; ++c) {
-    double sum = 1.5;
-    int32_t mx = -5000, mn = 5000;
-    for (int64_t r = 0; r < R; ++r) {
-      sum += x.at(std::vector<int64_t>{r, c});
-      mx = std::max(mx, iv[r * C + c]);
-      mn = std::min(mn, iv[r * C + c]);
-    }
-    EXPECT_NEAR(static_cast<float *>(y.data())[c], sum, 1e-3) << "column " << c;
-    EXPECT_EQ(static_cast<int32_t *>(hi.data())[c], mx) << "column " << c;
-    EXPECT_EQ(static_cast<int32_t *>(lo.data())[c], mn) << "column " << c;
-  }
-}
-
 TEST(Atomics, ProgramsCombineIntoSharedOutputsOnTheCpu) {
-  for (auto [R, C] : {std::pair<int64_t, int64_t>{64, 64}, {100, 45}, {1, 1}})
-    checkColumnReductions(
-        [](const Kernel &k, HostTensor &x, HostTensor &i, HostTensor &y,
-           HostTensor &hi, HostTensor &lo) {
-          runOnCpu(k, k.bind({{"X", x.ref()},
-                              {"I", i.ref()},
-                              {"Y", y.ref()},
-                              {"Hi", hi.ref()},
-                              {"Lo", lo.ref()}}));
-        },
-        R, C);
+  Kernel k = test::columnReductions();
+  for (auto [R, C] : {std::pair<int64_t, int64_t>{64, 64}, {100, 45}, {1, 1}}) {
+    test::ColumnReductionsData d(R, C);
+    runOnCpu(k, k.bind({{"X", d.x.ref()},
+                        {"I", d.i.ref()},
+                        {"Y", d.y.ref()},
+                        {"Hi", d.hi.ref()},
+                        {"Lo", d.lo.ref()}}));
+    d.check();
+  }
 }
 
 TEST(Atomics, LowerToGlobalAtomics) {
