@@ -52,6 +52,18 @@ struct DeviceTensors {
   }
 };
 
+/// Attention's tensors on the device: Q, K, V as inputs, O and LSE poisoned.
+DeviceTensors attentionOnDevice(HostTensor &q, HostTensor &k, HostTensor &v,
+                                HostTensor &o, HostTensor &lse) {
+  DeviceTensors dt;
+  dt.add("Q", q, false);
+  dt.add("K", k, false);
+  dt.add("V", v, false);
+  dt.add("O", o, true);
+  dt.add("LSE", lse, true);
+  return dt;
+}
+
 /// `launches` launches of one loaded kernel, the outputs poisoned before
 /// each: the last one's results are checked (dynamic tiles: the module's
 /// tile counter must be back at zero after every launch).
@@ -155,12 +167,7 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   HostTensor q = make(seed, true), k = make(seed + 1, true),
              v = make(seed + 2, true);
   HostTensor o = make(0, false), lse(DType::f32, {c.B, c.H, c.N});
-  DeviceTensors dt;
-  dt.add("Q", q, false);
-  dt.add("K", k, false);
-  dt.add("V", v, false);
-  dt.add("O", o, true);
-  dt.add("LSE", lse, true);
+  DeviceTensors dt = attentionOnDevice(q, k, v, o, lse);
   Kernel kernel = kernels::attentionForward(s, config);
   CompiledKernel compiled = runOnGpu(kernel, dt, c.dynamicTiles > 0 ? 3 : 1);
   // Paths per tensor: at N % 4 != 0 LSE's rows (N fp32) are not 16-byte
@@ -367,12 +374,7 @@ TEST(GpuKernels, AttentionOneCompileServesRaggedLengths) {
       q.fillRandom(uint64_t(n), -2, 2);
       k.fillRandom(uint64_t(n + 1), -2, 2);
       v.fillRandom(uint64_t(n + 2));
-      DeviceTensors dt;
-      dt.add("Q", q, false);
-      dt.add("K", k, false);
-      dt.add("V", v, false);
-      dt.add("O", o, true);
-      dt.add("LSE", lse, true);
+      DeviceTensors dt = attentionOnDevice(q, k, v, o, lse);
       Kernel kernel = kernels::attentionForward(s);
       std::shared_ptr<GpuKernel> g = jitKernel(kernel, dt.refs);
       g->launch(kernel.bind(dt.refs));

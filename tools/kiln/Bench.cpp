@@ -76,11 +76,7 @@ static int benchGemm(Options &opts) {
     throw UsageError("option --shapes: '" + shapes +
                      "' is not static, runtime or both");
   opts.checkAllUsed();
-  std::vector<int64_t> ns;
-  for (int64_t n : splitInts(sizes))
-    ns.push_back(n);
-  if (ns.empty() || *std::min_element(ns.begin(), ns.end()) < 1)
-    throw UsageError("option --sizes: '" + sizes + "' is not a list of sizes");
+  const std::vector<int64_t> ns = positiveList(sizes, "sizes");
   std::string why;
   if (!cuda::available(&why))
     throw Error("kiln bench: no GPU here (" + why + ")");

@@ -132,6 +132,20 @@ int64_t positive(Options &opts, const std::string &name, int64_t fallback,
   return v;
 }
 
+std::vector<int64_t> positiveList(const std::string &text,
+                                  const std::string &option) {
+  std::vector<int64_t> v;
+  try {
+    v = splitInts(text);
+  } catch (const std::logic_error &) {
+    v.clear();
+  }
+  if (v.empty() || *std::min_element(v.begin(), v.end()) < 1)
+    throw UsageError("option --" + option + ": '" + text +
+                     "' is not a comma-separated list of integers >= 1");
+  return v;
+}
+
 int positive32(Options &opts, const std::string &name, int fallback) {
   return int(positive(opts, name, fallback, std::numeric_limits<int>::max()));
 }

@@ -74,6 +74,9 @@ DType dtypeOption(Options &opts, const char *fallback);
 int64_t positive(Options &opts, const std::string &name, int64_t fallback,
                  int64_t hi = std::numeric_limits<int64_t>::max());
 int positive32(Options &opts, const std::string &name, int fallback);
+/// "1000,1001,4097" as integers >= 1; a UsageError naming --option else.
+std::vector<int64_t> positiveList(const std::string &text,
+                                  const std::string &option);
 
 /// Standard normal bf16 or f16 values (as torch.randn, which the peers'
 /// benchmarks use: the input distribution changes tensor-core clocks)

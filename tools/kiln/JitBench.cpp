@@ -112,11 +112,7 @@ static std::vector<FirstCall> firstCalls(kernels::AttentionShape s,
 static int benchFirstCalls(const kernels::AttentionShape &s,
                            const std::string &seqs, GpuTarget target,
                            const std::string &cacheDir, bool json) {
-  std::vector<int64_t> ns;
-  for (int64_t n : splitInts(seqs))
-    ns.push_back(n);
-  if (ns.empty() || *std::min_element(ns.begin(), ns.end()) < 1)
-    throw UsageError("option --seqs: '" + seqs + "' is not a list of lengths");
+  const std::vector<int64_t> ns = positiveList(seqs, "seqs");
   std::string why;
   if (cuda::available(&why))
     target.arch = cuda::device().arch();
