@@ -128,16 +128,7 @@ const GridExtents &Kernel::grid() const { return impl_->grid; }
 
 std::array<int64_t, 3>
 Kernel::gridFor(const std::vector<ArgValue> &args) const {
-  std::array<int64_t, 3> g;
-  for (int a = 0; a < 3; ++a) {
-    g[a] = impl_->grid[a].evaluate(args);
-    if (g[a] < 1)
-      throw Error("kernel " + impl_->name + ": grid extent " +
-                  std::string(1, char('x' + a)) + " = " +
-                  impl_->grid[a].describe(impl_->params) + " is " +
-                  std::to_string(g[a]) + " (an empty launch)");
-  }
-  return g;
+  return evaluateGrid(impl_->grid, impl_->params, args, impl_->name);
 }
 int Kernel::numWarps() const { return impl_->numWarps; }
 

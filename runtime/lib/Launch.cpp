@@ -36,15 +36,8 @@ GpuKernel::GpuKernel(LaunchSpec spec) : spec_(std::move(spec)) {
 
 std::array<unsigned, 3>
 GpuKernel::launchGridFor(const std::vector<ArgValue> &args) const {
-  int64_t g[3];
-  for (int a = 0; a < 3; ++a) {
-    g[a] = spec_.grid[a].evaluate(args);
-    if (g[a] < 1)
-      throw Error("kernel " + spec_.name + ": grid extent " +
-                  std::string(1, char('x' + a)) + " = " +
-                  spec_.grid[a].describe(spec_.params) + " is " +
-                  std::to_string(g[a]) + " (an empty launch)");
-  }
+  const std::array<int64_t, 3> g =
+      evaluateGrid(spec_.grid, spec_.params, args, spec_.name);
   if (spec_.persistent) {
     // As many CTAs as run at once, and no more than there are programs.
     int64_t programs =

@@ -176,6 +176,22 @@ GridExtent GridExtent::parse(const std::string &text) {
   return g;
 }
 
+std::array<int64_t, 3> evaluateGrid(const GridExtents &grid,
+                                    const std::vector<ParamInfo> &params,
+                                    const std::vector<ArgValue> &args,
+                                    const std::string &kernel) {
+  std::array<int64_t, 3> g;
+  for (int a = 0; a < 3; ++a) {
+    g[a] = grid[a].evaluate(args);
+    if (g[a] < 1)
+      throw Error("kernel " + kernel + ": grid extent " +
+                  std::string(1, char('x' + a)) + " = " +
+                  grid[a].describe(params) + " is " + std::to_string(g[a]) +
+                  " (an empty launch)");
+  }
+  return g;
+}
+
 std::string describeGrid(const GridExtents &grid,
                          const std::vector<ParamInfo> &params) {
   bool constant = true;

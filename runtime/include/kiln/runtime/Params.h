@@ -117,6 +117,12 @@ struct GridExtent {
   std::string describe(const std::vector<ParamInfo> &params) const;
 };
 using GridExtents = std::array<GridExtent, 3>;
+/// Each extent for an argument list; throws kiln::Error naming the kernel
+/// and the extent when one is < 1.
+std::array<int64_t, 3> evaluateGrid(const GridExtents &grid,
+                                    const std::vector<ParamInfo> &params,
+                                    const std::vector<ArgValue> &args,
+                                    const std::string &kernel);
 /// "x=cdiv(Nq,128) y=B*H z=1" (or "8 x 32 x 1" when constant).
 std::string describeGrid(const GridExtents &grid,
                          const std::vector<ParamInfo> &params);
