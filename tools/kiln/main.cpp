@@ -1,6 +1,8 @@
 //===- main.cpp - the kiln command line -----------------------------------===//
 #include "Commands.h"
 
+#include "kiln/Compiler/DiskCache.h"
+
 #include "kiln/runtime/Error.h"
 
 #include <fmt/core.h>
@@ -85,7 +87,9 @@ commands:
                                         not: time, TFLOP/s, peak memory,
                                         launches, bytes; plots (PNG, SVG) and
                                         compare.json in DIR
-  help                                  this text
+  help, -h, --help                      this text
+  --version                             the compiler's build (what cache
+                                        entries are keyed on)
 
 target options: --arch sm_80|sm_90a (default sm_90a) --warps W --stages S
   --reload-ids 0|1 --llvm-pipeline kiln|O1|O2|O3 (LLVM's middle end; kiln's
@@ -115,6 +119,10 @@ int main(int argc, char **argv) {
       args[0] == "-h") {
     fmt::print("{}", kUsage);
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    fmt::print("kiln (compiler build {})\n", kiln::compilerBuildId());
+    return 0;
   }
   for (const std::string &a : args)
     if (a == "--help" || a == "-h") { // kiln <command> --help
