@@ -633,7 +633,20 @@ Tile load(const Block &blk, double padding, Loc loc) {
 /// Checks a tile written into a block (a store or an atomic): its dtype and
 /// rank are the tensor's, its shape the block's when given.
 static void checkWrittenTile(const Block &blk, RankedTensorType t,
-                             const std::string &what, const Loc &loc);
+                             const std::string &what, const Loc &loc) {
+  if (dtypeOf(t.getElementType()) != blk.view.dtype())
+    userError(loc, what + "tile is " + typeStr(t.getElementType()) +
+                       " but the tensor holds " + dtypeName(blk.view.dtype()) +
+                       " (convert with .to(...))");
+  if ((size_t)t.getRank() != blk.view.shape().size())
+    userError(loc, what + "a " + shapeStr(t.getShape()) + " tile into a " +
+                       shapeToString(blk.view.shape()) +
+                       " view (ranks differ)");
+  if (!blk.shape.empty() && ArrayRef<int64_t>(blk.shape) != t.getShape())
+    userError(loc, what + "store of the wrong shape: block is " +
+                       shapeToString(blk.shape) + ", tile is " +
+                       shapeStr(t.getShape()));
+}
 
 void store(const Block &blk, const Tile &tile, Loc loc) {
   RankedTensorType t = tileType(tile, loc, "store");
@@ -672,21 +685,6 @@ void atomicMin(const Block &blk, const Tile &tile, Loc loc) {
   atomic(ReduceKind::Min, "atomicMin", blk, tile, loc);
 }
 
-static void checkWrittenTile(const Block &blk, RankedTensorType t,
-                             const std::string &what, const Loc &loc) {
-  if (dtypeOf(t.getElementType()) != blk.view.dtype())
-    userError(loc, what + "tile is " + typeStr(t.getElementType()) +
-                       " but the tensor holds " + dtypeName(blk.view.dtype()) +
-                       " (convert with .to(...))");
-  if ((size_t)t.getRank() != blk.view.shape().size())
-    userError(loc, what + "a " + shapeStr(t.getShape()) + " tile into a " +
-                       shapeToString(blk.view.shape()) +
-                       " view (ranks differ)");
-  if (!blk.shape.empty() && ArrayRef<int64_t>(blk.shape) != t.getShape())
-    userError(loc, what + "store of the wrong shape: block is " +
-                       shapeToString(blk.shape) + ", tile is " +
-                       shapeStr(t.getShape()));
-}
 
 //===----------------------------------------------------------------------===//
 // Loops
