@@ -9,14 +9,10 @@
 //===----------------------------------------------------------------------===//
 #include "AttentionLoops.h"
 
-#include "kiln/Compiler/Compile.h"
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
-#include "kiln/kernels/AttentionTune.h"
 
-#include <algorithm>
 #include <cmath>
-#include <limits>
 
 using namespace kiln::dsl;
 
