@@ -107,12 +107,91 @@ private:
   std::map<std::pair<void *, const void *>, Value> made;
 };
 
+/// Whether `v` (after conversions) is a broadcast tile that costs more to
+/// move than what it is broadcast from.
+bool isBroadcast(Value v) {
+  while (auto c = v.getDefiningOp<ConvertLayoutOp>())
+    v = c.getSrc();
+  return v.getDefiningOp<BroadcastOp>() && rematCost(v) < 0;
+}
+
+/// Ops a conversion may move back through: broadcasts, expand_dims and
+/// elementwise ops (their other operands recomputed in the new layout).
+bool movableThrough(Operation *op) {
+  if (isa<BroadcastOp, ExpandDimsOp>(op))
+    return true;
+  if (isa<LoadOp, DotOp, ReduceOp, TransOp, IotaOp, SplatOp, ConvertLayoutOp,
+          arith::ConstantOp>(op) ||
+      op->getNumRegions() || op->getNumResults() != 1 || !isPure(op) ||
+      !isa<RankedTensorType>(op->getResult(0).getType()))
+    return false;
+  int moved = 0; // operands that cannot be recomputed: one at most
+  for (Value o : op->getOperands())
+    moved += isa<RankedTensorType>(o.getType()) && rematCost(o) < 0;
+  return moved <= 1;
+}
+
+/// `v` in layout `want`, converting as early and as small a tile as
+/// possible: back through movableThrough ops (each copied in its new layout
+/// right after the original) to the tile they start from, which is
+/// converted where it is defined: outside the loops it is computed outside
+/// of. A rank-1 load is instead loaded again in `want`.
+Value convertEarly(Value v, const Layout &want) {
+  while (auto c = v.getDefiningOp<ConvertLayoutOp>())
+    v = c.getSrc();
+  RankedTensorType t = withLayout(v.getType(), want);
+  if (v.getType() == t)
+    return v;
+  Operation *op = v.getDefiningOp();
+  OpBuilder b(v.getContext());
+  if (op)
+    b.setInsertionPointAfter(op);
+  else
+    b.setInsertionPointToStart(cast<BlockArgument>(v).getOwner());
+  if (op && movableThrough(op)) {
+    SmallVector<Value> operands;
+    for (auto [i, o] : llvm::enumerate(op->getOperands())) {
+      if (!isa<RankedTensorType>(o.getType())) {
+        operands.push_back(o);
+        continue;
+      }
+      Layout w = operandWant(op, i, want);
+      if (rematCost(o) >= 0) {
+        Rematerializer remat(b);
+        operands.push_back(remat.get(o, w));
+      } else {
+        operands.push_back(convertEarly(o, w));
+      }
+    }
+    Operation *copy = b.clone(*op);
+    copy->setOperands(operands);
+    setTileType(copy->getResult(0), t);
+    return copy->getResult(0);
+  }
+  if (auto ld = dyn_cast_or_null<LoadOp>(op); ld && t.getRank() == 1) {
+    Operation *copy = b.clone(*op);
+    setTileType(copy->getResult(0), t);
+    return copy->getResult(0);
+  }
+  return ConvertLayoutOp::create(b, v.getLoc(), t, v);
+}
+
 struct RemoveLayoutConversions
     : public kiln::impl::KilnRemoveLayoutConversionsBase<
           RemoveLayoutConversions> {
   void runOnOperation() override {
     func::FuncOp func = getOperation();
+    // A broadcast tile (a bias row, a per-row statistic) read in another
+    // layout: what it is broadcast from is converted instead, once, where
+    // it is computed.
     SmallVector<ConvertLayoutOp> converts;
+    func.walk([&](ConvertLayoutOp c) { converts.push_back(c); });
+    for (ConvertLayoutOp c : converts)
+      if (isBroadcast(c.getSrc())) {
+        c.replaceAllUsesWith(convertEarly(c.getSrc(), *layoutOf(c.getType())));
+        c.erase();
+      }
+    converts.clear();
     func.walk([&](ConvertLayoutOp c) { converts.push_back(c); });
     for (ConvertLayoutOp c : converts) {
       Value src = c.getSrc();

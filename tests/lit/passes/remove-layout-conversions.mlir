@@ -5,6 +5,11 @@
 
 #a = #kiln.layout<blocked, [128], reg = [], lane = [[1], [2], [4], [8], [16]], warp = [[32], [64]]>
 #b = #kiln.layout<blocked, [128], reg = [], lane = [[2], [4], [8], [16], [32]], warp = [[64], [1]]>
+#bacc = #kiln.layout<mma, [16, 8], reg = [[0, 1], [8, 0]], lane = [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp = []>
+#bblk = #kiln.layout<blocked, [16, 8], reg = [[0, 1], [0, 2]], lane = [[0, 4], [1, 0], [2, 0], [4, 0], [8, 0]], warp = []>
+#brow = #kiln.layout<blocked, [16], reg = [], lane = [[1], [2], [4], [8], [0]], warp = []>
+#be1 = #kiln.layout<blocked, [16, 1], reg = [], lane = [[1, 0], [2, 0], [4, 0], [8, 0], [0, 0]], warp = []>
+#be2 = #kiln.layout<blocked, [16, 1], reg = [], lane = [[0, 0], [1, 0], [2, 0], [4, 0], [8, 0]], warp = []>
 
 // CHECK-DAG: #[[A:blocked[0-9]*]] = #kiln.layout<blocked, [128], reg = [], lane = {{\[}}[1],
 // CHECK-DAG: #[[B:blocked[0-9]*]] = #kiln.layout<blocked, [128], reg = [], lane = {{\[}}[2],
@@ -64,5 +69,38 @@ func.func @carried(%p: !kiln.ptr<f32>, %n: i32) {
     scf.yield %next : tensor<128xf32, #b>
   }
   kiln.store %r, %p[%c0] shape[%n] strides[%c1] : tensor<128xf32, #b>, !kiln.ptr<f32>
+  return
+}
+
+// A broadcast tile read in another layout (a per-row statistic added to an
+// mma tile): the row is loaded in the slice of the reader's layout, outside
+// the loop, and nothing is converted.
+// CHECK-LABEL: func.func @broadcast_row
+// CHECK-NOT: kiln.convert_layout
+// CHECK: kiln.load {{.*}} -> tensor<16xf32, #[[SLICE:mma[0-9]*]]>
+// CHECK-NEXT: arith.constant dense<2.0{{.*}}> : tensor<16xf32, #[[SLICE]]>
+// CHECK-NEXT: arith.mulf {{.*}} : tensor<16xf32, #[[SLICE]]>
+// CHECK-NEXT: scf.for
+// CHECK-NEXT: kiln.expand_dims
+// CHECK-NEXT: kiln.broadcast
+// CHECK-NEXT: arith.addf
+// CHECK-NOT: kiln.convert_layout
+func.func @broadcast_row(%p: !kiln.ptr<f32>, %n: i32) {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c4 = arith.constant 4 : i32
+  %cst = arith.constant dense<2.0> : tensor<16xf32, #brow>
+  %zero = arith.constant dense<0.0> : tensor<16x8xf32, #bacc>
+  %x = kiln.load %p[%c0] shape[%n] strides[%c1] : !kiln.ptr<f32> -> tensor<16xf32, #brow>
+  %s = arith.mulf %x, %cst : tensor<16xf32, #brow>
+  %r = scf.for %i = %c0 to %c4 step %c1 iter_args(%a = %zero) -> (tensor<16x8xf32, #bacc>) : i32 {
+    %e = kiln.expand_dims %s axis = 1 : tensor<16xf32, #brow> -> tensor<16x1xf32, #be1>
+    %e2 = kiln.convert_layout %e : tensor<16x1xf32, #be1> -> tensor<16x1xf32, #be2>
+    %b = kiln.broadcast %e2 : tensor<16x1xf32, #be2> -> tensor<16x8xf32, #bblk>
+    %bc = kiln.convert_layout %b : tensor<16x8xf32, #bblk> -> tensor<16x8xf32, #bacc>
+    %y = arith.addf %a, %bc : tensor<16x8xf32, #bacc>
+    scf.yield %y : tensor<16x8xf32, #bacc>
+  }
+  kiln.store %r, %p[%c0, %c0] shape[%n, %n] strides[%c4, %c1] : tensor<16x8xf32, #bacc>, !kiln.ptr<f32>
   return
 }
