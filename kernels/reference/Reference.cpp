@@ -51,6 +51,57 @@ void attentionReference(const AttentionShape &s, const HostTensor &q,
     }
 }
 
+void attentionBackwardReference(const AttentionShape &s, const HostTensor &q,
+                                const HostTensor &k, const HostTensor &v,
+                                const HostTensor &dO, HostTensor &dq,
+                                HostTensor &dk, HostTensor &dv) {
+  const int64_t D = s.headDim, Nq = s.seqQ, Nk = s.seqK;
+  const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
+  std::vector<double> Q = toDoubles(q), K = toDoubles(k), V = toDoubles(v),
+                      dOut = toDoubles(dO);
+  std::vector<double> dQ(Q.size()), dK(K.size(), 0.0), dV(V.size(), 0.0);
+  std::vector<double> p(Nk), dp(Nk);
+  for (int64_t bh = 0; bh < s.batch * s.heads; ++bh)
+    for (int64_t i = 0; i < Nq; ++i) {
+      const double *qi = &Q[(bh * Nq + i) * D], *doi = &dOut[(bh * Nq + i) * D];
+      const int64_t last = s.causal ? std::min(i, Nk - 1) : Nk - 1;
+      double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+      for (int64_t j = 0; j <= last; ++j) {
+        const double *kj = &K[(bh * Nk + j) * D], *vj = &V[(bh * Nk + j) * D];
+        double acc = 0, dacc = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          acc += qi[d] * kj[d];
+          dacc += doi[d] * vj[d];
+        }
+        p[j] = acc * scale;
+        dp[j] = dacc;
+        mx = std::max(mx, p[j]);
+      }
+      for (int64_t j = 0; j <= last; ++j)
+        sum += (p[j] = std::exp(p[j] - mx));
+      double delta = 0;
+      for (int64_t j = 0; j <= last; ++j)
+        delta += (p[j] /= sum) * dp[j];
+      double *dqi = &dQ[(bh * Nq + i) * D];
+      for (int64_t j = 0; j <= last; ++j) {
+        const double ds = p[j] * (dp[j] - delta);
+        const double *kj = &K[(bh * Nk + j) * D];
+        double *dkj = &dK[(bh * Nk + j) * D], *dvj = &dV[(bh * Nk + j) * D];
+        for (int64_t d = 0; d < D; ++d) {
+          dqi[d] += scale * ds * kj[d];
+          dkj[d] += scale * ds * qi[d];
+          dvj[d] += p[j] * doi[d];
+        }
+      }
+    }
+  for (int64_t i = 0; i < int64_t(dQ.size()); ++i)
+    dq.flatSet(i, dQ[i]);
+  for (int64_t i = 0; i < int64_t(dK.size()); ++i) {
+    dk.flatSet(i, dK[i]);
+    dv.flatSet(i, dV[i]);
+  }
+}
+
 void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c) {
   int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
   if (b.shape()[0] != K || c.shape() != std::vector<int64_t>{M, N})

@@ -121,6 +121,8 @@ int cmdBench(Options &opts) {
     return benchGemm(opts);
   if (opts.positional.size() != 1 || opts.positional[0] != "attention")
     throw UsageError("kiln bench: .attention. or 'gemm'");
+  if (opts.flag("backward"))
+    return benchAttentionBackward(opts);
   bool quick = opts.flag("quick");
   bool ragged = opts.flag("ragged");
   std::string dtypes = opts.string("dtypes", "bf16");

@@ -157,27 +157,23 @@ static std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &s) {
   return st;
 }
 
-/// (B,H,N,D) strides: contiguous, or a view of (B,N,H,D) memory (heads
-/// interleaved in each row).
-static std::vector<int64_t> attentionStrides(const std::vector<int64_t> &s,
-                                             bool bshd) {
+std::vector<int64_t> attentionStrides(const std::vector<int64_t> &s,
+                                      bool bshd) {
   return bshd ? std::vector<int64_t>{s[2] * s[1] * s[3], s[3], s[1] * s[3], 1}
               : contiguousStrides(s);
 }
 
-/// Notes a tensor `kiln run` passes (in device memory, 256-byte aligned)
-/// among the problem's unaligned ones when its strides rule that out.
-static void noteLayout(Problem &p, const std::string &name, DType t,
-                       const std::vector<int64_t> &strides) {
+// Device memory is 256-byte aligned: the strides decide.
+void noteLayout(Problem &p, const std::string &name, DType t,
+                const std::vector<int64_t> &strides) {
   if (!stridesAligned(t, strides)) {
     p.unaligned.push_back(name);
     std::sort(p.unaligned.begin(), p.unaligned.end());
   }
 }
 
-static HostTensor randomTensor(DType t, std::vector<int64_t> shape,
-                               uint64_t seed,
-                               std::vector<int64_t> strides = {}) {
+HostTensor randomTensor(DType t, std::vector<int64_t> shape, uint64_t seed,
+                        std::vector<int64_t> strides) {
   HostTensor x =
       strides.empty() ? HostTensor(t, shape) : HostTensor(t, shape, strides);
   x.fillRandom(seed);
@@ -352,16 +348,20 @@ static Problem softmaxProblem(Options &opts, bool withData) {
 Problem makeProblem(const std::string &kernel, Options &opts, bool withData) {
   if (kernel == "attention")
     return attentionProblem(opts, withData);
+  if (kernel == "attention-backward")
+    return attentionBackwardProblem(opts, withData);
   if (kernel == "gemm")
     return gemmProblem(opts, withData);
   if (kernel == "softmax")
     return softmaxProblem(opts, withData);
-  throw UsageError("unknown kernel '" + kernel + "' (attention, gemm, softmax)");
+  throw UsageError("unknown kernel '" + kernel +
+                   "' (attention, attention-backward, gemm, softmax)");
 }
 
 std::string kernelName(Options &opts) {
   if (opts.positional.size() != 1)
-    throw UsageError("name one kernel: attention, gemm or softmax");
+    throw UsageError(
+        "name one kernel: attention, attention-backward, gemm or softmax");
   return opts.positional[0];
 }
 
@@ -380,23 +380,30 @@ int cmdRun(Options &opts) {
                 "); pass --cpu to run the CPU reference executor");
   Problem p = makeProblem(name, opts, /*withData=*/true);
   opts.checkAllUsed();
-  {
-    std::map<std::string, TensorRef> refs;
-    for (auto &[n, t] : p.tensors)
-      refs[n] = t.ref();
-    auto grid = p.kernel->gridFor(p.kernel->bind(refs));
-    fmt::print("kiln run {}{}\n  grid {}x{}x{} ({})\n", cpu ? "--cpu " : "",
-               p.summary, grid[0], grid[1], grid[2],
-               describeGrid(p.kernel->grid(), p.kernel->params()));
+  if (p.sequence.empty())
+    p.sequence.push_back(*p.kernel);
+  std::map<std::string, TensorRef> hostRefs;
+  for (auto &[n, t] : p.tensors)
+    hostRefs[n] = t.ref();
+  // The tensors each kernel of the sequence takes.
+  auto refsFor = [](const Kernel &k,
+                    const std::map<std::string, TensorRef> &all) {
+    std::map<std::string, TensorRef> out;
+    for (const TensorParamInfo &t : k.tensors())
+      out[t.name] = all.at(t.name);
+    return out;
+  };
+  fmt::print("kiln run {}{}\n", cpu ? "--cpu " : "", p.summary);
+  for (const Kernel &k : p.sequence) {
+    auto grid = k.gridFor(k.bind(refsFor(k, hostRefs)));
+    fmt::print("  {}: grid {}x{}x{} ({})\n", k.name(), grid[0], grid[1],
+               grid[2], describeGrid(k.grid(), k.params()));
   }
 
   if (cpu) {
-    std::map<std::string, TensorRef> refs;
-    for (auto &[n, t] : p.tensors)
-      refs[n] = t.ref();
-    auto args = p.kernel->bind(refs);
     auto t0 = std::chrono::steady_clock::now();
-    runOnCpu(*p.kernel, args);
+    for (const Kernel &k : p.sequence)
+      runOnCpu(k, k.bind(refsFor(k, hostRefs)));
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
@@ -411,21 +418,23 @@ int cmdRun(Options &opts) {
       refs[n] = t.ref();
       refs[n].data = buf.data();
     }
-    GpuTarget target =
-        variantTarget(*p.kernel, refs, {}, GpuTarget{.arch = dev.arch()});
-    const CompiledKernel &c = *compileCached(*p.kernel, target);
-    GpuKernel &gpu = *jitKernel(*p.kernel, target);
-    fmt::print("  {}\n", tensorSpecialisation(c));
-    gpu.launch(p.kernel->bind(refs));
-    cuda::synchronize();
-    cuda::FunctionAttributes a = gpu.attributes();
-    fmt::print(
-        "  {} on {}: {} threads, {} registers, {} bytes shared, {} bytes "
-        "local (spills)\n",
-        dev.arch(), dev.name, c.threads, a.registers, c.sharedBytes,
-        a.localBytes);
-    if (c.persistent)
-      fmt::print("  persistent: launched on {} CTAs\n", gpu.launchGrid()[0]);
+    for (const Kernel &k : p.sequence) {
+      std::map<std::string, TensorRef> mine = refsFor(k, refs);
+      GpuTarget target =
+          variantTarget(k, mine, {}, GpuTarget{.arch = dev.arch()});
+      const CompiledKernel &c = *compileCached(k, target);
+      GpuKernel &gpu = *jitKernel(k, target);
+      fmt::print("  {}: {}\n", k.name(), tensorSpecialisation(c));
+      gpu.launch(k.bind(mine));
+      cuda::synchronize();
+      cuda::FunctionAttributes a = gpu.attributes();
+      fmt::print("  {} on {}: {} threads, {} registers, {} bytes shared, {} "
+                 "bytes local (spills)\n",
+                 dev.arch(), dev.name, c.threads, a.registers, c.sharedBytes,
+                 a.localBytes);
+      if (c.persistent)
+        fmt::print("  persistent: launched on {} CTAs\n", gpu.launchGrid()[0]);
+    }
     for (auto &[n, ref] : p.expected)
       buffers[n].download(p.tensors.at(n).data(),
                           p.tensors.at(n).storageBytes());

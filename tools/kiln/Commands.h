@@ -60,13 +60,33 @@ struct Problem {
   std::map<std::string, int64_t> dims;
   /// Output tensor name -> its reference.
   std::vector<std::pair<std::string, HostTensor>> expected;
+  /// The kernels `kiln run` launches in order, each binding the tensors it
+  /// takes; empty: `kernel` alone (which the inspect commands compile).
+  std::vector<Kernel> sequence;
 };
 
-/// Builds the named kernel (attention, gemm, softmax) from options; with
-/// `withData`, also random inputs, poisoned outputs and references.
+/// attention-backward: the forward's O and LSE from the fp64 reference,
+/// dQ, dK, dV (and Delta) checked; --part delta|dkdv|dq picks the kernel
+/// the inspect commands compile (dkdv by default).
+Problem attentionBackwardProblem(Options &opts, bool withData);
+
+/// (B,H,N,D) strides: contiguous, or a view of (B,N,H,D) memory.
+std::vector<int64_t> attentionStrides(const std::vector<int64_t> &shape,
+                                      bool bshd);
+/// Notes a tensor `kiln run` passes among the problem's unaligned ones when
+/// its strides rule that out.
+void noteLayout(Problem &p, const std::string &name, DType t,
+                const std::vector<int64_t> &strides);
+/// Uniform random values in [-1, 1) (empty strides: contiguous).
+HostTensor randomTensor(DType t, std::vector<int64_t> shape, uint64_t seed,
+                        std::vector<int64_t> strides = {});
+
+/// Builds the named kernel (attention, attention-backward, gemm, softmax) from
+/// options; with `withData`, also random inputs, poisoned outputs and
+/// references.
 Problem makeProblem(const std::string &kernel, Options &opts, bool withData);
 
-/// The one positional argument: attention, gemm or softmax.
+/// The one positional argument: a kernel's name.
 std::string kernelName(Options &opts);
 
 /// --dtype as a float type; an integer option that must be >= 1.
@@ -96,6 +116,8 @@ int cmdResources(Options &opts);
 int cmdReport(Options &opts);
 int cmdCache(Options &opts);
 int cmdBench(Options &opts);
+/// `kiln bench attention --backward`.
+int benchAttentionBackward(Options &opts);
 int cmdBenchJit(Options &opts);
 int cmdTune(Options &opts);
 int cmdLower(Options &opts);

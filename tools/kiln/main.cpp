@@ -55,6 +55,12 @@ commands:
                                         --ragged: also N=1000, 1023, 2049,
                                         3001, 4097, 8191 and the multiples of
                                         128 nearest them)
+  bench attention --backward [--quick] [--ragged] [--seqs N,N,...]
+      [--dtypes bf16,fp16] [--head-dim D] [--causal | --non-causal]
+      [--json FILE] [--reps R] [backward config options]
+                                        the backward's three kernels timed
+                                        together (TFLOP/s as 2.5x the
+                                        forward's FLOPs), each one's time
   bench gemm [--size N | --sizes N,N,...] [--shapes static|runtime|both]
       [--block-m M] [--block-n N] [--block-k K]
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
@@ -104,6 +110,13 @@ kernels and their shape options:
              [--warp-specialize 0|1]
              [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
              [--static-shapes 0|1] (B, H, N compiled in; default run-time)
+  attention-backward  the attention options above but --lse-stride and
+             the forward's schedule; [--part delta|dkdv|dq] (the kernel the
+             inspect commands compile; run launches all three)
+             [--block-m M] [--block-n N] (dK/dV: N keys per program, M
+             queries per step) [--dq-block-m M] [--dq-block-n N] [--warps W]
+             [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
+             [--static-shapes 0|1]
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
              [--group-m G] [--static-shapes 0|1]
@@ -132,8 +145,9 @@ int main(int argc, char **argv) {
   std::string cmd = args[0];
   args.erase(args.begin());
   try {
-    std::set<std::string> flags{"causal", "cpu",         "loc",   "quick",
-                                "ragged", "unoptimized", "force", "exhaustive"};
+    std::set<std::string> flags{
+        "causal",      "cpu",   "loc",        "quick",    "ragged",
+        "unoptimized", "force", "exhaustive", "backward", "non-causal"};
     bool benchJit = cmd == "bench" && !args.empty() && args[0] == "jit";
     if (cmd == "lower") {
       flags.insert("json");

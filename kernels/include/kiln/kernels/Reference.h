@@ -18,6 +18,13 @@ namespace kiln::kernels {
 void attentionReference(const AttentionShape &s, const HostTensor &q,
                         const HostTensor &k, const HostTensor &v, HostTensor &o,
                         HostTensor &lse);
+/// dQ, dK, dV (shaped as Q, K, V) of attention given dO, with P recomputed
+/// from Q and K and Delta taken as rowsum(P ∘ dP): nothing from a forward
+/// kernel's O or LSE.
+void attentionBackwardReference(const AttentionShape &s, const HostTensor &q,
+                                const HostTensor &k, const HostTensor &v,
+                                const HostTensor &dO, HostTensor &dq,
+                                HostTensor &dk, HostTensor &dv);
 void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c);
 void softmaxReference(const HostTensor &x, HostTensor &y);
 

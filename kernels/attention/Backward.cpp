@@ -1,0 +1,246 @@
+//===- Backward.cpp - flash-attention backward in kiln's DSL --------------===//
+//
+// With S = scale·Q·Kᵀ, P = exp(S − LSE) (the forward's logsumexp), the
+// gradients are dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P ∘ (dP − Delta) with
+// Delta = rowsum(dO ∘ O), dQ = scale·dS·K and dK = scale·dSᵀ·Q.
+// The dK/dV kernel works on the transposed scores Sᵀ = K·Qᵀ, so that Pᵀ and
+// dSᵀ come out of a dot as the left operand of the next one (as P does in
+// the forward), and the dQ kernel on S itself: no dot takes a transposed
+// register tile.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/dsl/Dsl.h"
+#include "kiln/kernels/AttentionBackward.h"
+
+#include <cmath>
+
+using namespace kiln::dsl;
+
+namespace kiln::kernels {
+
+namespace {
+
+/// What every backward kernel shares: the schedule's switches, the run-time
+/// (or compiled-in) sizes and the exponent factor.
+struct Common {
+  const AttentionShape &s;
+  const AttentionBackwardConfig &c;
+  double scale, toExp2;
+  bool runtimeShapes;
+
+  Common(const AttentionShape &s, const AttentionBackwardConfig &c)
+      : s(s), c(c) {
+    scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(s.headDim));
+    toExp2 = scale * log2e;
+    runtimeShapes = c.staticShapes <= 0;
+  }
+
+  struct Sizes {
+    Index B, H, Nq, Nk;
+  };
+  /// Run-time arguments B, H, Nq (and Nk where the kernel reads keys).
+  Sizes sizes(KernelBuilder &k, bool keys = true) const {
+    if (!runtimeShapes)
+      return {s.batch, s.heads, s.seqQ, s.seqK};
+    Index B = k.scalarArg("B"), H = k.scalarArg("H"), Nq = k.scalarArg("Nq");
+    return {B, H, Nq, keys ? k.scalarArg("Nk") : Index(s.seqK)};
+  }
+
+  void schedule(KernelBuilder &k) const {
+    k.setWarps(c.warps);
+    k.setStages(c.stages);
+    k.setWgmma(c.wgmma > 0);
+    k.setTma(c.wgmma > 0 && c.tma > 0);
+    k.setWarpSpecialize(c.wgmma > 0 && c.tma > 0 && c.warpSpecialize > 0);
+  }
+};
+
+/// Delta = rowsum(dO ∘ O) in fp32, 64 rows per program.
+Kernel deltaKernel(const Common &cm) {
+  const int64_t D = cm.s.headDim, BM = 64;
+  KernelBuilder k("attention_bwd_delta");
+  auto [B, H, Nq, Nk] = cm.sizes(k, /*keys=*/false);
+  (void)Nk;
+  k.setGrid({cdiv(Nq, BM), B * H});
+  k.setWarps(4);
+  auto O = k.tensorArg("O", cm.s.dtype, {B, H, Nq, D});
+  auto dO = k.tensorArg("dO", cm.s.dtype, {B, H, Nq, D});
+  auto Delta = k.tensorArg("Delta", f32, {B, H, Nq});
+  if (cm.runtimeShapes)
+    k.keepUnspecialised(Delta);
+  Index bh = programId(1), m0 = programId(0) * BM;
+  Index b = bh / H, h = bh % H;
+  Tile o = load(O[b][h].block({m0, 0}, {BM, D})).to(f32);
+  Tile dout = load(dO[b][h].block({m0, 0}, {BM, D})).to(f32);
+  store(Delta[b][h].block({m0}), reduceSum(o * dout, 1));
+  return k.finish();
+}
+
+/// dK and dV for blockN keys per program, over the query blocks that see
+/// them. Query rows past Nq read Q = dO = 0 and LSE = +inf, so P = 0 there:
+/// no mask but the causal one. Rows of keys past Nk are never stored.
+Kernel dkdvKernel(const Common &cm) {
+  const AttentionShape &s = cm.s;
+  const int64_t D = s.headDim, BM = cm.c.blockM, BN = cm.c.blockN;
+  KernelBuilder k("attention_bwd_dkdv");
+  auto [B, H, Nq, Nk] = cm.sizes(k);
+  k.setGrid({cdiv(Nk, BN), B * H});
+  cm.schedule(k);
+  auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
+  auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
+  auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
+  auto dO = k.tensorArg("dO", s.dtype, {B, H, Nq, D});
+  auto LSE = k.tensorArg("LSE", f32, {B, H, Nq});
+  auto Delta = k.tensorArg("Delta", f32, {B, H, Nq});
+  auto dK = k.tensorArg("dK", s.dtype, {B, H, Nk, D});
+  auto dV = k.tensorArg("dV", s.dtype, {B, H, Nk, D});
+  if (cm.runtimeShapes) {
+    k.keepUnspecialised(LSE);
+    k.keepUnspecialised(Delta);
+  }
+
+  Index bh = programId(1), n0 = programId(0) * BN;
+  Index b = bh / H, h = bh % H;
+  auto q = Q[b][h], dout = dO[b][h], lse = LSE[b][h], delta = Delta[b][h];
+  Tile kTile = load(K[b][h].block({n0, 0}, {BN, D}));
+  Tile vTile = load(V[b][h].block({n0, 0}, {BN, D}));
+  Tile dk = zeros({BN, D}, f32), dv = zeros({BN, D}, f32);
+  Tile keys = arange(BN) + n0;
+
+  auto step = [&](Index m0, bool mask) {
+    Tile qTile = load(q.block({m0, 0}, {BM, D}));
+    Tile doTile = load(dout.block({m0, 0}, {BM, D}));
+    // LSE in base-2 units; +inf past Nq makes those columns of Pᵀ zero.
+    Tile lse2 = load(lse.block({m0}, {BM}), inf) * log2e;
+    Tile sT = dot(kTile, transpose(qTile));
+    if (mask)
+      sT = where(column(keys) <= row(arange(BM) + m0), sT, -inf);
+    Tile pT = exp2(sT * cm.toExp2 - row(lse2));
+    dv = dot(pT.to(s.dtype), doTile, dv);
+    Tile dpT = dot(vTile, transpose(doTile));
+    Tile dsT = pT * (dpT - row(load(delta.block({m0}, {BM}))));
+    dk = dot(dsT.to(s.dtype), qTile, dk);
+  };
+  if (s.causal) {
+    // Queries before n0 see none of these keys; those in blocks that reach
+    // below n0 + BN see some (masked); the rest see all of them.
+    Index first = n0 / BM * BM, split = min(cdiv(n0 + BN, BM) * BM, Nq);
+    forRange(first, split, BM, carry(dk, dv),
+             [&](Index m0) { step(m0, true); });
+    forRange(split, Nq, BM, carry(dk, dv), [&](Index m0) { step(m0, false); });
+  } else {
+    forRange(0, Nq, BM, carry(dk, dv), [&](Index m0) { step(m0, false); });
+  }
+  store(dK[b][h].block({n0, 0}), (dk * cm.scale).to(s.dtype));
+  store(dV[b][h].block({n0, 0}), dv.to(s.dtype));
+  return k.finish();
+}
+
+/// dQ for dqBlockM queries per program, over the key blocks they see (the
+/// forward's loops: whole blocks unmasked, a ragged end and the causal
+/// diagonal masked).
+Kernel dqKernel(const Common &cm) {
+  const AttentionShape &s = cm.s;
+  const int64_t D = s.headDim, BM = cm.c.dqBlockM, BN = cm.c.dqBlockN;
+  KernelBuilder k("attention_bwd_dq");
+  auto [B, H, Nq, Nk] = cm.sizes(k);
+  k.setGrid({cdiv(Nq, BM), B * H});
+  cm.schedule(k);
+  auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
+  auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
+  auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
+  auto dO = k.tensorArg("dO", s.dtype, {B, H, Nq, D});
+  auto LSE = k.tensorArg("LSE", f32, {B, H, Nq});
+  auto Delta = k.tensorArg("Delta", f32, {B, H, Nq});
+  auto dQ = k.tensorArg("dQ", s.dtype, {B, H, Nq, D});
+  if (cm.runtimeShapes) {
+    k.keepUnspecialised(LSE);
+    k.keepUnspecialised(Delta);
+  }
+
+  Index bh = programId(1), mBlocks = cdiv(Nq, BM);
+  // Causal: the longest rows first, so that the short ones fill the tail.
+  Index m0 = (s.causal ? mBlocks - 1 - programId(0) : programId(0)) * BM;
+  Index b = bh / H, h = bh % H;
+  auto kk = K[b][h], v = V[b][h];
+  Tile qTile = load(Q[b][h].block({m0, 0}, {BM, D}));
+  Tile doTile = load(dO[b][h].block({m0, 0}, {BM, D}));
+  Tile lse2 = load(LSE[b][h].block({m0}, {BM}), inf) * log2e;
+  Tile delta = load(Delta[b][h].block({m0}, {BM}));
+  Tile dq = zeros({BM, D}, f32);
+  Tile rows = arange(BM) + m0;
+
+  auto step = [&](Index n0, bool mask) {
+    Tile kTile = load(kk.block({n0, 0}, {BN, D}));
+    Tile vTile = load(v.block({n0, 0}, {BN, D}));
+    Tile scores = dot(qTile, transpose(kTile));
+    if (mask) {
+      Tile cols = arange(BN) + n0;
+      Tile keep = row(cols) < Nk;
+      if (s.causal)
+        keep = keep && (column(rows) >= row(cols));
+      scores = where(keep, scores, -inf);
+    }
+    Tile p = exp2(scores * cm.toExp2 - column(lse2));
+    Tile dp = dot(doTile, transpose(vTile));
+    Tile ds = p * (dp - column(delta));
+    dq = dot(ds.to(s.dtype), kTile, dq);
+  };
+  Index whole = Nk / BN * BN;
+  Index split = s.causal ? min(m0 / BN * BN, whole) : whole;
+  Index end = s.causal ? min(m0 + BM, Nk) : Nk;
+  forRange(0, split, BN, carry(dq), [&](Index n0) { step(n0, false); });
+  forRange(split, end, BN, carry(dq), [&](Index n0) { step(n0, true); });
+  store(dQ[b][h].block({m0, 0}), (dq * cm.scale).to(s.dtype));
+  return k.finish();
+}
+
+} // namespace
+
+std::map<std::string, TensorRef>
+tensorsOf(const Kernel &kernel, const std::map<std::string, TensorRef> &all) {
+  std::map<std::string, TensorRef> out;
+  for (const TensorParamInfo &t : kernel.tensors())
+    if (auto it = all.find(t.name); it != all.end())
+      out.insert(*it);
+  return out;
+}
+
+AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
+                                              AttentionBackwardConfig c) {
+  checkAttentionShape(s);
+  if (c.wgmma < 0)
+    c.wgmma = 1;
+  if (c.tma < 0)
+    c.tma = c.wgmma;
+  if (c.warpSpecialize < 0)
+    c.warpSpecialize = 0;
+  if (c.staticShapes < 0)
+    c.staticShapes = 0;
+  if (!c.blockN)
+    c.blockN = 128;
+  if (!c.blockM)
+    c.blockM = 64;
+  if (!c.dqBlockM)
+    c.dqBlockM = 128;
+  if (!c.dqBlockN)
+    c.dqBlockN = 64;
+  if (!c.warps) // wgmma: a warpgroup per 64 rows of the program's block
+    c.warps = c.wgmma > 0 ? 8 : 4;
+  for (int64_t b : {c.blockM, c.blockN, c.dqBlockM, c.dqBlockN})
+    if (b < 16 || (b & (b - 1)))
+      throw Error("attention backward: block sizes must be powers of two "
+                  ">= 16, got " +
+                  std::to_string(b));
+  return c;
+}
+
+AttentionBackwardKernels
+attentionBackward(const AttentionShape &shape,
+                  const AttentionBackwardConfig &config) {
+  const AttentionBackwardConfig c = resolveBackwardConfig(shape, config);
+  Common cm(shape, c);
+  return {deltaKernel(cm), dkdvKernel(cm), dqKernel(cm)};
+}
+
+} // namespace kiln::kernels

@@ -1,0 +1,66 @@
+//===- AttentionBackward.h - flash-attention backward in the DSL -*- C++
+//-*-===//
+//
+// The gradients of attention, as three DSL kernels launched in order:
+//   delta: Delta = rowsum(dO ∘ O), fp32 (B, H, Nq);
+//   dkdv:  a program per block of keys walks the query blocks, recomputes
+//          Pᵀ from K·Qᵀ and the forward's LSE, and accumulates
+//          dV += Pᵀ·dO and dK += dSᵀ·Q with dSᵀ = Pᵀ ∘ (V·dOᵀ − Delta);
+//   dq:    a program per block of queries walks the key blocks and
+//          accumulates dQ += dS·K.
+// Every gradient is written by one program, with no atomics: the result is
+// the same bit for bit on every run.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_KERNELS_ATTENTIONBACKWARD_H
+#define KILN_KERNELS_ATTENTIONBACKWARD_H
+
+#include "kiln/kernels/Attention.h"
+
+#include <map>
+
+namespace kiln::kernels {
+
+/// Schedule of the backward kernels; zero / -1 pick the defaults.
+struct AttentionBackwardConfig {
+  /// dK/dV: blockN keys per program, the queries in steps of blockM.
+  int64_t blockM = 0, blockN = 0;
+  /// dQ: dqBlockM queries per program, the keys in steps of dqBlockN.
+  int64_t dqBlockM = 0, dqBlockN = 0;
+  int warps = 0, stages = 2; ///< warps 0: 8 under wgmma, else 4
+  /// Dots on Hopper's warpgroup MMA (sm_90a): 1 yes, 0 mma.sync, -1 yes.
+  int wgmma = -1;
+  /// Q, dO (dK/dV) and K, V (dQ) through TMA under wgmma: -1 yes.
+  int tma = -1;
+  /// A producer warpgroup issues the TMA copies: 1 yes, 0 (and -1) no.
+  int warpSpecialize = -1;
+  /// 1 compiles B, H, Nq and Nk in; 0 (and -1) run-time arguments.
+  int staticShapes = -1;
+};
+
+/// The three kernels, to be launched in this order. Their tensors: Q, K, V,
+/// O (the forward's output), dO, LSE (the forward's), Delta (fp32
+/// (B, H, Nq), a workspace the first kernel writes), dQ, dK, dV; each
+/// kernel binds the ones it uses from one map (Kernel::bind).
+struct AttentionBackwardKernels {
+  Kernel delta, dkdv, dq;
+};
+
+/// The tensors of `all` (the ten above, by name) that `kernel` takes, for
+/// Kernel::bind, which refuses names a kernel does not have.
+std::map<std::string, TensorRef>
+tensorsOf(const Kernel &kernel, const std::map<std::string, TensorRef> &all);
+
+/// The config with its zero fields filled in for `shape`.
+AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &shape,
+                                              AttentionBackwardConfig config);
+
+/// Checks the shape (as the forward does) and builds the kernels; throws
+/// kiln::Error naming the bad field.
+AttentionBackwardKernels
+attentionBackward(const AttentionShape &shape,
+                  const AttentionBackwardConfig &config = {});
+
+} // namespace kiln::kernels
+
+#endif // KILN_KERNELS_ATTENTIONBACKWARD_H

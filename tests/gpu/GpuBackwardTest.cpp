@@ -1,0 +1,139 @@
+//===- GpuBackwardTest.cpp - attention backward on the GPU vs fp64 --------===//
+//
+// The backward's three kernels on the GPU (the default schedule: wgmma and
+// TMA on sm_90a) against the fp64 reference: bf16 and fp16, D 64 and 128,
+// causal and not, ragged N, Nq != Nk, B·H > 1, both layouts; fresh random
+// inputs, gradients and Delta poisoned before every launch. Also: the
+// gradients are the same bit for bit on every run, and one compile serves
+// every length. Skips, saying why, without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#include "../unit/AttentionBackwardCase.h"
+#include "../unit/TestUtil.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/runtime/Cuda.h"
+#include "kiln/runtime/Launch.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+using namespace kiln;
+using test::BackwardCase;
+using test::BackwardTensors;
+
+namespace {
+
+/// The problem's tensors in device memory; the outputs poisoned (0xFF, NaN)
+/// before each run.
+struct OnDevice {
+  BackwardTensors &host;
+  std::map<std::string, cuda::Buffer> buffers;
+  std::map<std::string, TensorRef> refs;
+
+  explicit OnDevice(BackwardTensors &t) : host(t) {
+    for (auto &[name, h] : t.byName()) {
+      cuda::Buffer &b = buffers[name] = cuda::Buffer(h->storageBytes());
+      b.upload(h->data(), h->storageBytes());
+      refs[name] = h->ref();
+      refs[name].data = b.data();
+    }
+  }
+  /// Poisons Delta and the gradients, launches the three kernels, and
+  /// downloads the gradients into the host tensors. Returns the dK/dV
+  /// kernel's lowering report.
+  std::string run(const kernels::AttentionBackwardKernels &ks) {
+    for (const char *out : {"Delta", "dQ", "dK", "dV"})
+      buffers.at(out).fill(0xFF);
+    std::string report;
+    for (const Kernel *k : {&ks.delta, &ks.dkdv, &ks.dq}) {
+      auto mine = kernels::tensorsOf(*k, refs);
+      std::shared_ptr<GpuKernel> g = jitKernel(*k, mine);
+      g->launch(k->bind(mine));
+      if (k == &ks.dkdv)
+        for (const std::string &line : g->spec().report)
+          report += line + "\n";
+    }
+    cuda::synchronize();
+    for (auto [name, t] :
+         {std::pair{"dQ", &host.dq}, {"dK", &host.dk}, {"dV", &host.dv}})
+      buffers.at(name).download(t->data(), t->storageBytes());
+    return report;
+  }
+};
+
+class BackwardOnGpu : public ::testing::TestWithParam<BackwardCase> {};
+
+TEST_P(BackwardOnGpu, MatchesFp64Reference) {
+  REQUIRE_GPU();
+  const BackwardCase &c = GetParam();
+  kernels::AttentionBackwardConfig config;
+  config.staticShapes = c.staticShapes;
+  BackwardTensors t(c);
+  OnDevice dev(t);
+  std::string report = dev.run(kernels::attentionBackward(c.shape(), config));
+  if (cuda::device().arch() == "sm_90a") {
+    // Q and dO stream through TMA; every dot on wgmma.
+    EXPECT_THAT(report, ::testing::HasSubstr(": TMA (cp.async.bulk.tensor"))
+        << report;
+    EXPECT_EQ(test::countOf(report, ": wgmma"), test::countOf(report, "dot "))
+        << report;
+  }
+  t.expectGradientsMatch(c);
+}
+
+constexpr DType bf16 = DType::bf16, f16 = DType::f16;
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, BackwardOnGpu,
+    ::testing::Values(BackwardCase{2, 3, 1000, 1000, 64, false, bf16},
+                      BackwardCase{2, 3, 1000, 1000, 64, true, bf16},
+                      BackwardCase{1, 2, 1023, 1023, 128, true, bf16},
+                      BackwardCase{1, 2, 768, 768, 128, false, f16},
+                      BackwardCase{1, 2, 700, 1100, 128, false, bf16},
+                      BackwardCase{2, 2, 513, 257, 64, true, f16, true},
+                      BackwardCase{1, 3, 300, 700, 128, true, bf16, true},
+                      BackwardCase{1, 1, 1, 1, 128, false, bf16},
+                      BackwardCase{1, 2, 384, 384, 128, true, f16, false, 1}),
+    [](const auto &info) { return info.param.name(); });
+
+// No atomics: two runs give the same gradients, bit for bit.
+TEST(BackwardOnGpu, GradientsAreBitwiseRepeatable) {
+  REQUIRE_GPU();
+  BackwardCase c{2, 4, 1500, 1500, 128, true, bf16};
+  BackwardTensors t(c);
+  OnDevice dev(t);
+  auto ks = kernels::attentionBackward(c.shape());
+  dev.run(ks);
+  std::vector<HostTensor> first{t.dq, t.dk, t.dv};
+  dev.run(ks);
+  const HostTensor *second[] = {&t.dq, &t.dk, &t.dv};
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(std::memcmp(first[i].data(), second[i]->data(),
+                          first[i].storageBytes()),
+              0)
+        << "gradient " << i << " differs between two runs";
+  t.expectGradientsMatch(c);
+}
+
+// Run-time shapes: one compile of each kernel serves N = 1000, 1001, 1003.
+TEST(BackwardOnGpu, OneCompileServesRaggedLengths) {
+  REQUIRE_GPU();
+  const CompileCacheStats before = compileCacheStats();
+  for (int64_t n : {1000, 1001, 1003}) {
+    BackwardCase c{1, 2, n, n, 64, true, bf16};
+    SCOPED_TRACE(c.name());
+    BackwardTensors t(c);
+    OnDevice dev(t);
+    dev.run(kernels::attentionBackward(c.shape()));
+    t.expectGradientsMatch(c);
+  }
+  const CompileCacheStats after = compileCacheStats();
+  EXPECT_EQ((after.misses - before.misses) + (after.diskHits - before.diskHits),
+            3)
+      << "one compile (or disk read) per kernel for the three lengths";
+}
+
+} // namespace

@@ -1,0 +1,106 @@
+//===- AttentionBackwardCase.h - backward test problems ---------*- C++ -*-===//
+//
+// One attention backward problem for the CPU and GPU tests: random Q, K, V
+// and dO, O and LSE from the fp64 forward reference (so that nothing but the
+// backward kernels is under test), gradients poisoned, and the check of
+// dQ, dK and dV against the fp64 backward reference.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_TESTS_UNIT_ATTENTIONBACKWARDCASE_H
+#define KILN_TESTS_UNIT_ATTENTIONBACKWARDCASE_H
+
+#include "kiln/kernels/AttentionBackward.h"
+#include "kiln/kernels/Reference.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <ostream>
+#include <string>
+
+namespace kiln::test {
+
+struct BackwardCase {
+  int64_t B, H, Nq, Nk, D;
+  bool causal;
+  DType dtype;
+  bool bshd = false;     ///< (B, N, H, D) storage seen as (B, H, N, D)
+  int staticShapes = -1; ///< 1: B, H and N compiled in
+
+  kernels::AttentionShape shape() const {
+    return {B, H, Nq, Nk, D, causal, dtype, 0};
+  }
+  std::string name() const {
+    return std::to_string(B) + "x" + std::to_string(H) + "_q" +
+           std::to_string(Nq) + "_k" + std::to_string(Nk) + "_d" +
+           std::to_string(D) + (causal ? "_causal_" : "_full_") +
+           dtypeName(dtype) + (bshd ? "_bshd" : "") +
+           (staticShapes > 0 ? "_static" : "");
+  }
+};
+
+inline void PrintTo(const BackwardCase &c, std::ostream *os) {
+  *os << c.name();
+}
+
+struct BackwardTensors {
+  HostTensor q, k, v, o, lse, dO, delta, dq, dk, dv;
+
+  explicit BackwardTensors(const BackwardCase &c)
+      : q(make(c, c.Nq)), k(make(c, c.Nk)), v(make(c, c.Nk)), o(make(c, c.Nq)),
+        lse(DType::f32, {c.B, c.H, c.Nq}), dO(make(c, c.Nq)),
+        delta(DType::f32, {c.B, c.H, c.Nq}), dq(make(c, c.Nq)),
+        dk(make(c, c.Nk)), dv(make(c, c.Nk)) {
+    const uint64_t seed = std::hash<std::string>()(c.name());
+    q.fillRandom(seed, -2, 2);
+    k.fillRandom(seed + 1, -2, 2);
+    v.fillRandom(seed + 2);
+    dO.fillRandom(seed + 3);
+    HostTensor oRef(DType::f32, o.shape());
+    kernels::attentionReference(c.shape(), q, k, v, oRef, lse);
+    for (int64_t i = 0; i < o.numel(); ++i)
+      o.flatSet(i, oRef.flatAt(i)); // rounded to the dtype, as a forward's
+    for (HostTensor *t : {&delta, &dq, &dk, &dv})
+      t->poison();
+  }
+
+  /// Every tensor by the name the kernels bind.
+  std::map<std::string, HostTensor *> byName() {
+    return {{"Q", &q},     {"K", &k},   {"V", &v},         {"O", &o},
+            {"LSE", &lse}, {"dO", &dO}, {"Delta", &delta}, {"dQ", &dq},
+            {"dK", &dk},   {"dV", &dv}};
+  }
+  std::map<std::string, TensorRef> refs() {
+    std::map<std::string, TensorRef> out;
+    for (auto &[name, t] : byName())
+      out[name] = t->ref();
+    return out;
+  }
+
+  /// dQ, dK and dV against the fp64 reference: no unwritten element, L2
+  /// relative error within the dtype's tolerance.
+  void expectGradientsMatch(const BackwardCase &c) const {
+    HostTensor rq(DType::f32, q.shape()), rk(DType::f32, k.shape()),
+        rv(DType::f32, v.shape());
+    kernels::attentionBackwardReference(c.shape(), q, k, v, dO, rq, rk, rv);
+    const double tol = c.dtype == DType::bf16 ? 1e-2 : 5e-3;
+    for (auto [name, out, ref] :
+         {std::tuple{"dQ", &dq, &rq}, {"dK", &dk, &rk}, {"dV", &dv, &rv}}) {
+      ErrorStats e = compareTensors(*out, *ref);
+      EXPECT_EQ(e.nonFinite, 0) << name << ": unwritten or NaN elements";
+      EXPECT_LE(e.relative, tol) << name << ": max abs " << e.maxAbs;
+    }
+  }
+
+private:
+  static HostTensor make(const BackwardCase &c, int64_t n) {
+    if (!c.bshd)
+      return HostTensor(c.dtype, {c.B, c.H, n, c.D});
+    return HostTensor(c.dtype, {c.B, c.H, n, c.D},
+                      {n * c.H * c.D, c.D, c.H * c.D, 1});
+  }
+};
+
+} // namespace kiln::test
+
+#endif // KILN_TESTS_UNIT_ATTENTIONBACKWARDCASE_H

@@ -1,0 +1,73 @@
+//===- AttentionBackwardTest.cpp - the backward on the CPU executor -------===//
+//
+// The three backward kernels run by the CPU executor against the fp64
+// reference: causal and not, ragged N, Nq != Nk, both layouts, one
+// run-time-shape build serving several shapes, the static build.
+//
+//===----------------------------------------------------------------------===//
+#include "AttentionBackwardCase.h"
+
+#include "kiln/Reference/CpuExecutor.h"
+
+#include <gtest/gtest.h>
+
+using namespace kiln;
+using test::BackwardCase;
+using test::BackwardTensors;
+
+namespace {
+
+void runBackwardOnCpu(const kernels::AttentionBackwardKernels &kernels,
+                      BackwardTensors &t) {
+  const std::map<std::string, TensorRef> refs = t.refs();
+  for (const Kernel *k : {&kernels.delta, &kernels.dkdv, &kernels.dq})
+    runOnCpu(*k, k->bind(kernels::tensorsOf(*k, refs)));
+}
+
+// Small blocks keep the executor quick; the GPU tests take the defaults.
+const kernels::AttentionBackwardConfig kSmallBlocks{
+    .blockM = 32, .blockN = 64, .dqBlockM = 64, .dqBlockN = 32, .warps = 4};
+
+class BackwardOnCpu : public ::testing::TestWithParam<BackwardCase> {};
+
+TEST_P(BackwardOnCpu, MatchesFp64Reference) {
+  const BackwardCase &c = GetParam();
+  kernels::AttentionBackwardConfig config = kSmallBlocks;
+  config.staticShapes = c.staticShapes;
+  BackwardTensors t(c);
+  runBackwardOnCpu(kernels::attentionBackward(c.shape(), config), t);
+  t.expectGradientsMatch(c);
+}
+
+constexpr DType bf16 = DType::bf16, f16 = DType::f16;
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, BackwardOnCpu,
+    ::testing::Values(BackwardCase{1, 2, 1, 1, 64, false, bf16},
+                      BackwardCase{1, 2, 1, 1, 64, true, bf16},
+                      BackwardCase{1, 2, 130, 130, 64, false, bf16},
+                      BackwardCase{1, 2, 130, 130, 64, true, f16},
+                      BackwardCase{2, 1, 77, 190, 64, true, bf16},
+                      BackwardCase{1, 2, 200, 129, 64, false, f16, true},
+                      BackwardCase{1, 1, 96, 96, 128, true, bf16, true},
+                      BackwardCase{1, 2, 100, 70, 64, true, bf16, false, 1}),
+    [](const auto &info) { return info.param.name(); });
+
+// One run-time-shape build serves other batch, heads and lengths.
+TEST(BackwardOnCpu, OneBuildServesEveryShape) {
+  for (bool causal : {false, true}) {
+    BackwardCase built{1, 1, 64, 64, 64, causal, bf16};
+    auto kernels = kernels::attentionBackward(built.shape(), kSmallBlocks);
+    for (auto [b, h, nq, nk] : {std::array<int64_t, 4>{2, 3, 33, 33},
+                                {1, 1, 160, 100},
+                                {1, 2, 65, 257}}) {
+      BackwardCase c{b, h, nq, nk, 64, causal, bf16};
+      SCOPED_TRACE(c.name());
+      BackwardTensors t(c);
+      runBackwardOnCpu(kernels, t);
+      t.expectGradientsMatch(c);
+    }
+  }
+}
+
+} // namespace

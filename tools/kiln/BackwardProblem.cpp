@@ -1,0 +1,130 @@
+//===- BackwardProblem.cpp - `kiln ... attention-backward` ----------------===//
+//
+// The backward's three kernels as one problem: `kiln run` launches them in
+// order and checks dQ, dK, dV (and Delta) against fp64; the inspect
+// commands compile the one --part names.
+//
+//===----------------------------------------------------------------------===//
+#include "Commands.h"
+
+#include "kiln/kernels/AttentionBackward.h"
+#include "kiln/kernels/Reference.h"
+
+#include <fmt/format.h>
+
+namespace kiln::cli {
+
+/// Delta = rowsum(dO ∘ O) in fp64, from the tensors as stored.
+static HostTensor deltaReference(const HostTensor &o, const HostTensor &dO) {
+  const auto &sh = o.shape();
+  HostTensor delta(DType::f32, {sh[0], sh[1], sh[2]});
+  for (int64_t r = 0; r < delta.numel(); ++r) {
+    double sum = 0;
+    for (int64_t d = 0; d < sh[3]; ++d)
+      sum += o.flatAt(r * sh[3] + d) * dO.flatAt(r * sh[3] + d);
+    delta.flatSet(r, sum);
+  }
+  return delta;
+}
+
+Problem attentionBackwardProblem(Options &opts, bool withData) {
+  kernels::AttentionShape s;
+  s.batch = positive(opts, "batch", 1);
+  s.heads = positive(opts, "heads", 2);
+  s.seqQ = positive(opts, "seq", 256);
+  s.seqK = positive(opts, "seq-k", s.seqQ);
+  s.headDim = positive(opts, "head-dim", 64);
+  s.causal = opts.flag("causal");
+  s.dtype = dtypeOption(opts, "bf16");
+  kernels::AttentionBackwardConfig c;
+  c.blockM = opts.integer("block-m", 0);
+  c.blockN = opts.integer("block-n", 0);
+  c.dqBlockM = opts.integer("dq-block-m", 0);
+  c.dqBlockN = opts.integer("dq-block-n", 0);
+  c.warps = opts.int32("warps", 0);
+  c.stages = positive32(opts, "stages", c.stages);
+  c.wgmma = opts.int32("wgmma", -1);
+  c.tma = opts.int32("tma", -1);
+  c.warpSpecialize = opts.int32("warp-specialize", -1);
+  c.staticShapes = opts.int32("static-shapes", -1);
+  c = kernels::resolveBackwardConfig(s, c);
+  const std::string part = opts.string("part", "dkdv");
+  if (part != "delta" && part != "dkdv" && part != "dq")
+    throw UsageError("option --part: '" + part + "' is not delta, dkdv or dq");
+  const std::string layout = opts.string("layout", "bhsd");
+  if (layout != "bhsd" && layout != "bshd")
+    throw UsageError("option --layout: '" + layout + "' is not bhsd or bshd");
+  const uint64_t seed = uint64_t(opts.integer("seed", 1));
+
+  const bool bshd = layout == "bshd";
+  const std::vector<int64_t> qShape{s.batch, s.heads, s.seqQ, s.headDim},
+      kShape{s.batch, s.heads, s.seqK, s.headDim},
+      lShape{s.batch, s.heads, s.seqQ},
+      qStrides = attentionStrides(qShape, bshd),
+      kStrides = attentionStrides(kShape, bshd);
+
+  Problem p;
+  kernels::AttentionBackwardKernels ks = kernels::attentionBackward(s, c);
+  p.kernel = part == "delta" ? ks.delta : part == "dq" ? ks.dq : ks.dkdv;
+  p.sequence = {ks.delta, ks.dkdv, ks.dq};
+  p.dims = {{"B", s.batch}, {"H", s.heads}, {"Nq", s.seqQ}, {"Nk", s.seqK}};
+  for (const char *name : {"Q", "O", "dO", "dQ"})
+    noteLayout(p, name, s.dtype, qStrides);
+  for (const char *name : {"K", "V", "dK", "dV"})
+    noteLayout(p, name, s.dtype, kStrides);
+  // Only the tensors of the inspected kernel count for its variant.
+  std::erase_if(p.unaligned, [&](const std::string &name) {
+    for (const TensorParamInfo &t : p.kernel->tensors())
+      if (t.name == name)
+        return false;
+    return true;
+  });
+  p.summary = fmt::format(
+      "attention-backward B={} H={} Nq={} Nk={} D={} {} {} layout={} "
+      "dK/dV {}x{} dQ {}x{} warps={} stages={}{}",
+      s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
+      s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockN,
+      c.blockM, c.dqBlockM, c.dqBlockN, c.warps, c.stages,
+      c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "");
+  if (!withData)
+    return p;
+
+  HostTensor q = randomTensor(s.dtype, qShape, seed, qStrides),
+             k = randomTensor(s.dtype, kShape, seed + 1, kStrides),
+             v = randomTensor(s.dtype, kShape, seed + 2, kStrides),
+             dO = randomTensor(s.dtype, qShape, seed + 3, qStrides),
+             o(s.dtype, qShape, qStrides), lse(DType::f32, lShape),
+             delta(DType::f32, lShape);
+  {
+    HostTensor oRef(DType::f32, qShape);
+    kernels::attentionReference(s, q, k, v, oRef, lse);
+    for (int64_t i = 0; i < o.numel(); ++i)
+      o.flatSet(i, oRef.flatAt(i));
+  }
+  HostTensor dqRef(DType::f32, qShape), dkRef(DType::f32, kShape),
+      dvRef(DType::f32, kShape);
+  kernels::attentionBackwardReference(s, q, k, v, dO, dqRef, dkRef, dvRef);
+  p.expected.emplace_back("Delta", deltaReference(o, dO));
+  p.expected.emplace_back("dQ", std::move(dqRef));
+  p.expected.emplace_back("dK", std::move(dkRef));
+  p.expected.emplace_back("dV", std::move(dvRef));
+  for (auto [name, strides, shape] : {std::tuple{"dQ", qStrides, qShape},
+                                      {"dK", kStrides, kShape},
+                                      {"dV", kStrides, kShape}}) {
+    HostTensor g(s.dtype, shape, strides);
+    g.poison();
+    p.tensors.emplace(name, std::move(g));
+  }
+  delta.poison();
+  for (auto &[name, t] : {std::pair<const char *, HostTensor *>{"Q", &q},
+                          {"K", &k},
+                          {"V", &v},
+                          {"O", &o},
+                          {"dO", &dO},
+                          {"LSE", &lse},
+                          {"Delta", &delta}})
+    p.tensors.emplace(name, std::move(*t));
+  return p;
+}
+
+} // namespace kiln::cli

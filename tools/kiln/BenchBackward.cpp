@@ -1,0 +1,195 @@
+//===- BenchBackward.cpp - kiln bench attention --backward ----------------===//
+//
+// The backward's three kernels (Delta, dK/dV, dQ) timed together: CUDA
+// events around each back-to-back sequence, the median of --reps. Inputs
+// standard normal (as peers.py's torch.randn); O and LSE from kiln's
+// forward on them, so that P is what training sees. TFLOP/s counts 2.5x
+// the forward's FLOPs, 10·B·H·Nq·Nk·D (half when causal), as the
+// FlashAttention papers and peers.py --backward do. Each row also gives
+// each kernel's own median.
+//
+//===----------------------------------------------------------------------===//
+#include "Commands.h"
+
+#include "kiln/kernels/AttentionBackward.h"
+#include "kiln/runtime/Launch.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+
+namespace kiln::cli {
+
+/// Median milliseconds of `reps` runs of `launches`, CUDA events around
+/// each, after 3 untimed ones.
+static double medianMs(const std::function<void()> &launches, int reps) {
+  for (int i = 0; i < 3; ++i)
+    launches();
+  cuda::synchronize();
+  std::vector<float> times;
+  cuda::Timer t;
+  for (int i = 0; i < reps; ++i) {
+    t.start();
+    launches();
+    times.push_back(t.stop());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+int benchAttentionBackward(Options &opts) {
+  const bool quick = opts.flag("quick"), ragged = opts.flag("ragged");
+  const std::string dtypes = opts.string("dtypes", "bf16");
+  const std::string jsonPath = opts.string("json", "");
+  const int reps = positive32(opts, "reps", 30);
+  const std::string onlyD = opts.string("head-dim", "");
+  const std::string seqs = opts.string("seqs", "");
+  kernels::AttentionBackwardConfig cfg;
+  cfg.blockM = opts.integer("block-m", 0);
+  cfg.blockN = opts.integer("block-n", 0);
+  cfg.dqBlockM = opts.integer("dq-block-m", 0);
+  cfg.dqBlockN = opts.integer("dq-block-n", 0);
+  cfg.warps = opts.int32("warps", 0);
+  cfg.stages = positive32(opts, "stages", cfg.stages);
+  cfg.wgmma = opts.int32("wgmma", -1);
+  cfg.tma = opts.int32("tma", -1);
+  cfg.warpSpecialize = opts.int32("warp-specialize", -1);
+  cfg.staticShapes = opts.int32("static-shapes", -1);
+  const bool onlyCausal = opts.flag("causal"),
+             onlyNonCausal = opts.flag("non-causal");
+  opts.checkAllUsed();
+  std::string why;
+  if (!cuda::available(&why))
+    throw Error("kiln bench: no GPU here (" + why + ")");
+  const cuda::DeviceInfo &dev = cuda::device();
+  fmt::print("# kiln bench attention --backward on {} ({}), median of {} "
+             "runs of the three kernels\n",
+             dev.name, dev.arch(), reps);
+  fmt::print("dtype,B,H,N,D,causal,ms,tflops,delta_ms,dkdv_ms,dq_ms,"
+             "dkdv_registers,dkdv_spill,dq_registers,dq_spill\n");
+
+  std::vector<int64_t> ns =
+      !seqs.empty() ? positiveList(seqs, "seqs")
+      : quick       ? std::vector<int64_t>{1024, 4096}
+                    : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
+  if (ragged)
+    for (int64_t n : {1000, 1023, 2049, 3001, 4097, 8191})
+      for (int64_t m : {n, (n + 64) / 128 * 128})
+        if (std::find(ns.begin(), ns.end(), m) == ns.end())
+          ns.push_back(m);
+  std::sort(ns.begin(), ns.end());
+  llvm::json::Array rows;
+  for (const std::string &dn : [&] {
+         std::vector<std::string> out;
+         for (size_t at = 0; at <= dtypes.size();) {
+           size_t comma = std::min(dtypes.find(',', at), dtypes.size());
+           out.push_back(dtypes.substr(at, comma - at));
+           at = comma + 1;
+         }
+         return out;
+       }()) {
+    auto dtype = parseDType(dn);
+    if (!dtype || (*dtype != DType::bf16 && *dtype != DType::f16))
+      throw UsageError("kiln bench: --dtypes takes bf16 and fp16, got " + dn);
+    for (int64_t D : {64, 128}) {
+      if (!onlyD.empty() && std::to_string(D) != onlyD)
+        continue;
+      for (int64_t N : ns)
+        for (bool causal : {false, true}) {
+          if ((onlyCausal && !causal) || (onlyNonCausal && causal))
+            continue;
+          const int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
+          kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
+          const size_t n = size_t(B * H * N * D), rowsN = size_t(B * H * N);
+          const uint64_t seed = uint64_t(N * 1000 + D + causal);
+          cuda::Buffer q = randomDevice(*dtype, n, seed),
+                       k = randomDevice(*dtype, n, seed + 1),
+                       v = randomDevice(*dtype, n, seed + 2),
+                       dO = randomDevice(*dtype, n, seed + 3), o(n * 2),
+                       dq(n * 2), dk(n * 2), dv(n * 2), lse(rowsN * 4),
+                       delta(rowsN * 4);
+          const std::vector<int64_t> shape{B, H, N, D},
+              st{H * N * D, N * D, D, 1};
+          auto ref = [&](cuda::Buffer &b) -> TensorRef {
+            return {b.data(), *dtype, shape, st};
+          };
+          auto rowRef = [&](cuda::Buffer &b) -> TensorRef {
+            return {b.data(), DType::f32, {B, H, N}, {H * N, N, 1}};
+          };
+          std::map<std::string, TensorRef> refs{{"Q", ref(q)},
+                                                {"K", ref(k)},
+                                                {"V", ref(v)},
+                                                {"O", ref(o)},
+                                                {"dO", ref(dO)},
+                                                {"LSE", rowRef(lse)},
+                                                {"Delta", rowRef(delta)},
+                                                {"dQ", ref(dq)},
+                                                {"dK", ref(dk)},
+                                                {"dV", ref(dv)}};
+          { // O and LSE from the forward on these inputs.
+            Kernel fwd = kernels::attentionForward(s);
+            auto mine = kernels::tensorsOf(fwd, refs);
+            jitKernel(fwd, mine)->launch(fwd.bind(mine));
+          }
+          kernels::AttentionBackwardKernels ks =
+              kernels::attentionBackward(s, cfg);
+          struct Launch {
+            std::shared_ptr<GpuKernel> g;
+            std::vector<ArgValue> args;
+          };
+          std::vector<Launch> launches;
+          for (const Kernel *kern : {&ks.delta, &ks.dkdv, &ks.dq}) {
+            auto mine = kernels::tensorsOf(*kern, refs);
+            launches.push_back({jitKernel(*kern, mine), kern->bind(mine)});
+          }
+          const double ms = medianMs(
+              [&] {
+                for (Launch &l : launches)
+                  l.g->launch(l.args);
+              },
+              reps);
+          double each[3];
+          for (int i = 0; i < 3; ++i)
+            each[i] = medianMs([&] { launches[i].g->launch(launches[i].args); },
+                               reps);
+          const double tflops =
+              10.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
+          cuda::FunctionAttributes a1 = launches[1].g->attributes(),
+                                   a2 = launches[2].g->attributes();
+          fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{:.3f},{:.3f},{:.3f},{},"
+                     "{},{},{}\n",
+                     dn, B, H, N, D, int(causal), ms, tflops, each[0], each[1],
+                     each[2], a1.registers, a1.localBytes, a2.registers,
+                     a2.localBytes);
+          std::fflush(stdout);
+          rows.push_back(llvm::json::Object{
+              {"peer", "kiln"},
+              {"pass", "backward"},
+              {"dtype", *dtype == DType::bf16 ? "bf16" : "fp16"},
+              {"B", B},
+              {"H", H},
+              {"N", N},
+              {"D", D},
+              {"causal", causal},
+              {"ms", ms},
+              {"tflops", tflops}});
+        }
+    }
+  }
+  if (!jsonPath.empty()) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
+                                     {"rows", std::move(rows)}}));
+    std::ofstream(jsonPath) << text << "\n";
+    fmt::print("# wrote {}\n", jsonPath);
+  }
+  return 0;
+}
+
+} // namespace kiln::cli
