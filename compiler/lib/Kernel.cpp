@@ -251,6 +251,11 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors,
       throw Error(where + ": " + std::to_string(r.strides.size()) +
                   " strides for a rank-" + std::to_string(r.shape.size()) +
                   " tensor");
+    if (t.contiguous && r.strides.back() != 1)
+      throw Error(where +
+                  ": the kernel requires a contiguous last dimension "
+                  "(stride 1), got stride " +
+                  std::to_string(r.strides.back()));
     if (reinterpret_cast<uintptr_t>(r.data) % dtypeSize(r.dtype))
       throw Error(where + ": pointer is not aligned to its element size");
     args[t.pointerParam] = r.data;

@@ -397,6 +397,19 @@ void KernelBuilder::keepUnspecialised(const TensorView &tensor, Loc loc) {
                      "one is not)");
 }
 
+void KernelBuilder::requireContiguous(const TensorView &tensor, Loc loc) {
+  if (!state_ || current != state_.get())
+    userError(loc, "requireContiguous: the kernel is finished");
+  for (TensorParamInfo &t : state_->kernel->tensors)
+    if (t.name == tensor.name()) {
+      t.contiguous = true; // kContiguousArgAttr once the signature is final
+      return;
+    }
+  userError(loc, "requireContiguous: " + tensor.name() +
+                     " is not a tensor argument of this kernel (a view of "
+                     "one is not)");
+}
+
 /// A schedule choice that is a unit attribute on the kernel: present or not.
 static void setFlag(mlir::func::FuncOp func, llvm::StringRef name, bool on) {
   if (on)
@@ -504,6 +517,8 @@ Kernel KernelBuilder::finish(Loc loc) {
     if (!t.dimParams.empty())
       func.setArgAttr(t.pointerParam, kTensorDimsAttr,
                       b.getDenseI32ArrayAttr(t.dimParams));
+    if (t.contiguous)
+      func.setArgAttr(t.pointerParam, kContiguousArgAttr, b.getUnitAttr());
   }
 
   std::string diags;

@@ -103,6 +103,14 @@ void GpuKernel::launch(const std::vector<ArgValue> &args) {
     ptrs[i] = &storage[i];
   }
   for (const TensorParamInfo &t : spec_.tensors)
+    if (t.contiguous && !t.strideParams.empty() &&
+        std::get<int64_t>(args[t.strideParams.back()]) != 1)
+      throw Error(
+          "kernel " + spec_.name + ", tensor " + t.name +
+          ": the kernel requires a contiguous last dimension "
+          "(stride 1), got stride " +
+          std::to_string(std::get<int64_t>(args[t.strideParams.back()])));
+  for (const TensorParamInfo &t : spec_.tensors)
     if (t.aligned) {
       if (reinterpret_cast<uintptr_t>(std::get<void *>(args[t.pointerParam])) %
           16)

@@ -172,6 +172,33 @@ TEST(RuntimeShapes, DimensionsAreBoundConsistently) {
               HasSubstr("compiled for shape RxC, got 2x2x2"));
 }
 
+// requireContiguous: the IR says so, bind refuses a strided last dimension,
+// and the CPU executor (which reads real strides) agrees with the result.
+TEST(RuntimeShapes, ContiguousTensorsAreRequiredSo) {
+  KernelBuilder k("copy_row");
+  Index n = k.scalarArg("n");
+  k.setGrid({1});
+  auto X = k.tensorArg("X", f32, {n});
+  auto Y = k.tensorArg("Y", f32, {n});
+  k.requireContiguous(X);
+  store(Y.block({0}), load(X.block({0}, {64})) * 2.0);
+  Kernel kern = k.finish();
+  EXPECT_THAT(kern.ir(), HasSubstr("kiln.contiguous, kiln.name = \"X\""));
+  EXPECT_THAT(kern.ir(), Not(HasSubstr("kiln.contiguous, kiln.name = \"Y\"")));
+  HostTensor strided(DType::f32, {50}, {2}), y(DType::f32, {50});
+  EXPECT_THAT(errorOf([&] {
+                kern.bind({{"X", strided.ref()}, {"Y", y.ref()}});
+              }),
+              HasSubstr("tensor X: the kernel requires a contiguous last "
+                        "dimension (stride 1), got stride 2"));
+  HostTensor x(DType::f32, {50});
+  x.fillRandom(3);
+  y.poison();
+  runOnCpu(kern, kern.bind({{"X", x.ref()}, {"Y", y.ref()}}));
+  for (int64_t i = 0; i < 50; ++i)
+    EXPECT_EQ(y.flatAt(i), 2 * x.flatAt(i)) << i;
+}
+
 TEST(RuntimeShapes, MisuseNamesTheUsersLine) {
   int line = 0;
   std::string error = errorOf([&] {

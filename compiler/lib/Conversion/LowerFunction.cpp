@@ -172,6 +172,13 @@ int64_t Lowerer::run(ModuleOp module) {
                    (tmaFallback.count(ld.getResult())
                         ? "; not TMA: " + tmaFallback[ld.getResult()]
                         : std::string()));
+    else if (!sharedOperands.count(ld.getResult()) && loadsAhead(ld))
+      note(ld, "load " + shape + ": " +
+                   (isAlignedAccess(ld.getPtr()) ? "vector" : "element") +
+                   " loads to registers, 1 iteration ahead" +
+                   (isAlignedAccess(ld.getPtr())
+                        ? std::string()
+                        : "; " + unalignedReason(ld.getPtr())));
     else if (!isAlignedAccess(ld.getPtr()))
       note(ld, "load " + shape + ": element loads to registers" +
                    (sharedOperands.count(ld.getResult())
@@ -323,6 +330,8 @@ void Lowerer::lowerOp(Operation *op) {
     tiles[r] = materialize(r);
     return;
   }
+  if (loadedAhead.count(r))
+    return; // the loop holds its registers
   const Layout l = layoutOf(r);
   if (auto ld = dyn_cast<LoadOp>(op); ld && prefetchedBase.count(r)) {
     // Fetched by the previous iteration (or the prologue) into this buffer.

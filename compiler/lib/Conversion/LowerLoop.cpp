@@ -3,6 +3,7 @@
 // A kiln scf.for becomes an scf.for over registers: carried tiles turn into
 // their registers. Loads that only feed dots are pipelined: fetched S-1 (or
 // S-2) iterations ahead into S buffers, by cp.async or by TMA (LowerTma.cpp).
+// Small loads to registers are issued one iteration ahead (loadsAhead).
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
@@ -108,6 +109,37 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
               arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(i))),
           i32(i));
 
+  // Small register loads one iteration ahead: the prologue loads the first
+  // iteration's; each iteration loads the next one's before its own work.
+  SmallVector<LoadOp> ahead;
+  SmallVector<Operation *> aheadSliceOps;
+  for (Operation &op : forOp.getBody()->without_terminator())
+    if (auto ld = dyn_cast<LoadOp>(op); ld && loadsAhead(ld)) {
+      ahead.push_back(ld);
+      iterationSlice(ld, &aheadSliceOps);
+    }
+  llvm::SetVector<Operation *> aheadSlice(aheadSliceOps.begin(),
+                                          aheadSliceOps.end());
+  auto loadAhead = [&](Value iv) {
+    Value saved = scalars.lookup(srcIv);
+    scalars[srcIv] = iv;
+    for (Operation *op : aheadSlice)
+      lowerOp(op);
+    SmallVector<Value> regs;
+    for (LoadOp ld : ahead) {
+      Regs r = lowerLoad(ld);
+      regs.append(r.regs.begin(), r.regs.end());
+    }
+    for (Operation *op : aheadSlice)
+      scalars.erase(op->getResult(0));
+    if (saved)
+      scalars[srcIv] = saved;
+    else
+      scalars.erase(srcIv);
+    return regs;
+  };
+  SmallVector<Value> firstAhead = loadAhead(scalarOf(forOp.getLowerBound()));
+
   // Each carried tile becomes its registers (one value if uniform).
   struct Carried {
     std::optional<Layout> layout;
@@ -135,6 +167,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     inits.push_back(consumer ? ringSlot : i32(0));
   if (viaTma)
     inits.push_back(consumer ? ringPhase : i32(0));
+  const size_t aheadFirst = inits.size();
+  inits.append(firstAhead.begin(), firstAhead.end());
   auto newFor = scf::ForOp::create(b, loc, scalarOf(forOp.getLowerBound()),
                                    scalarOf(forOp.getUpperBound()),
                                    scalarOf(forOp.getStep()), inits);
@@ -186,6 +220,19 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     }
     for (LoadOp ld : prefetched)
       prefetchedBase[ld.getResult()] = stageBuffer(ld, slot);
+    // This iteration's registers of the loads ahead, then the next one's.
+    size_t at = aheadFirst;
+    for (LoadOp ld : ahead) {
+      Layout l = layoutOf(ld.getResult());
+      auto regs = newFor.getRegionIterArgs().slice(at, l.numRegs());
+      tiles[ld.getResult()] = Regs{l, SmallVector<Value>(regs), {}};
+      loadedAhead.insert(ld.getResult());
+      at += l.numRegs();
+    }
+    SmallVector<Value> nextAhead;
+    if (!ahead.empty())
+      nextAhead = loadAhead(arith::AddIOp::create(
+          b, loc, newFor.getInductionVar(), scalarOf(forOp.getStep())));
     auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
     // Carried dot results may arrive in flight from the previous iteration.
     bool savedDefer = deferWaits;
@@ -225,6 +272,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       if (viaTma)
         outs.push_back(phase);
     }
+    outs.append(nextAhead.begin(), nextAhead.end());
     if (!inits.empty())
       scf::YieldOp::create(b, loc, outs);
     lane = savedLane;

@@ -181,8 +181,8 @@ Regs Lowerer::lowerBroadcast(Value src, const Layout &dst) {
 /// tensor is specialised as aligned (`aligned`) the last dimension's stride is
 /// the constant 1.
 static void blockAddresses(Lowerer &L, const Layout &l, Value base,
-                           bool aligned, ValueRange offsets, ValueRange shape,
-                           ValueRange strides, Type elem,
+                           bool unitLastStride, ValueRange offsets,
+                           ValueRange shape, ValueRange strides, Type elem,
                            SmallVectorImpl<Value> &addrs,
                            SmallVectorImpl<Value> &inBounds, int64_t step = 1) {
   SmallVector<Value> tc = L.threadCoord(l);
@@ -208,8 +208,9 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
       // 64-bit products cannot overflow for 32-bit coordinates and strides;
       // the one select below gives out-of-range elements the first element's
       // address, which exists.
-      Value stride =
-          aligned && d + 1 == l.rank() ? L.i32(1) : L.scalarOf(strides[d]);
+      Value stride = unitLastStride && d + 1 == l.rank()
+                         ? L.i32(1)
+                         : L.scalarOf(strides[d]);
       Value term = arith::MulIOp::create(
           b, L.loc, arith::ExtSIOp::create(b, L.loc, b.getI64Type(), c),
           arith::ExtSIOp::create(b, L.loc, b.getI64Type(), stride));
@@ -256,7 +257,8 @@ Regs Lowerer::lowerLoad(LoadOp op) {
   const bool aligned = isAlignedAccess(op.getPtr());
   int64_t vec = accessWidth(aligned, l, elem, op.getShape(), op.getOffsets());
   SmallVector<Value> addrs, ok;
-  blockAddresses(*this, l, scalarOf(op.getPtr()), aligned, op.getOffsets(),
+  blockAddresses(*this, l, scalarOf(op.getPtr()),
+                 isContiguousAccess(op.getPtr()), op.getOffsets(),
                  op.getShape(), op.getStrides(), elem, addrs, ok, vec);
   // An integer padding is made from the f64 directly: through f32, a large
   // one (INT32_MAX for a min) would round out of range.
@@ -301,8 +303,24 @@ bool Lowerer::canPrefetch(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
       knownDivisor(ld.getShape().back()) % 8 ||
       knownDivisor(ld.getOffsets().back()) % 8 || !tileGeometry(l))
     return false;
-  // Its operands must be loop-invariant or pure scalar arithmetic of the
-  // induction variable, so that they can be evaluated for the next iteration.
+  return iterationSlice(ld, slice);
+}
+
+bool Lowerer::loadsAhead(LoadOp ld) {
+  // 16 registers a thread at most: the next iteration's copy is live
+  // through the whole body.
+  constexpr int64_t kMaxRegs = 16;
+  Value r = ld.getResult();
+  return isa_and_nonnull<scf::ForOp>(ld->getParentOp()) &&
+         !smemBufferBytes.count(r) && !sharedOperands.count(r) &&
+         !residentMbarrier.count(r) && layoutOf(r).numRegs() <= kMaxRegs &&
+         iterationSlice(ld, nullptr);
+}
+
+bool Lowerer::iterationSlice(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
+  auto forOp = dyn_cast<scf::ForOp>(ld->getParentOp());
+  if (!forOp)
+    return false;
   llvm::SetVector<Operation *> ops;
   bool ok = true;
   std::function<void(Value)> visit = [&](Value v) {
@@ -370,8 +388,8 @@ static void writeBlock(
   Type elem = cast<RankedTensorType>(value.getType()).getElementType();
   const int64_t dup = l.duplicateRegMask();
   SmallVector<Value> addrs, ok;
-  blockAddresses(L, l, L.scalarOf(ptr), aligned, offsets, shape, strides, elem,
-                 addrs, ok, vec);
+  blockAddresses(L, l, L.scalarOf(ptr), aligned || isContiguousAccess(ptr),
+                 offsets, shape, strides, elem, addrs, ok, vec);
   Value owner = L.isOwner(l);
   for (int64_t r = 0; r < l.numRegs(); r += vec) {
     if (r & dup)

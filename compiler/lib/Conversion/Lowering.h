@@ -163,6 +163,18 @@ public:
   /// Whether a dot-only load inside `loop` can be fetched one iteration ahead
   /// with cp.async; `slice` gets the body ops its operands depend on.
   bool canPrefetch(LoadOp ld, llvm::SmallVectorImpl<mlir::Operation *> *slice);
+  /// Whether the operands of a load in a loop's body are loop-invariant or
+  /// pure scalar arithmetic of the induction variable (so that they can be
+  /// evaluated for another iteration); `slice` gets those body ops in order.
+  bool iterationSlice(LoadOp ld,
+                      llvm::SmallVectorImpl<mlir::Operation *> *slice);
+  /// A small load to registers in a loop's body (a row of statistics, a
+  /// bias) that each iteration issues for the next one, so that its latency
+  /// hides behind the iteration's work.
+  bool loadsAhead(LoadOp ld);
+  /// Loads whose registers the loop already holds (loaded an iteration
+  /// ahead): lowerOp skips them.
+  llvm::DenseSet<mlir::Value> loadedAhead;
   /// cp.async of a load's block into a tile, 16 bytes per copy, zero-filled
   /// outside the tensor.
   void issueAsyncCopy(LoadOp ld, const SmemTile &t);

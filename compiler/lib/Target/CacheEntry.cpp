@@ -108,6 +108,7 @@ std::string encodeCompiledKernel(const CompiledKernel &k,
               (t.aligned         ? " aligned"
                : t.specialisable ? " any"
                                  : " never") +
+              (t.contiguous ? "-contiguous" : "") +
               (t.dimParams.empty()
                    ? std::string()
                    : " " + joinInts(std::vector<int64_t>(t.dimParams.begin(),
@@ -208,11 +209,15 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
         std::string name, dtype, shape, strides, access, dims;
         int ptr = 0;
         in >> name >> dtype >> shape >> ptr >> strides >> access >> dims;
+        const bool contiguous = access.ends_with("-contiguous");
+        if (contiguous)
+          access.resize(access.size() - std::string("-contiguous").size());
         if (access != "aligned" && access != "any" && access != "never")
           throw Error("kiln cache entry: bad tensor record " + v);
         TensorParamInfo t{name, dtypeField(dtype), splitInts(shape), ptr};
         t.aligned = access == "aligned";
         t.specialisable = access != "never";
+        t.contiguous = contiguous;
         for (int64_t s : splitInts(strides))
           t.strideParams.push_back(int(s));
         for (int64_t d : splitInts(dims))

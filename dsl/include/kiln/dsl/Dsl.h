@@ -334,6 +334,10 @@ public:
   /// little for vectors to matter (attention's LSE, one fp32 per row),
   /// whose alignment would otherwise split compiles by N % 4.
   void keepUnspecialised(const TensorView &tensor, Loc loc = Loc::current());
+  /// The kernel requires `tensor`'s last dimension to be contiguous (stride
+  /// 1; Kernel::bind and the launcher refuse others): its element accesses
+  /// then need no stride multiply, whatever its specialisation.
+  void requireContiguous(const TensorView &tensor, Loc loc = Loc::current());
   /// Warps per program on the GPU (a power of two; default 4).
   void setWarps(int warps, Loc loc = Loc::current());
   /// Software-pipeline depth of the loads in loops (>= 2; default 2).

@@ -54,6 +54,10 @@ struct TensorParamInfo {
   /// alignment (KernelBuilder::keepUnspecialised): never compiled as
   /// aligned, and its element accesses are no fallback.
   bool specialisable = true;
+  /// The kernel requires a contiguous last dimension (stride 1) whatever its
+  /// specialisation (KernelBuilder::requireContiguous): bind and the
+  /// launcher refuse other strides.
+  bool contiguous = false;
   /// Per dimension: the integer parameter that holds it, or -1 (compiled
   /// in). Empty: every dimension is compiled in.
   std::vector<int> dimParams;

@@ -291,6 +291,13 @@ bool kiln::isAlignedAccess(Value ptr) {
   return arg && ownerOf(arg).getArgAttr(arg.getArgNumber(), kAlignedArgAttr);
 }
 
+bool kiln::isContiguousAccess(Value ptr) {
+  BlockArgument arg = pointerArgumentOf(ptr);
+  return arg &&
+         (ownerOf(arg).getArgAttr(arg.getArgNumber(), kAlignedArgAttr) ||
+          ownerOf(arg).getArgAttr(arg.getArgNumber(), kContiguousArgAttr));
+}
+
 std::string kiln::accessedTensorName(Value ptr) {
   BlockArgument arg = pointerArgumentOf(ptr);
   if (!arg)

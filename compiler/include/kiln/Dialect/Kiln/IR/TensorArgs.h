@@ -24,6 +24,9 @@ namespace kiln {
 inline constexpr llvm::StringLiteral kTensorShapeAttr = "kiln.tensor_shape";
 inline constexpr llvm::StringLiteral kTensorDimsAttr = "kiln.tensor_dims";
 inline constexpr llvm::StringLiteral kAlignedArgAttr = "kiln.aligned";
+/// On a tensor's pointer argument: its last dimension has stride 1 (the
+/// kernel requires it; KernelBuilder::requireContiguous).
+inline constexpr llvm::StringLiteral kContiguousArgAttr = "kiln.contiguous";
 /// On an i32 argument: a power of two its value is a multiple of.
 inline constexpr llvm::StringLiteral kDivisibilityArgAttr = "kiln.divisibility";
 
@@ -34,6 +37,9 @@ mlir::BlockArgument pointerArgumentOf(mlir::Value ptr);
 /// Whether block accesses through `ptr` may assume its tensor argument's
 /// argument's aligned specialisation (kAlignedArgAttr).
 bool isAlignedAccess(mlir::Value ptr);
+/// Whether the last dimension behind `ptr` has stride 1: aligned, or
+/// required contiguous (kContiguousArgAttr).
+bool isContiguousAccess(mlir::Value ptr);
 
 /// The name a report gives the tensor behind `ptr`: its kiln.name (the DSL's
 /// tensor name), else "argument N", else "a computed pointer".
