@@ -3,8 +3,12 @@ attention --ragged`, timed as ../shared/bench/peers.py times them (standard
 normal inputs, the median of 30 samples of CUDA events around 10 back-to-back
 calls, divided by 10), beside kiln's rows from that benchmark's --json.
 
-Usage: python3 scripts/ragged_peers.py --kiln kiln.json [--dtypes bf16]
+Usage: python3 scripts/ragged_peers.py --kiln kiln.json [--dtypes bf16] [--backward]
 (kiln rows of `--shapes both` are tabled per mode: static, runtime)
+--backward: kiln's rows of `kiln bench attention --backward --json`, and SDPA's
+backward timed as peers.py --backward times it (torch.autograd.grad of the
+output given a standard normal dO, the forward once outside the timing);
+TFLOP/s count 2.5x the forward's FLOPs.
 Prints one CSV row per shape and peer, then the table: each N with SDPA's
 figures, kiln's, kiln/cuDNN and, for N not a multiple of 128, kiln at N over
 kiln at the nearest multiple of 128.
@@ -18,6 +22,7 @@ P = argparse.ArgumentParser()
 P.add_argument("--kiln", required=True, help="kiln bench attention --json output")
 P.add_argument("--dtypes", default="bf16")
 P.add_argument("--batch", type=int, default=10)
+P.add_argument("--backward", action="store_true")
 args = P.parse_args()
 dev = torch.device("cuda")
 print(f"# device {torch.cuda.get_device_name(0)} torch={torch.__version__}")
@@ -39,7 +44,8 @@ def bench(fn, warm=5, reps=30):
     return sorted(ts)[len(ts) // 2]
 
 
-rows = json.load(open(args.kiln))["rows"]
+rows = [r for r in json.load(open(args.kiln))["rows"]
+        if (r.get("pass", "forward") == "backward") == args.backward]
 modes = sorted({r.get("shapes", "default") for r in rows})
 kiln = {(r["dtype"], r["N"], r["D"], r["causal"], r.get("shapes", "default")): r["tflops"]
         for r in rows}
@@ -52,14 +58,22 @@ for (dn, N, D, causal) in sorted({k[:4] for k in kiln}):
     B, H = max(1, 16384 // N), 2048 // D
     g = torch.Generator(device=dev).manual_seed(N + D)
     q, k, v = (torch.randn(B, H, N, D, device=dev, dtype=dtype, generator=g) for _ in range(3))
-    flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+    flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0) * (2.5 if args.backward else 1.0)
     for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION),
                           ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
         def run():
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         try:
-            ms = bench(run)
+            if args.backward:
+                qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+                with sdpa_kernel(backend):
+                    out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                dout = torch.randn_like(out)
+                ms = bench(lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True))
+                del out, dout, qg, kg, vg
+            else:
+                ms = bench(run)
         except Exception as e:  # noqa: a backend may refuse a shape
             print(f"# {name} {N} {D} {causal} failed: {type(e).__name__}: {str(e)[:120]}")
             continue
@@ -67,7 +81,7 @@ for (dn, N, D, causal) in sorted({k[:4] for k in kiln}):
         print(f"{name},{dn},{B},{H},{N},{D},{int(causal)},{ms:.3f},{flops / ms / 1e9:.1f}", flush=True)
     del q, k, v
 
-print("\n# TFLOP/s; kiln/cuDNN; for N % 128 != 0, kiln at N / kiln at the nearest multiple of 128"
+print(f"\n# {'backward ' if args.backward else ''}TFLOP/s; kiln/cuDNN; for N % 128 != 0, kiln at N / kiln at the nearest multiple of 128"
       + (" (same shapes mode)" if len(modes) > 1 else ""))
 print("dtype,D,causal,N,shapes,sdpa_flash,sdpa_cudnn,kiln,kiln/cudnn,kiln/kiln@128")
 for (dn, N, D, causal, mode) in sorted(kiln, key=lambda k: (k[0], k[2], k[3], k[1], k[4])):

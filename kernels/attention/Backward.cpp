@@ -12,6 +12,7 @@
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/AttentionBackward.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace kiln::dsl;
@@ -46,93 +47,122 @@ struct Common {
     return {B, H, Nq, keys ? k.scalarArg("Nk") : Index(s.seqK)};
   }
 
-  void schedule(KernelBuilder &k) const {
-    k.setWarps(c.warps);
+  void schedule(KernelBuilder &k, int warps) const {
+    const bool producer = c.wgmma > 0 && c.tma > 0 && c.warpSpecialize > 0;
+    k.setWarps(warps);
     k.setStages(c.stages);
     k.setWgmma(c.wgmma > 0);
     k.setTma(c.wgmma > 0 && c.tma > 0);
-    k.setWarpSpecialize(c.wgmma > 0 && c.tma > 0 && c.warpSpecialize > 0);
+    k.setWarpSpecialize(producer);
+    k.setPingpong(producer && c.pingpong > 0);
+    k.setOverlapDots(c.overlap > 0);
+    if (c.minBlocksPerSM > 0)
+      k.setMinBlocksPerSM(c.minBlocksPerSM);
   }
 };
 
-/// Delta = rowsum(dO ∘ O) in fp32, 64 rows per program.
+/// The workspace the loops read: per row of queries LSE·log2(e) (base-2
+/// units) and Delta = rowsum(dO ∘ O), fp32, as Stats[b][h][0] and [1]. Its
+/// rows are statsRowLength(Nq) long (16-byte multiples, so that every Nq
+/// takes the aligned variant) and contiguous; rows past Nq hold +inf and 0.
+TensorView statsArg(const Common &cm, KernelBuilder &k, Index B, Index H) {
+  Index rowLength = cm.runtimeShapes ? k.scalarArg("StatsRow", 4)
+                                     : Index(statsRowLength(cm.s.seqQ));
+  auto stats = k.tensorArg("Stats", f32, {B, H, 2, rowLength});
+  k.requireContiguous(stats);
+  return stats;
+}
+
+/// Fills the workspace, 64 rows per program (to the end of its rows).
 Kernel deltaKernel(const Common &cm) {
   const int64_t D = cm.s.headDim, BM = 64;
   KernelBuilder k("attention_bwd_delta");
   auto [B, H, Nq, Nk] = cm.sizes(k, /*keys=*/false);
   (void)Nk;
-  k.setGrid({cdiv(Nq, BM), B * H});
-  k.setWarps(4);
   auto O = k.tensorArg("O", cm.s.dtype, {B, H, Nq, D});
   auto dO = k.tensorArg("dO", cm.s.dtype, {B, H, Nq, D});
-  auto Delta = k.tensorArg("Delta", f32, {B, H, Nq});
+  auto LSE = k.tensorArg("LSE", f32, {B, H, Nq});
+  auto Stats = statsArg(cm, k, B, H);
+  k.setGrid({cdiv(Stats.dims()[3], BM), B * H});
+  k.setWarps(4);
   if (cm.runtimeShapes)
-    k.keepUnspecialised(Delta);
+    k.keepUnspecialised(LSE);
   Index bh = programId(1), m0 = programId(0) * BM;
   Index b = bh / H, h = bh % H;
   Tile o = load(O[b][h].block({m0, 0}, {BM, D})).to(f32);
   Tile dout = load(dO[b][h].block({m0, 0}, {BM, D})).to(f32);
-  store(Delta[b][h].block({m0}), reduceSum(o * dout, 1));
+  store(Stats[b][h][0].block({m0}),
+        load(LSE[b][h].block({m0}, {BM}), inf) * log2e);
+  store(Stats[b][h][1].block({m0}), reduceSum(o * dout, 1));
   return k.finish();
 }
 
-/// dK and dV for blockN keys per program, over the query blocks that see
-/// them. Query rows past Nq read Q = dO = 0 and LSE = +inf, so P = 0 there:
-/// no mask but the causal one. Rows of keys past Nk are never stored.
-Kernel dkdvKernel(const Common &cm) {
+/// dK and dV (or one of them) for blockN keys per program, over the query
+/// blocks that see them. Query rows past Nq read Q = dO = 0 and LSE = +inf,
+/// so P = 0 there: no mask but the causal one. Rows of keys past Nk are
+/// never stored.
+Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   const AttentionShape &s = cm.s;
   const int64_t D = s.headDim, BM = cm.c.blockM, BN = cm.c.blockN;
-  KernelBuilder k("attention_bwd_dkdv");
+  KernelBuilder k(wantDk && wantDv ? "attention_bwd_dkdv"
+                  : wantDk         ? "attention_bwd_dk"
+                                   : "attention_bwd_dv");
   auto [B, H, Nq, Nk] = cm.sizes(k);
   k.setGrid({cdiv(Nk, BN), B * H});
-  cm.schedule(k);
+  cm.schedule(k, cm.c.warps);
   auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
   auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
-  auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
   auto dO = k.tensorArg("dO", s.dtype, {B, H, Nq, D});
-  auto LSE = k.tensorArg("LSE", f32, {B, H, Nq});
-  auto Delta = k.tensorArg("Delta", f32, {B, H, Nq});
-  auto dK = k.tensorArg("dK", s.dtype, {B, H, Nk, D});
-  auto dV = k.tensorArg("dV", s.dtype, {B, H, Nk, D});
-  if (cm.runtimeShapes) {
-    k.keepUnspecialised(LSE);
-    k.keepUnspecialised(Delta);
-  }
-
+  auto Stats = statsArg(cm, k, B, H);
   Index bh = programId(1), n0 = programId(0) * BN;
   Index b = bh / H, h = bh % H;
-  auto q = Q[b][h], dout = dO[b][h], lse = LSE[b][h], delta = Delta[b][h];
+  auto q = Q[b][h], dout = dO[b][h], lse2 = Stats[b][h][0],
+       delta = Stats[b][h][1];
   Tile kTile = load(K[b][h].block({n0, 0}, {BN, D}));
-  Tile vTile = load(V[b][h].block({n0, 0}, {BN, D}));
-  Tile dk = zeros({BN, D}, f32), dv = zeros({BN, D}, f32);
   Tile keys = arange(BN) + n0;
+  Carry carried;
+  Tile dk = zeros({BN, D}, f32), dv = zeros({BN, D}, f32), vTile;
+  if (wantDk) {
+    auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
+    vTile = load(V[b][h].block({n0, 0}, {BN, D}));
+    carried.tiles.push_back(&dk);
+  }
+  if (wantDv)
+    carried.tiles.push_back(&dv);
 
   auto step = [&](Index m0, bool mask) {
     Tile qTile = load(q.block({m0, 0}, {BM, D}));
     Tile doTile = load(dout.block({m0, 0}, {BM, D}));
-    // LSE in base-2 units; +inf past Nq makes those columns of Pᵀ zero.
-    Tile lse2 = load(lse.block({m0}, {BM}), inf) * log2e;
+    // +inf past Nq makes those columns of Pᵀ zero.
     Tile sT = dot(kTile, transpose(qTile));
     if (mask)
       sT = where(column(keys) <= row(arange(BM) + m0), sT, -inf);
-    Tile pT = exp2(sT * cm.toExp2 - row(lse2));
-    dv = dot(pT.to(s.dtype), doTile, dv);
-    Tile dpT = dot(vTile, transpose(doTile));
-    Tile dsT = pT * (dpT - row(load(delta.block({m0}, {BM}))));
-    dk = dot(dsT.to(s.dtype), qTile, dk);
+    Tile pT = exp2(sT * cm.toExp2 - row(load(lse2.block({m0}, {BM}), inf)));
+    if (wantDv)
+      dv = dot(pT.to(s.dtype), doTile, dv);
+    if (wantDk) {
+      Tile dpT = dot(vTile, transpose(doTile));
+      Tile dsT = pT * (dpT - row(load(delta.block({m0}, {BM}))));
+      dk = dot(dsT.to(s.dtype), qTile, dk);
+    }
   };
   if (s.causal) {
     // Queries before n0 see none of these keys; those in blocks that reach
     // below n0 + BN see some (masked); the rest see all of them.
     Index first = n0 / BM * BM, split = min(cdiv(n0 + BN, BM) * BM, Nq);
-    forRange(first, split, BM, carry(dk, dv),
-             [&](Index m0) { step(m0, true); });
-    forRange(split, Nq, BM, carry(dk, dv), [&](Index m0) { step(m0, false); });
+    forRange(first, split, BM, carried, [&](Index m0) { step(m0, true); });
+    forRange(split, Nq, BM, carried, [&](Index m0) { step(m0, false); });
   } else {
-    forRange(0, Nq, BM, carry(dk, dv), [&](Index m0) { step(m0, false); });
+    forRange(0, Nq, BM, carried, [&](Index m0) { step(m0, false); });
   }
-  store(dK[b][h].block({n0, 0}), (dk * cm.scale).to(s.dtype));
-  store(dV[b][h].block({n0, 0}), dv.to(s.dtype));
+  if (wantDk) {
+    auto dK = k.tensorArg("dK", s.dtype, {B, H, Nk, D});
+    store(dK[b][h].block({n0, 0}), (dk * cm.scale).to(s.dtype));
+  }
+  if (wantDv) {
+    auto dV = k.tensorArg("dV", s.dtype, {B, H, Nk, D});
+    store(dV[b][h].block({n0, 0}), dv.to(s.dtype));
+  }
   return k.finish();
 }
 
@@ -145,18 +175,13 @@ Kernel dqKernel(const Common &cm) {
   KernelBuilder k("attention_bwd_dq");
   auto [B, H, Nq, Nk] = cm.sizes(k);
   k.setGrid({cdiv(Nq, BM), B * H});
-  cm.schedule(k);
+  cm.schedule(k, cm.c.dqWarps);
   auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
   auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
   auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
   auto dO = k.tensorArg("dO", s.dtype, {B, H, Nq, D});
-  auto LSE = k.tensorArg("LSE", f32, {B, H, Nq});
-  auto Delta = k.tensorArg("Delta", f32, {B, H, Nq});
+  auto Stats = statsArg(cm, k, B, H);
   auto dQ = k.tensorArg("dQ", s.dtype, {B, H, Nq, D});
-  if (cm.runtimeShapes) {
-    k.keepUnspecialised(LSE);
-    k.keepUnspecialised(Delta);
-  }
 
   Index bh = programId(1), mBlocks = cdiv(Nq, BM);
   // Causal: the longest rows first, so that the short ones fill the tail.
@@ -165,8 +190,8 @@ Kernel dqKernel(const Common &cm) {
   auto kk = K[b][h], v = V[b][h];
   Tile qTile = load(Q[b][h].block({m0, 0}, {BM, D}));
   Tile doTile = load(dO[b][h].block({m0, 0}, {BM, D}));
-  Tile lse2 = load(LSE[b][h].block({m0}, {BM}), inf) * log2e;
-  Tile delta = load(Delta[b][h].block({m0}, {BM}));
+  Tile lse2 = load(Stats[b][h][0].block({m0}, {BM}), inf);
+  Tile delta = load(Stats[b][h][1].block({m0}, {BM}));
   Tile dq = zeros({BM, D}, f32);
   Tile rows = arange(BM) + m0;
 
@@ -217,6 +242,8 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
     c.warpSpecialize = 0;
   if (c.staticShapes < 0)
     c.staticShapes = 0;
+  if (c.separateDkDv < 0)
+    c.separateDkDv = 0;
   if (!c.blockN)
     c.blockN = 128;
   if (!c.blockM)
@@ -226,7 +253,9 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   if (!c.dqBlockN)
     c.dqBlockN = 64;
   if (!c.warps) // wgmma: a warpgroup per 64 rows of the program's block
-    c.warps = c.wgmma > 0 ? 8 : 4;
+    c.warps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.blockN / 16)) : 4;
+  if (!c.dqWarps)
+    c.dqWarps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.dqBlockM / 16)) : 4;
   for (int64_t b : {c.blockM, c.blockN, c.dqBlockM, c.dqBlockN})
     if (b < 16 || (b & (b - 1)))
       throw Error("attention backward: block sizes must be powers of two "
@@ -240,7 +269,10 @@ attentionBackward(const AttentionShape &shape,
                   const AttentionBackwardConfig &config) {
   const AttentionBackwardConfig c = resolveBackwardConfig(shape, config);
   Common cm(shape, c);
-  return {deltaKernel(cm), dkdvKernel(cm), dqKernel(cm)};
+  if (c.separateDkDv > 0)
+    return {deltaKernel(cm), dkdvKernel(cm, true, false),
+            dkdvKernel(cm, false, true), dqKernel(cm)};
+  return {deltaKernel(cm), dkdvKernel(cm, true, true), dqKernel(cm)};
 }
 
 } // namespace kiln::kernels

@@ -3,7 +3,7 @@
 // The backward's three kernels on the GPU (the default schedule: wgmma and
 // TMA on sm_90a) against the fp64 reference: bf16 and fp16, D 64 and 128,
 // causal and not, ragged N, Nq != Nk, B·H > 1, both layouts; fresh random
-// inputs, gradients and Delta poisoned before every launch. Also: the
+// inputs, gradients and the workspace poisoned before every launch. Also: the
 // gradients are the same bit for bit on every run, and one compile serves
 // every length. Skips, saying why, without a GPU.
 //
@@ -41,18 +41,18 @@ struct OnDevice {
       refs[name].data = b.data();
     }
   }
-  /// Poisons Delta and the gradients, launches the three kernels, and
+  /// Poisons Stats and the gradients, launches the three kernels, and
   /// downloads the gradients into the host tensors. Returns the dK/dV
   /// kernel's lowering report.
   std::string run(const kernels::AttentionBackwardKernels &ks) {
-    for (const char *out : {"Delta", "dQ", "dK", "dV"})
+    for (const char *out : {"Stats", "dQ", "dK", "dV"})
       buffers.at(out).fill(0xFF);
     std::string report;
-    for (const Kernel *k : {&ks.delta, &ks.dkdv, &ks.dq}) {
-      auto mine = kernels::tensorsOf(*k, refs);
-      std::shared_ptr<GpuKernel> g = jitKernel(*k, mine);
-      g->launch(k->bind(mine));
-      if (k == &ks.dkdv)
+    for (const Kernel &k : ks) {
+      auto mine = kernels::tensorsOf(k, refs);
+      std::shared_ptr<GpuKernel> g = jitKernel(k, mine);
+      g->launch(k.bind(mine));
+      if (k.name() == "attention_bwd_dkdv")
         for (const std::string &line : g->spec().report)
           report += line + "\n";
     }

@@ -20,8 +20,8 @@ namespace {
 void runBackwardOnCpu(const kernels::AttentionBackwardKernels &kernels,
                       BackwardTensors &t) {
   const std::map<std::string, TensorRef> refs = t.refs();
-  for (const Kernel *k : {&kernels.delta, &kernels.dkdv, &kernels.dq})
-    runOnCpu(*k, k->bind(kernels::tensorsOf(*k, refs)));
+  for (const Kernel &k : kernels)
+    runOnCpu(k, k.bind(kernels::tensorsOf(k, refs)));
 }
 
 // Small blocks keep the executor quick; the GPU tests take the defaults.

@@ -1,7 +1,7 @@
 //===- BackwardProblem.cpp - `kiln ... attention-backward` ----------------===//
 //
 // The backward's three kernels as one problem: `kiln run` launches them in
-// order and checks dQ, dK, dV (and Delta) against fp64; the inspect
+// order and checks dQ, dK and dV against fp64; the inspect
 // commands compile the one --part names.
 //
 //===----------------------------------------------------------------------===//
@@ -13,19 +13,6 @@
 #include <fmt/format.h>
 
 namespace kiln::cli {
-
-/// Delta = rowsum(dO ∘ O) in fp64, from the tensors as stored.
-static HostTensor deltaReference(const HostTensor &o, const HostTensor &dO) {
-  const auto &sh = o.shape();
-  HostTensor delta(DType::f32, {sh[0], sh[1], sh[2]});
-  for (int64_t r = 0; r < delta.numel(); ++r) {
-    double sum = 0;
-    for (int64_t d = 0; d < sh[3]; ++d)
-      sum += o.flatAt(r * sh[3] + d) * dO.flatAt(r * sh[3] + d);
-    delta.flatSet(r, sum);
-  }
-  return delta;
-}
 
 Problem attentionBackwardProblem(Options &opts, bool withData) {
   kernels::AttentionShape s;
@@ -42,15 +29,18 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
   c.dqBlockM = opts.integer("dq-block-m", 0);
   c.dqBlockN = opts.integer("dq-block-n", 0);
   c.warps = opts.int32("warps", 0);
+  c.dqWarps = opts.int32("dq-warps", 0);
+  c.pingpong = opts.int32("pingpong", -1);
+  c.overlap = opts.int32("overlap", -1);
+  c.minBlocksPerSM = opts.int32("min-blocks-per-sm", -1);
   c.stages = positive32(opts, "stages", c.stages);
   c.wgmma = opts.int32("wgmma", -1);
   c.tma = opts.int32("tma", -1);
   c.warpSpecialize = opts.int32("warp-specialize", -1);
   c.staticShapes = opts.int32("static-shapes", -1);
+  c.separateDkDv = opts.int32("separate-dk-dv", -1);
   c = kernels::resolveBackwardConfig(s, c);
-  const std::string part = opts.string("part", "dkdv");
-  if (part != "delta" && part != "dkdv" && part != "dq")
-    throw UsageError("option --part: '" + part + "' is not delta, dkdv or dq");
+  const std::string part = opts.string("part", "");
   const std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
     throw UsageError("option --layout: '" + layout + "' is not bhsd or bshd");
@@ -64,9 +54,17 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
       kStrides = attentionStrides(kShape, bshd);
 
   Problem p;
-  kernels::AttentionBackwardKernels ks = kernels::attentionBackward(s, c);
-  p.kernel = part == "delta" ? ks.delta : part == "dq" ? ks.dq : ks.dkdv;
-  p.sequence = {ks.delta, ks.dkdv, ks.dq};
+  p.sequence = kernels::attentionBackward(s, c);
+  std::string parts;
+  for (const Kernel &k : p.sequence) {
+    const std::string name =
+        k.name().substr(std::string("attention_bwd_").size());
+    parts += (parts.empty() ? "" : ", ") + name;
+    if (name == part || (part.empty() && k.name() == p.sequence[1].name()))
+      p.kernel = k;
+  }
+  if (!p.kernel)
+    throw UsageError("option --part: '" + part + "' is not one of " + parts);
   p.dims = {{"B", s.batch}, {"H", s.heads}, {"Nq", s.seqQ}, {"Nk", s.seqK}};
   for (const char *name : {"Q", "O", "dO", "dQ"})
     noteLayout(p, name, s.dtype, qStrides);
@@ -94,7 +92,8 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
              v = randomTensor(s.dtype, kShape, seed + 2, kStrides),
              dO = randomTensor(s.dtype, qShape, seed + 3, qStrides),
              o(s.dtype, qShape, qStrides), lse(DType::f32, lShape),
-             delta(DType::f32, lShape);
+             stats(DType::f32,
+                   {s.batch, s.heads, 2, kernels::statsRowLength(s.seqQ)});
   {
     HostTensor oRef(DType::f32, qShape);
     kernels::attentionReference(s, q, k, v, oRef, lse);
@@ -104,7 +103,6 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
   HostTensor dqRef(DType::f32, qShape), dkRef(DType::f32, kShape),
       dvRef(DType::f32, kShape);
   kernels::attentionBackwardReference(s, q, k, v, dO, dqRef, dkRef, dvRef);
-  p.expected.emplace_back("Delta", deltaReference(o, dO));
   p.expected.emplace_back("dQ", std::move(dqRef));
   p.expected.emplace_back("dK", std::move(dkRef));
   p.expected.emplace_back("dV", std::move(dvRef));
@@ -115,14 +113,14 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
     g.poison();
     p.tensors.emplace(name, std::move(g));
   }
-  delta.poison();
+  stats.poison();
   for (auto &[name, t] : {std::pair<const char *, HostTensor *>{"Q", &q},
                           {"K", &k},
                           {"V", &v},
                           {"O", &o},
                           {"dO", &dO},
                           {"LSE", &lse},
-                          {"Delta", &delta}})
+                          {"Stats", &stats}})
     p.tensors.emplace(name, std::move(*t));
   return p;
 }

@@ -1,6 +1,6 @@
 //===- BenchBackward.cpp - kiln bench attention --backward ----------------===//
 //
-// The backward's three kernels (Delta, dK/dV, dQ) timed together: CUDA
+// The backward's kernels (workspace, dK/dV, dQ) timed together: CUDA
 // events around each back-to-back sequence, the median of --reps. Inputs
 // standard normal (as peers.py's torch.randn); O and LSE from kiln's
 // forward on them, so that P is what training sees. TFLOP/s counts 2.5x
@@ -55,11 +55,16 @@ int benchAttentionBackward(Options &opts) {
   cfg.dqBlockM = opts.integer("dq-block-m", 0);
   cfg.dqBlockN = opts.integer("dq-block-n", 0);
   cfg.warps = opts.int32("warps", 0);
+  cfg.dqWarps = opts.int32("dq-warps", 0);
+  cfg.pingpong = opts.int32("pingpong", -1);
+  cfg.overlap = opts.int32("overlap", -1);
+  cfg.minBlocksPerSM = opts.int32("min-blocks-per-sm", -1);
   cfg.stages = positive32(opts, "stages", cfg.stages);
   cfg.wgmma = opts.int32("wgmma", -1);
   cfg.tma = opts.int32("tma", -1);
   cfg.warpSpecialize = opts.int32("warp-specialize", -1);
   cfg.staticShapes = opts.int32("static-shapes", -1);
+  cfg.separateDkDv = opts.int32("separate-dk-dv", -1);
   const bool onlyCausal = opts.flag("causal"),
              onlyNonCausal = opts.flag("non-causal");
   opts.checkAllUsed();
@@ -68,10 +73,10 @@ int benchAttentionBackward(Options &opts) {
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
   fmt::print("# kiln bench attention --backward on {} ({}), median of {} "
-             "runs of the three kernels\n",
+             "runs of the backward's kernels\n",
              dev.name, dev.arch(), reps);
-  fmt::print("dtype,B,H,N,D,causal,ms,tflops,delta_ms,dkdv_ms,dq_ms,"
-             "dkdv_registers,dkdv_spill,dq_registers,dq_spill\n");
+  fmt::print("dtype,B,H,N,D,causal,ms,tflops,kernels (name ms "
+             "registers/spilled bytes)\n");
 
   std::vector<int64_t> ns =
       !seqs.empty() ? positiveList(seqs, "seqs")
@@ -106,13 +111,14 @@ int benchAttentionBackward(Options &opts) {
           const int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
           kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
           const size_t n = size_t(B * H * N * D), rowsN = size_t(B * H * N);
+          const int64_t statsRow = kernels::statsRowLength(N);
           const uint64_t seed = uint64_t(N * 1000 + D + causal);
           cuda::Buffer q = randomDevice(*dtype, n, seed),
                        k = randomDevice(*dtype, n, seed + 1),
                        v = randomDevice(*dtype, n, seed + 2),
                        dO = randomDevice(*dtype, n, seed + 3), o(n * 2),
                        dq(n * 2), dk(n * 2), dv(n * 2), lse(rowsN * 4),
-                       delta(rowsN * 4);
+                       stats(size_t(B * H * 2 * statsRow) * 4);
           const std::vector<int64_t> shape{B, H, N, D},
               st{H * N * D, N * D, D, 1};
           auto ref = [&](cuda::Buffer &b) -> TensorRef {
@@ -121,16 +127,21 @@ int benchAttentionBackward(Options &opts) {
           auto rowRef = [&](cuda::Buffer &b) -> TensorRef {
             return {b.data(), DType::f32, {B, H, N}, {H * N, N, 1}};
           };
-          std::map<std::string, TensorRef> refs{{"Q", ref(q)},
-                                                {"K", ref(k)},
-                                                {"V", ref(v)},
-                                                {"O", ref(o)},
-                                                {"dO", ref(dO)},
-                                                {"LSE", rowRef(lse)},
-                                                {"Delta", rowRef(delta)},
-                                                {"dQ", ref(dq)},
-                                                {"dK", ref(dk)},
-                                                {"dV", ref(dv)}};
+          std::map<std::string, TensorRef> refs{
+              {"Q", ref(q)},
+              {"K", ref(k)},
+              {"V", ref(v)},
+              {"O", ref(o)},
+              {"dO", ref(dO)},
+              {"LSE", rowRef(lse)},
+              {"Stats",
+               {stats.data(),
+                DType::f32,
+                {B, H, 2, statsRow},
+                {H * 2 * statsRow, 2 * statsRow, statsRow, 1}}},
+              {"dQ", ref(dq)},
+              {"dK", ref(dk)},
+              {"dV", ref(dv)}};
           { // O and LSE from the forward on these inputs.
             Kernel fwd = kernels::attentionForward(s);
             auto mine = kernels::tensorsOf(fwd, refs);
@@ -143,9 +154,9 @@ int benchAttentionBackward(Options &opts) {
             std::vector<ArgValue> args;
           };
           std::vector<Launch> launches;
-          for (const Kernel *kern : {&ks.delta, &ks.dkdv, &ks.dq}) {
-            auto mine = kernels::tensorsOf(*kern, refs);
-            launches.push_back({jitKernel(*kern, mine), kern->bind(mine)});
+          for (const Kernel &kern : ks) {
+            auto mine = kernels::tensorsOf(kern, refs);
+            launches.push_back({jitKernel(kern, mine), kern.bind(mine)});
           }
           const double ms = medianMs(
               [&] {
@@ -153,19 +164,20 @@ int benchAttentionBackward(Options &opts) {
                   l.g->launch(l.args);
               },
               reps);
-          double each[3];
-          for (int i = 0; i < 3; ++i)
-            each[i] = medianMs([&] { launches[i].g->launch(launches[i].args); },
-                               reps);
+          std::string each;
+          for (size_t i = 0; i < launches.size(); ++i) {
+            Launch &l = launches[i];
+            cuda::FunctionAttributes attr = l.g->attributes();
+            each += fmt::format(
+                "{}{} {:.3f} {}/{}", i ? "; " : "",
+                ks[i].name().substr(std::string("attention_bwd_").size()),
+                medianMs([&] { l.g->launch(l.args); }, reps), attr.registers,
+                attr.localBytes);
+          }
           const double tflops =
               10.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
-          cuda::FunctionAttributes a1 = launches[1].g->attributes(),
-                                   a2 = launches[2].g->attributes();
-          fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{:.3f},{:.3f},{:.3f},{},"
-                     "{},{},{}\n",
-                     dn, B, H, N, D, int(causal), ms, tflops, each[0], each[1],
-                     each[2], a1.registers, a1.localBytes, a2.registers,
-                     a2.localBytes);
+          fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{}\n", dn, B, H, N, D,
+                     int(causal), ms, tflops, each);
           std::fflush(stdout);
           rows.push_back(llvm::json::Object{
               {"peer", "kiln"},

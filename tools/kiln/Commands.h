@@ -66,7 +66,7 @@ struct Problem {
 };
 
 /// attention-backward: the forward's O and LSE from the fp64 reference,
-/// dQ, dK, dV (and Delta) checked; --part delta|dkdv|dq picks the kernel
+/// dQ, dK and dV checked; --part delta|dkdv|dq picks the kernel
 /// the inspect commands compile (dkdv by default).
 Problem attentionBackwardProblem(Options &opts, bool withData);
 

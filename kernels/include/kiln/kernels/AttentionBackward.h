@@ -1,11 +1,13 @@
 //===- AttentionBackward.h - flash-attention backward in the DSL -*- C++
 //-*-===//
 //
-// The gradients of attention, as three DSL kernels launched in order:
-//   delta: Delta = rowsum(dO ∘ O), fp32 (B, H, Nq);
+// The gradients of attention, as DSL kernels launched in order:
+//   delta: a workspace Stats, fp32 (B, H, 2, statsRowLength(Nq)),
+//          contiguous: LSE·log2(e) and Delta = rowsum(dO ∘ O) per query;
 //   dkdv:  a program per block of keys walks the query blocks, recomputes
 //          Pᵀ from K·Qᵀ and the forward's LSE, and accumulates
-//          dV += Pᵀ·dO and dK += dSᵀ·Q with dSᵀ = Pᵀ ∘ (V·dOᵀ − Delta);
+//          dV += Pᵀ·dO and dK += dSᵀ·Q with dSᵀ = Pᵀ ∘ (V·dOᵀ − Delta)
+//          (or two such kernels, one for each);
 //   dq:    a program per block of queries walks the key blocks and
 //          accumulates dQ += dS·K.
 // Every gradient is written by one program, with no atomics: the result is
@@ -18,6 +20,7 @@
 #include "kiln/kernels/Attention.h"
 
 #include <map>
+#include <vector>
 
 namespace kiln::kernels {
 
@@ -28,23 +31,39 @@ struct AttentionBackwardConfig {
   /// dQ: dqBlockM queries per program, the keys in steps of dqBlockN.
   int64_t dqBlockM = 0, dqBlockN = 0;
   int warps = 0, stages = 2; ///< warps 0: 8 under wgmma, else 4
+  int dqWarps = 0;           ///< the dQ kernel's; 0: as `warps`
   /// Dots on Hopper's warpgroup MMA (sm_90a): 1 yes, 0 mma.sync, -1 yes.
   int wgmma = -1;
   /// Q, dO (dK/dV) and K, V (dQ) through TMA under wgmma: -1 yes.
   int tma = -1;
   /// A producer warpgroup issues the TMA copies: 1 yes, 0 (and -1) no.
   int warpSpecialize = -1;
+  /// Under the producer warpgroup: the compute warpgroups take turns on
+  /// each loop's first dot (KernelBuilder::setPingpong): 1 yes, 0/-1 no.
+  int pingpong = -1;
+  /// Each loop's last dot one iteration behind (kiln-overlap-dots): 1 yes,
+  /// 0/-1 no.
+  int overlap = -1;
+  /// CTAs per SM ptxas keeps registers for; 0/-1 no hint.
+  int minBlocksPerSM = -1;
+  /// dK and dV by two kernels (each with one accumulator, fewer registers)
+  /// rather than one: 1 yes, 0/-1 no.
+  int separateDkDv = -1;
   /// 1 compiles B, H, Nq and Nk in; 0 (and -1) run-time arguments.
   int staticShapes = -1;
 };
 
-/// The three kernels, to be launched in this order. Their tensors: Q, K, V,
-/// O (the forward's output), dO, LSE (the forward's), Delta (fp32
-/// (B, H, Nq), a workspace the first kernel writes), dQ, dK, dV; each
-/// kernel binds the ones it uses from one map (Kernel::bind).
-struct AttentionBackwardKernels {
-  Kernel delta, dkdv, dq;
-};
+/// The kernels in launch order: attention_bwd_delta, attention_bwd_dkdv
+/// (or attention_bwd_dk and attention_bwd_dv), attention_bwd_dq. Their
+/// tensors: Q, K, V, O (the forward's output), dO, LSE (the forward's),
+/// Stats (fp32 (B, H, 2, statsRowLength(Nq)) with a contiguous last
+/// dimension, a workspace the first kernel writes), dQ, dK, dV; each kernel
+/// binds the ones it takes (tensorsOf).
+using AttentionBackwardKernels = std::vector<Kernel>;
+
+/// The length of the workspace's rows for Nq queries: Nq rounded up to a
+/// multiple of 4 (16 bytes), so that its loads are aligned for every Nq.
+inline int64_t statsRowLength(int64_t seqQ) { return (seqQ + 3) / 4 * 4; }
 
 /// The tensors of `all` (the ten above, by name) that `kernel` takes, for
 /// Kernel::bind, which refuses names a kernel does not have.
