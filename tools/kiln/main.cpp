@@ -111,12 +111,14 @@ kernels and their shape options:
              [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
              [--static-shapes 0|1] (B, H, N compiled in; default run-time)
   attention-backward  the attention options above but --lse-stride and
-             the forward's schedule; [--part delta|dkdv|dq] (the kernel the
-             inspect commands compile; run launches all three)
+             the forward's schedule; [--part delta|dkdv|dq] (dk and dv with
+             --separate-dk-dv 1: the kernel the inspect commands compile;
+             run launches them all)
              [--block-m M] [--block-n N] (dK/dV: N keys per program, M
              queries per step) [--dq-block-m M] [--dq-block-n N] [--warps W]
              [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
-             [--static-shapes 0|1]
+             [--pingpong 0|1] [--overlap 0|1] [--min-blocks-per-sm B]
+             [--dq-warps W] [--separate-dk-dv 0|1] [--static-shapes 0|1]
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
              [--group-m G] [--static-shapes 0|1]
