@@ -14,15 +14,7 @@
 
 namespace kiln::cli {
 
-Problem attentionBackwardProblem(Options &opts, bool withData) {
-  kernels::AttentionShape s;
-  s.batch = positive(opts, "batch", 1);
-  s.heads = positive(opts, "heads", 2);
-  s.seqQ = positive(opts, "seq", 256);
-  s.seqK = positive(opts, "seq-k", s.seqQ);
-  s.headDim = positive(opts, "head-dim", 64);
-  s.causal = opts.flag("causal");
-  s.dtype = dtypeOption(opts, "bf16");
+kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   kernels::AttentionBackwardConfig c;
   c.blockM = opts.integer("block-m", 0);
   c.blockN = opts.integer("block-n", 0);
@@ -39,7 +31,20 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
   c.warpSpecialize = opts.int32("warp-specialize", -1);
   c.staticShapes = opts.int32("static-shapes", -1);
   c.separateDkDv = opts.int32("separate-dk-dv", -1);
-  c = kernels::resolveBackwardConfig(s, c);
+  return c;
+}
+
+Problem attentionBackwardProblem(Options &opts, bool withData) {
+  kernels::AttentionShape s;
+  s.batch = positive(opts, "batch", 1);
+  s.heads = positive(opts, "heads", 2);
+  s.seqQ = positive(opts, "seq", 256);
+  s.seqK = positive(opts, "seq-k", s.seqQ);
+  s.headDim = positive(opts, "head-dim", 64);
+  s.causal = opts.flag("causal");
+  s.dtype = dtypeOption(opts, "bf16");
+  kernels::AttentionBackwardConfig c =
+      kernels::resolveBackwardConfig(s, backwardConfigOptions(opts));
   const std::string part = opts.string("part", "");
   const std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")

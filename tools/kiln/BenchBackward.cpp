@@ -49,22 +49,7 @@ int benchAttentionBackward(Options &opts) {
   const int reps = positive32(opts, "reps", 30);
   const std::string onlyD = opts.string("head-dim", "");
   const std::string seqs = opts.string("seqs", "");
-  kernels::AttentionBackwardConfig cfg;
-  cfg.blockM = opts.integer("block-m", 0);
-  cfg.blockN = opts.integer("block-n", 0);
-  cfg.dqBlockM = opts.integer("dq-block-m", 0);
-  cfg.dqBlockN = opts.integer("dq-block-n", 0);
-  cfg.warps = opts.int32("warps", 0);
-  cfg.dqWarps = opts.int32("dq-warps", 0);
-  cfg.pingpong = opts.int32("pingpong", -1);
-  cfg.overlap = opts.int32("overlap", -1);
-  cfg.minBlocksPerSM = opts.int32("min-blocks-per-sm", -1);
-  cfg.stages = positive32(opts, "stages", cfg.stages);
-  cfg.wgmma = opts.int32("wgmma", -1);
-  cfg.tma = opts.int32("tma", -1);
-  cfg.warpSpecialize = opts.int32("warp-specialize", -1);
-  cfg.staticShapes = opts.int32("static-shapes", -1);
-  cfg.separateDkDv = opts.int32("separate-dk-dv", -1);
+  const kernels::AttentionBackwardConfig cfg = backwardConfigOptions(opts);
   const bool onlyCausal = opts.flag("causal"),
              onlyNonCausal = opts.flag("non-causal");
   opts.checkAllUsed();

@@ -4,6 +4,7 @@
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/Compiler/Kernel.h"
+#include "kiln/kernels/AttentionBackward.h"
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/HostTensor.h"
 
@@ -69,6 +70,8 @@ struct Problem {
 /// dQ, dK and dV checked; --part delta|dkdv|dq picks the kernel
 /// the inspect commands compile (dkdv by default).
 Problem attentionBackwardProblem(Options &opts, bool withData);
+/// The backward's schedule options (--block-m, --dq-warps, ...), unresolved.
+kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts);
 
 /// (B,H,N,D) strides: contiguous, or a view of (B,N,H,D) memory.
 std::vector<int64_t> attentionStrides(const std::vector<int64_t> &shape,
