@@ -54,35 +54,44 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   // planTma decided for the loop as a whole.
   const bool viaTma =
       !prefetched.empty() && tmaLoads.count(prefetched[0].getResult());
-  auto fetch = [&](Value iv, Value slot) {
+  // The slice's scalar ops lowered for another iteration `iv` around
+  // `emit`, the loop's own values restored after.
+  auto atIteration = [&](Value iv, const llvm::SetVector<Operation *> &slice,
+                         llvm::function_ref<void()> emit) {
     Value saved = scalars.lookup(srcIv);
     scalars[srcIv] = iv;
-    for (Operation *op : sliceOps)
+    for (Operation *op : slice)
       lowerOp(op);
-    if (viaTma) {
-      // Only iterations the loop runs: no copy is left in flight after it.
-      SmallVector<Value> bases;
-      for (LoadOp ld : prefetched)
-        bases.push_back(stageBuffer(ld, slot));
-      issueTma(prefetched, bases, mbarrier(forOp, slot),
-               arith::AndIOp::create(
-                   b, loc, isTmaLeader(),
-                   arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, iv,
-                                         scalarOf(forOp.getUpperBound()))));
-    } else {
-      for (LoadOp ld : prefetched) {
-        SmemTile t = *tileGeometry(layoutOf(ld.getResult()));
-        t.base = stageBuffer(ld, slot);
-        issueAsyncCopy(ld, t);
-      }
-      NVVM::CpAsyncCommitGroupOp::create(b, loc);
-    }
-    for (Operation *op : sliceOps)
+    emit();
+    for (Operation *op : slice)
       scalars.erase(op->getResult(0));
     if (saved)
       scalars[srcIv] = saved;
     else
       scalars.erase(srcIv);
+  };
+  auto fetch = [&](Value iv, Value slot) {
+    atIteration(iv, sliceOps, [&] {
+      if (viaTma) {
+        // Only iterations the loop runs: no copy is left in flight after it.
+        SmallVector<Value> bases;
+        for (LoadOp ld : prefetched)
+          bases.push_back(stageBuffer(ld, slot));
+        issueTma(
+            prefetched, bases, mbarrier(forOp, slot),
+            arith::AndIOp::create(
+                b, loc, isTmaLeader(),
+                arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, iv,
+                                      scalarOf(forOp.getUpperBound()))));
+      } else {
+        for (LoadOp ld : prefetched) {
+          SmemTile t = *tileGeometry(layoutOf(ld.getResult()));
+          t.base = stageBuffer(ld, slot);
+          issueAsyncCopy(ld, t);
+        }
+        NVVM::CpAsyncCommitGroupOp::create(b, loc);
+      }
+    });
   };
   int S = numStages;
   // With a producer warpgroup the consumers only wait for full buffers and
@@ -121,21 +130,13 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   llvm::SetVector<Operation *> aheadSlice(aheadSliceOps.begin(),
                                           aheadSliceOps.end());
   auto loadAhead = [&](Value iv) {
-    Value saved = scalars.lookup(srcIv);
-    scalars[srcIv] = iv;
-    for (Operation *op : aheadSlice)
-      lowerOp(op);
     SmallVector<Value> regs;
-    for (LoadOp ld : ahead) {
-      Regs r = lowerLoad(ld);
-      regs.append(r.regs.begin(), r.regs.end());
-    }
-    for (Operation *op : aheadSlice)
-      scalars.erase(op->getResult(0));
-    if (saved)
-      scalars[srcIv] = saved;
-    else
-      scalars.erase(srcIv);
+    atIteration(iv, aheadSlice, [&] {
+      for (LoadOp ld : ahead) {
+        Regs r = lowerLoad(ld);
+        regs.append(r.regs.begin(), r.regs.end());
+      }
+    });
     return regs;
   };
   SmallVector<Value> firstAhead = loadAhead(scalarOf(forOp.getLowerBound()));
