@@ -315,6 +315,16 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors,
     if (!set[i])
       throw Error("kernel " + impl_->name + ": parameter " +
                   impl_->params[i].name + " is not bound");
+  for (size_t i = 0; i < set.size(); ++i)
+    if (int j = impl_->params[i].atLeastParam; j >= 0) {
+      int64_t v = std::get<int64_t>(args[i]), w = std::get<int64_t>(args[j]);
+      if (v < w)
+        throw Error("kernel " + impl_->name + ": " + impl_->params[i].name +
+                    " = " + std::to_string(v) +
+                    (boundFrom[i].empty() ? "" : " (from tensor " + boundFrom[i] + ")") +
+                    " must be at least " + impl_->params[j].name + " = " +
+                    std::to_string(w));
+    }
   return args;
 }
 

@@ -410,6 +410,24 @@ void KernelBuilder::requireContiguous(const TensorView &tensor, Loc loc) {
                      "one is not)");
 }
 
+void KernelBuilder::requireAtLeast(Index a, Index b, Loc loc) {
+  if (!state_ || current != state_.get())
+    userError(loc, "requireAtLeast: the kernel is finished");
+  mlir::Block &entry = state_->func.getBody().front();
+  auto paramOf = [&](const Index &i) {
+    auto arg = i.isConstant() ? BlockArgument()
+                              : dyn_cast<BlockArgument>(value(i.raw()));
+    if (!arg || arg.getOwner() != &entry ||
+        state_->kernel->params[arg.getArgNumber()].kind !=
+            ParamInfo::Kind::Scalar)
+      userError(loc, "requireAtLeast: both values must be run-time integer "
+                     "arguments (scalarArg)");
+    return int(arg.getArgNumber());
+  };
+  int pa = paramOf(a), pb = paramOf(b);
+  state_->kernel->params[pa].atLeastParam = pb;
+}
+
 /// A schedule choice that is a unit attribute on the kernel: present or not.
 static void setFlag(mlir::func::FuncOp func, llvm::StringRef name, bool on) {
   if (on)

@@ -65,9 +65,12 @@ struct Common {
 /// units) and Delta = rowsum(dO ∘ O), fp32, as Stats[b][h][0] and [1]. Its
 /// rows are statsRowLength(Nq) long (16-byte multiples, so that every Nq
 /// takes the aligned variant) and contiguous; rows past Nq hold +inf and 0.
-TensorView statsArg(const Common &cm, KernelBuilder &k, Index B, Index H) {
+TensorView statsArg(const Common &cm, KernelBuilder &k, Index B, Index H,
+                    Index Nq) {
   Index rowLength = cm.runtimeShapes ? k.scalarArg("StatsRow", 4)
                                      : Index(statsRowLength(cm.s.seqQ));
+  if (cm.runtimeShapes)
+    k.requireAtLeast(rowLength, Nq);
   auto stats = k.tensorArg("Stats", f32, {B, H, 2, rowLength});
   k.requireContiguous(stats);
   return stats;
@@ -82,7 +85,7 @@ Kernel deltaKernel(const Common &cm) {
   auto O = k.tensorArg("O", cm.s.dtype, {B, H, Nq, D});
   auto dO = k.tensorArg("dO", cm.s.dtype, {B, H, Nq, D});
   auto LSE = k.tensorArg("LSE", f32, {B, H, Nq});
-  auto Stats = statsArg(cm, k, B, H);
+  auto Stats = statsArg(cm, k, B, H, Nq);
   k.setGrid({cdiv(Stats.dims()[3], BM), B * H});
   k.setWarps(4);
   if (cm.runtimeShapes)
@@ -113,7 +116,7 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
   auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
   auto dO = k.tensorArg("dO", s.dtype, {B, H, Nq, D});
-  auto Stats = statsArg(cm, k, B, H);
+  auto Stats = statsArg(cm, k, B, H, Nq);
   Index bh = programId(1), n0 = programId(0) * BN;
   Index b = bh / H, h = bh % H;
   auto q = Q[b][h], dout = dO[b][h], lse2 = Stats[b][h][0],
@@ -180,7 +183,7 @@ Kernel dqKernel(const Common &cm) {
   auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
   auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
   auto dO = k.tensorArg("dO", s.dtype, {B, H, Nq, D});
-  auto Stats = statsArg(cm, k, B, H);
+  auto Stats = statsArg(cm, k, B, H, Nq);
   auto dQ = k.tensorArg("dQ", s.dtype, {B, H, Nq, D});
 
   Index bh = programId(1), mBlocks = cdiv(Nq, BM);

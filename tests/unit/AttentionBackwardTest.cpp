@@ -6,9 +6,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "AttentionBackwardCase.h"
+#include "TestUtil.h"
 
 #include "kiln/Reference/CpuExecutor.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 using namespace kiln;
@@ -68,6 +70,26 @@ TEST(BackwardOnCpu, OneBuildServesEveryShape) {
       t.expectGradientsMatch(c);
     }
   }
+}
+
+} // namespace
+
+namespace {
+
+// The workspace must have a row for every query: bind refuses a shorter one
+// (its missing rows would read as padding and the gradients be wrong).
+TEST(BackwardOnCpu, ShortWorkspaceIsRefused) {
+  BackwardCase c{1, 2, 100, 100, 64, false, bf16};
+  BackwardTensors t(c);
+  HostTensor shortStats(DType::f32, {1, 2, 2, 96});
+  std::map<std::string, TensorRef> refs = t.refs();
+  refs["Stats"] = shortStats.ref();
+  for (const Kernel &k : kernels::attentionBackward(c.shape(), kSmallBlocks))
+    EXPECT_THAT(test::errorOf([&] { k.bind(kernels::tensorsOf(k, refs)); }),
+                ::testing::HasSubstr(
+                    "StatsRow = 96 (from tensor Stats) must be at least Nq = "
+                    "100"))
+        << k.name();
 }
 
 } // namespace

@@ -338,6 +338,9 @@ public:
   /// 1; Kernel::bind and the launcher refuse others): its element accesses
   /// then need no stride multiply, whatever its specialisation.
   void requireContiguous(const TensorView &tensor, Loc loc = Loc::current());
+  /// Kernel::bind refuses values of run-time integer `a` below run-time
+  /// integer `b` (say, a workspace's row length and the rows it serves).
+  void requireAtLeast(Index a, Index b, Loc loc = Loc::current());
   /// Warps per program on the GPU (a power of two; default 4).
   void setWarps(int warps, Loc loc = Loc::current());
   /// Software-pipeline depth of the loads in loops (>= 2; default 2).

@@ -30,8 +30,10 @@ struct AttentionBackwardConfig {
   int64_t blockM = 0, blockN = 0;
   /// dQ: dqBlockM queries per program, the keys in steps of dqBlockN.
   int64_t dqBlockM = 0, dqBlockN = 0;
-  int warps = 0, stages = 2; ///< warps 0: 8 under wgmma, else 4
-  int dqWarps = 0;           ///< the dQ kernel's; 0: as `warps`
+  /// dK/dV's warps; 0: a warpgroup per 64 of its blockN rows under wgmma
+  /// (8 at the default 128), else 4.
+  int warps = 0, stages = 2;
+  int dqWarps = 0; ///< the dQ kernel's; 0: as above from dqBlockM
   /// Dots on Hopper's warpgroup MMA (sm_90a): 1 yes, 0 mma.sync, -1 yes.
   int wgmma = -1;
   /// Q, dO (dK/dV) and K, V (dQ) through TMA under wgmma: -1 yes.

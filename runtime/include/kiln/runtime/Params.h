@@ -33,6 +33,9 @@ struct ParamInfo {
   /// Scalars: a multiple the kernel itself was built for
   /// (KernelBuilder::scalarArg's multipleOf); bind and the launcher check it.
   int64_t multipleOf = 1;
+  /// Scalars: another integer parameter this one must be at least
+  /// (KernelBuilder::requireAtLeast); bind checks it. -1: none.
+  int atLeastParam = -1;
 };
 
 /// A tensor argument: one pointer parameter plus one stride parameter per
