@@ -35,14 +35,7 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
 }
 
 Problem attentionBackwardProblem(Options &opts, bool withData) {
-  kernels::AttentionShape s;
-  s.batch = positive(opts, "batch", 1);
-  s.heads = positive(opts, "heads", 2);
-  s.seqQ = positive(opts, "seq", 256);
-  s.seqK = positive(opts, "seq-k", s.seqQ);
-  s.headDim = positive(opts, "head-dim", 64);
-  s.causal = opts.flag("causal");
-  s.dtype = dtypeOption(opts, "bf16");
+  const kernels::AttentionShape s = attentionShapeOptions(opts);
   kernels::AttentionBackwardConfig c =
       kernels::resolveBackwardConfig(s, backwardConfigOptions(opts));
   const std::string part = opts.string("part", "");

@@ -173,15 +173,7 @@ int cmdBench(Options &opts) {
   fmt::print(
       "dtype,B,H,N,D,causal,shapes,ms,tflops,registers,spill_bytes,smem\n");
 
-  std::vector<int64_t> ns =
-      quick ? std::vector<int64_t>{1024, 4096}
-            : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
-  if (ragged)
-    for (int64_t n : {1000, 1023, 2049, 3001, 4097, 8191})
-      for (int64_t m : {n, (n + 64) / 128 * 128})
-        if (std::find(ns.begin(), ns.end(), m) == ns.end())
-          ns.push_back(m);
-  std::sort(ns.begin(), ns.end());
+  const std::vector<int64_t> ns = benchSequenceLengths({}, quick, ragged);
   std::ostringstream json;
   json << "{\"rows\": [";
   bool first = true;

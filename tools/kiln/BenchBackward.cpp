@@ -63,16 +63,9 @@ int benchAttentionBackward(Options &opts) {
   fmt::print("dtype,B,H,N,D,causal,ms,tflops,kernels (name ms "
              "registers/spilled bytes)\n");
 
-  std::vector<int64_t> ns =
-      !seqs.empty() ? positiveList(seqs, "seqs")
-      : quick       ? std::vector<int64_t>{1024, 4096}
-                    : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
-  if (ragged)
-    for (int64_t n : {1000, 1023, 2049, 3001, 4097, 8191})
-      for (int64_t m : {n, (n + 64) / 128 * 128})
-        if (std::find(ns.begin(), ns.end(), m) == ns.end())
-          ns.push_back(m);
-  std::sort(ns.begin(), ns.end());
+  const std::vector<int64_t> ns = benchSequenceLengths(
+      seqs.empty() ? std::vector<int64_t>{} : positiveList(seqs, "seqs"),
+      quick, ragged);
   llvm::json::Array rows;
   for (const std::string &dn : [&] {
          std::vector<std::string> out;

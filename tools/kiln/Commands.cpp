@@ -180,7 +180,7 @@ HostTensor randomTensor(DType t, std::vector<int64_t> shape, uint64_t seed,
   return x;
 }
 
-static Problem attentionProblem(Options &opts, bool withData) {
+kernels::AttentionShape attentionShapeOptions(Options &opts) {
   kernels::AttentionShape s;
   s.batch = positive(opts, "batch", 1);
   s.heads = positive(opts, "heads", 2);
@@ -189,6 +189,25 @@ static Problem attentionProblem(Options &opts, bool withData) {
   s.headDim = positive(opts, "head-dim", 64);
   s.causal = opts.flag("causal");
   s.dtype = dtypeOption(opts, "bf16");
+  return s;
+}
+
+std::vector<int64_t> benchSequenceLengths(std::vector<int64_t> ns, bool quick,
+                                          bool ragged) {
+  if (ns.empty())
+    ns = quick ? std::vector<int64_t>{1024, 4096}
+               : std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384};
+  if (ragged)
+    for (int64_t n : {1000, 1023, 2049, 3001, 4097, 8191})
+      for (int64_t m : {n, (n + 64) / 128 * 128})
+        if (std::find(ns.begin(), ns.end(), m) == ns.end())
+          ns.push_back(m);
+  std::sort(ns.begin(), ns.end());
+  return ns;
+}
+
+static Problem attentionProblem(Options &opts, bool withData) {
+  kernels::AttentionShape s = attentionShapeOptions(opts);
   // The schedule's defaults depend on the choices given (warps on the tile
   // and the tensor-core path): resolve once for the option defaults, then
   // again with what the options set.

@@ -70,6 +70,13 @@ struct Problem {
 /// dQ, dK and dV checked; --part delta|dkdv|dq picks the kernel
 /// the inspect commands compile (dkdv by default).
 Problem attentionBackwardProblem(Options &opts, bool withData);
+/// --batch, --heads, --seq, --seq-k, --head-dim, --causal, --dtype.
+kernels::AttentionShape attentionShapeOptions(Options &opts);
+/// The sequence lengths `kiln bench attention` times: `given`, else 512..16k
+/// (--quick: 1k, 4k); with --ragged also 1000, 1023, 2049, 3001, 4097, 8191
+/// and the multiples of 128 nearest them; sorted.
+std::vector<int64_t> benchSequenceLengths(std::vector<int64_t> given,
+                                          bool quick, bool ragged);
 /// The backward's schedule options (--block-m, --dq-warps, ...), unresolved.
 kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts);
 
