@@ -196,6 +196,15 @@ static std::string shapeText(const TensorParamInfo &t,
   return s;
 }
 
+std::map<std::string, TensorRef>
+Kernel::tensorsIn(const std::map<std::string, TensorRef> &all) const {
+  std::map<std::string, TensorRef> out;
+  for (const TensorParamInfo &t : impl_->tensors)
+    if (auto it = all.find(t.name); it != all.end())
+      out.insert(*it);
+  return out;
+}
+
 std::vector<ArgValue>
 Kernel::bind(const std::map<std::string, TensorRef> &tensors,
              const std::map<std::string, int64_t> &scalars) const {

@@ -225,15 +225,6 @@ Kernel dqKernel(const Common &cm) {
 
 } // namespace
 
-std::map<std::string, TensorRef>
-tensorsOf(const Kernel &kernel, const std::map<std::string, TensorRef> &all) {
-  std::map<std::string, TensorRef> out;
-  for (const TensorParamInfo &t : kernel.tensors())
-    if (auto it = all.find(t.name); it != all.end())
-      out.insert(*it);
-  return out;
-}
-
 AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
                                               AttentionBackwardConfig c) {
   checkAttentionShape(s);

@@ -49,7 +49,7 @@ struct OnDevice {
       buffers.at(out).fill(0xFF);
     std::string report;
     for (const Kernel &k : ks) {
-      auto mine = kernels::tensorsOf(k, refs);
+      auto mine = k.tensorsIn(refs);
       std::shared_ptr<GpuKernel> g = jitKernel(k, mine);
       g->launch(k.bind(mine));
       if (k.name() == "attention_bwd_dkdv")

@@ -23,7 +23,7 @@ void runBackwardOnCpu(const kernels::AttentionBackwardKernels &kernels,
                       BackwardTensors &t) {
   const std::map<std::string, TensorRef> refs = t.refs();
   for (const Kernel &k : kernels)
-    runOnCpu(k, k.bind(kernels::tensorsOf(k, refs)));
+    runOnCpu(k, k.bind(k.tensorsIn(refs)));
 }
 
 // Small blocks keep the executor quick; the GPU tests take the defaults.
@@ -85,7 +85,7 @@ TEST(BackwardOnCpu, ShortWorkspaceIsRefused) {
   std::map<std::string, TensorRef> refs = t.refs();
   refs["Stats"] = shortStats.ref();
   for (const Kernel &k : kernels::attentionBackward(c.shape(), kSmallBlocks))
-    EXPECT_THAT(test::errorOf([&] { k.bind(kernels::tensorsOf(k, refs)); }),
+    EXPECT_THAT(test::errorOf([&] { k.bind(k.tensorsIn(refs)); }),
                 ::testing::HasSubstr(
                     "StatsRow = 96 (from tensor Stats) must be at least Nq = "
                     "100"))

@@ -122,7 +122,7 @@ int benchAttentionBackward(Options &opts) {
               {"dV", ref(dv)}};
           { // O and LSE from the forward on these inputs.
             Kernel fwd = kernels::attentionForward(s);
-            auto mine = kernels::tensorsOf(fwd, refs);
+            auto mine = fwd.tensorsIn(refs);
             jitKernel(fwd, mine)->launch(fwd.bind(mine));
           }
           kernels::AttentionBackwardKernels ks =
@@ -133,7 +133,7 @@ int benchAttentionBackward(Options &opts) {
           };
           std::vector<Launch> launches;
           for (const Kernel &kern : ks) {
-            auto mine = kernels::tensorsOf(kern, refs);
+            auto mine = kern.tensorsIn(refs);
             launches.push_back({jitKernel(kern, mine), kern.bind(mine)});
           }
           const double ms = medianMs(

@@ -404,17 +404,9 @@ int cmdRun(Options &opts) {
   std::map<std::string, TensorRef> hostRefs;
   for (auto &[n, t] : p.tensors)
     hostRefs[n] = t.ref();
-  // The tensors each kernel of the sequence takes.
-  auto refsFor = [](const Kernel &k,
-                    const std::map<std::string, TensorRef> &all) {
-    std::map<std::string, TensorRef> out;
-    for (const TensorParamInfo &t : k.tensors())
-      out[t.name] = all.at(t.name);
-    return out;
-  };
   fmt::print("kiln run {}{}\n", cpu ? "--cpu " : "", p.summary);
   for (const Kernel &k : p.sequence) {
-    auto grid = k.gridFor(k.bind(refsFor(k, hostRefs)));
+    auto grid = k.gridFor(k.bind(k.tensorsIn(hostRefs)));
     fmt::print("  {}: grid {}x{}x{} ({})\n", k.name(), grid[0], grid[1],
                grid[2], describeGrid(k.grid(), k.params()));
   }
@@ -422,7 +414,7 @@ int cmdRun(Options &opts) {
   if (cpu) {
     auto t0 = std::chrono::steady_clock::now();
     for (const Kernel &k : p.sequence)
-      runOnCpu(k, k.bind(refsFor(k, hostRefs)));
+      runOnCpu(k, k.bind(k.tensorsIn(hostRefs)));
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
@@ -438,7 +430,7 @@ int cmdRun(Options &opts) {
       refs[n].data = buf.data();
     }
     for (const Kernel &k : p.sequence) {
-      std::map<std::string, TensorRef> mine = refsFor(k, refs);
+      std::map<std::string, TensorRef> mine = k.tensorsIn(refs);
       GpuTarget target =
           variantTarget(k, mine, {}, GpuTarget{.arch = dev.arch()});
       const CompiledKernel &c = *compileCached(k, target);

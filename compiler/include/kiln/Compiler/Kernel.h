@@ -29,6 +29,11 @@ public:
   const std::string &name() const;
   const std::vector<ParamInfo> &params() const;
   const std::vector<TensorParamInfo> &tensors() const;
+  /// The tensors of `all` that this kernel takes (by name), for bind, which
+  /// refuses names a kernel does not have: kernels launched in sequence can
+  /// each take theirs from one map.
+  std::map<std::string, TensorRef>
+  tensorsIn(const std::map<std::string, TensorRef> &all) const;
   /// Programs along x, y, z: constants, or products of run-time integers
   /// (KernelBuilder::setGrid) evaluated at each launch.
   const GridExtents &grid() const;

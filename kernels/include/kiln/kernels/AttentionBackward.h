@@ -60,17 +60,12 @@ struct AttentionBackwardConfig {
 /// tensors: Q, K, V, O (the forward's output), dO, LSE (the forward's),
 /// Stats (fp32 (B, H, 2, statsRowLength(Nq)) with a contiguous last
 /// dimension, a workspace the first kernel writes), dQ, dK, dV; each kernel
-/// binds the ones it takes (tensorsOf).
+/// binds the ones it takes (Kernel::tensorsIn).
 using AttentionBackwardKernels = std::vector<Kernel>;
 
 /// The length of the workspace's rows for Nq queries: Nq rounded up to a
 /// multiple of 4 (16 bytes), so that its loads are aligned for every Nq.
 inline int64_t statsRowLength(int64_t seqQ) { return (seqQ + 3) / 4 * 4; }
-
-/// The tensors of `all` (the ten above, by name) that `kernel` takes, for
-/// Kernel::bind, which refuses names a kernel does not have.
-std::map<std::string, TensorRef>
-tensorsOf(const Kernel &kernel, const std::map<std::string, TensorRef> &all);
 
 /// The config with its zero fields filled in for `shape`.
 AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &shape,
