@@ -115,7 +115,7 @@ void attentionReferenceGpu(const AttentionShape &s, const TensorRef &q,
   unsigned threads = 128;
   fn.launch(
       {unsigned((Nq + threads - 1) / threads), unsigned(s.batch * s.heads), 1},
-      {threads, 1, 1}, 0, args);
+      {threads, 1, 1}, 0, args.data());
   cuda::synchronize();
 }
 

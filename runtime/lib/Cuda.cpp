@@ -17,34 +17,76 @@ namespace {
 
 #define KILN_STR2(x) #x
 #define KILN_STR(x) KILN_STR2(x)
+// clang-format off
 #define KILN_DRIVER_FUNCTIONS(X)                                               \
   X(cuInit)                                                                    \
   X(cuDriverGetVersion)                                                        \
   X(cuGetErrorName)                                                            \
   X(cuGetErrorString)                                                          \
-  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(                     \
-      cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)    \
-      X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree)        \
-          X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(     \
-              cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction)     \
-              X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel)    \
-                  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)          \
-                      X(cuEventSynchronize) X(cuEventElapsedTime)              \
-                          X(cuOccupancyMaxActiveBlocksPerMultiprocessor)       \
-                              X(cuTensorMapEncodeTiled)
+  X(cuDeviceGetCount)                                                          \
+  X(cuDeviceGet)                                                               \
+  X(cuDeviceGetName)                                                           \
+  X(cuDeviceGetAttribute)                                                      \
+  X(cuDeviceTotalMem)                                                          \
+  X(cuDevicePrimaryCtxRetain)                                                  \
+  X(cuCtxSetCurrent)                                                           \
+  X(cuCtxGetCurrent)                                                           \
+  X(cuCtxGetDevice)                                                            \
+  X(cuCtxSynchronize)                                                          \
+  X(cuMemAlloc)                                                                \
+  X(cuMemFree)                                                                 \
+  X(cuMemGetInfo)                                                              \
+  X(cuMemcpyHtoD)                                                              \
+  X(cuMemcpyDtoH)                                                              \
+  X(cuMemsetD8)                                                                \
+  X(cuStreamCreate)                                                            \
+  X(cuStreamDestroy)                                                           \
+  X(cuStreamSynchronize)                                                       \
+  X(cuStreamGetCtx)                                                            \
+  X(cuStreamBeginCapture)                                                      \
+  X(cuStreamEndCapture)                                                        \
+  X(cuGraphInstantiate)                                                        \
+  X(cuGraphLaunch)                                                             \
+  X(cuGraphDestroy)                                                            \
+  X(cuGraphExecDestroy)                                                        \
+  X(cuGraphGetNodes)                                                           \
+  X(cuGraphNodeGetType)                                                        \
+  X(cuPointerGetAttribute)                                                     \
+  X(cuModuleLoadDataEx)                                                        \
+  X(cuModuleUnload)                                                            \
+  X(cuModuleGetFunction)                                                       \
+  X(cuFuncGetAttribute)                                                        \
+  X(cuFuncSetAttribute)                                                        \
+  X(cuLaunchKernel)                                                            \
+  X(cuEventCreate)                                                             \
+  X(cuEventDestroy)                                                            \
+  X(cuEventRecord)                                                             \
+  X(cuEventSynchronize)                                                        \
+  X(cuEventElapsedTime)                                                        \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                               \
+  X(cuTensorMapEncodeTiled)
+// clang-format on
 
 struct Driver {
 #define KILN_DECLARE(fn) decltype(&::fn) fn = nullptr;
   KILN_DRIVER_FUNCTIONS(KILN_DECLARE)
 #undef KILN_DECLARE
   std::string error; ///< why the driver is unusable; empty when it is usable
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  DeviceInfo info;
+  int count = 0;
+  /// Per ordinal, filled on first use: its primary context and description.
+  struct Device {
+    std::once_flag once;
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    DeviceInfo info;
+  };
+  std::unique_ptr<Device[]> devices;
 };
 
 Driver &driver() {
-  static Driver d;
+  // Never destroyed: objects destroyed at exit (caches of loaded kernels,
+  // buffers) still reach the driver through it.
+  static Driver &d = *new Driver;
   static std::once_flag once;
   std::call_once(once, [] {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -71,6 +113,8 @@ Driver &driver() {
       d.error = "the CUDA driver reports no device";
       return;
     }
+    d.count = count;
+    d.devices = std::make_unique<Driver::Device[]>(size_t(count));
   });
   return d;
 }
@@ -93,22 +137,32 @@ void check(CUresult r, const char *call, const std::string &extra = "") {
 }
 #define KILN_CHECK(call, ...) check(d.call, #call __VA_OPT__(, ) __VA_ARGS__)
 
-/// The driver with the device's primary context current on this thread.
-Driver &ready() {
+Driver &usable() {
   Driver &d = driver();
   if (!d.error.empty())
     throw CudaError("no usable GPU: " + d.error);
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    KILN_CHECK(cuDeviceGet(&d.dev, 0));
-    KILN_CHECK(cuDevicePrimaryCtxRetain(&d.ctx, d.dev));
-    DeviceInfo &i = d.info;
+  return d;
+}
+
+/// Device `ordinal`, its primary context retained and its description read
+/// on first use.
+Driver::Device &deviceState(int ordinal) {
+  Driver &d = usable();
+  if (ordinal < 0 || ordinal >= d.count)
+    throw CudaError("no CUDA device " + std::to_string(ordinal) +
+                    ": the driver reports " + std::to_string(d.count));
+  Driver::Device &s = d.devices[size_t(ordinal)];
+  std::call_once(s.once, [&] {
+    KILN_CHECK(cuDeviceGet(&s.dev, ordinal));
+    KILN_CHECK(cuDevicePrimaryCtxRetain(&s.ctx, s.dev));
+    DeviceInfo &i = s.info;
+    i.ordinal = ordinal;
     char name[256] = {};
-    KILN_CHECK(cuDeviceGetName(name, sizeof(name), d.dev));
+    KILN_CHECK(cuDeviceGetName(name, sizeof(name), s.dev));
     i.name = name;
     auto attr = [&](CUdevice_attribute a) {
       int v = 0;
-      KILN_CHECK(cuDeviceGetAttribute(&v, a, d.dev));
+      KILN_CHECK(cuDeviceGetAttribute(&v, a, s.dev));
       return v;
     };
     i.major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
@@ -117,13 +171,175 @@ Driver &ready() {
     i.maxSharedPerBlockOptin =
         attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
     KILN_CHECK(cuDriverGetVersion(&i.driverVersion));
-    KILN_CHECK(cuDeviceTotalMem(&i.totalMemory, d.dev));
+    KILN_CHECK(cuDeviceTotalMem(&i.totalMemory, s.dev));
   });
-  KILN_CHECK(cuCtxSetCurrent(d.ctx));
-  return d;
+  return s;
 }
 
+int ordinalOf(int ordinal) { return ordinal < 0 ? currentDevice() : ordinal; }
+
 } // namespace
+
+int deviceCount() {
+  Driver &d = driver();
+  return d.error.empty() ? d.count : 0;
+}
+
+int currentDevice() {
+  Driver &d = usable();
+  CUcontext ctx = nullptr;
+  KILN_CHECK(cuCtxGetCurrent(&ctx));
+  if (!ctx)
+    return 0;
+  CUdevice dev = 0;
+  // A context destroyed under the thread reports an error: then device 0.
+  if (d.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+    return 0;
+  return int(dev); // an ordinal: cuDeviceGet(&dev, i) gives dev == i
+}
+
+int deviceOfStream(StreamHandle stream) {
+  Driver &d = usable();
+  if (!stream)
+    return currentDevice();
+  CUcontext ctx = nullptr, saved = nullptr;
+  KILN_CHECK(cuStreamGetCtx(static_cast<CUstream>(stream), &ctx),
+             "the stream given to kiln is not a valid CUstream");
+  KILN_CHECK(cuCtxGetCurrent(&saved));
+  if (ctx == saved)
+    return currentDevice();
+  KILN_CHECK(cuCtxSetCurrent(ctx));
+  CUdevice dev = 0;
+  CUresult r = d.cuCtxGetDevice(&dev);
+  KILN_CHECK(cuCtxSetCurrent(saved));
+  check(r, "cuCtxGetDevice");
+  return int(dev);
+}
+
+int deviceOfPointer(const void *pointer) {
+  Driver &d = usable();
+  int ordinal = -1;
+  CUresult r = d.cuPointerGetAttribute(
+      &ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+      CUdeviceptr(reinterpret_cast<uintptr_t>(pointer)));
+  if (r != CUDA_SUCCESS || ordinal < 0)
+    throw CudaError(
+        "the pointer is not device memory that the CUDA driver knows (" +
+        resultName(r) + ")");
+  return ordinal;
+}
+
+ContextScope::ContextScope(int ordinal) {
+  Driver::Device &s = deviceState(ordinal);
+  Driver &d = driver();
+  CUcontext saved = nullptr;
+  KILN_CHECK(cuCtxGetCurrent(&saved));
+  if (saved == s.ctx)
+    return;
+  KILN_CHECK(cuCtxSetCurrent(s.ctx));
+  saved_ = saved;
+  restore_ = true;
+}
+
+ContextScope::~ContextScope() {
+  if (restore_)
+    driver().cuCtxSetCurrent(static_cast<CUcontext>(saved_));
+}
+
+/// Runs `release` with `device`'s context current; nothing to report in a
+/// destructor (at exit the driver may be gone already).
+template <typename F> static void releaseOn(int device, F &&release) noexcept {
+  try {
+    ContextScope scope(device);
+    release(driver());
+  } catch (...) {
+  }
+}
+
+Stream::Stream(int ordinal) : device_(ordinal) {
+  ContextScope scope(ordinal);
+  Driver &d = driver();
+  CUstream s = nullptr;
+  KILN_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  stream_ = s;
+}
+
+Stream::~Stream() {
+  if (stream_)
+    releaseOn(device_, [&](Driver &d) {
+      d.cuStreamDestroy(static_cast<CUstream>(stream_));
+    });
+}
+
+void Stream::synchronize() const {
+  ContextScope scope(device_);
+  Driver &d = driver();
+  KILN_CHECK(cuStreamSynchronize(static_cast<CUstream>(stream_)));
+}
+
+void Graph::begin() {
+  ContextScope scope(device_);
+  Driver &d = driver();
+  KILN_CHECK(cuStreamBeginCapture(static_cast<CUstream>(stream_),
+                                  CU_STREAM_CAPTURE_MODE_GLOBAL));
+}
+
+void Graph::end() {
+  ContextScope scope(device_);
+  Driver &d = driver();
+  CUgraph g = nullptr;
+  KILN_CHECK(cuStreamEndCapture(static_cast<CUstream>(stream_), &g));
+  graph_ = g;
+  CUgraphExec e = nullptr;
+  KILN_CHECK(cuGraphInstantiate(&e, g, 0));
+  exec_ = e;
+}
+
+void Graph::abandon() {
+  releaseOn(device_, [&](Driver &d) {
+    CUgraph g = nullptr;
+    d.cuStreamEndCapture(static_cast<CUstream>(stream_), &g);
+    if (g)
+      d.cuGraphDestroy(g);
+  });
+}
+
+Graph::~Graph() {
+  if (graph_ || exec_)
+    releaseOn(device_, [&](Driver &d) {
+      if (exec_)
+        d.cuGraphExecDestroy(static_cast<CUgraphExec>(exec_));
+      if (graph_)
+        d.cuGraphDestroy(static_cast<CUgraph>(graph_));
+    });
+}
+
+Graph::Graph(Graph &&o) noexcept
+    : stream_(o.stream_), device_(o.device_), graph_(o.graph_), exec_(o.exec_) {
+  o.graph_ = o.exec_ = nullptr;
+}
+
+void Graph::launch(StreamHandle stream) const {
+  ContextScope scope(device_);
+  Driver &d = driver();
+  KILN_CHECK(cuGraphLaunch(static_cast<CUgraphExec>(exec_),
+                           static_cast<CUstream>(stream)));
+}
+
+size_t Graph::kernelNodes() const {
+  Driver &d = driver();
+  size_t n = 0;
+  KILN_CHECK(cuGraphGetNodes(static_cast<CUgraph>(graph_), nullptr, &n));
+  std::vector<CUgraphNode> nodes(n);
+  KILN_CHECK(cuGraphGetNodes(static_cast<CUgraph>(graph_), nodes.data(), &n));
+  size_t kernels = 0;
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType t;
+    KILN_CHECK(cuGraphNodeGetType(node, &t));
+    kernels += t == CU_GRAPH_NODE_TYPE_KERNEL;
+  }
+  return kernels;
+}
 
 bool available(std::string *why) {
   Driver &d = driver();
@@ -138,10 +354,13 @@ std::string DeviceInfo::arch() const {
          (major == 9 ? "a" : "");
 }
 
-const DeviceInfo &device() { return ready().info; }
+const DeviceInfo &device(int ordinal) { return deviceState(ordinal).info; }
+const DeviceInfo &device() { return device(currentDevice()); }
 
-Buffer::Buffer(size_t bytes) : bytes_(bytes) {
-  Driver &d = ready();
+Buffer::Buffer(size_t bytes, int ordinal)
+    : bytes_(bytes), device_(ordinalOf(ordinal)) {
+  ContextScope scope(device_);
+  Driver &d = driver();
   if (bytes == 0)
     return;
   CUdeviceptr p = 0;
@@ -155,10 +374,11 @@ Buffer::Buffer(size_t bytes) : bytes_(bytes) {
 
 Buffer::~Buffer() {
   if (ptr_)
-    driver().cuMemFree(CUdeviceptr(ptr_)); // nothing to report in a destructor
+    releaseOn(device_, [&](Driver &d) { d.cuMemFree(CUdeviceptr(ptr_)); });
 }
 
-Buffer::Buffer(Buffer &&o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+Buffer::Buffer(Buffer &&o) noexcept
+    : ptr_(o.ptr_), bytes_(o.bytes_), device_(o.device_) {
   o.ptr_ = 0;
   o.bytes_ = 0;
 }
@@ -166,6 +386,7 @@ Buffer::Buffer(Buffer &&o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
 Buffer &Buffer::operator=(Buffer &&o) noexcept {
   std::swap(ptr_, o.ptr_);
   std::swap(bytes_, o.bytes_);
+  std::swap(device_, o.device_);
   return *this;
 }
 
@@ -179,26 +400,31 @@ static void checkRange(size_t offset, size_t bytes, size_t size,
 
 void Buffer::upload(const void *host, size_t bytes, size_t offset) {
   checkRange(offset, bytes, bytes_, "upload");
-  Driver &d = ready();
+  ContextScope scope(device_);
+  Driver &d = driver();
   if (bytes)
     KILN_CHECK(cuMemcpyHtoD(CUdeviceptr(ptr_ + offset), host, bytes));
 }
 
 void Buffer::download(void *host, size_t bytes, size_t offset) const {
   checkRange(offset, bytes, bytes_, "download");
-  Driver &d = ready();
+  ContextScope scope(device_);
+  Driver &d = driver();
   if (bytes)
     KILN_CHECK(cuMemcpyDtoH(host, CUdeviceptr(ptr_ + offset), bytes));
 }
 
 void Buffer::fill(uint8_t byte) {
-  Driver &d = ready();
+  ContextScope scope(device_);
+  Driver &d = driver();
   if (bytes_)
     KILN_CHECK(cuMemsetD8(CUdeviceptr(ptr_), byte, bytes_));
 }
 
-Module Module::fromPtx(const std::string &ptx) {
-  Driver &d = ready();
+Module Module::fromPtx(const std::string &ptx, int ordinal) {
+  ordinal = ordinalOf(ordinal);
+  ContextScope scope(ordinal);
+  Driver &d = driver();
   std::string info(1 << 14, '\0'), err(1 << 14, '\0');
   CUjit_option opts[] = {
       CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
@@ -216,21 +442,25 @@ Module Module::fromPtx(const std::string &ptx) {
   Module mod;
   mod.module_ = m;
   mod.infoLog_ = info;
+  mod.device_ = ordinal;
   return mod;
 }
 
 Module::~Module() {
   if (module_)
-    driver().cuModuleUnload(static_cast<CUmodule>(module_));
+    releaseOn(device_, [&](Driver &d) {
+      d.cuModuleUnload(static_cast<CUmodule>(module_));
+    });
 }
 
 Module::Module(Module &&o) noexcept
-    : module_(o.module_), infoLog_(std::move(o.infoLog_)) {
+    : module_(o.module_), infoLog_(std::move(o.infoLog_)), device_(o.device_) {
   o.module_ = nullptr;
 }
 
 Function Module::function(const std::string &name) const {
-  Driver &d = ready();
+  ContextScope scope(device_);
+  Driver &d = driver();
   CUfunction f = nullptr;
   KILN_CHECK(
       cuModuleGetFunction(&f, static_cast<CUmodule>(module_), name.c_str()),
@@ -238,11 +468,13 @@ Function Module::function(const std::string &name) const {
   Function fn;
   fn.fn_ = f;
   fn.name_ = name;
+  fn.device_ = device_;
   return fn;
 }
 
 FunctionAttributes Function::attributes() const {
-  Driver &d = ready();
+  ContextScope scope(device_);
+  Driver &d = driver();
   auto f = static_cast<CUfunction>(fn_);
   FunctionAttributes a;
   KILN_CHECK(cuFuncGetAttribute(&a.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
@@ -256,7 +488,8 @@ FunctionAttributes Function::attributes() const {
 }
 
 int Function::maxActiveBlocksPerSM(int threads, int dynamicSharedBytes) const {
-  Driver &d = ready();
+  ContextScope scope(device_);
+  Driver &d = driver();
   int blocks = 0;
   KILN_CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(
                  &blocks, static_cast<CUfunction>(fn_), threads,
@@ -266,7 +499,8 @@ int Function::maxActiveBlocksPerSM(int threads, int dynamicSharedBytes) const {
 }
 
 void Function::setMaxDynamicShared(int bytes) {
-  Driver &d = ready();
+  ContextScope scope(device_);
+  Driver &d = driver();
   KILN_CHECK(cuFuncSetAttribute(static_cast<CUfunction>(fn_),
                                 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                 bytes),
@@ -275,16 +509,21 @@ void Function::setMaxDynamicShared(int bytes) {
 
 void Function::launch(std::array<unsigned, 3> grid,
                       std::array<unsigned, 3> block, unsigned sharedBytes,
-                      std::vector<void *> args) {
-  Driver &d = ready();
-  KILN_CHECK(cuLaunchKernel(static_cast<CUfunction>(fn_), grid[0], grid[1],
-                            grid[2], block[0], block[1], block[2], sharedBytes,
-                            nullptr, args.data(), nullptr),
-             "kernel " + name_);
+                      void **args, StreamHandle stream) {
+  ContextScope scope(device_);
+  Driver &d = driver();
+  CUresult r =
+      d.cuLaunchKernel(static_cast<CUfunction>(fn_), grid[0], grid[1], grid[2],
+                       block[0], block[1], block[2], sharedBytes,
+                       static_cast<CUstream>(stream), args, nullptr);
+  if (r != CUDA_SUCCESS)
+    check(r, "cuLaunchKernel", "kernel " + name_);
 }
 
-Timer::Timer() {
-  Driver &d = ready();
+Timer::Timer(StreamHandle stream)
+    : stream_(stream), device_(deviceOfStream(stream)) {
+  ContextScope scope(device_);
+  Driver &d = driver();
   CUevent a = nullptr, b = nullptr;
   KILN_CHECK(cuEventCreate(&a, CU_EVENT_DEFAULT));
   KILN_CHECK(cuEventCreate(&b, CU_EVENT_DEFAULT));
@@ -293,19 +532,24 @@ Timer::Timer() {
 }
 
 Timer::~Timer() {
-  Driver &d = driver();
-  d.cuEventDestroy(static_cast<CUevent>(start_));
-  d.cuEventDestroy(static_cast<CUevent>(stop_));
+  releaseOn(device_, [&](Driver &d) {
+    d.cuEventDestroy(static_cast<CUevent>(start_));
+    d.cuEventDestroy(static_cast<CUevent>(stop_));
+  });
 }
 
 void Timer::start() {
-  Driver &d = ready();
-  KILN_CHECK(cuEventRecord(static_cast<CUevent>(start_), nullptr));
+  ContextScope scope(device_);
+  Driver &d = driver();
+  KILN_CHECK(cuEventRecord(static_cast<CUevent>(start_),
+                           static_cast<CUstream>(stream_)));
 }
 
 float Timer::stop() {
-  Driver &d = ready();
-  KILN_CHECK(cuEventRecord(static_cast<CUevent>(stop_), nullptr));
+  ContextScope scope(device_);
+  Driver &d = driver();
+  KILN_CHECK(cuEventRecord(static_cast<CUevent>(stop_),
+                           static_cast<CUstream>(stream_)));
   KILN_CHECK(cuEventSynchronize(static_cast<CUevent>(stop_)));
   float ms = 0;
   KILN_CHECK(cuEventElapsedTime(&ms, static_cast<CUevent>(start_),
@@ -314,14 +558,16 @@ float Timer::stop() {
 }
 
 MemoryInfo memoryInfo() {
-  Driver &d = ready();
+  ContextScope scope(currentDevice());
+  Driver &d = driver();
   size_t free = 0, total = 0;
   KILN_CHECK(cuMemGetInfo(&free, &total));
   return {free, total};
 }
 
 void synchronize() {
-  Driver &d = ready();
+  ContextScope scope(currentDevice());
+  Driver &d = driver();
   KILN_CHECK(cuCtxSynchronize());
 }
 
@@ -329,7 +575,7 @@ void encodeTensorMap(void *out, void *global, int elementBytes,
                      const std::vector<uint64_t> &dims,
                      const std::vector<uint64_t> &strideBytes,
                      const std::vector<uint32_t> &box) {
-  Driver &d = ready();
+  Driver &d = usable();
   CUtensorMapDataType type = elementBytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                              : elementBytes == 2
                                  ? CU_TENSOR_MAP_DATA_TYPE_UINT16

@@ -24,8 +24,25 @@ bool available(std::string *why) {
 std::string DeviceInfo::arch() const {
   return "sm_" + std::to_string(major * 10 + minor);
 }
+int deviceCount() { return 0; }
+int currentDevice() { none(); }
+const DeviceInfo &device(int) { none(); }
 const DeviceInfo &device() { none(); }
-Buffer::Buffer(size_t) { none(); }
+int deviceOfStream(StreamHandle) { none(); }
+int deviceOfPointer(const void *) { none(); }
+ContextScope::ContextScope(int) { none(); }
+ContextScope::~ContextScope() = default;
+Stream::Stream(int) { none(); }
+Stream::~Stream() = default;
+void Stream::synchronize() const { none(); }
+void Graph::begin() { none(); }
+void Graph::end() { none(); }
+void Graph::abandon() {}
+Graph::~Graph() = default;
+Graph::Graph(Graph &&) noexcept {}
+void Graph::launch(StreamHandle) const { none(); }
+size_t Graph::kernelNodes() const { none(); }
+Buffer::Buffer(size_t, int) { none(); }
 Buffer::~Buffer() = default;
 Buffer::Buffer(Buffer &&) noexcept {}
 Buffer &Buffer::operator=(Buffer &&) noexcept { return *this; }
@@ -36,14 +53,14 @@ FunctionAttributes Function::attributes() const { none(); }
 void Function::setMaxDynamicShared(int) { none(); }
 int Function::maxActiveBlocksPerSM(int, int) const { none(); }
 void Function::launch(std::array<unsigned, 3>, std::array<unsigned, 3>,
-                      unsigned, std::vector<void *>) {
+                      unsigned, void **, StreamHandle) {
   none();
 }
-Module Module::fromPtx(const std::string &) { none(); }
+Module Module::fromPtx(const std::string &, int) { none(); }
 Module::~Module() = default;
 Module::Module(Module &&) noexcept {}
 Function Module::function(const std::string &) const { none(); }
-Timer::Timer() { none(); }
+Timer::Timer(StreamHandle) { none(); }
 Timer::~Timer() = default;
 void Timer::start() { none(); }
 float Timer::stop() { none(); }
@@ -56,8 +73,19 @@ void encodeTensorMap(void *, void *, int, const std::vector<uint64_t> &,
 MemoryInfo memoryInfo() { none(); }
 } // namespace cuda
 
-GpuKernel::GpuKernel(LaunchSpec) { none(); }
-void GpuKernel::launch(const std::vector<ArgValue> &) { none(); }
+struct GpuKernel::Loaded {};
+GpuKernel::GpuKernel(LaunchSpec, int) { none(); }
+GpuKernel::~GpuKernel() = default;
+void GpuKernel::launch(const std::vector<ArgValue> &, const LaunchOptions &) {
+  none();
+}
+cuda::FunctionAttributes GpuKernel::attributes() const { none(); }
+int GpuKernel::blocksPerSM() const { none(); }
+const std::string &GpuKernel::jitLog() const { none(); }
+std::array<unsigned, 3>
+GpuKernel::launchGridFor(const std::vector<ArgValue> &) const {
+  none();
+}
 
 namespace nvrtc {
 bool available(std::string *why) {

@@ -43,7 +43,28 @@ struct FirstCall {
   int64_t n;
   bool compiled, fromDisk;
   double buildMs, compileMs, loadMs, launchMs, totalMs;
+  /// Host microseconds per later launch of the fetched kernel: launch()
+  /// alone (bound arguments kept), and bind + launch.
+  double relaunchUs = 0, bindLaunchUs = 0;
 };
+
+/// Host microseconds per call of `call`: the median of 5 batches of 100
+/// calls, the GPU drained between batches (so that a full launch queue never
+/// blocks the host) and not timed.
+template <typename F> static double hostMicros(F &&call) {
+  std::vector<double> batches;
+  for (int b = 0; b < 5; ++b) {
+    cuda::synchronize();
+    auto t0 = Clock::now();
+    for (int i = 0; i < 100; ++i)
+      call();
+    batches.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
+        100);
+  }
+  cuda::synchronize();
+  return median(batches);
+}
 
 /// The first call of attention at each length of `seqs`, one after another.
 static std::vector<FirstCall> firstCalls(kernels::AttentionShape s,
@@ -99,6 +120,9 @@ static std::vector<FirstCall> firstCalls(kernels::AttentionShape s,
       g->launch(kernel.bind(refs));
       cuda::synchronize();
       c.launchMs = ms(t3);
+      const std::vector<ArgValue> args = kernel.bind(refs);
+      c.relaunchUs = hostMicros([&] { g->launch(args); });
+      c.bindLaunchUs = hostMicros([&] { g->launch(kernel.bind(refs)); });
     }
     c.totalMs = ms(t0);
     const CompileCacheStats after = compileCacheStats();
@@ -118,6 +142,7 @@ static int benchFirstCalls(const kernels::AttentionShape &s,
     target.arch = cuda::device().arch();
   ::setenv("KILN_CACHE_DIR", cacheDir.c_str(), 1);
   std::vector<FirstCall> calls = firstCalls(s, ns, target);
+  const bool gpu = cuda::available();
   int compiles = 0, diskReads = 0;
   for (const FirstCall &c : calls)
     compiles += c.compiled, diskReads += c.fromDisk;
@@ -129,9 +154,11 @@ static int benchFirstCalls(const kernels::AttentionShape &s,
       fmt::print("{}{{\"N\": {}, \"compiled\": {}, \"from_disk\": {}, "
                  "\"build_ms\": {:.3f}, \"compile_ms\": {:.3f}, "
                  "\"load_ms\": {:.3f}, \"launch_ms\": {:.3f}, "
-                 "\"first_call_ms\": {:.3f}}}",
+                 "\"first_call_ms\": {:.3f}, \"relaunch_us\": {:.2f}, "
+                 "\"bind_launch_us\": {:.2f}}}",
                  i ? ", " : "", c.n, c.compiled, c.fromDisk, c.buildMs,
-                 c.compileMs, c.loadMs, c.launchMs, c.totalMs);
+                 c.compileMs, c.loadMs, c.launchMs, c.totalMs, c.relaunchUs,
+                 c.bindLaunchUs);
     }
     fmt::print("]}}\n");
     return 0;
@@ -152,6 +179,14 @@ static int benchFirstCalls(const kernels::AttentionShape &s,
                             : "in-process hit");
   fmt::print("  {} compile(s), {} disk read(s) for {} lengths\n", compiles,
              diskReads, calls.size());
+  if (gpu) {
+    fmt::print("  later launches, host time per call (median of 5 x 100):\n"
+               "  {:>6} {:>12} {:>14}\n",
+               "N", "launch()", "bind + launch");
+    for (const FirstCall &c : calls)
+      fmt::print("  {:>6} {:>9.2f} us {:>11.2f} us\n", c.n, c.relaunchUs,
+                 c.bindLaunchUs);
+  }
   return 0;
 }
 

@@ -39,7 +39,7 @@ struct ConvertKilnToLLVM
     for (auto f : module.getOps<func::FuncOp>())
       kernels.push_back(f);
     int64_t shared = 0, conversions = 0, producerWarps = 0;
-    bool persistent = false;
+    bool persistent = false, tileCounter = false;
     SmallVector<Attribute> report, maps;
     for (func::FuncOp f : kernels) {
       auto warps = f->getAttrOfType<IntegerAttr>("kiln.num_warps");
@@ -89,6 +89,7 @@ struct ConvertKilnToLLVM
         shared = std::max(shared, bytes);
         producerWarps = std::max<int64_t>(producerWarps, lowerer.producerWarps);
         persistent |= !lowerer.persistentGrid.empty();
+        tileCounter |= lowerer.dynamicTiles;
         for (const kiln::TensorMapInfo &m : lowerer.tensorMaps)
           maps.push_back(StringAttr::get(module.getContext(), m.str()));
         conversions += lowerer.genericConversions;
@@ -138,6 +139,9 @@ struct ConvertKilnToLLVM
     // The launcher runs the grid's programs on as many CTAs as fit at once.
     if (persistent)
       module->setAttr("kiln.persistent", b.getUnitAttr());
+    // Dynamic tiles: a tile counter after the tensor maps.
+    if (tileCounter)
+      module->setAttr("kiln.tile_counter", b.getUnitAttr());
     if (!maps.empty())
       module->setAttr("kiln.tensor_maps", b.getArrayAttr(maps));
   }

@@ -117,6 +117,9 @@ int64_t Lowerer::run(ModuleOp module) {
     argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);
   // TMA tensor maps: 128 bytes by value in the parameter space.
   argTypes.append(tensorMaps.size(), ptrType(ctx, 0));
+  // Dynamic tiles: the tile counter (LaunchSpec::tileCounter).
+  if (dynamicTiles)
+    argTypes.push_back(ptrType(ctx, 1));
   auto fn = LLVM::LLVMFuncOp::create(
       b, loc, src.getName(),
       LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), argTypes));
@@ -138,6 +141,8 @@ int64_t Lowerer::run(ModuleOp module) {
     scalars[s] = d;
   for (size_t i = 0; i < tensorMaps.size(); ++i)
     tensorMapArgs.push_back(entry->getArgument(src.getNumArguments() + i));
+  if (dynamicTiles)
+    tileCounterArg = entry->getArguments().back();
   evaluatePersistentGrid();
   Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
   lane = arith::AndIOp::create(b, loc, tid, i32(31));

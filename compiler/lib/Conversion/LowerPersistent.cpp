@@ -22,7 +22,9 @@
 // the first free CTA gets the next tile, as FlashAttention-3's dynamic
 // scheduler does. The CTA that takes the last id (there are exactly as many
 // takes as tiles: each CTA stops at its first id past the end) puts the
-// counter back to zero for the next launch.
+// counter back to zero for the next launch. The counter is the kernel's last
+// parameter (after the tensor maps), not a module global: the launcher gives
+// each stream its own, so that two launches at once do not share one.
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
@@ -110,12 +112,6 @@ void Lowerer::planPersistent(int64_t &top) {
   top = (top + 7) / 8 * 8;
   tileRing = top;
   top += 8 + 4 * 8;
-  tileCounter = "kiln_tiles_" + src.getName().str();
-  if (!src->getParentOfType<ModuleOp>().lookupSymbol(tileCounter))
-    LLVM::GlobalOp::create(b, loc, b.getI32Type(), /*isConstant=*/false,
-                           LLVM::Linkage::Internal, tileCounter,
-                           b.getI32IntegerAttr(0), /*alignment=*/4,
-                           /*addrSpace=*/1);
 }
 
 void Lowerer::evaluatePersistentGrid() {
@@ -241,8 +237,7 @@ void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
   // Producer: the next tile from the counter (the first n are the CTAs' own
   // ids); whoever takes the last id resets the counter.
   auto take = [&]() -> Value {
-    auto counter = LLVM::AddressOfOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), tileCounter);
+    Value counter = tileCounterArg;
     Value old =
         LLVM::AtomicRMWOp::create(b, loc, LLVM::AtomicBinOp::add, counter,
                                   i32(1), LLVM::AtomicOrdering::monotonic);

@@ -329,7 +329,8 @@ public:
   mlir::Value tileRingSlot(mlir::Value k);
   bool dynamicTiles = false;
   int64_t tileRing = -1;       ///< shared offset: 2 ids, then 2 full, 2 empty
-  std::string tileCounter;     ///< dynamic tiles: the module global's name
+  /// Dynamic tiles: the kernel's last parameter, the counter's address.
+  mlir::Value tileCounterArg;
   /// Program id `axis` of the current tile.
   mlir::Value programId(uint32_t axis);
   /// The kernel's grid when persistent (an extent evaluated from the

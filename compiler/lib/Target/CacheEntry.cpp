@@ -93,6 +93,7 @@ std::string encodeCompiledKernel(const CompiledKernel &k,
   w.put("threads", std::to_string(k.threads));
   w.put("shared_bytes", std::to_string(k.sharedBytes));
   w.put("persistent", k.persistent ? "1" : "0");
+  w.put("tile_counter", k.tileCounter ? "1" : "0");
   w.put("compile_ms", fmt::format("{:.3f}", k.compileMs));
   for (const ParamInfo &p : k.params)
     w.put("param", p.name + " " +
@@ -189,6 +190,8 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
         k.sharedBytes = std::stoll(v);
       else if (tag == "persistent")
         k.persistent = v == "1";
+      else if (tag == "tile_counter")
+        k.tileCounter = v == "1";
       else if (tag == "compile_ms")
         k.compileMs = std::stod(v);
       else if (tag == "param") {

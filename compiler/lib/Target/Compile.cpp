@@ -473,6 +473,7 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
           (*lowered)->getAttrOfType<IntegerAttr>("kiln.producer_warps"))
     out.threads += 32 * int(extra.getInt());
   out.persistent = (*lowered)->hasAttr("kiln.persistent");
+  out.tileCounter = (*lowered)->hasAttr("kiln.tile_counter");
   // What no GPU of the architecture runs is rejected here, with the numbers,
   // not at the first launch.
   const int64_t sharedLimit = options.sharedLimit;

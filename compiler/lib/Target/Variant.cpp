@@ -88,6 +88,7 @@ std::string tensorSpecialisation(const CompiledKernel &kernel) {
 LaunchSpec CompiledKernel::spec() const {
   LaunchSpec s{name,   ptx,     grid,       threads,   sharedBytes,
                params, tensors, tensorMaps, persistent};
+  s.tileCounter = tileCounter;
   s.variant = variantSummary(*this);
   s.report = report;
   return s;

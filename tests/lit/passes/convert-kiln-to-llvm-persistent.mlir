@@ -72,7 +72,10 @@
 // REFUSED-SAME: "persistent: the grid's 1 programs run on at most as many CTAs as the GPU holds at once, in rounds of n (x fastest): CTA c of n takes program c of each round, n - 1 - c of every second full one"
 
 // DYNAMIC: "persistent: the grid's 1 programs run on at most as many CTAs as the GPU holds at once, handed out in grid order (x fastest) as CTAs become free: the producer takes the next from a global counter and passes it on through shared memory; the stage ring runs on across them"
-// DYNAMIC: llvm.mlir.global internal @kiln_tiles_producer_gemm(0 : i32) {addr_space = 1 : i32
+// The tile counter is the last parameter, after the tensor maps.
+// DYNAMIC-SAME: kiln.tile_counter
+// DYNAMIC: llvm.func @producer_gemm({{.*}}nvvm.grid_constant}, %[[COUNTER:.*]]: !llvm.ptr<1>)
+// DYNAMIC-NOT: llvm.mlir.global
 // DYNAMIC-COUNT-10: nvvm.mbarrier.init
 // DYNAMIC: nvvm.setmaxregister decrease 24
 // DYNAMIC: %[[FIRST:.*]] = nvvm.read.ptx.sreg.ctaid.x
@@ -83,7 +86,6 @@
 // DYNAMIC: arith.cmpi ult, %[[ID]], %c1_i32
 // DYNAMIC: } do {
 // DYNAMIC: nvvm.cp.async.bulk.tensor.shared.cluster.global
-// DYNAMIC: %[[COUNTER:.*]] = llvm.mlir.addressof @kiln_tiles_producer_gemm
 // DYNAMIC: %[[OLD:.*]] = llvm.atomicrmw add %[[COUNTER]], %{{.*}} monotonic
 // DYNAMIC: %[[LAST:.*]] = arith.cmpi eq, %[[OLD]], %c0_i32
 // DYNAMIC: scf.if %[[LAST]] {

@@ -105,6 +105,9 @@ struct CompiledKernel {
   int64_t sharedBytes = 0; ///< dynamic shared memory per CTA
   /// The grid's programs run on persistent CTAs (LaunchSpec::persistent).
   bool persistent = false;
+  /// Dynamic tiles: the kernel takes a tile counter last
+  /// (LaunchSpec::tileCounter).
+  bool tileCounter = false;
   std::vector<ParamInfo> params;
   /// The kernel's tensors, each with the specialisation it was compiled for
   /// (TensorParamInfo::aligned).

@@ -46,15 +46,105 @@ struct DeviceInfo {
   std::string arch() const; ///< "sm_90a" on Hopper, "sm_80" on Ampere...
 };
 
-/// The device in use (ordinal 0), its primary context made current on the
-/// calling thread. Throws CudaError when there is none.
+/// A CUDA stream (a CUstream handle): null is the legacy default stream. The
+/// runtime never owns a stream it is given.
+using StreamHandle = void *;
+
+/// GPUs the driver reports (0 without a usable driver).
+int deviceCount();
+
+/// The device kiln works on for this thread when not told otherwise: the
+/// device of the context current on the thread (the one PyTorch or the CUDA
+/// runtime made current), else ordinal 0.
+int currentDevice();
+
+/// The device `ordinal` (default: currentDevice()). Throws CudaError when
+/// there is none.
+const DeviceInfo &device(int ordinal);
 const DeviceInfo &device();
+
+/// The device of a stream's context; for the null stream, currentDevice().
+int deviceOfStream(StreamHandle stream);
+
+/// The device a pointer's memory was allocated on or registered with;
+/// throws CudaError when it is not device memory the driver knows.
+int deviceOfPointer(const void *pointer);
+
+/// Makes the primary context of `ordinal` current on this thread for the
+/// scope's life and then puts back whatever the caller had current (nothing
+/// included): every runtime call that needs a context goes through one, so
+/// that kiln never changes the caller's context under it.
+class ContextScope {
+public:
+  explicit ContextScope(int ordinal);
+  ~ContextScope();
+  ContextScope(const ContextScope &) = delete;
+  ContextScope &operator=(const ContextScope &) = delete;
+
+private:
+  void *saved_ = nullptr;
+  bool restore_ = false;
+};
+
+/// A stream kiln creates (non-blocking with respect to the legacy default
+/// stream) on a device; destroyed with the object.
+class Stream {
+public:
+  explicit Stream(int ordinal = currentDevice());
+  ~Stream();
+  Stream(const Stream &) = delete;
+  Stream &operator=(const Stream &) = delete;
+  StreamHandle handle() const { return stream_; }
+  int deviceOrdinal() const { return device_; }
+  void synchronize() const;
+
+private:
+  StreamHandle stream_ = nullptr;
+  int device_ = 0;
+};
+
+/// A CUDA graph captured from the work issued on a stream (global capture
+/// mode: a call anywhere in the process that capture forbids fails), then
+/// instantiated, ready to replay.
+class Graph {
+public:
+  template <typename F> static Graph capture(const Stream &stream, F &&work) {
+    Graph g(stream);
+    g.begin();
+    try {
+      work();
+    } catch (...) {
+      g.abandon();
+      throw;
+    }
+    g.end();
+    return g;
+  }
+  ~Graph();
+  Graph(Graph &&o) noexcept;
+  Graph(const Graph &) = delete;
+  /// Replays the graph on `stream` (does not synchronise).
+  void launch(StreamHandle stream) const;
+  /// Kernel launches the capture recorded.
+  size_t kernelNodes() const;
+
+private:
+  explicit Graph(const Stream &stream)
+      : stream_(stream.handle()), device_(stream.deviceOrdinal()) {}
+  void begin();
+  void end();
+  void abandon();
+  StreamHandle stream_ = nullptr;
+  int device_ = 0;
+  void *graph_ = nullptr, *exec_ = nullptr;
+};
 
 /// Device memory.
 class Buffer {
 public:
   Buffer() = default;
-  explicit Buffer(size_t bytes);
+  /// `bytes` on device `ordinal` (default: currentDevice()).
+  explicit Buffer(size_t bytes, int ordinal = -1);
   ~Buffer();
   Buffer(Buffer &&o) noexcept;
   Buffer &operator=(Buffer &&o) noexcept;
@@ -67,10 +157,12 @@ public:
   void download(void *host, size_t bytes, size_t offset = 0) const;
   /// Sets every byte (0xFF poisons floats with NaN).
   void fill(uint8_t byte);
+  int deviceOrdinal() const { return device_; }
 
 private:
   uint64_t ptr_ = 0;
   size_t bytes_ = 0;
+  int device_ = 0;
 };
 
 struct FunctionAttributes {
@@ -88,21 +180,26 @@ public:
   int maxActiveBlocksPerSM(int threads, int dynamicSharedBytes) const;
   /// Raises the dynamic shared-memory limit (needed past 48 KB).
   void setMaxDynamicShared(int bytes);
-  /// Launches and checks the launch; `args` points to each parameter's value.
+  /// Launches on `stream` (of this function's device) and checks the
+  /// launch; `args` points to each parameter's value.
   void launch(std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-              unsigned sharedBytes, std::vector<void *> args);
+              unsigned sharedBytes, void **args, StreamHandle stream = nullptr);
   const std::string &name() const { return name_; }
+  int deviceOrdinal() const { return device_; }
 
 private:
   friend class Module;
   void *fn_ = nullptr;
   std::string name_;
+  int device_ = 0;
 };
 
 /// A module loaded from PTX; the driver compiles it for the device.
 class Module {
 public:
-  static Module fromPtx(const std::string &ptx);
+  /// Loaded in the primary context of device `ordinal` (default:
+  /// currentDevice()).
+  static Module fromPtx(const std::string &ptx, int ordinal = -1);
   ~Module();
   Module(Module &&o) noexcept;
   Module(const Module &) = delete;
@@ -114,21 +211,26 @@ private:
   Module() = default;
   void *module_ = nullptr;
   std::string infoLog_;
+  int device_ = 0;
 };
 
-/// Timing with CUDA events on the default stream.
+/// Timing with CUDA events recorded on a stream (default: the legacy default
+/// stream of the current device).
 class Timer {
 public:
-  Timer();
+  explicit Timer(StreamHandle stream = nullptr);
   ~Timer();
   void start();
   /// Milliseconds since start(), waiting for the GPU to get there.
   float stop();
 
 private:
+  StreamHandle stream_ = nullptr;
+  int device_ = 0;
   void *start_ = nullptr, *stop_ = nullptr;
 };
 
+/// Waits for all work on the current device.
 void synchronize();
 
 /// Encodes a tiled TMA tensor map (cuTensorMapEncodeTiled) into `out`, 128
@@ -143,7 +245,7 @@ void encodeTensorMap(void *out, void *global, int elementBytes,
 struct MemoryInfo {
   size_t free = 0, total = 0; ///< bytes of device memory
 };
-MemoryInfo memoryInfo();
+MemoryInfo memoryInfo(); ///< of the current device
 
 } // namespace kiln::cuda
 

@@ -33,6 +33,12 @@ struct LaunchSpec {
   /// gridDim.x, one per CTA each round: it is launched on a 1-D grid of at
   /// most as many CTAs as the device runs at once.
   bool persistent = false;
+  /// Dynamic tiles: the kernel takes, after the tensor maps, a pointer to a
+  /// 32-bit counter of the tiles handed out, zero before the launch and put
+  /// back to zero by the launch's last taker. The launcher passes one
+  /// counter per device and stream, so that launches of one kernel on two
+  /// streams at once each have their own.
+  bool tileCounter = false;
   /// Which variant this is, for the user who launches it: the compiler's
   /// one-line summary (tensors' specialisation, each access's path) and its
   /// lowering report.
@@ -45,36 +51,54 @@ struct LaunchSpec {
 /// a slower path than the default schedule takes for aligned tensors.
 int64_t fallbackLaunches();
 
-/// A kernel loaded on the device, ready to launch with argument values.
+/// Where a launch runs: a stream (null: the legacy default stream) and a
+/// device ordinal (-1: the stream's device; for the null stream the device
+/// of the thread's current context, else 0). The caller's current context is
+/// left as it was.
+struct LaunchOptions {
+  cuda::StreamHandle stream = nullptr;
+  int device = -1;
+};
+
+/// A kernel ready to launch with argument values, loaded on each device it
+/// is launched on (the first time it is).
 class GpuKernel {
 public:
-  explicit GpuKernel(LaunchSpec spec);
-  /// Checks every argument against its parameter (kind, range of scalars),
-  /// then launches on the default stream. Does not synchronise.
-  void launch(const std::vector<ArgValue> &args);
-  cuda::FunctionAttributes attributes() const { return fn_.attributes(); }
+  /// Loads the kernel on `device` (-1: cuda::currentDevice()), the device
+  /// that attributes(), blocksPerSM() and jitLog() describe.
+  explicit GpuKernel(LaunchSpec spec, int device = -1);
+  ~GpuKernel();
+  /// Checks every argument against its parameter (kind, range of scalars)
+  /// and every pointer against the launch's device, then launches on the
+  /// options' stream. Does not synchronise. Capturable in a CUDA graph.
+  void launch(const std::vector<ArgValue> &args,
+              const LaunchOptions &options = {});
+  cuda::FunctionAttributes attributes() const;
   /// Blocks per SM at this kernel's threads and dynamic shared memory.
-  int blocksPerSM() const {
-    return fn_.maxActiveBlocksPerSM(spec_.threads, int(spec_.sharedBytes));
-  }
-  const std::string &jitLog() const { return module_->infoLog(); }
+  int blocksPerSM() const;
+  const std::string &jitLog() const;
   const LaunchSpec &spec() const { return spec_; }
   /// The grid of the last launch (before any: of one with the grid's
   /// constant extents): spec().grid's programs, or the persistent CTAs.
   std::array<unsigned, 3> launchGrid() const { return launchGrid_; }
   /// The grid these arguments launch: spec().grid evaluated, or as many
-  /// persistent CTAs as run at once and no more than there are programs.
-  /// Throws kiln::Error when an extent is < 1 or past the device's limits.
+  /// persistent CTAs as run at once (on the first device) and no more than
+  /// there are programs. Throws kiln::Error when an extent is < 1 or past
+  /// the device's limits.
   std::array<unsigned, 3>
   launchGridFor(const std::vector<ArgValue> &args) const;
 
+  struct Loaded; ///< the module, function and occupancy on one device
+
 private:
+  std::array<unsigned, 3> gridFor(const std::vector<ArgValue> &args,
+                                  int64_t resident) const;
+  Loaded &loadedOn(int device);
   LaunchSpec spec_;
   bool fallback_ = false; ///< a tensor compiled without the aligned paths
-  int64_t resident_ = 0;  ///< CTAs the device runs at once
+  int device_ = 0;        ///< the one loaded by the constructor
   std::array<unsigned, 3> launchGrid_{1, 1, 1};
-  std::unique_ptr<cuda::Module> module_;
-  cuda::Function fn_;
+  std::vector<std::unique_ptr<Loaded>> loaded_; ///< by device ordinal
 };
 
 } // namespace kiln
