@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Fresh machine to test results: installs what is missing, builds everything
-# and runs every test (gtest suites and lit/FileCheck tests) through ctest.
+# Fresh machine to test results: installs what is missing (apt; torch and
+# pytest through pip), builds everything and runs every test (gtest suites,
+# lit/FileCheck tests, the Python package's pytest suite) through ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/setup-python.sh
 scripts/build.sh
 cd "${KILN_BUILD_DIR:-build}"
 if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then

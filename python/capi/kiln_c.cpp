@@ -1,0 +1,242 @@
+//===- kiln_c.cpp - kiln's attention behind a C ABI -----------------------===//
+//
+// A call builds nothing it has built before: the DSL kernels of a problem
+// (dtype, causal, scale, B, H, Nq, Nk, D, device) are kept, and so is the
+// launch-ready variant of each for the tensors' alignment and the classes of
+// their sizes. A repeat call costs the argument checks, the variant lookup
+// and the launches. Compiles go through kiln's JIT cache (one per class with
+// run-time shapes, on disk across processes).
+//
+//===----------------------------------------------------------------------===//
+#include "kiln_c.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/kernels/Attention.h"
+#include "kiln/kernels/AttentionBackward.h"
+#include "kiln/runtime/Cuda.h"
+#include "kiln/runtime/Error.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+using namespace kiln;
+
+namespace {
+
+/// The kernels of one problem and their loaded variants.
+struct Entry {
+  std::vector<Kernel> kernels;
+  /// Per kernel: variant key (GpuTarget's specialisation) -> loaded kernel.
+  std::vector<std::map<std::string, std::shared_ptr<GpuKernel>>> variants;
+};
+
+using ProblemKey = std::tuple<bool, int, int, double, int64_t, int64_t,
+                              int64_t, int64_t, int64_t, int>;
+
+std::mutex cacheMutex;
+std::map<ProblemKey, std::unique_ptr<Entry>> entries;
+int64_t variantCount = 0;
+
+int fail(char *error, size_t size, const std::string &message) {
+  if (error && size) {
+    size_t n = std::min(size - 1, message.size());
+    std::memcpy(error, message.data(), n);
+    error[n] = '\0';
+  }
+  return 0;
+}
+
+DType dtypeOf(int code) {
+  if (code == KILN_C_BF16)
+    return DType::bf16;
+  if (code == KILN_C_F16)
+    return DType::f16;
+  throw Error("dtype code " + std::to_string(code) +
+              " is neither bf16 (0) nor fp16 (1)");
+}
+
+TensorRef refOf(const kiln_c_tensor *t, DType dtype, int rank,
+                const char *name) {
+  if (!t || !t->data)
+    throw Error(std::string("tensor ") + name + " is missing");
+  TensorRef r{t->data, dtype, {}, {}};
+  for (int d = 0; d < rank; ++d) {
+    r.shape.push_back(t->sizes[d]);
+    r.strides.push_back(t->strides[d]);
+  }
+  return r;
+}
+
+kernels::AttentionShape shapeOf(const kiln_c_attention_options &o,
+                                const kiln_c_tensor &q,
+                                const kiln_c_tensor &k) {
+  kernels::AttentionShape s;
+  s.batch = q.sizes[0];
+  s.heads = q.sizes[1];
+  s.seqQ = q.sizes[2];
+  s.seqK = k.sizes[2];
+  s.headDim = q.sizes[3];
+  s.causal = o.causal != 0;
+  s.dtype = dtypeOf(o.dtype);
+  s.scale = o.scale;
+  return s;
+}
+
+/// The entry of a problem, its kernels built on the first call.
+Entry &entryFor(bool backward, const kernels::AttentionShape &s, int device) {
+  ProblemKey key{backward, int(s.dtype), s.causal,  s.scale,  s.batch,
+                 s.heads,  s.seqQ,       s.seqK,    s.headDim, device};
+  std::lock_guard<std::mutex> lock(cacheMutex);
+  std::unique_ptr<Entry> &e = entries[key];
+  if (!e) {
+    auto made = std::make_unique<Entry>();
+    if (backward)
+      made->kernels = kernels::attentionBackward(s);
+    else
+      made->kernels = {kernels::attentionForward(s)};
+    made->variants.resize(made->kernels.size());
+    e = std::move(made);
+  }
+  return *e;
+}
+
+/// The loaded variant of kernel `i` of `e` for these tensors on `device`.
+GpuKernel &variantFor(Entry &e, size_t i,
+                      const std::map<std::string, TensorRef> &tensors,
+                      int device) {
+  const Kernel &kernel = e.kernels[i];
+  GpuTarget base;
+  base.arch = cuda::device(device).arch();
+  GpuTarget target = variantTarget(kernel, tensors, {}, base);
+  std::string key;
+  for (const std::string &t : target.unalignedTensors)
+    key += t + ",";
+  key += "|";
+  for (const auto &[name, c] : target.scalarClasses)
+    key += name + "=" + scalarClassName(c) + ",";
+  {
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    auto it = e.variants[i].find(key);
+    if (it != e.variants[i].end())
+      return *it->second;
+  }
+  // Loaded on the tensors' device (the caller's current one may differ).
+  cuda::ContextScope scope(device);
+  std::shared_ptr<GpuKernel> g = jitKernel(kernel, target);
+  std::lock_guard<std::mutex> lock(cacheMutex);
+  auto [it, added] = e.variants[i].emplace(key, g);
+  variantCount += added;
+  return *it->second;
+}
+
+/// Runs `body`, turning its exceptions into a return code and a message.
+template <typename F> int guarded(char *error, size_t size, F &&body) {
+  try {
+    body();
+    return KILN_C_OK;
+  } catch (const cuda::CudaError &e) {
+    fail(error, size, e.what());
+    return KILN_C_FAILED;
+  } catch (const Error &e) {
+    fail(error, size, e.what());
+    return KILN_C_BAD_INPUT;
+  } catch (const std::exception &e) {
+    fail(error, size, std::string("kiln internal error: ") + e.what());
+    return KILN_C_FAILED;
+  }
+}
+
+/// Launches every kernel of `e` in order on the options' stream, each bound
+/// to the tensors it takes. Binding all of them first refuses bad input
+/// before anything runs.
+void launchAll(Entry &e, const std::map<std::string, TensorRef> &tensors,
+               const kiln_c_attention_options &o) {
+  std::vector<std::pair<GpuKernel *, std::vector<ArgValue>>> launches;
+  for (size_t i = 0; i < e.kernels.size(); ++i) {
+    std::map<std::string, TensorRef> mine = e.kernels[i].tensorsIn(tensors);
+    launches.emplace_back(&variantFor(e, i, mine, o.device),
+                          e.kernels[i].bind(mine));
+  }
+  for (auto &[g, args] : launches)
+    g->launch(args, {o.stream, o.device});
+}
+
+} // namespace
+
+extern "C" {
+
+int kiln_c_attention_forward(const kiln_c_attention_options *options,
+                             const kiln_c_tensor *q, const kiln_c_tensor *k,
+                             const kiln_c_tensor *v, const kiln_c_tensor *o,
+                             const kiln_c_tensor *lse, char *error,
+                             size_t error_size) {
+  return guarded(error, error_size, [&] {
+    if (!options || !q || !k)
+      throw Error("options, q and k must be given");
+    const kernels::AttentionShape s = shapeOf(*options, *q, *k);
+    Entry &e = entryFor(false, s, options->device);
+    launchAll(e,
+              {{"Q", refOf(q, s.dtype, 4, "q")},
+               {"K", refOf(k, s.dtype, 4, "k")},
+               {"V", refOf(v, s.dtype, 4, "v")},
+               {"O", refOf(o, s.dtype, 4, "o")},
+               {"LSE", refOf(lse, DType::f32, 3, "lse")}},
+              *options);
+  });
+}
+
+int64_t kiln_c_attention_backward_workspace(int64_t batch, int64_t heads,
+                                            int64_t seq_q) {
+  return batch * heads * 2 * kernels::statsRowLength(seq_q);
+}
+
+int kiln_c_attention_backward(const kiln_c_attention_options *options,
+                              const kiln_c_tensor *q, const kiln_c_tensor *k,
+                              const kiln_c_tensor *v, const kiln_c_tensor *o,
+                              const kiln_c_tensor *d_o,
+                              const kiln_c_tensor *lse, void *workspace,
+                              const kiln_c_tensor *d_q,
+                              const kiln_c_tensor *d_k,
+                              const kiln_c_tensor *d_v, char *error,
+                              size_t error_size) {
+  return guarded(error, error_size, [&] {
+    if (!options || !q || !k)
+      throw Error("options, q and k must be given");
+    if (!workspace)
+      throw Error("the workspace is missing");
+    const kernels::AttentionShape s = shapeOf(*options, *q, *k);
+    const int64_t row = kernels::statsRowLength(s.seqQ);
+    TensorRef stats{workspace,
+                    DType::f32,
+                    {s.batch, s.heads, 2, row},
+                    {s.heads * 2 * row, 2 * row, row, 1}};
+    Entry &e = entryFor(true, s, options->device);
+    launchAll(e,
+              {{"Q", refOf(q, s.dtype, 4, "q")},
+               {"K", refOf(k, s.dtype, 4, "k")},
+               {"V", refOf(v, s.dtype, 4, "v")},
+               {"O", refOf(o, s.dtype, 4, "o")},
+               {"dO", refOf(d_o, s.dtype, 4, "grad_out")},
+               {"LSE", refOf(lse, DType::f32, 3, "lse")},
+               {"Stats", stats},
+               {"dQ", refOf(d_q, s.dtype, 4, "dq")},
+               {"dK", refOf(d_k, s.dtype, 4, "dk")},
+               {"dV", refOf(d_v, s.dtype, 4, "dv")}},
+              *options);
+  });
+}
+
+void kiln_c_cache_stats(int64_t *variants, int64_t *compiles) {
+  std::lock_guard<std::mutex> lock(cacheMutex);
+  if (variants)
+    *variants = variantCount;
+  if (compiles)
+    *compiles = compileCacheStats().misses;
+}
+
+const char *kiln_c_version(void) { return KILN_VERSION; }
+
+} // extern "C"

@@ -1,0 +1,78 @@
+/*===- kiln_c.h - kiln's attention behind a C ABI, for Python and others --===*
+ *
+ * What the Python package (python/kiln) calls through ctypes: attention's
+ * forward and backward on tensors the caller allocated, on the caller's
+ * stream and device. Each function returns 0, or KILN_C_BAD_INPUT /
+ * KILN_C_FAILED with a message in `error` (NUL-terminated, cut to
+ * `error_size`). Nothing is launched when the inputs are refused.
+ *
+ * Tensors are (B, H, N, D) in index order with any strides in elements
+ * (a (B, N, H, D) tensor passes its strides permuted); LSE is fp32
+ * (B, H, Nq), natural-log logsumexp of each row of scaled scores.
+ *
+ *===----------------------------------------------------------------------===*/
+#ifndef KILN_C_H
+#define KILN_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_C_API __attribute__((visibility("default")))
+
+enum { KILN_C_OK = 0, KILN_C_BAD_INPUT = 1, KILN_C_FAILED = 2 };
+enum { KILN_C_BF16 = 0, KILN_C_F16 = 1 };
+
+/* One tensor: its base and, per dimension, size and stride (elements). */
+typedef struct {
+  void *data;
+  int64_t sizes[4];
+  int64_t strides[4];
+} kiln_c_tensor;
+
+typedef struct {
+  int dtype;    /* KILN_C_BF16 or KILN_C_F16 */
+  int causal;   /* query i attends to keys j <= i */
+  double scale; /* 0: 1/sqrt(D) */
+  void *stream; /* a CUstream / cudaStream_t; NULL: the legacy default */
+  int device;   /* the tensors' device ordinal */
+} kiln_c_attention_options;
+
+/* O = softmax(scale Q Kᵀ) V and LSE. q, k, v, o: 4-D; lse: 3-D fp32. */
+KILN_C_API int kiln_c_attention_forward(const kiln_c_attention_options *options,
+                             const kiln_c_tensor *q, const kiln_c_tensor *k,
+                             const kiln_c_tensor *v, const kiln_c_tensor *o,
+                             const kiln_c_tensor *lse, char *error,
+                             size_t error_size);
+
+/* Floats of workspace the backward takes for this problem: fp32,
+ * contiguous, allocated by the caller (B·H·2·round_up(Nq, 4)). */
+KILN_C_API int64_t kiln_c_attention_backward_workspace(int64_t batch, int64_t heads,
+                                            int64_t seq_q);
+
+/* dQ, dK, dV from the forward's inputs, O and LSE and the gradient of O.
+ * No atomics: the same inputs give the same gradients bit for bit. */
+KILN_C_API int kiln_c_attention_backward(const kiln_c_attention_options *options,
+                              const kiln_c_tensor *q, const kiln_c_tensor *k,
+                              const kiln_c_tensor *v, const kiln_c_tensor *o,
+                              const kiln_c_tensor *d_o,
+                              const kiln_c_tensor *lse, void *workspace,
+                              const kiln_c_tensor *d_q,
+                              const kiln_c_tensor *d_k,
+                              const kiln_c_tensor *d_v, char *error,
+                              size_t error_size);
+
+/* Launch-ready kernels the library holds (one per problem class and
+ * alignment variant), and how many compiles the process made. */
+KILN_C_API void kiln_c_cache_stats(int64_t *variants, int64_t *compiles);
+
+KILN_C_API const char *kiln_c_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_C_H */

@@ -1,0 +1,153 @@
+"""ctypes binding of libkiln_c (python/capi/kiln_c.h), loaded on first use.
+
+Why ctypes and a C ABI rather than a compiled extension: libkiln_c is built
+with the rest of kiln by CMake and links no Python or torch, so one build
+serves every Python and torch version (3.11 here, 3.12 + torch 2.11 on the GPU
+machines); torch only ever passes pointers, sizes, strides and a stream
+handle across, which ctypes does in a few microseconds.
+
+The library is looked for at $KILN_LIBRARY, next to this package (lib/), in
+the source tree's build folder (build/python/, or $KILN_BUILD_DIR/python/),
+then by name on the loader's path.
+"""
+import ctypes
+import os
+import threading
+
+_BAD_INPUT, _FAILED = 1, 2
+_BF16, _F16 = 0, 1
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("sizes", ctypes.c_int64 * 4),
+                ("strides", ctypes.c_int64 * 4)]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int), ("causal", ctypes.c_int),
+                ("scale", ctypes.c_double), ("stream", ctypes.c_void_p),
+                ("device", ctypes.c_int)]
+
+
+_lock = threading.Lock()
+_lib = None
+
+
+def _candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    build = os.environ.get("KILN_BUILD_DIR", os.path.join(root, "build"))
+    if not os.path.isabs(build):
+        build = os.path.join(root, build)
+    env = os.environ.get("KILN_LIBRARY")
+    if env:
+        return [env]
+    return [os.path.join(here, "lib", "libkiln_c.so"),
+            os.path.join(build, "python", "libkiln_c.so"), "libkiln_c.so"]
+
+
+def library():
+    """The loaded libkiln_c; raises RuntimeError saying where it looked."""
+    global _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path in _candidates():
+            if os.sep in path and not os.path.exists(path):
+                tried.append(f"{path} (missing)")
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append(f"{path} ({e})")
+                continue
+            _declare(lib)
+            _lib = lib
+            return lib
+        raise RuntimeError("kiln: cannot load libkiln_c.so (build kiln first: "
+                           "scripts/build.sh; or set KILN_LIBRARY); tried: " +
+                           "; ".join(tried))
+
+
+def _declare(lib):
+    P = ctypes.POINTER
+    err = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.kiln_c_attention_forward.argtypes = [P(_Options)] + [P(_Tensor)] * 5 + err
+    lib.kiln_c_attention_forward.restype = ctypes.c_int
+    lib.kiln_c_attention_backward.argtypes = ([P(_Options)] + [P(_Tensor)] * 6 +
+                                              [ctypes.c_void_p] + [P(_Tensor)] * 3 + err)
+    lib.kiln_c_attention_backward.restype = ctypes.c_int
+    lib.kiln_c_attention_backward_workspace.argtypes = [ctypes.c_int64] * 3
+    lib.kiln_c_attention_backward_workspace.restype = ctypes.c_int64
+    lib.kiln_c_cache_stats.argtypes = [P(ctypes.c_int64), P(ctypes.c_int64)]
+    lib.kiln_c_cache_stats.restype = None
+    lib.kiln_c_version.restype = ctypes.c_char_p
+
+
+def _tensor(t, bshd):
+    """A (B, H, N, D) view of `t` for the C side: (B, N, H, D) permuted."""
+    s, st = t.shape, t.stride()
+    if bshd and t.dim() == 4:
+        s, st = (s[0], s[2], s[1], s[3]), (st[0], st[2], st[1], st[3])
+    c = _Tensor()
+    c.data = t.data_ptr()
+    for i in range(len(s)):
+        c.sizes[i], c.strides[i] = s[i], st[i]
+    return c
+
+
+def _options(q, causal, scale, stream):
+    o = _Options()
+    o.dtype = _F16 if str(q.dtype) == "torch.float16" else _BF16
+    o.causal = int(causal)
+    o.scale = scale
+    o.stream = stream
+    o.device = q.device.index
+    return o
+
+
+def _check(code, buf):
+    if code == 0:
+        return
+    message = buf.value.decode(errors="replace")
+    if code == _BAD_INPUT:
+        raise ValueError("kiln.attention: " + message)
+    raise RuntimeError("kiln.attention: " + message)
+
+
+def forward(q, k, v, o, lse, causal, scale, bshd, stream):
+    lib = library()
+    buf = ctypes.create_string_buffer(4096)
+    code = lib.kiln_c_attention_forward(
+        ctypes.byref(_options(q, causal, scale, stream)),
+        *(ctypes.byref(_tensor(t, bshd)) for t in (q, k, v, o)),
+        ctypes.byref(_tensor(lse, False)), buf, len(buf))
+    _check(code, buf)
+
+
+def workspace_elements(batch, heads, seq_q):
+    return library().kiln_c_attention_backward_workspace(batch, heads, seq_q)
+
+
+def backward(q, k, v, o, do, lse, workspace, dq, dk, dv, causal, scale, bshd,
+             stream):
+    lib = library()
+    buf = ctypes.create_string_buffer(4096)
+    code = lib.kiln_c_attention_backward(
+        ctypes.byref(_options(q, causal, scale, stream)),
+        *(ctypes.byref(_tensor(t, bshd)) for t in (q, k, v, o, do)),
+        ctypes.byref(_tensor(lse, False)), ctypes.c_void_p(workspace.data_ptr()),
+        *(ctypes.byref(_tensor(t, bshd)) for t in (dq, dk, dv)), buf, len(buf))
+    _check(code, buf)
+
+
+def cache_stats():
+    """(launch-ready kernel variants held, compiles this process made)."""
+    v, c = ctypes.c_int64(), ctypes.c_int64()
+    library().kiln_c_cache_stats(ctypes.byref(v), ctypes.byref(c))
+    return v.value, c.value
+
+
+def version():
+    return library().kiln_c_version().decode()

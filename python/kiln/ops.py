@@ -1,0 +1,167 @@
+"""kiln.attention: flash attention as a PyTorch custom op with autograd.
+
+Two ops are registered with torch.library, each with a fake (meta)
+implementation, so that torch.compile traces them without a graph break and
+CUDA graphs capture their launches:
+
+  kiln::attention_forward(q, k, v, causal, scale, bshd) -> (o, lse)
+  kiln::attention_backward(grad_o, q, k, v, o, lse, causal, scale, bshd)
+      -> (dq, dk, dv)
+
+Both launch on torch.cuda.current_stream(q.device) and allocate what they
+write (outputs, the backward's fp32 workspace) through torch's allocator.
+"""
+import math
+
+import torch
+
+from . import _lib
+
+_LAYOUTS = {"bhsd": "(batch, heads, seq, head_dim)",
+            "bshd": "(batch, seq, heads, head_dim)"}
+_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _dims(t, bshd):
+    """(B, H, N, D) of a 4-D tensor in the given layout."""
+    b, x, y, d = t.shape
+    return (b, y, x, d) if bshd else (b, x, y, d)
+
+
+def _check(q, k, v, causal, scale, layout):
+    """Raises TypeError/ValueError naming the argument; launches nothing."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"kiln.attention: {name} must be a torch.Tensor, "
+                            f"got {type(t).__name__}")
+    if not isinstance(layout, str) or layout not in _LAYOUTS:
+        raise ValueError(f"kiln.attention: layout must be 'bhsd' or 'bshd', "
+                         f"got {layout!r}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"kiln.attention: causal must be a bool, got "
+                        f"{type(causal).__name__}")
+    if scale is not None and (isinstance(scale, bool) or
+                              not isinstance(scale, (int, float)) or
+                              not math.isfinite(scale) or scale <= 0):
+        raise ValueError(f"kiln.attention: scale must be a positive finite "
+                         f"number or None, got {scale!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"kiln.attention: {name} has dtype {t.dtype}; kiln "
+                            f"takes torch.bfloat16 or torch.float16")
+        if t.dim() != 4:
+            raise ValueError(f"kiln.attention: {name} must be 4-D "
+                             f"{_LAYOUTS[layout]}, got shape {tuple(t.shape)}")
+        if t.device.type not in ("cuda", "meta"):
+            raise ValueError(f"kiln.attention: {name} is on {t.device}; kiln "
+                             f"runs on CUDA tensors")
+        if t.stride(-1) != 1:
+            raise ValueError(f"kiln.attention: {name}'s last dimension must be "
+                             f"contiguous (stride 1), got strides "
+                             f"{tuple(t.stride())}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"kiln.attention: q, k and v must share one dtype, got "
+                        f"{q.dtype}, {k.dtype}, {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"kiln.attention: q, k and v must be on one device, "
+                         f"got {q.device}, {k.device}, {v.device}")
+    bshd = layout == "bshd"
+    (B, H, Nq, D), (Bk, Hk, Nk, Dk) = _dims(q, bshd), _dims(k, bshd)
+    if (Bk, Hk, Dk) != (B, H, D):
+        raise ValueError(f"kiln.attention: k {tuple(k.shape)} must match q "
+                         f"{tuple(q.shape)} in batch, heads and head_dim "
+                         f"(layout {layout!r}; grouped heads are not supported)")
+    if _dims(v, bshd) != (Bk, Hk, Nk, Dk):
+        raise ValueError(f"kiln.attention: v {tuple(v.shape)} must have k's "
+                         f"shape {tuple(k.shape)}")
+    if D not in (64, 128):
+        raise ValueError(f"kiln.attention: head_dim {D} is not supported "
+                         f"(64 or 128)")
+    if min(B, H, Nq, Nk) < 1:
+        raise ValueError(f"kiln.attention: empty tensors (q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)})")
+
+
+def _stream(t):
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+@torch.library.custom_op("kiln::attention_forward", mutates_args=(),
+                         device_types="cuda")
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+             scale: float, bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    B, H, Nq, _ = _dims(q, bshd)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    _lib.forward(q, k, v, o, lse, causal, scale, bshd, _stream(q))
+    return o, lse
+
+
+@_forward.register_fake
+def _(q, k, v, causal, scale, bshd):
+    B, H, Nq, _ = _dims(q, bshd)
+    return q.new_empty(q.shape), q.new_empty((B, H, Nq), dtype=torch.float32)
+
+
+@torch.library.custom_op("kiln::attention_backward", mutates_args=(),
+                         device_types="cuda")
+def _backward(grad_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+              v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, causal: bool,
+              scale: float, bshd: bool
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    B, H, Nq, _ = _dims(q, bshd)
+    if grad_o.stride(-1) != 1:  # autograd may hand an expanded gradient
+        grad_o = grad_o.contiguous()
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device)
+                  for t in (q, k, v))
+    ws = torch.empty(_lib.workspace_elements(B, H, Nq), dtype=torch.float32,
+                     device=q.device)
+    _lib.backward(q, k, v, o, grad_o, lse, ws, dq, dk, dv, causal, scale, bshd,
+                  _stream(q))
+    return dq, dk, dv
+
+
+@_backward.register_fake
+def _(grad_o, q, k, v, o, lse, causal, scale, bshd):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale, bshd = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.scale, ctx.bshd = causal, scale, bshd
+    # Gradients flow through O only; LSE is returned for inspection or a
+    # caller's own backward, and autograd refuses to differentiate it.
+    ctx.mark_non_differentiable(lse)
+
+
+def _autograd_backward(ctx, grad_o, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.kiln.attention_backward(
+        grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bshd)
+    return dq, dk, dv, None, None, None
+
+
+_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
+              return_lse=False):
+    """Scaled dot-product attention, softmax(scale · q kᵀ) v, by kiln.
+
+    q: (B, H, Nq, D), k and v: (B, H, Nk, D) with layout="bhsd" (SDPA's), or
+    (B, N, H, D) with layout="bshd" (flash_attn_func's); bfloat16 or float16
+    CUDA tensors on one device, D 64 or 128, any Nq and Nk, last dimension
+    contiguous. causal: query i attends to keys j <= i (SDPA's is_causal,
+    aligned at the top left when Nq != Nk). scale: None for 1/sqrt(D).
+    Returns O in q's layout, and with return_lse=True also the fp32
+    (B, H, Nq) natural-log logsumexp of each row of scaled scores (not
+    differentiable). Gradients of q, k and v through autograd; deterministic.
+    """
+    _check(q, k, v, causal, scale, layout)
+    D = q.shape[-1]
+    s = float(scale) if scale is not None else 1.0 / math.sqrt(D)
+    o, lse = torch.ops.kiln.attention_forward(q, k, v, causal, s,
+                                              layout == "bshd")
+    return (o, lse) if return_lse else o

@@ -1,0 +1,124 @@
+"""kiln.attention without a GPU: argument checks, the custom ops'
+registration and fake implementations, torch.compile tracing them."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kiln
+
+META = "meta"
+
+
+def qkv(B=2, H=3, Nq=100, Nk=None, D=64, dtype=torch.bfloat16, device=META,
+        layout="bhsd", grad=False):
+    Nk = Nq if Nk is None else Nk
+    shape = (lambda n: (B, H, n, D)) if layout == "bhsd" else (lambda n: (B, n, H, D))
+    return tuple(torch.empty(shape(n), dtype=dtype, device=device,
+                             requires_grad=grad) for n in (Nq, Nk, Nk))
+
+
+def test_ops_are_registered():
+    fwd = torch.ops.kiln.attention_forward.default
+    bwd = torch.ops.kiln.attention_backward.default
+    assert "attention_forward(Tensor q, Tensor k, Tensor v, bool causal, float scale, bool bshd) -> (Tensor, Tensor)" in str(fwd._schema)
+    assert str(bwd._schema).endswith("-> (Tensor, Tensor, Tensor)")
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fake_forward_shapes(layout, dtype):
+    q, k, v = qkv(Nq=77, Nk=130, D=128, dtype=dtype, layout=layout)
+    o, lse = kiln.attention(q, k, v, causal=True, layout=layout, return_lse=True)
+    assert o.shape == q.shape and o.dtype == dtype and o.device.type == META
+    assert lse.shape == (2, 3, 77) and lse.dtype == torch.float32
+
+
+def test_fake_backward_shapes():
+    q, k, v = qkv(Nq=50, Nk=90, grad=True)
+    kiln.attention(q, k, v).sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape
+    assert v.grad.shape == v.shape and v.grad.dtype == v.dtype
+
+
+def test_lse_is_not_differentiable():
+    q, k, v = qkv(grad=True)
+    o, lse = kiln.attention(q, k, v, return_lse=True)
+    assert o.requires_grad and not lse.requires_grad
+
+
+def test_torch_compile_traces_one_graph():
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    f = torch.compile(lambda q, k, v: kiln.attention(q, k, v, causal=True,
+                                                     layout="bshd") * 2,
+                      backend=backend, fullgraph=True)
+    out = f(*qkv(layout="bshd"))
+    assert out.shape == (2, 100, 3, 64)
+    assert len(graphs) == 1
+    assert "torch.ops.kiln.attention_forward" in graphs[0].code
+
+
+def test_torch_compile_with_autograd():
+    f = torch.compile(lambda q, k, v: kiln.attention(q, k, v, causal=True),
+                      backend="aot_eager", fullgraph=True)
+    q, k, v = qkv(grad=True)
+    f(q, k, v).sum().backward()
+    assert q.grad.shape == q.shape
+
+
+@pytest.mark.parametrize("make,exc,match", [
+    (lambda: ("not a tensor",) + qkv()[1:], TypeError, "q must be a torch.Tensor, got str"),
+    (lambda: qkv(dtype=torch.float32), TypeError, "q has dtype torch.float32"),
+    (lambda: (qkv()[0],) + qkv(dtype=torch.float16)[1:], TypeError, "share one dtype"),
+    (lambda: (torch.empty(2, 100, 64, dtype=torch.bfloat16, device=META),) + qkv()[1:],
+     ValueError, r"q must be 4-D \(batch, heads, seq, head_dim\), got shape \(2, 100, 64\)"),
+    (lambda: qkv(device="cpu"), ValueError, "q is on cpu; kiln runs on CUDA tensors"),
+    (lambda: qkv(D=96), ValueError, "head_dim 96 is not supported"),
+    (lambda: (qkv()[0], qkv(H=1)[1], qkv(H=1)[2]), ValueError, "grouped heads are not supported"),
+    (lambda: (qkv()[0], qkv()[1], qkv(Nq=7)[2]), ValueError, "v .* must have k's shape"),
+    (lambda: qkv(Nq=0), ValueError, "empty tensors"),
+    (lambda: (torch.empty(2, 3, 64, 100, dtype=torch.bfloat16, device=META).transpose(2, 3),) + qkv()[1:],
+     ValueError, "q's last dimension must be contiguous"),
+])
+def test_bad_input_is_refused(make, exc, match):
+    with pytest.raises(exc, match=match):
+        kiln.attention(*make())
+
+
+def test_bad_options_are_refused():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="layout must be 'bhsd' or 'bshd', got 'sbhd'"):
+        kiln.attention(q, k, v, layout="sbhd")
+    with pytest.raises(TypeError, match="causal must be a bool, got int"):
+        kiln.attention(q, k, v, causal=1)
+    for scale in (0.0, -1.0, float("nan"), float("inf"), "0.1", True):
+        with pytest.raises(ValueError, match="scale must be a positive finite number"):
+            kiln.attention(q, k, v, scale=scale)
+
+
+def test_missing_library_is_named():
+    # A fresh interpreter, so that no library is loaded yet.
+    code = ("import kiln, kiln._lib as l\n"
+            "try:\n    l.library()\nexcept RuntimeError as e:\n    print(e)\n")
+    env = dict(os.environ, KILN_LIBRARY="/nonexistent/libkiln_c.so")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=here,
+                         capture_output=True, text=True).stdout
+    assert "cannot load libkiln_c.so" in out and "/nonexistent/libkiln_c.so (missing)" in out
+
+
+def test_library_loads_without_a_gpu():
+    # libkiln_c opens the CUDA driver only when it launches.
+    if not os.path.exists(os.environ.get("KILN_LIBRARY", "")) and not any(
+            os.path.exists(p) for p in kiln._lib._candidates()[:2]):
+        pytest.skip("SKIPPED: libkiln_c.so is not built")
+    assert kiln.version() == "0.1.0"
+    variants, compiles = kiln.cache_stats()
+    assert variants == 0 and compiles == 0

@@ -1,0 +1,179 @@
+"""kiln.attention on the GPU against torch's math attention in float64:
+outputs and gradients, both layouts, ragged and unequal lengths; the custom
+ops under torch.library.opcheck and torch.compile, inside a captured CUDA
+graph, on a non-default stream; bitwise-repeatable gradients. Outputs are
+written into memory the caching allocator has just had filled with NaN.
+Skipped, loudly, without a GPU."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+if not torch.cuda.is_available():
+    pytest.skip("SKIPPED: no CUDA GPU: the GPU tests of kiln.attention need one",
+                allow_module_level=True)
+
+DEV = torch.device("cuda")
+
+
+def poison_allocator(nbytes=256 << 20):
+    """Leaves freed NaN blocks in torch's caching allocator, which the next
+    allocations (the op's outputs) reuse: an unwritten element stays NaN."""
+    x = torch.full((nbytes // 4,), float("nan"), device=DEV)
+    del x
+
+
+def make(B, H, Nq, Nk, D, dtype, layout, seed):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    shape = (lambda n: (B, H, n, D)) if layout == "bhsd" else (lambda n: (B, n, H, D))
+    return [torch.randn(shape(n), device=DEV, dtype=dtype, generator=g)
+            for n in (Nq, Nk, Nk)]
+
+
+def to_bhsd(t, layout):
+    return t if layout == "bhsd" else t.transpose(1, 2)
+
+
+def reference(q, k, v, causal, layout, grad_o):
+    """Output and gradients by torch's math attention in float64."""
+    qd, kd, vd = (to_bhsd(t, layout).detach().double().requires_grad_() for t in (q, k, v))
+    o = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal)
+    o.backward(to_bhsd(grad_o, layout).double())
+    back = lambda t: t if layout == "bhsd" else t.transpose(1, 2)
+    return back(o.detach()), [back(t.grad) for t in (qd, kd, vd)]
+
+
+def rel(a, b):
+    """Relative error; against a reference that is all zeros (dQ and dK with
+    one key), the error relative to 1."""
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / max(b.norm().item(), 1.0)).item()
+
+
+CASES = [  # B, H, Nq, Nk, D, causal, dtype, layout
+    (2, 3, 1000, 1000, 64, False, torch.bfloat16, "bhsd"),
+    (2, 3, 1000, 1000, 64, True, torch.bfloat16, "bshd"),
+    (1, 4, 3001, 3001, 128, True, torch.bfloat16, "bhsd"),
+    (1, 2, 4097, 4097, 128, False, torch.float16, "bshd"),
+    (2, 2, 700, 1100, 128, False, torch.bfloat16, "bhsd"),
+    (1, 2, 513, 257, 64, True, torch.float16, "bhsd"),
+    (1, 1, 1, 1, 128, False, torch.bfloat16, "bhsd"),
+]
+
+
+@pytest.mark.parametrize("B,H,Nq,Nk,D,causal,dtype,layout", CASES)
+def test_matches_float64_math(B, H, Nq, Nk, D, causal, dtype, layout):
+    q, k, v = make(B, H, Nq, Nk, D, dtype, layout, seed=Nq * 7 + D + causal)
+    for t in (q, k, v):
+        t.requires_grad_()
+    grad_o = torch.randn_like(q)
+    poison_allocator()
+    o = kiln.attention(q, k, v, causal=causal, layout=layout)
+    poison_allocator()
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), grad_o)
+    o_ref, grads_ref = reference(q, k, v, causal, layout, grad_o)
+    assert o.shape == q.shape and o.dtype == dtype
+    for name, got, want in (("o", o, o_ref), ("dq", dq, grads_ref[0]),
+                            ("dk", dk, grads_ref[1]), ("dv", dv, grads_ref[2])):
+        assert torch.isfinite(got).all(), f"{name}: unwritten or non-finite elements"
+        tol = 1e-2 if dtype == torch.bfloat16 else 4e-3
+        assert rel(got, want) < (tol if name == "o" else 2 * tol), name
+
+
+def test_lse_matches():
+    q, k, v = make(2, 3, 1000, 1000, 128, torch.bfloat16, "bhsd", seed=3)
+    o, lse = kiln.attention(q, k, v, causal=True, return_lse=True)
+    s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(128)
+    s.masked_fill_(torch.ones(1000, 1000, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
+    assert rel(lse, torch.logsumexp(s, -1)) < 1e-5
+
+
+def test_opcheck():
+    q, k, v = make(1, 2, 300, 300, 64, torch.bfloat16, "bhsd", seed=5)
+    torch.library.opcheck(torch.ops.kiln.attention_forward.default, (q, k, v, True, 0.125, False))
+    o, lse = torch.ops.kiln.attention_forward(q, k, v, True, 0.125, False)
+    torch.library.opcheck(torch.ops.kiln.attention_backward.default,
+                          (torch.randn_like(o), q, k, v, o, lse, True, 0.125, False))
+
+
+def test_torch_compile_matches_eager():
+    q, k, v = make(2, 4, 1000, 1000, 64, torch.bfloat16, "bshd", seed=9)
+    for t in (q, k, v):
+        t.requires_grad_()
+    f = lambda q, k, v: kiln.attention(q, k, v, causal=True, layout="bshd").float().square().sum()
+    compiled = torch.compile(f, fullgraph=True)
+    eager_grads = torch.autograd.grad(f(q, k, v), (q, k, v))
+    compiled_grads = torch.autograd.grad(compiled(q, k, v), (q, k, v))
+    for a, b in zip(eager_grads, compiled_grads):
+        assert torch.equal(a, b)
+
+
+def test_cuda_graph_capture_and_replay():
+    q, k, v = make(2, 4, 1000, 1000, 128, torch.bfloat16, "bhsd", seed=11)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside the capture (compile, load)
+        kiln.attention(q, k, v, causal=True)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        o = kiln.attention(q, k, v, causal=True)
+    for seed in (1, 2):  # new inputs in place, then replay
+        for t, n in zip((q, k, v), make(2, 4, 1000, 1000, 128, torch.bfloat16, "bhsd", seed)):
+            t.copy_(n)
+        o.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        o_ref, _ = reference(q, k, v, True, "bhsd", torch.zeros_like(q))
+        assert rel(o, o_ref) < 1e-2
+
+
+def test_runs_on_the_current_stream():
+    q, k, v = make(2, 4, 2048, 2048, 128, torch.bfloat16, "bhsd", seed=13)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        # Written on s just before: a launch on another stream could read
+        # the old values.
+        q2 = q * 2
+        o = kiln.attention(q2, k, v)
+    s.synchronize()
+    o_ref, _ = reference(q * 2, k, v, False, "bhsd", torch.zeros_like(q))
+    assert rel(o, o_ref) < 1e-2
+
+
+def test_gradients_are_bitwise_repeatable():
+    q, k, v = make(2, 4, 1500, 1500, 128, torch.bfloat16, "bhsd", seed=17)
+    for t in (q, k, v):
+        t.requires_grad_()
+    o = kiln.attention(q, k, v, causal=True)
+    grad_o = torch.randn_like(o)
+    first = torch.autograd.grad(o, (q, k, v), grad_o, retain_graph=True)
+    second = torch.autograd.grad(o, (q, k, v), grad_o)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+def test_one_compile_serves_every_length():
+    kiln.attention(*make(1, 2, 1000, 1000, 64, torch.bfloat16, "bhsd", 1))
+    _, before = kiln.cache_stats()
+    for n in (1500, 2100, 3001, 5000):
+        kiln.attention(*make(1, 2, n, n, 64, torch.bfloat16, "bhsd", n))
+    _, after = kiln.cache_stats()
+    assert after == before, "a new length compiled a new kernel"
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="SKIPPED: one GPU")
+def test_second_device():
+    q, k, v = make(1, 2, 1000, 1000, 64, torch.bfloat16, "bhsd", seed=19)
+    o0 = kiln.attention(q, k, v, causal=True)
+    q1, k1, v1 = (t.to("cuda:1") for t in (q, k, v))
+    with torch.cuda.device(0):  # the current device is not the tensors'
+        o1 = kiln.attention(q1, k1, v1, causal=True)
+    torch.cuda.synchronize(1)
+    assert torch.equal(o1.cpu(), o0.cpu())
+    with pytest.raises(ValueError, match="one device"):
+        kiln.attention(q, k1, v1)
