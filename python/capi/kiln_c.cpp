@@ -31,7 +31,24 @@ struct Entry {
   std::vector<Kernel> kernels;
   /// Per kernel: variant key (GpuTarget's specialisation) -> loaded kernel.
   std::vector<std::map<std::string, std::shared_ptr<GpuKernel>>> variants;
+  /// Per kernel: the variant of the last call and what decided it (each
+  /// tensor's base alignment, sizes and strides), so that a call like the
+  /// last skips working the variant out again.
+  std::vector<std::pair<std::vector<int64_t>, GpuKernel *>> last;
 };
+
+/// What decides a kernel's variant for these tensors: each one's 16-byte
+/// alignment, sizes and strides.
+std::vector<int64_t>
+variantSignature(const std::map<std::string, TensorRef> &tensors) {
+  std::vector<int64_t> sig;
+  for (const auto &[name, t] : tensors) {
+    sig.push_back(int64_t(reinterpret_cast<uintptr_t>(t.data) % 16));
+    sig.insert(sig.end(), t.shape.begin(), t.shape.end());
+    sig.insert(sig.end(), t.strides.begin(), t.strides.end());
+  }
+  return sig;
+}
 
 using ProblemKey = std::tuple<bool, int, int, double, int64_t, int64_t,
                               int64_t, int64_t, int64_t, int>;
@@ -98,15 +115,16 @@ Entry &entryFor(bool backward, const kernels::AttentionShape &s, int device) {
     else
       made->kernels = {kernels::attentionForward(s)};
     made->variants.resize(made->kernels.size());
+    made->last.resize(made->kernels.size());
     e = std::move(made);
   }
   return *e;
 }
 
-/// The loaded variant of kernel `i` of `e` for these tensors on `device`.
-GpuKernel &variantFor(Entry &e, size_t i,
-                      const std::map<std::string, TensorRef> &tensors,
-                      int device) {
+/// variantFor's work on a call unlike the last.
+GpuKernel &loadVariant(Entry &e, size_t i,
+                       const std::map<std::string, TensorRef> &tensors,
+                       int device) {
   const Kernel &kernel = e.kernels[i];
   GpuTarget base;
   base.arch = cuda::device(device).arch();
@@ -130,6 +148,22 @@ GpuKernel &variantFor(Entry &e, size_t i,
   auto [it, added] = e.variants[i].emplace(key, g);
   variantCount += added;
   return *it->second;
+}
+
+/// The loaded variant of kernel `i` of `e` for these tensors on `device`.
+GpuKernel &variantFor(Entry &e, size_t i,
+                      const std::map<std::string, TensorRef> &tensors,
+                      int device) {
+  std::vector<int64_t> sig = variantSignature(tensors);
+  {
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    if (e.last[i].second && e.last[i].first == sig)
+      return *e.last[i].second;
+  }
+  GpuKernel &g = loadVariant(e, i, tensors, device);
+  std::lock_guard<std::mutex> lock(cacheMutex);
+  e.last[i] = {std::move(sig), &g};
+  return g;
 }
 
 /// Runs `body`, turning its exceptions into a return code and a message.

@@ -85,26 +85,39 @@ def _declare(lib):
     lib.kiln_c_version.restype = ctypes.c_char_p
 
 
+_I4 = ctypes.c_int64 * 4
+
+
 def _tensor(t, bshd):
     """A (B, H, N, D) view of `t` for the C side: (B, N, H, D) permuted."""
     s, st = t.shape, t.stride()
-    if bshd and t.dim() == 4:
-        s, st = (s[0], s[2], s[1], s[3]), (st[0], st[2], st[1], st[3])
-    c = _Tensor()
-    c.data = t.data_ptr()
-    for i in range(len(s)):
-        c.sizes[i], c.strides[i] = s[i], st[i]
-    return c
+    if len(s) == 3:
+        return _Tensor(t.data_ptr(), _I4(*s, 0), _I4(*st, 0))
+    if bshd:
+        return _Tensor(t.data_ptr(), _I4(s[0], s[2], s[1], s[3]),
+                       _I4(st[0], st[2], st[1], st[3]))
+    return _Tensor(t.data_ptr(), _I4(*s), _I4(*st))
 
 
 def _options(q, causal, scale, stream):
-    o = _Options()
-    o.dtype = _F16 if str(q.dtype) == "torch.float16" else _BF16
-    o.causal = int(causal)
-    o.scale = scale
-    o.stream = stream
-    o.device = q.device.index
-    return o
+    return _Options(_F16 if q.dtype == _torch_f16() else _BF16, int(causal),
+                    scale, stream, q.device.index)
+
+
+def _torch_f16():
+    import torch
+    return torch.float16
+
+
+_errors = threading.local()
+
+
+def _error_buffer():
+    """A per-thread buffer for the C side's message."""
+    buf = getattr(_errors, "buf", None)
+    if buf is None:
+        buf = _errors.buf = ctypes.create_string_buffer(4096)
+    return buf
 
 
 def _check(code, buf):
@@ -118,7 +131,7 @@ def _check(code, buf):
 
 def forward(q, k, v, o, lse, causal, scale, bshd, stream):
     lib = library()
-    buf = ctypes.create_string_buffer(4096)
+    buf = _error_buffer()
     code = lib.kiln_c_attention_forward(
         ctypes.byref(_options(q, causal, scale, stream)),
         *(ctypes.byref(_tensor(t, bshd)) for t in (q, k, v, o)),
@@ -133,7 +146,7 @@ def workspace_elements(batch, heads, seq_q):
 def backward(q, k, v, o, do, lse, workspace, dq, dk, dv, causal, scale, bshd,
              stream):
     lib = library()
-    buf = ctypes.create_string_buffer(4096)
+    buf = _error_buffer()
     code = lib.kiln_c_attention_backward(
         ctypes.byref(_options(q, causal, scale, stream)),
         *(ctypes.byref(_tensor(t, bshd)) for t in (q, k, v, o, do)),

@@ -83,16 +83,36 @@ def _check(q, k, v, causal, scale, layout):
 
 
 def _stream(t):
+    """The raw handle of torch's current stream on t's device."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(t.device.index)
     return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _dispatch_free(q, k, v):
+    """Whether a call may run the op's body directly: plain CUDA tensors, no
+    gradient to record, no torch.compile tracing or functorch transform (the
+    dispatcher and autograd then have nothing to do but cost ~45 us)."""
+    return (type(q) is torch.Tensor and type(k) is torch.Tensor and
+            type(v) is torch.Tensor and q.is_cuda and
+            not (torch.is_grad_enabled() and
+                 (q.requires_grad or k.requires_grad or v.requires_grad)) and
+            not torch.compiler.is_compiling() and
+            not torch._C._are_functorch_transforms_active())
 
 
 @torch.library.custom_op("kiln::attention_forward", mutates_args=(),
                          device_types="cuda")
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
              scale: float, bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward_body(q, k, v, causal, scale, bshd)
+
+
+def _forward_body(q, k, v, causal, scale, bshd):
     B, H, Nq, _ = _dims(q, bshd)
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    o = q.new_empty(q.shape)
+    lse = q.new_empty((B, H, Nq), dtype=torch.float32)
     _lib.forward(q, k, v, o, lse, causal, scale, bshd, _stream(q))
     return o, lse
 
@@ -162,6 +182,7 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
     _check(q, k, v, causal, scale, layout)
     D = q.shape[-1]
     s = float(scale) if scale is not None else 1.0 / math.sqrt(D)
-    o, lse = torch.ops.kiln.attention_forward(q, k, v, causal, s,
-                                              layout == "bshd")
+    op = (_forward_body if _dispatch_free(q, k, v) else
+          torch.ops.kiln.attention_forward)
+    o, lse = op(q, k, v, causal, s, layout == "bshd")
     return (o, lse) if return_lse else o
