@@ -129,6 +129,10 @@ def _backward(grad_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
               v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, causal: bool,
               scale: float, bshd: bool
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward_body(grad_o, q, k, v, o, lse, causal, scale, bshd)
+
+
+def _backward_body(grad_o, q, k, v, o, lse, causal, scale, bshd):
     B, H, Nq, _ = _dims(q, bshd)
     if grad_o.stride(-1) != 1:  # autograd may hand an expanded gradient
         grad_o = grad_o.contiguous()
@@ -158,8 +162,11 @@ def _setup_context(ctx, inputs, output):
 
 def _autograd_backward(ctx, grad_o, grad_lse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.kiln.attention_backward(
-        grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bshd)
+    # Eager autograd (no double backward: the op has none) runs the body
+    # directly; traced by torch.compile it stays an op in the graph.
+    op = (_backward_body if type(grad_o) is torch.Tensor and
+          _dispatch_free(q, k, v) else torch.ops.kiln.attention_backward)
+    dq, dk, dv = op(grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bshd)
     return dq, dk, dv, None, None, None
 
 
