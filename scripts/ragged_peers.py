@@ -13,7 +13,7 @@ Prints one CSV row per shape and peer, then the table: each N with SDPA's
 figures, kiln's, kiln/cuDNN and, for N not a multiple of 128, kiln at N over
 kiln at the nearest multiple of 128.
 """
-import argparse, json
+import argparse, json, os, sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -28,20 +28,12 @@ dev = torch.device("cuda")
 print(f"# device {torch.cuda.get_device_name(0)} torch={torch.__version__}")
 
 
-def bench(fn, warm=5, reps=30):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(args.batch):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) / args.batch)
-    return sorted(ts)[len(ts) // 2]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kiln.bench import bench_ms  # noqa: E402  (the one timing loop)
+
+
+def bench(fn):
+    return bench_ms(fn, batch=args.batch)
 
 
 rows = [r for r in json.load(open(args.kiln))["rows"]

@@ -198,6 +198,32 @@ void launchAll(Entry &e, const std::map<std::string, TensorRef> &tensors,
     g->launch(args, {o.stream, o.device});
 }
 
+/// What the forward and the backward share: the arguments checked, the
+/// problem's entry, and its kernels launched on `tensors(shape)`.
+template <typename F>
+int runAttention(bool backward, const kiln_c_attention_options *options,
+                 const kiln_c_tensor *q, const kiln_c_tensor *k, char *error,
+                 size_t size, F &&tensors) {
+  return guarded(error, size, [&] {
+    if (!options || !q || !k)
+      throw Error("options, q and k must be given");
+    const kernels::AttentionShape s = shapeOf(*options, *q, *k);
+    launchAll(entryFor(backward, s, options->device), tensors(s), *options);
+  });
+}
+
+/// The forward's tensors, which the backward takes too.
+std::map<std::string, TensorRef>
+forwardTensors(const kernels::AttentionShape &s, const kiln_c_tensor *q,
+               const kiln_c_tensor *k, const kiln_c_tensor *v,
+               const kiln_c_tensor *o, const kiln_c_tensor *lse) {
+  return {{"Q", refOf(q, s.dtype, 4, "q")},
+          {"K", refOf(k, s.dtype, 4, "k")},
+          {"V", refOf(v, s.dtype, 4, "v")},
+          {"O", refOf(o, s.dtype, 4, "o")},
+          {"LSE", refOf(lse, DType::f32, 3, "lse")}};
+}
+
 } // namespace
 
 extern "C" {
@@ -207,19 +233,10 @@ int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              const kiln_c_tensor *v, const kiln_c_tensor *o,
                              const kiln_c_tensor *lse, char *error,
                              size_t error_size) {
-  return guarded(error, error_size, [&] {
-    if (!options || !q || !k)
-      throw Error("options, q and k must be given");
-    const kernels::AttentionShape s = shapeOf(*options, *q, *k);
-    Entry &e = entryFor(false, s, options->device);
-    launchAll(e,
-              {{"Q", refOf(q, s.dtype, 4, "q")},
-               {"K", refOf(k, s.dtype, 4, "k")},
-               {"V", refOf(v, s.dtype, 4, "v")},
-               {"O", refOf(o, s.dtype, 4, "o")},
-               {"LSE", refOf(lse, DType::f32, 3, "lse")}},
-              *options);
-  });
+  return runAttention(false, options, q, k, error, error_size,
+                      [&](const kernels::AttentionShape &s) {
+                        return forwardTensors(s, q, k, v, o, lse);
+                      });
 }
 
 int64_t kiln_c_attention_backward_workspace(int64_t batch, int64_t heads,
@@ -236,31 +253,23 @@ int kiln_c_attention_backward(const kiln_c_attention_options *options,
                               const kiln_c_tensor *d_k,
                               const kiln_c_tensor *d_v, char *error,
                               size_t error_size) {
-  return guarded(error, error_size, [&] {
-    if (!options || !q || !k)
-      throw Error("options, q and k must be given");
-    if (!workspace)
-      throw Error("the workspace is missing");
-    const kernels::AttentionShape s = shapeOf(*options, *q, *k);
-    const int64_t row = kernels::statsRowLength(s.seqQ);
-    TensorRef stats{workspace,
-                    DType::f32,
-                    {s.batch, s.heads, 2, row},
-                    {s.heads * 2 * row, 2 * row, row, 1}};
-    Entry &e = entryFor(true, s, options->device);
-    launchAll(e,
-              {{"Q", refOf(q, s.dtype, 4, "q")},
-               {"K", refOf(k, s.dtype, 4, "k")},
-               {"V", refOf(v, s.dtype, 4, "v")},
-               {"O", refOf(o, s.dtype, 4, "o")},
-               {"dO", refOf(d_o, s.dtype, 4, "grad_out")},
-               {"LSE", refOf(lse, DType::f32, 3, "lse")},
-               {"Stats", stats},
-               {"dQ", refOf(d_q, s.dtype, 4, "dq")},
-               {"dK", refOf(d_k, s.dtype, 4, "dk")},
-               {"dV", refOf(d_v, s.dtype, 4, "dv")}},
-              *options);
-  });
+  return runAttention(true, options, q, k, error, error_size,
+                      [&](const kernels::AttentionShape &s) {
+                        if (!workspace)
+                          throw Error("the workspace is missing");
+                        const int64_t row = kernels::statsRowLength(s.seqQ);
+                        std::map<std::string, TensorRef> t =
+                            forwardTensors(s, q, k, v, o, lse);
+                        t["Stats"] = {workspace,
+                                      DType::f32,
+                                      {s.batch, s.heads, 2, row},
+                                      {s.heads * 2 * row, 2 * row, row, 1}};
+                        t["dO"] = refOf(d_o, s.dtype, 4, "grad_out");
+                        t["dQ"] = refOf(d_q, s.dtype, 4, "dq");
+                        t["dK"] = refOf(d_k, s.dtype, 4, "dk");
+                        t["dV"] = refOf(d_v, s.dtype, 4, "dv");
+                        return t;
+                      });
 }
 
 void kiln_c_cache_stats(int64_t *variants, int64_t *compiles) {
