@@ -20,6 +20,9 @@
 
 #include <fmt/core.h>
 
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
 #include <algorithm>
 #include <set>
 
@@ -354,15 +357,18 @@ std::string Lowered::str() const {
 }
 
 std::string Lowered::json() const {
-  std::string out =
-      fmt::format("{{\"mode\": \"{}\", \"kernels\": [", fusionName(fusion));
-  for (size_t i = 0; i < steps.size(); ++i)
-    out += fmt::format("{}{{\"name\": \"{}\", \"bytes_read\": {}, "
-                       "\"bytes_written\": {}}}",
-                       i ? ", " : "", steps[i].kernel.name(),
-                       steps[i].bytesRead, steps[i].bytesWritten);
-  return out + fmt::format("], \"bytes_moved\": {}, \"peak_bytes\": {}}}",
-                           bytesMoved(), peakBytes());
+  llvm::json::Array kernels;
+  for (const Step &s : steps)
+    kernels.push_back(llvm::json::Object{{"name", s.kernel.name()},
+                                         {"bytes_read", s.bytesRead},
+                                         {"bytes_written", s.bytesWritten}});
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << llvm::json::Value(llvm::json::Object{{"mode", fusionName(fusion)},
+                                             {"kernels", std::move(kernels)},
+                                             {"bytes_moved", bytesMoved()},
+                                             {"peak_bytes", peakBytes()}});
+  return out;
 }
 
 } // namespace kiln::graph

@@ -55,9 +55,9 @@ TEST(Graph, KernelsAndBytesPerLowering) {
   EXPECT_EQ(f.steps[0].bytesWritten, x);
   EXPECT_EQ(f.arenaBytes, 0);
   EXPECT_EQ(f.peakBytes(), 4 * x);
-  EXPECT_THAT(f.json(), HasSubstr("{\"name\": \"flash_attention_scale_causal_"
-                                  "mask\", \"bytes_read\": 50331648, "
-                                  "\"bytes_written\": 16777216}"));
+  EXPECT_THAT(f.json(),
+              HasSubstr("{\"bytes_read\":50331648,\"bytes_written\":16777216,"
+                        "\"name\":\"flash_attention_scale_causal_mask\"}"));
 }
 
 // The fusion passes decide from the graph: when S is also an output, the

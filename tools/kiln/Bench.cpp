@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
+#include "Json.h"
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/Attention.h"
@@ -174,9 +175,7 @@ int cmdBench(Options &opts) {
       "dtype,B,H,N,D,causal,shapes,ms,tflops,registers,spill_bytes,smem\n");
 
   const std::vector<int64_t> ns = benchSequenceLengths({}, quick, ragged);
-  std::ostringstream json;
-  json << "{\"rows\": [";
-  bool first = true;
+  llvm::json::Array rows;
   std::stringstream ds(dtypes);
   for (std::string dn; std::getline(ds, dn, ',');) {
     auto dtype = parseDType(dn);
@@ -223,21 +222,22 @@ int cmdBench(Options &opts) {
                        H, N, D, int(causal), modeName, ms, tflops, a.registers,
                        a.localBytes, c.sharedBytes);
             std::fflush(stdout);
-            json << (first ? "" : ",")
-                 << "\n {\"peer\": \"kiln\", \"dtype\": \""
-                 << (*dtype == DType::bf16 ? "bf16" : "fp16")
-                 << "\", \"B\": " << B << ", \"H\": " << H << ", \"N\": " << N
-                 << ", \"D\": " << D
-                 << ", \"causal\": " << (causal ? "true" : "false")
-                 << ", \"shapes\": \"" << modeName << "\""
-                 << ", \"ms\": " << ms << ", \"tflops\": " << tflops << "}";
-            first = false;
+            rows.push_back(llvm::json::Object{
+                {"peer", "kiln"},
+                {"dtype", *dtype == DType::bf16 ? "bf16" : "fp16"},
+                {"B", B},
+                {"H", H},
+                {"N", N},
+                {"D", D},
+                {"causal", causal},
+                {"shapes", modeName},
+                {"ms", ms},
+                {"tflops", tflops}});
           }
     }
   }
-  json << "\n]}\n";
   if (!jsonPath.empty()) {
-    std::ofstream(jsonPath) << json.str();
+    writeJson(jsonPath, llvm::json::Object{{"rows", std::move(rows)}});
     fmt::print("# wrote {}\n", jsonPath);
   }
   return 0;

@@ -10,12 +10,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
+#include "Json.h"
 
 #include "kiln/kernels/AttentionBackward.h"
 #include "kiln/runtime/Launch.h"
-
-#include "llvm/Support/JSON.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <fmt/core.h>
 
@@ -172,11 +170,7 @@ int benchAttentionBackward(Options &opts) {
     }
   }
   if (!jsonPath.empty()) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
-                                     {"rows", std::move(rows)}}));
-    std::ofstream(jsonPath) << text << "\n";
+    writeJson(jsonPath, llvm::json::Object{{"rows", std::move(rows)}});
     fmt::print("# wrote {}\n", jsonPath);
   }
   return 0;

@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
-#include "Plot.h"
+#include "Json.h"
 
 #include "kiln/kernels/AttentionGraph.h"
 #include "kiln/runtime/Cuda.h"
@@ -90,22 +90,23 @@ void writeCompareReport(const std::vector<Row> &rows, const std::string &dir,
   using graph::Fusion;
   size_t free = cuda::memoryInfo().free;
   fmt::print("\n# answers\n");
-  std::string json = "{\"rows\": [";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row &r = rows[i];
-    json += fmt::format(
-        "{}{{\"D\": {}, \"N\": {}, \"causal\": {}, \"lowering\": \"{}\", "
-        "\"oom\": {}, \"ms\": {:.4f}, \"tflops\": {:.2f}, \"peak_bytes\": "
-        "{}, \"planned_bytes\": {}, \"launches\": {}, \"bytes_moved\": {}}}",
-        i ? ", " : "", r.D, r.N, r.causal, graph::fusionName(r.mode), r.oom,
-        r.ms, r.tflops, r.peakBytes, r.plannedBytes, r.launches, r.bytesMoved);
-  }
-  json += "], \"answers\": [";
-  bool firstAnswer = true;
+  llvm::json::Array jsonRows, answers;
+  for (const Row &r : rows)
+    jsonRows.push_back(
+        llvm::json::Object{{"D", r.D},
+                           {"N", r.N},
+                           {"causal", r.causal},
+                           {"lowering", graph::fusionName(r.mode)},
+                           {"oom", r.oom},
+                           {"ms", r.ms},
+                           {"tflops", r.tflops},
+                           {"peak_bytes", r.peakBytes},
+                           {"planned_bytes", r.plannedBytes},
+                           {"launches", r.launches},
+                           {"bytes_moved", r.bytesMoved}});
   auto answer = [&](const std::string &a) {
     fmt::print("{}\n", a);
-    json += (firstAnswer ? "\"" : ", \"") + a + "\"";
-    firstAnswer = false;
+    answers.push_back(a);
   };
   for (int64_t D : {64, 128})
     for (bool causal : {false, true}) {
@@ -151,58 +152,18 @@ void writeCompareReport(const std::vector<Row> &rows, const std::string &dir,
                              double(u->peakBytes) / double(f->peakBytes)));
       }
     }
-  json += "]}\n";
-  std::ofstream(dir + "/compare.json") << json;
-
-  const uint32_t colors[] = {0xd62728, 0xff7f0e, 0x1f77b4};
-  Plot mem{fmt::format("attention peak memory, D=128, B={} H={} {}", batch,
-                       heads, dtypeName(dtype)),
-           "sequence length N",
-           "MiB",
-           {}};
-  Plot time{fmt::format("attention time, D=128, B={} H={} {}", batch, heads,
-                        dtypeName(dtype)),
-            "sequence length N",
-            "ms",
-            {}};
-  for (Fusion m : {Fusion::None, Fusion::Elementwise, Fusion::Flash})
-    for (bool causal : {false, true}) {
-      // Unfused and elementwise-fused hold the same two N x N buffers at
-      // their peak: the second is dashed so that both show.
-      Series sm{graph::fusionName(m),
-                {},
-                {},
-                colors[int(m)],
-                m == Fusion::Elementwise};
-      Series st{std::string(graph::fusionName(m)) + (causal ? " causal" : ""),
-                {},
-                {},
-                colors[int(m)],
-                causal};
-      for (const Row &r : rows)
-        if (r.D == 128 && r.causal == causal && r.mode == m && !r.oom) {
-          sm.x.push_back(double(r.N));
-          sm.y.push_back(double(r.peakBytes) / (1 << 20));
-          st.x.push_back(double(r.N));
-          st.y.push_back(r.ms);
-        }
-      if (!causal && !sm.x.empty())
-        mem.series.push_back(sm);
-      if (!st.x.empty())
-        time.series.push_back(st);
-    }
-  if (mem.series.empty())
-    return;
-  for (const Row &r : rows)
-    if (r.D == 128 && !r.causal && r.mode == Fusion::None && r.oom)
-      mem.title += fmt::format("; unfused OOM at N={}", r.N);
-  for (auto &[plot, name] : {std::pair{&mem, "attention-memory"},
-                             std::pair{&time, "attention-time"}}) {
-    writeSvg(*plot, dir + "/" + name + ".svg");
-    writePng(*plot, dir + "/" + name + ".png");
-  }
-  fmt::print("wrote {0}/compare.json, {0}/attention-memory.{{svg,png}}, "
-             "{0}/attention-time.{{svg,png}}\n",
+  // The plots are drawn from this file by scripts/plot_compare.py
+  // (matplotlib).
+  llvm::json::Object meta{{"batch", batch},
+                          {"heads", heads},
+                          {"dtype", dtypeName(dtype)},
+                          {"device", cuda::device().name}};
+  writeJson(dir + "/compare.json",
+            llvm::json::Object{{"meta", std::move(meta)},
+                               {"rows", std::move(jsonRows)},
+                               {"answers", std::move(answers)}});
+  fmt::print("wrote {0}/compare.json; plots: python3 scripts/plot_compare.py "
+             "{0}/compare.json {0}\n",
              dir);
 }
 } // namespace

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
+#include "Json.h"
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/Compiler/DiskCache.h"
@@ -147,20 +148,22 @@ static int benchFirstCalls(const kernels::AttentionShape &s,
   for (const FirstCall &c : calls)
     compiles += c.compiled, diskReads += c.fromDisk;
   if (json) {
-    fmt::print("{{\"compiles\": {}, \"disk_reads\": {}, \"calls\": [", compiles,
-               diskReads);
-    for (size_t i = 0; i < calls.size(); ++i) {
-      const FirstCall &c = calls[i];
-      fmt::print("{}{{\"N\": {}, \"compiled\": {}, \"from_disk\": {}, "
-                 "\"build_ms\": {:.3f}, \"compile_ms\": {:.3f}, "
-                 "\"load_ms\": {:.3f}, \"launch_ms\": {:.3f}, "
-                 "\"first_call_ms\": {:.3f}, \"relaunch_us\": {:.2f}, "
-                 "\"bind_launch_us\": {:.2f}}}",
-                 i ? ", " : "", c.n, c.compiled, c.fromDisk, c.buildMs,
-                 c.compileMs, c.loadMs, c.launchMs, c.totalMs, c.relaunchUs,
-                 c.bindLaunchUs);
-    }
-    fmt::print("]}}\n");
+    llvm::json::Array rows;
+    for (const FirstCall &c : calls)
+      rows.push_back(llvm::json::Object{{"N", c.n},
+                                        {"compiled", c.compiled},
+                                        {"from_disk", c.fromDisk},
+                                        {"build_ms", c.buildMs},
+                                        {"compile_ms", c.compileMs},
+                                        {"load_ms", c.loadMs},
+                                        {"launch_ms", c.launchMs},
+                                        {"first_call_ms", c.totalMs},
+                                        {"relaunch_us", c.relaunchUs},
+                                        {"bind_launch_us", c.bindLaunchUs}});
+    fmt::print("{}\n", jsonText(llvm::json::Object{{"compiles", compiles},
+                                                   {"disk_reads", diskReads},
+                                                   {"calls", std::move(rows)}},
+                                0));
     return 0;
   }
   fmt::print("kiln bench jit: first calls of attention D={} {} B={} H={} for "
@@ -284,7 +287,9 @@ int cmdBenchJit(Options &opts) {
 
   double coldMs = median(cold), hitMs = median(hit);
   if (json) {
-    fmt::print("{{\"cold_ms\": {:.2f}, \"hit_ms\": {:.3f}}}\n", coldMs, hitMs);
+    fmt::print("{}\n", jsonText(llvm::json::Object{{"cold_ms", coldMs},
+                                                   {"hit_ms", hitMs}},
+                                0));
     return 0;
   }
   fmt::print("kiln bench jit: attention N={} D={} {} for {} ({} compiles)\n",

@@ -1,0 +1,26 @@
+//===- Json.cpp - the JSON the kiln command writes ------------------------===//
+#include "Json.h"
+
+#include "kiln/runtime/Error.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <fstream>
+
+namespace kiln::cli {
+
+std::string jsonText(llvm::json::Value value, unsigned indent) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  llvm::json::OStream(os, indent).value(value);
+  return text;
+}
+
+void writeJson(const std::string &path, llvm::json::Value value) {
+  std::ofstream out(path);
+  out << jsonText(std::move(value)) << "\n";
+  if (!out)
+    throw Error("cannot write " + path);
+}
+
+} // namespace kiln::cli
