@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs the build's binaries and libraries (stripped, xz) into .carry/ for the
 # device tool's `carry`. On the device: tar xJf .carry/kiln.tar.xz -C /tmp/k
-# and LD_LIBRARY_PATH=/tmp/k/lib.
+# and LD_LIBRARY_PATH=/tmp/k/lib; scripts/device-run.sh does that and runs
+# the jobs it is given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${KILN_BUILD_DIR:-build}"
@@ -14,5 +15,6 @@ cp "$BUILD"/tests/kiln-tests "$BUILD"/tools/kiln "$BUILD"/examples/attention-dem
 [ -f "$BUILD"/tools/kiln-bench ] && cp "$BUILD"/tools/kiln-bench "$stage/bin/"
 strip "$stage"/lib/* "$stage"/bin/*
 tar cJf .carry/kiln.tar.xz -C "$stage" .
+git rev-parse --short HEAD > .carry/commit
 rm -rf "$stage"
 ls -la .carry/kiln.tar.xz

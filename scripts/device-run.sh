@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# What a GPU session runs on the device machine, from the repository root,
+# after scripts/pack-for-device.sh here (the device tool's carry: .carry).
+# Each argument names one job; its output goes to $OUT/<job>.txt (and .json):
+#   tests      every gtest suite (kiln-tests), GPU tests included
+#   pytest     the Python package's tests (python/tests)
+#   bench      python3 -m kiln.bench, forward (kiln, SDPA flash, SDPA cuDNN)
+#   backward   python3 -m kiln.bench --backward
+#   gpt        examples/gpt/train.py (needs .carry/corpus.bin.xz, from
+#              examples/gpt/make_corpus.py and xz)
+#   jit        kiln bench jit --seqs 1000,4096 (compiles, host time a launch)
+#   sanitizer  compute-sanitizer memcheck over the GPU runtime tests
+# e.g. scripts/device-run.sh tests pytest bench backward
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/out}"
+mkdir -p /tmp/k "$OUT"
+tar xJf .carry/kiln.tar.xz -C /tmp/k
+export LD_LIBRARY_PATH=/tmp/k/lib KILN_LIBRARY=/tmp/k/lib/libkiln_c.so
+export KILN_CACHE_DIR=/tmp/kiln-cache KILN_TUNING_DB=/tmp/kiln-tuning-none.tsv
+export PYTHONPATH="$PWD/python"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+git_rev=$(cat .carry/commit 2>/dev/null || echo unknown)
+for job in "$@"; do
+  echo "== $job (commit $git_rev)"
+  case "$job" in
+  tests) (cd /tmp/k/bin && timeout 400 ./kiln-tests) > "$OUT/tests.txt" 2>&1
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/tests.txt" | head -20 ;;
+  pytest) timeout 300 python3 -m pytest -q -rs -p no:cacheprovider python/tests \
+      > "$OUT/pytest.txt" 2>&1; tail -3 "$OUT/pytest.txt" ;;
+  bench) timeout 300 python3 -m kiln.bench --json "$OUT/bench.json" \
+      > "$OUT/bench.txt" 2>&1; tail -2 "$OUT/bench.txt" ;;
+  backward) timeout 400 python3 -m kiln.bench --backward --json \
+      "$OUT/backward.json" > "$OUT/backward.txt" 2>&1; tail -2 "$OUT/backward.txt" ;;
+  gpt) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
+    timeout 400 python3 examples/gpt/train.py --corpus /tmp/corpus.bin \
+      --out "$OUT" > "$OUT/gpt.txt" 2>&1; tail -6 "$OUT/gpt.txt" ;;
+  jit) timeout 120 /tmp/k/bin/kiln bench jit --seqs 1000,4096 \
+      > "$OUT/jit.txt" 2>&1; tail -6 "$OUT/jit.txt" ;;
+  sanitizer) (cd /tmp/k/bin && timeout 400 compute-sanitizer --tool memcheck \
+      ./kiln-tests --gtest_filter='GpuRuntime*') > "$OUT/sanitizer.txt" 2>&1
+    grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.txt" | head ;;
+  *) echo "device-run: unknown job '$job'" >&2; exit 2 ;;
+  esac
+done
