@@ -8,6 +8,26 @@ using namespace kiln::dsl;
 
 namespace kiln::kernels {
 
+const char *gemmActivationName(GemmActivation a) {
+  switch (a) {
+  case GemmActivation::None:
+    return "none";
+  case GemmActivation::Relu:
+    return "relu";
+  case GemmActivation::GeluTanh:
+    return "gelu";
+  }
+  return "?";
+}
+
+std::optional<GemmActivation> parseGemmActivation(const std::string &name) {
+  for (GemmActivation a :
+       {GemmActivation::None, GemmActivation::Relu, GemmActivation::GeluTanh})
+    if (name == gemmActivationName(a))
+      return a;
+  return std::nullopt;
+}
+
 Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   if (s.M < 1 || s.N < 1 || s.K < 1)
     throw Error("gemm: M, N and K must be >= 1");
@@ -47,6 +67,9 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   auto A = k.tensorArg("A", s.dtype, {M, K});
   auto B = k.tensorArg("B", s.dtype, {K, N});
   auto C = k.tensorArg("C", s.outDtype, {M, N});
+  std::optional<TensorView> Bias;
+  if (s.bias)
+    Bias = k.tensorArg("Bias", s.dtype, {N});
 
   Index mBlock = programId(0), nBlock = programId(1);
   if (grouped) {
@@ -66,6 +89,15 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
     Tile b = load(B.block({k0, n0}, {c.blockK, c.blockN}));
     acc = dot(a, b, acc);
   });
+  // The epilogue, on the accumulator in its own layout: the bias row is
+  // loaded in that layout's slice, so nothing of the accumulator moves.
+  if (Bias)
+    acc = acc + row(load(Bias->block({n0}, {c.blockN})).to(f32));
+  if (s.activation == GemmActivation::Relu)
+    acc = max(acc, 0.0);
+  if (s.activation == GemmActivation::GeluTanh)
+    acc = 0.5 * acc *
+          (1.0 + tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
   store(C.block({m0, n0}), acc.to(s.outDtype));
   return k.finish();
 }

@@ -102,18 +102,28 @@ void attentionBackwardReference(const AttentionShape &s, const HostTensor &q,
   }
 }
 
-void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c) {
+void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
+                   const HostTensor *bias, GemmActivation activation) {
   int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
-  if (b.shape()[0] != K || c.shape() != std::vector<int64_t>{M, N})
+  if (b.shape()[0] != K || c.shape() != std::vector<int64_t>{M, N} ||
+      (bias && bias->shape() != std::vector<int64_t>{N}))
     throw Error("gemmReference: shapes do not chain");
   std::vector<double> A = toDoubles(a), B = toDoubles(b), row(N);
+  std::vector<double> Bias = bias ? toDoubles(*bias) : std::vector<double>(N);
   for (int64_t i = 0; i < M; ++i) {
     std::fill(row.begin(), row.end(), 0.0);
     for (int64_t kk = 0; kk < K; ++kk)
       for (int64_t j = 0; j < N; ++j)
         row[j] += A[i * K + kk] * B[kk * N + j];
-    for (int64_t j = 0; j < N; ++j)
-      c.flatSet(i * N + j, row[j]);
+    for (int64_t j = 0; j < N; ++j) {
+      double x = row[j] + Bias[j];
+      if (activation == GemmActivation::Relu)
+        x = std::max(x, 0.0);
+      if (activation == GemmActivation::GeluTanh)
+        x = 0.5 * x *
+            (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+      c.flatSet(i * N + j, x);
+    }
   }
 }
 

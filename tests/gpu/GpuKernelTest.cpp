@@ -426,6 +426,46 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{1, 2, 641, 128, false, f16, true, false}),
     [](const auto &info) { return caseName(info.param); });
 
+// The epilogue (bias row, then ReLU or GELU in its tanh form on
+// tanh.approx) under mma.sync and under wgmma with a producer warpgroup, on
+// ragged shapes.
+TEST(GpuKernels, GemmEpilogueMatchesFp64) {
+  REQUIRE_GPU();
+  for (auto act :
+       {kernels::GemmActivation::Relu, kernels::GemmActivation::GeluTanh})
+    for (bool wgmma : {false, true}) {
+      if (wgmma && cuda::device().arch() != "sm_90a")
+        continue;
+      kernels::GemmConfig config;
+      if (wgmma)
+        config = {.blockM = 128,
+                  .blockN = 256,
+                  .blockK = 64,
+                  .warps = 8,
+                  .wgmma = true,
+                  .warpSpecialize = true};
+      const int64_t M = 513, N = 700, K = 136;
+      Kernel k = kernels::gemm({M, N, K, bf16, DType::f32, true, act}, config);
+      HostTensor a(bf16, {M, K}), b(bf16, {K, N}), bias(bf16, {N}),
+          c(DType::f32, {M, N}), ref(DType::f32, {M, N});
+      a.fillRandom(5);
+      b.fillRandom(6);
+      bias.fillRandom(7, -4, 4);
+      DeviceTensors dt;
+      dt.add("A", a, false);
+      dt.add("B", b, false);
+      dt.add("Bias", bias, false);
+      dt.add("C", c, true);
+      runOnGpu(k, dt);
+      dt.download("C", c);
+      kernels::gemmReference(a, b, ref, &bias, act);
+      ErrorStats e = compareTensors(c, ref);
+      EXPECT_EQ(e.nonFinite, 0);
+      EXPECT_LE(e.relative, act == kernels::GemmActivation::Relu ? 1e-5 : 5e-3)
+          << kernels::gemmActivationName(act) << (wgmma ? " wgmma" : "");
+    }
+}
+
 TEST(GpuKernels, GemmMatchesFp64) {
   REQUIRE_GPU();
   for (auto [M, N, K, t] :

@@ -143,6 +143,32 @@ TEST_P(GemmOnCpu, MatchesFp64Reference) {
   EXPECT_EQ(e.nonFinite, 0);
 }
 
+// The epilogue: a bias row, then ReLU or GELU (tanh form), fp32, on ragged
+// shapes (rows and columns past the blocks).
+TEST(GemmOnCpu, EpilogueMatchesFp64Reference) {
+  for (auto act : {kernels::GemmActivation::None, kernels::GemmActivation::Relu,
+                   kernels::GemmActivation::GeluTanh}) {
+    kernels::GemmShape s{100, 70, 33, bf16, DType::f32, true, act};
+    Kernel k = kernels::gemm(s);
+    HostTensor a(bf16, {100, 33}), b(bf16, {33, 70}), bias(bf16, {70});
+    HostTensor out(DType::f32, {100, 70}), ref(DType::f32, {100, 70});
+    a.fillRandom(1);
+    b.fillRandom(2);
+    bias.fillRandom(3, -4, 4);
+    out.poison();
+    runOnCpu(k, k.bind({{"A", a.ref()},
+                        {"B", b.ref()},
+                        {"Bias", bias.ref()},
+                        {"C", out.ref()}}));
+    kernels::gemmReference(a, b, ref, &bias, act);
+    ErrorStats e = compareTensors(out, ref);
+    // GELU on the CPU executor is tanh in fp32 (MathMode::Fast is the GPU's
+    // tanh.approx; the executor computes it exactly).
+    EXPECT_LE(e.relative, 1e-5) << kernels::gemmActivationName(act);
+    EXPECT_EQ(e.nonFinite, 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmOnCpu,
     ::testing::Values(GemmCase{64, 64, 32, bf16}, GemmCase{1, 1, 1, bf16},

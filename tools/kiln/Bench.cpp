@@ -72,6 +72,8 @@ static int benchGemm(Options &opts) {
   c.warpSpecialize = opts.integer("warp-specialize", 1) != 0;
   c.persistent = opts.integer("persistent", 0) != 0;
   c.groupM = opts.integer("group-m", 8);
+  const bool bias = opts.flag("bias");
+  const kernels::GemmActivation activation = activationOption(opts);
   const std::string shapes = opts.string("shapes", "runtime");
   if (shapes != "static" && shapes != "runtime" && shapes != "both")
     throw UsageError("option --shapes: '" + shapes +
@@ -83,8 +85,12 @@ static int benchGemm(Options &opts) {
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
   fmt::print(
-      "# kiln bench gemm on {} ({}): blocks {}x{}x{}, {} warps, {} "
+      "# kiln bench gemm{}{} on {} ({}): blocks {}x{}x{}, {} warps, {} "
       "stages, {}\n",
+      bias ? " +bias" : "",
+      activation != kernels::GemmActivation::None
+          ? std::string(" ") + kernels::gemmActivationName(activation)
+          : "",
       dev.name, dev.arch(), c.blockM, c.blockN, c.blockK, c.warps, c.stages,
       c.wgmma ? (c.tma ? (c.warpSpecialize ? "wgmma, TMA, producer warpgroup"
                                            : "wgmma, TMA")
@@ -96,14 +102,18 @@ static int benchGemm(Options &opts) {
       if ((exact && shapes == "runtime") || (!exact && shapes == "static"))
         continue;
       c.staticShapes = exact;
-      Kernel kernel = kernels::gemm({n, n, n, DType::bf16, DType::bf16}, c);
+      Kernel kernel = kernels::gemm(
+          {n, n, n, DType::bf16, DType::bf16, bias, activation}, c);
       size_t count = size_t(n * n);
       cuda::Buffer a = randomDevice(DType::bf16, count, 1),
-                   b = randomDevice(DType::bf16, count, 2), out(count * 2);
+                   b = randomDevice(DType::bf16, count, 2), out(count * 2),
+                   biasRow = randomDevice(DType::bf16, size_t(n), 3);
       std::map<std::string, TensorRef> refs{
           {"A", {a.data(), DType::bf16, {n, n}, {n, 1}}},
           {"B", {b.data(), DType::bf16, {n, n}, {n, 1}}},
           {"C", {out.data(), DType::bf16, {n, n}, {n, 1}}}};
+      if (bias)
+        refs["Bias"] = {biasRow.data(), DType::bf16, {n}, {1}};
       CompiledKernel compiled = compileForGpu(
           kernel, variantTarget(kernel, refs, {}, {.arch = dev.arch()}));
       GpuKernel g(compiled.spec());

@@ -289,12 +289,23 @@ static Problem attentionProblem(Options &opts, bool withData) {
   return p;
 }
 
+kernels::GemmActivation activationOption(Options &opts) {
+  const std::string name = opts.string("activation", "none");
+  std::optional<kernels::GemmActivation> a = kernels::parseGemmActivation(name);
+  if (!a)
+    throw UsageError("option --activation: '" + name +
+                     "' is not none, relu or gelu");
+  return *a;
+}
+
 static Problem gemmProblem(Options &opts, bool withData) {
   kernels::GemmShape s;
   s.M = positive(opts, "m", 256);
   s.N = positive(opts, "n", 256);
   s.K = positive(opts, "k", 256);
   s.dtype = dtypeOption(opts, "bf16");
+  s.bias = opts.flag("bias");
+  s.activation = activationOption(opts);
   kernels::GemmConfig c;
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
@@ -314,18 +325,29 @@ static Problem gemmProblem(Options &opts, bool withData) {
   noteLayout(p, "A", s.dtype, {s.K, 1});
   noteLayout(p, "B", s.dtype, {s.N, 1});
   noteLayout(p, "C", s.outDtype, {s.N, 1});
+  if (s.bias)
+    noteLayout(p, "Bias", s.dtype, {1});
   p.summary = fmt::format(
-      "gemm M={} N={} K={} {} -> {} blockM={} blockN={} blockK={} "
+      "gemm M={} N={} K={} {} -> {}{}{} blockM={} blockN={} blockK={} "
       "warps={} stages={}{}",
-      s.M, s.N, s.K, dtypeName(s.dtype), dtypeName(s.outDtype), c.blockM,
-      c.blockN, c.blockK, c.warps, c.stages, c.wgmma ? " wgmma" : "");
+      s.M, s.N, s.K, dtypeName(s.dtype), dtypeName(s.outDtype),
+      s.bias ? " +bias" : "",
+      s.activation != kernels::GemmActivation::None
+          ? std::string(" ") + kernels::gemmActivationName(s.activation)
+          : "",
+      c.blockM, c.blockN, c.blockK, c.warps, c.stages, c.wgmma ? " wgmma" : "");
   if (!withData)
     return p;
   auto a = randomTensor(s.dtype, {s.M, s.K}, seed);
   auto b = randomTensor(s.dtype, {s.K, s.N}, seed + 1);
   HostTensor cOut(s.outDtype, {s.M, s.N}), cRef(DType::f32, {s.M, s.N});
   cOut.poison();
-  kernels::gemmReference(a, b, cRef);
+  std::optional<HostTensor> bias;
+  if (s.bias)
+    bias = randomTensor(s.dtype, {s.N}, seed + 2);
+  kernels::gemmReference(a, b, cRef, bias ? &*bias : nullptr, s.activation);
+  if (bias)
+    p.tensors.emplace("Bias", std::move(*bias));
   p.tensors.emplace("A", std::move(a));
   p.tensors.emplace("B", std::move(b));
   p.tensors.emplace("C", std::move(cOut));

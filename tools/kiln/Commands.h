@@ -5,6 +5,7 @@
 #include "kiln/Compiler/Compile.h"
 #include "kiln/Compiler/Kernel.h"
 #include "kiln/kernels/AttentionBackward.h"
+#include "kiln/kernels/Gemm.h"
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/HostTensor.h"
 
@@ -85,6 +86,8 @@ std::vector<int64_t> attentionStrides(const std::vector<int64_t> &shape,
                                       bool bshd);
 /// Notes a tensor `kiln run` passes among the problem's unaligned ones when
 /// its strides rule that out.
+/// --activation none|relu|gelu (GEMM's epilogue); UsageError otherwise.
+kernels::GemmActivation activationOption(Options &opts);
 void noteLayout(Problem &p, const std::string &name, DType t,
                 const std::vector<int64_t> &strides);
 /// Uniform random values in [-1, 1) (empty strides: contiguous).

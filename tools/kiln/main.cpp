@@ -64,7 +64,7 @@ commands:
   bench gemm [--size N | --sizes N,N,...] [--shapes static|runtime|both]
       [--block-m M] [--block-n N] [--block-k K]
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
-      [--persistent 0|1] [--group-m G]
+      [--persistent 0|1] [--group-m G] [--bias] [--activation none|relu|gelu]
                                         TFLOP/s of the DSL GEMM, bf16, N^3
   tune attention --seq N --head-dim D [--causal] [--dtype bf16|fp16]
       [--batch B] [--heads H] [--budget S] [--threads T] [--force]
@@ -122,6 +122,7 @@ kernels and their shape options:
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
              [--group-m G] [--static-shapes 0|1]
+             [--bias] [--activation none|relu|gelu]   C = act(A·B + bias)
   softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
              [--static-shapes 0|1]
   every run takes --seed S for its random inputs and --tolerance T for the
@@ -147,9 +148,10 @@ int main(int argc, char **argv) {
   std::string cmd = args[0];
   args.erase(args.begin());
   try {
-    std::set<std::string> flags{
-        "causal",      "cpu",   "loc",        "quick",    "ragged",
-        "unoptimized", "force", "exhaustive", "backward", "non-causal"};
+    std::set<std::string> flags{"causal",     "cpu",        "loc",
+                                "quick",      "ragged",     "unoptimized",
+                                "force",      "exhaustive", "backward",
+                                "non-causal", "bias"};
     bool benchJit = cmd == "bench" && !args.empty() && args[0] == "jit";
     if (cmd == "lower") {
       flags.insert("json");

@@ -4,14 +4,27 @@
 
 #include "kiln/Compiler/Kernel.h"
 
+#include <optional>
+#include <string>
+
 namespace kiln::kernels {
 
-/// C (M x N, outDtype) = A (M x K, dtype) · B (K x N, dtype), fp32
-/// accumulation.
+/// What the epilogue applies to A·B + bias before C is written.
+enum class GemmActivation { None, Relu, GeluTanh };
+/// "none", "relu", "gelu" (GELU's tanh form, as torch's approximate='tanh');
+/// and back (nullopt for any other name).
+const char *gemmActivationName(GemmActivation a);
+std::optional<GemmActivation> parseGemmActivation(const std::string &name);
+
+/// C (M x N, outDtype) = act(A (M x K, dtype) · B (K x N, dtype) + bias),
+/// fp32 accumulation and epilogue; bias, when asked for, is a tensor Bias
+/// (N, dtype) added to every row.
 struct GemmShape {
   int64_t M = 128, N = 128, K = 128;
   DType dtype = DType::bf16;
   DType outDtype = DType::f32;
+  bool bias = false;
+  GemmActivation activation = GemmActivation::None;
 };
 
 struct GemmConfig {

@@ -25,7 +25,10 @@ void attentionBackwardReference(const AttentionShape &s, const HostTensor &q,
                                 const HostTensor &k, const HostTensor &v,
                                 const HostTensor &dO, HostTensor &dq,
                                 HostTensor &dk, HostTensor &dv);
-void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c);
+/// c = act(a·b + bias) in fp64, bias (N) added to every row when given.
+void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
+                   const HostTensor *bias = nullptr,
+                   GemmActivation activation = GemmActivation::None);
 void softmaxReference(const HostTensor &x, HostTensor &y);
 
 } // namespace kiln::kernels
