@@ -9,6 +9,8 @@
 #   gpt        examples/gpt/train.py (needs .carry/corpus.bin.xz, from
 #              examples/gpt/make_corpus.py and xz)
 #   jit        kiln bench jit --seqs 1000,4096 (compiles, host time a launch)
+#   gemm       kiln bench gemm, plain and with a bias + GELU epilogue, beside
+#              cuBLAS and cuBLASLt's fused epilogue (scripts/gemm_peers.py)
 #   sanitizer  compute-sanitizer memcheck over the GPU runtime tests
 # e.g. scripts/device-run.sh tests pytest bench backward
 set -uo pipefail
@@ -37,6 +39,10 @@ for job in "$@"; do
       --out "$OUT" > "$OUT/gpt.txt" 2>&1; tail -6 "$OUT/gpt.txt" ;;
   jit) timeout 120 /tmp/k/bin/kiln bench jit --seqs 1000,4096 \
       > "$OUT/jit.txt" 2>&1; tail -6 "$OUT/jit.txt" ;;
+  gemm) { /tmp/k/bin/kiln bench gemm --sizes 4096,8192
+    /tmp/k/bin/kiln bench gemm --sizes 4096,8192 --bias --activation gelu
+    python3 scripts/gemm_peers.py --sizes 4096,8192; } > "$OUT/gemm.txt" 2>&1
+    grep -vE "^#" "$OUT/gemm.txt" ;;
   sanitizer) (cd /tmp/k/bin && timeout 400 compute-sanitizer --tool memcheck \
       ./kiln-tests --gtest_filter='GpuRuntime*') > "$OUT/sanitizer.txt" 2>&1
     grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.txt" | head ;;
