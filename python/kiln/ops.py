@@ -90,16 +90,25 @@ def _stream(t):
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
-def _dispatch_free(q, k, v):
-    """Whether a call may run the op's body directly: plain CUDA tensors, no
-    gradient to record, no torch.compile tracing or functorch transform (the
-    dispatcher and autograd then have nothing to do but cost ~45 us)."""
+def _eager(q, k, v):
+    """Plain CUDA tensors, no torch.compile tracing, no functorch transform:
+    a call that may skip the dispatcher (which costs ~45 us a call, and the
+    custom op's autograd another ~100)."""
     return (type(q) is torch.Tensor and type(k) is torch.Tensor and
             type(v) is torch.Tensor and q.is_cuda and
-            not (torch.is_grad_enabled() and
-                 (q.requires_grad or k.requires_grad or v.requires_grad)) and
             not torch.compiler.is_compiling() and
             not torch._C._are_functorch_transforms_active())
+
+
+def _needs_grad(q, k, v):
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
+                                        v.requires_grad)
+
+
+def _dispatch_free(q, k, v):
+    """Whether a call may run the op's body directly: eager, and no gradient
+    to record."""
+    return _eager(q, k, v) and not _needs_grad(q, k, v)
 
 
 @torch.library.custom_op("kiln::attention_forward", mutates_args=(),
@@ -173,6 +182,22 @@ def _autograd_backward(ctx, grad_o, grad_lse):
 _forward.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 
+class _EagerAttention(torch.autograd.Function):
+    """Eager autograd without the dispatcher: the op's body forward, the
+    backward op's body backward (the same kernels, the same bits as through
+    the ops, which torch.compile sees)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, bshd):
+        o, lse = _forward_body(q, k, v, causal, scale, bshd)
+        _setup_context(ctx, (q, k, v, causal, scale, bshd), (o, lse))
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, grad_o, grad_lse):
+        return _autograd_backward(ctx, grad_o, grad_lse)
+
+
 def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
               return_lse=False):
     """Scaled dot-product attention, softmax(scale · q kᵀ) v, by kiln.
@@ -189,7 +214,11 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
     _check(q, k, v, causal, scale, layout)
     D = q.shape[-1]
     s = float(scale) if scale is not None else 1.0 / math.sqrt(D)
-    op = (_forward_body if _dispatch_free(q, k, v) else
-          torch.ops.kiln.attention_forward)
-    o, lse = op(q, k, v, causal, s, layout == "bshd")
+    bshd = layout == "bshd"
+    if not _eager(q, k, v):
+        o, lse = torch.ops.kiln.attention_forward(q, k, v, causal, s, bshd)
+    elif _needs_grad(q, k, v):
+        o, lse = _EagerAttention.apply(q, k, v, causal, s, bshd)
+    else:
+        o, lse = _forward_body(q, k, v, causal, s, bshd)
     return (o, lse) if return_lse else o
