@@ -45,8 +45,11 @@ inline mlir::Value value(void *raw) {
 }
 inline void *raw(mlir::Value v) { return v.getAsOpaquePointer(); }
 mlir::RankedTensorType tileType(const Tile &t, const Loc &loc, const char *op);
+// libkiln's own (MLIR types): not exported.
+#pragma GCC visibility push(hidden)
 std::string shapeStr(llvm::ArrayRef<int64_t> shape);
 std::string typeStr(mlir::Type elementType);
+#pragma GCC visibility pop
 mlir::Value i32Constant(int64_t v, const Loc &loc);
 } // namespace detail
 

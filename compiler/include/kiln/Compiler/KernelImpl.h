@@ -33,10 +33,13 @@ struct Kernel::Impl {
 /// A context with every dialect of a kiln module loaded.
 std::shared_ptr<mlir::MLIRContext> makeKilnContext();
 
+// libkiln's own (MLIR types): not exported.
+#pragma GCC visibility push(hidden)
 /// The kiln DType of an MLIR element type; throws for others.
 DType dtypeOf(mlir::Type t);
 /// The MLIR element type of a DType.
 mlir::Type mlirType(mlir::MLIRContext *ctx, DType t);
+#pragma GCC visibility pop
 
 } // namespace kiln
 
