@@ -12,6 +12,7 @@ then by name on the loader's path.
 """
 import ctypes
 import os
+import struct
 import threading
 
 _BAD_INPUT, _FAILED = 1, 2
@@ -73,10 +74,12 @@ def library():
 def _declare(lib):
     P = ctypes.POINTER
     err = [ctypes.c_char_p, ctypes.c_size_t]
-    lib.kiln_c_attention_forward.argtypes = [P(_Options)] + [P(_Tensor)] * 5 + err
+    # Tensors go as addresses into one packed buffer (_packed).
+    T = ctypes.c_void_p
+    lib.kiln_c_attention_forward.argtypes = [P(_Options)] + [T] * 5 + err
     lib.kiln_c_attention_forward.restype = ctypes.c_int
-    lib.kiln_c_attention_backward.argtypes = ([P(_Options)] + [P(_Tensor)] * 6 +
-                                              [ctypes.c_void_p] + [P(_Tensor)] * 3 + err)
+    lib.kiln_c_attention_backward.argtypes = ([P(_Options)] + [T] * 6 +
+                                              [ctypes.c_void_p] + [T] * 3 + err)
     lib.kiln_c_attention_backward.restype = ctypes.c_int
     lib.kiln_c_attention_backward_workspace.argtypes = [ctypes.c_int64] * 3
     lib.kiln_c_attention_backward_workspace.restype = ctypes.c_int64
@@ -85,18 +88,32 @@ def _declare(lib):
     lib.kiln_c_version.restype = ctypes.c_char_p
 
 
-_I4 = ctypes.c_int64 * 4
+_TENSOR = struct.Struct("<Q4q4q")  # kiln_c_tensor: data, sizes, strides
+assert _TENSOR.size == ctypes.sizeof(_Tensor)
 
 
-def _tensor(t, bshd):
-    """A (B, H, N, D) view of `t` for the C side: (B, N, H, D) permuted."""
+def _fields(t, bshd):
+    """kiln_c_tensor's fields for `t`: a (B, H, N, D) view of it, (B, N, H, D)
+    permuted."""
     s, st = t.shape, t.stride()
     if len(s) == 3:
-        return _Tensor(t.data_ptr(), _I4(*s, 0), _I4(*st, 0))
+        return (t.data_ptr(), *s, 0, *st, 0)
     if bshd:
-        return _Tensor(t.data_ptr(), _I4(s[0], s[2], s[1], s[3]),
-                       _I4(st[0], st[2], st[1], st[3]))
-    return _Tensor(t.data_ptr(), _I4(*s), _I4(*st))
+        return (t.data_ptr(), s[0], s[2], s[1], s[3], st[0], st[2], st[1], st[3])
+    return (t.data_ptr(), *s, *st)
+
+
+def _packed(tensors):
+    """The kiln_c_tensor of each (tensor, bshd) pair in one buffer (one
+    allocation a call rather than one ctypes object per tensor), and each
+    one's address in it. Keep the buffer alive across the call."""
+    fields = []
+    for t, bshd in tensors:
+        fields.extend(_fields(t, bshd))
+    buf = ctypes.create_string_buffer(
+        struct.pack("<" + "Q4q4q" * len(tensors), *fields))
+    base = ctypes.addressof(buf)
+    return buf, [base + i * _TENSOR.size for i in range(len(tensors))]
 
 
 def _options(q, causal, scale, stream):
@@ -132,10 +149,11 @@ def _check(code, buf):
 def forward(q, k, v, o, lse, causal, scale, bshd, stream):
     lib = library()
     buf = _error_buffer()
+    keep, ptrs = _packed([(q, bshd), (k, bshd), (v, bshd), (o, bshd),
+                          (lse, False)])
     code = lib.kiln_c_attention_forward(
-        ctypes.byref(_options(q, causal, scale, stream)),
-        *(ctypes.byref(_tensor(t, bshd)) for t in (q, k, v, o)),
-        ctypes.byref(_tensor(lse, False)), buf, len(buf))
+        ctypes.byref(_options(q, causal, scale, stream)), *ptrs, buf, len(buf))
+    del keep
     _check(code, buf)
 
 
@@ -147,11 +165,12 @@ def backward(q, k, v, o, do, lse, workspace, dq, dk, dv, causal, scale, bshd,
              stream):
     lib = library()
     buf = _error_buffer()
+    keep, p = _packed([(q, bshd), (k, bshd), (v, bshd), (o, bshd), (do, bshd),
+                       (lse, False), (dq, bshd), (dk, bshd), (dv, bshd)])
     code = lib.kiln_c_attention_backward(
-        ctypes.byref(_options(q, causal, scale, stream)),
-        *(ctypes.byref(_tensor(t, bshd)) for t in (q, k, v, o, do)),
-        ctypes.byref(_tensor(lse, False)), ctypes.c_void_p(workspace.data_ptr()),
-        *(ctypes.byref(_tensor(t, bshd)) for t in (dq, dk, dv)), buf, len(buf))
+        ctypes.byref(_options(q, causal, scale, stream)), *p[:6],
+        workspace.data_ptr(), *p[6:], buf, len(buf))
+    del keep
     _check(code, buf)
 
 

@@ -122,3 +122,17 @@ def test_library_loads_without_a_gpu():
     assert kiln.version() == "0.1.0"
     variants, compiles = kiln.cache_stats()
     assert variants == 0 and compiles == 0
+
+
+def test_packed_tensors_match_the_struct():
+    # The packed buffer holds, per tensor, exactly what kiln_c_tensor does.
+    import ctypes
+    from kiln import _lib
+    a = torch.empty(2, 100, 3, 64)  # (B, N, H, D)
+    b = torch.empty(2, 3, 100)
+    keep, ptrs = _lib._packed([(a, True), (b, False)])
+    I4 = ctypes.c_int64 * 4
+    structs = (_lib._Tensor(a.data_ptr(), I4(2, 3, 100, 64), I4(19200, 64, 192, 1)),
+               _lib._Tensor(b.data_ptr(), I4(2, 3, 100, 0), I4(300, 100, 1, 0)))
+    for want, p in zip(structs, ptrs):
+        assert ctypes.string_at(p, ctypes.sizeof(_lib._Tensor)) == bytes(want)
