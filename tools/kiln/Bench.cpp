@@ -232,17 +232,10 @@ int cmdBench(Options &opts) {
                        H, N, D, int(causal), modeName, ms, tflops, a.registers,
                        a.localBytes, c.sharedBytes);
             std::fflush(stdout);
-            rows.push_back(llvm::json::Object{
-                {"peer", "kiln"},
-                {"dtype", *dtype == DType::bf16 ? "bf16" : "fp16"},
-                {"B", B},
-                {"H", H},
-                {"N", N},
-                {"D", D},
-                {"causal", causal},
-                {"shapes", modeName},
-                {"ms", ms},
-                {"tflops", tflops}});
+            llvm::json::Object row =
+                attentionRow(*dtype, B, H, N, D, causal, ms, tflops);
+            row["shapes"] = modeName;
+            rows.push_back(std::move(row));
           }
     }
   }

@@ -155,17 +155,10 @@ int benchAttentionBackward(Options &opts) {
           fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{}\n", dn, B, H, N, D,
                      int(causal), ms, tflops, each);
           std::fflush(stdout);
-          rows.push_back(llvm::json::Object{
-              {"peer", "kiln"},
-              {"pass", "backward"},
-              {"dtype", *dtype == DType::bf16 ? "bf16" : "fp16"},
-              {"B", B},
-              {"H", H},
-              {"N", N},
-              {"D", D},
-              {"causal", causal},
-              {"ms", ms},
-              {"tflops", tflops}});
+          llvm::json::Object row =
+              attentionRow(*dtype, B, H, N, D, causal, ms, tflops);
+          row["pass"] = "backward";
+          rows.push_back(std::move(row));
         }
     }
   }
