@@ -19,15 +19,12 @@ std::string jsonText(llvm::json::Value value, unsigned indent) {
 llvm::json::Object attentionRow(DType dtype, int64_t B, int64_t H, int64_t N,
                                 int64_t D, bool causal, double ms,
                                 double tflops) {
-  return llvm::json::Object{{"peer", "kiln"},
-                            {"dtype", dtype == DType::bf16 ? "bf16" : "fp16"},
-                            {"B", B},
-                            {"H", H},
-                            {"N", N},
-                            {"D", D},
-                            {"causal", causal},
-                            {"ms", ms},
-                            {"tflops", tflops}};
+  return llvm::json::Object{
+      {"peer", "kiln"},   {"dtype", dtype == DType::bf16 ? "bf16" : "fp16"},
+      {"B", B},           {"H", H},
+      {"N", N},           {"D", D},
+      {"causal", causal}, {"ms", ms},
+      {"tflops", tflops}};
 }
 
 void writeJson(const std::string &path, llvm::json::Value value) {
