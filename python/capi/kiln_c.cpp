@@ -35,6 +35,7 @@ struct Entry {
   /// tensor's base alignment, sizes and strides), so that a call like the
   /// last skips working the variant out again.
   std::vector<std::pair<std::vector<int64_t>, GpuKernel *>> last;
+  int64_t lastUse = 0; ///< the call count when it was last used
 };
 
 /// What decides a kernel's variant for these tensors: each one's 16-byte
@@ -54,7 +55,11 @@ using ProblemKey = std::tuple<bool, int, int, double, int64_t, int64_t,
                               int64_t, int64_t, int64_t, int>;
 
 std::mutex cacheMutex;
-std::map<ProblemKey, std::unique_ptr<Entry>> entries;
+/// Problems kept at most: a server sees a new (B, N) with most requests,
+/// and each entry holds its kernels' IR. The least recently used goes.
+constexpr size_t kMaxEntries = 256;
+std::map<ProblemKey, std::shared_ptr<Entry>> entries;
+int64_t calls = 0;
 int64_t variantCount = 0;
 
 int fail(char *error, size_t size, const std::string &message) {
@@ -102,14 +107,16 @@ kernels::AttentionShape shapeOf(const kiln_c_attention_options &o,
   return s;
 }
 
-/// The entry of a problem, its kernels built on the first call.
-Entry &entryFor(bool backward, const kernels::AttentionShape &s, int device) {
+/// The entry of a problem, its kernels built on the first call (compiles
+/// are shared between entries of one shape class through the JIT cache).
+std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
+                                int device) {
   ProblemKey key{backward, int(s.dtype), s.causal,  s.scale,  s.batch,
                  s.heads,  s.seqQ,       s.seqK,    s.headDim, device};
   std::lock_guard<std::mutex> lock(cacheMutex);
-  std::unique_ptr<Entry> &e = entries[key];
+  std::shared_ptr<Entry> &e = entries[key];
   if (!e) {
-    auto made = std::make_unique<Entry>();
+    auto made = std::make_shared<Entry>();
     if (backward)
       made->kernels = kernels::attentionBackward(s);
     else
@@ -118,7 +125,16 @@ Entry &entryFor(bool backward, const kernels::AttentionShape &s, int device) {
     made->last.resize(made->kernels.size());
     e = std::move(made);
   }
-  return *e;
+  e->lastUse = ++calls;
+  std::shared_ptr<Entry> out = e;
+  if (entries.size() > kMaxEntries) {
+    auto oldest = entries.begin();
+    for (auto it = entries.begin(); it != entries.end(); ++it)
+      if (it->second->lastUse < oldest->second->lastUse)
+        oldest = it;
+    entries.erase(oldest); // a call still using it holds its own reference
+  }
+  return out;
 }
 
 /// variantFor's work on a call unlike the last.
@@ -208,7 +224,7 @@ int runAttention(bool backward, const kiln_c_attention_options *options,
     if (!options || !q || !k)
       throw Error("options, q and k must be given");
     const kernels::AttentionShape s = shapeOf(*options, *q, *k);
-    launchAll(entryFor(backward, s, options->device), tensors(s), *options);
+    launchAll(*entryFor(backward, s, options->device), tensors(s), *options);
   });
 }
 

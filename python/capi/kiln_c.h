@@ -65,8 +65,9 @@ KILN_C_API int kiln_c_attention_backward(const kiln_c_attention_options *options
                               const kiln_c_tensor *d_v, char *error,
                               size_t error_size);
 
-/* Launch-ready kernels the library holds (one per problem class and
- * alignment variant), and how many compiles the process made. */
+/* Launch-ready kernel variants the library has loaded (one per problem and
+ * alignment variant; problems past the 256 most recently used are
+ * forgotten), and how many compiles the process made. */
 KILN_C_API void kiln_c_cache_stats(int64_t *variants, int64_t *compiles);
 
 KILN_C_API const char *kiln_c_version(void);

@@ -175,7 +175,7 @@ def backward(q, k, v, o, do, lse, workspace, dq, dk, dv, causal, scale, bshd,
 
 
 def cache_stats():
-    """(launch-ready kernel variants held, compiles this process made)."""
+    """(kernel variants loaded so far, compiles this process made)."""
     v, c = ctypes.c_int64(), ctypes.c_int64()
     library().kiln_c_cache_stats(ctypes.byref(v), ctypes.byref(c))
     return v.value, c.value

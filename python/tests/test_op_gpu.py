@@ -166,6 +166,19 @@ def test_one_compile_serves_every_length():
     assert after == before, "a new length compiled a new kernel"
 
 
+def test_many_lengths_stay_correct():
+    # More problems than the library keeps (256): the least recently used
+    # are forgotten and rebuilt when they come back, with no new compile.
+    for n in range(1, 300):
+        kiln.attention(*make(1, 1, n, n, 64, torch.bfloat16, "bhsd", n))
+    _, before = kiln.cache_stats()
+    q, k, v = make(1, 2, 5, 5, 64, torch.bfloat16, "bhsd", 5)
+    o = kiln.attention(q, k, v, causal=True)
+    o_ref, _ = reference(q, k, v, True, "bhsd", torch.zeros_like(q))
+    assert rel(o, o_ref) < 1e-2
+    assert kiln.cache_stats()[1] == before
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="SKIPPED: one GPU")
 def test_second_device():
     q, k, v = make(1, 2, 1000, 1000, 64, torch.bfloat16, "bhsd", seed=19)
