@@ -91,8 +91,8 @@ commands:
                                         N = 256.. (until out of memory or
                                         --max-seq), D 64 and 128, causal and
                                         not: time, TFLOP/s, peak memory,
-                                        launches, bytes; plots (PNG, SVG) and
-                                        compare.json in DIR
+                                        launches, bytes; compare.json in DIR
+                                        (scripts/plot_compare.py plots it)
   help, -h, --help                      this text
   --version                             the compiler's build (what cache
                                         entries are keyed on)
@@ -189,7 +189,7 @@ int main(int argc, char **argv) {
       return kiln::cli::cmdLower(opts);
     if (cmd == "compare")
       return kiln::cli::cmdCompare(opts);
-    fmt::print(stderr, "kiln: unknown command '{}'\n\n{}", cmd, kUsage);
+    fmt::print(stderr, "kiln: error: unknown command '{}'\n\n{}", cmd, kUsage);
     return 2;
   } catch (const kiln::cli::UsageError &e) {
     fmt::print(stderr, "kiln: error: {}\n", e.what());
