@@ -18,35 +18,6 @@
 
 namespace kiln::cli {
 
-Options Options::parse(const std::vector<std::string> &args,
-                       const std::set<std::string> &flags) {
-  Options o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string &a = args[i];
-    if (a.rfind("--", 0) != 0) {
-      o.positional.push_back(a);
-      continue;
-    }
-    std::string name = a.substr(2), value;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (flags.count(name)) {
-      // A flag may be given a value: --causal 0, --causal true.
-      const bool valued =
-          i + 1 < args.size() && (args[i + 1] == "0" || args[i + 1] == "1" ||
-                                  args[i + 1] == "false" || args[i + 1] == "true");
-      value = valued ? args[++i] : "1";
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      throw UsageError("option --" + name + " needs a value");
-    }
-    o.values_[name] = value;
-  }
-  return o;
-}
-
 int64_t Options::integer(const std::string &name, int64_t fallback,
                          int64_t lo, int64_t hi) {
   used_.insert(name);

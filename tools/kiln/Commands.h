@@ -29,8 +29,13 @@ public:
 /// used so that unknown options are reported.
 class Options {
 public:
+  /// Parses `args` with llvm::cl (Options.cpp): every name in `known` is an
+  /// option, a flag (no value; --f, --f=0, or --f 0|1|true|false) when in
+  /// `flags`, else takes a value (--name v or --name=v); anything else
+  /// starting with -- is refused with llvm::cl's message. Once a process.
   static Options parse(const std::vector<std::string> &args,
-                       const std::set<std::string> &flags);
+                       const std::set<std::string> &flags,
+                       const std::set<std::string> &known);
   /// An integer option, checked to lie in [lo, hi] (UsageError otherwise).
   int64_t integer(const std::string &name, int64_t fallback,
                   int64_t lo = std::numeric_limits<int64_t>::min(),

@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include <exception>
+#include <regex>
 #include <set>
 
 static const char *kUsage = R"(usage: kiln <command> [options]
@@ -86,7 +87,8 @@ commands:
                                         lowering of the attention graph, the
                                         bytes each reads and writes, peak
                                         memory and the fusion passes' log
-  compare attention [--max-seq N] [--batch B] [--heads H] [--dtype]
+  compare attention [--min-seq N] [--max-seq N] [--head-dims 64,128]
+      [--batch B] [--heads H] [--dtype]
       [--reps R] [--out DIR]            on the GPU: the three lowerings for
                                         N = 256.. (until out of memory or
                                         --max-seq), D 64 and 128, causal and
@@ -129,6 +131,19 @@ kernels and their shape options:
   relative error it accepts (default 1e-2).
 )";
 
+/// Every option the usage text names: the options the command line takes.
+static std::set<std::string> documentedOptions() {
+  std::set<std::string> names;
+  static const std::regex option("--([a-z][a-z0-9-]*)");
+  const std::string usage = kUsage;
+  for (auto it = std::sregex_iterator(usage.begin(), usage.end(), option);
+       it != std::sregex_iterator(); ++it)
+    names.insert((*it)[1]);
+  names.erase("help");
+  names.erase("version");
+  return names;
+}
+
 int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" ||
@@ -160,7 +175,7 @@ int main(int argc, char **argv) {
     }
     if (benchJit)
       flags.insert("json"); // bench attention's --json takes a file
-    auto opts = kiln::cli::Options::parse(args, flags);
+    auto opts = kiln::cli::Options::parse(args, flags, documentedOptions());
     if (benchJit) {
       opts.positional.erase(opts.positional.begin());
       return kiln::cli::cmdBenchJit(opts);
