@@ -557,6 +557,14 @@ float Timer::stop() {
   return ms;
 }
 
+void copyToHost(void *host, const void *device, size_t bytes) {
+  ContextScope scope(deviceOfPointer(device));
+  Driver &d = driver();
+  if (bytes)
+    KILN_CHECK(cuMemcpyDtoH(host, CUdeviceptr(reinterpret_cast<uintptr_t>(device)),
+                            bytes));
+}
+
 MemoryInfo memoryInfo() {
   ContextScope scope(currentDevice());
   Driver &d = driver();

@@ -242,6 +242,10 @@ void encodeTensorMap(void *out, void *global, int elementBytes,
                      const std::vector<uint64_t> &strideBytes,
                      const std::vector<uint32_t> &box);
 
+/// Copies `bytes` of device memory (any device, unified addressing) to the
+/// host; waits for it.
+void copyToHost(void *host, const void *device, size_t bytes);
+
 struct MemoryInfo {
   size_t free = 0, total = 0; ///< bytes of device memory
 };

@@ -1,0 +1,123 @@
+//===- Autotuned.cpp - any kernel, a list of Configs, tuned on use -------===//
+#include "kiln/Compiler/Autotuned.h"
+
+#include "kiln/runtime/Cuda.h"
+#include "kiln/runtime/Error.h"
+#include "kiln/runtime/HostTensor.h"
+
+namespace kiln {
+
+namespace {
+
+/// The bytes a strided tensor spans from its base.
+size_t spanBytes(const TensorRef &t) {
+  int64_t last = 0;
+  for (size_t d = 0; d < t.shape.size(); ++d)
+    last += (t.shape[d] - 1) * t.strides[d];
+  return size_t(last + 1) * dtypeSize(t.dtype);
+}
+
+/// A host copy of a device tensor, strides kept.
+HostTensor download(const TensorRef &t) {
+  HostTensor h(t.dtype, t.shape, t.strides);
+  cuda::copyToHost(h.data(), t.data, std::min(h.storageBytes(), spanBytes(t)));
+  return h;
+}
+
+} // namespace
+
+AutotunedKernel::AutotunedKernel(std::string name,
+                                 std::vector<std::string> configs,
+                                 std::function<Kernel(size_t)> build,
+                                 Options options)
+    : name_(std::move(name)), configs_(std::move(configs)),
+      build_(std::move(build)), options_(std::move(options)) {
+  if (configs_.empty())
+    throw Error("AutotunedKernel " + name_ + ": no Configs to choose from");
+  for (size_t i = 0; i < configs_.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (configs_[i] == configs_[j])
+        throw Error("AutotunedKernel " + name_ + ": two Configs named '" +
+                    configs_[i] + "'");
+}
+
+const Kernel &AutotunedKernel::kernel(size_t i) {
+  auto it = kernels_.find(i);
+  if (it == kernels_.end())
+    it = kernels_.emplace(i, build_(i)).first;
+  return it->second;
+}
+
+std::optional<std::string>
+AutotunedKernel::chosen(const std::string &key) const {
+  auto it = chosen_.find(key);
+  if (it == chosen_.end())
+    return std::nullopt;
+  return configs_[it->second];
+}
+
+size_t AutotunedKernel::tune(const std::string &key,
+                             const std::map<std::string, TensorRef> &tensors,
+                             const std::map<std::string, int64_t> &scalars) {
+  for (const std::string &out : options_.outputs)
+    if (!tensors.count(out))
+      throw Error("AutotunedKernel " + name_ + ": output " + out +
+                  " is not among the tensors");
+  // The reference: what the first Config writes.
+  std::shared_ptr<GpuKernel> first = jitKernel(kernel(0), tensors, scalars);
+  first->launch(kernel(0).bind(tensors, scalars));
+  cuda::synchronize();
+  std::map<std::string, HostTensor> reference;
+  for (const std::string &out : options_.outputs)
+    reference.emplace(out, download(tensors.at(out)));
+
+  std::vector<TuneCandidate> candidates;
+  for (size_t i = 0; i < configs_.size(); ++i)
+    candidates.push_back({configs_[i], 0, 0, [this, i] { return build_(i); }});
+  TuneHarness harness;
+  harness.sets = 1;
+  harness.args = [&](const Kernel &k, int) { return k.bind(tensors, scalars); };
+  harness.unalignedTensors = unalignedTensors(kernel(0), tensors);
+  harness.check = [&](const Kernel &k, GpuKernel &g) -> std::string {
+    g.launch(k.bind(tensors, scalars));
+    cuda::synchronize();
+    for (auto &[out, ref] : reference) {
+      ErrorStats e = compareTensors(download(tensors.at(out)), ref);
+      if (e.nonFinite || !(e.relative <= options_.tolerance))
+        return out + ": relative error " + std::to_string(e.relative) +
+               " against the first Config's output";
+    }
+    return "";
+  };
+  lastTuning_ = autotune(name_, key, "any", std::move(candidates), harness,
+                         options_.tune);
+  for (size_t i = 0; i < configs_.size(); ++i)
+    if (configs_[i] == lastTuning_->config)
+      return i;
+  throw InternalError("AutotunedKernel " + name_ + ": the tuner chose '" +
+                      lastTuning_->config + "', not one of the Configs");
+}
+
+void AutotunedKernel::launch(const std::string &key,
+                             const std::map<std::string, TensorRef> &tensors,
+                             const std::map<std::string, int64_t> &scalars,
+                             const LaunchOptions &launch) {
+  auto it = chosen_.find(key);
+  if (it != chosen_.end()) {
+    lastSource_ = "memo";
+  } else {
+    std::optional<size_t> index;
+    if (auto recorded = tunedConfig(name_, key, "any"))
+      for (size_t i = 0; i < configs_.size(); ++i)
+        if (configs_[i] == *recorded)
+          index = i;
+    lastSource_ = index ? "database" : "tuned";
+    if (!index)
+      index = tune(key, tensors, scalars);
+    it = chosen_.emplace(key, *index).first;
+  }
+  const Kernel &k = kernel(it->second);
+  jitKernel(k, tensors, scalars)->launch(k.bind(tensors, scalars), launch);
+}
+
+} // namespace kiln
