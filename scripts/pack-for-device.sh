@@ -11,7 +11,7 @@ mkdir -p "$stage/lib" "$stage/bin" .carry
 cp "$BUILD"/compiler/libkiln.so "$BUILD"/runtime/libkiln_runtime.so \
    "$BUILD"/kernels/libkiln_kernels.so "$BUILD"/python/libkiln_c.so "$stage/lib/"
 cp "$(ldconfig -p | awk '/libfmt.so.9 /{print $NF; exit}')" "$stage/lib/" 2>/dev/null || true
-cp "$BUILD"/tests/kiln-tests "$BUILD"/tools/kiln "$BUILD"/examples/attention-demo "$stage/bin/"
+cp "$BUILD"/tests/kiln-tests "$BUILD"/tools/kiln "$BUILD"/examples/attention-demo "$BUILD"/examples/rmsnorm "$stage/bin/"
 [ -f "$BUILD"/tools/kiln-bench ] && cp "$BUILD"/tools/kiln-bench "$stage/bin/"
 strip "$stage"/lib/* "$stage"/bin/*
 tar cJf .carry/kiln.tar.xz -C "$stage" .

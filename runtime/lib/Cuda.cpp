@@ -38,6 +38,7 @@ namespace {
   X(cuMemGetInfo)                                                              \
   X(cuMemcpyHtoD)                                                              \
   X(cuMemcpyDtoH)                                                              \
+  X(cuMemcpyDtoDAsync)                                                         \
   X(cuMemsetD8)                                                                \
   X(cuStreamCreate)                                                            \
   X(cuStreamDestroy)                                                           \
@@ -563,6 +564,15 @@ void copyToHost(void *host, const void *device, size_t bytes) {
   if (bytes)
     KILN_CHECK(cuMemcpyDtoH(host, CUdeviceptr(reinterpret_cast<uintptr_t>(device)),
                             bytes));
+}
+
+void copyDeviceToDevice(void *dst, const void *src, size_t bytes) {
+  ContextScope scope(deviceOfPointer(src));
+  Driver &d = driver();
+  if (bytes)
+    KILN_CHECK(cuMemcpyDtoDAsync(CUdeviceptr(reinterpret_cast<uintptr_t>(dst)),
+                                 CUdeviceptr(reinterpret_cast<uintptr_t>(src)),
+                                 bytes, nullptr));
 }
 
 MemoryInfo memoryInfo() {

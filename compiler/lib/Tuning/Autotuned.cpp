@@ -64,7 +64,8 @@ size_t AutotunedKernel::tune(const std::string &key,
       throw Error("AutotunedKernel " + name_ + ": output " + out +
                   " is not among the tensors");
   // The reference: what the first Config writes.
-  std::shared_ptr<GpuKernel> first = jitKernel(kernel(0), tensors, scalars);
+  std::shared_ptr<GpuKernel> first =
+      jitKernel(kernel(0), tensors, scalars, {.arch = cuda::device().arch()});
   first->launch(kernel(0).bind(tensors, scalars));
   cuda::synchronize();
   std::map<std::string, HostTensor> reference;
@@ -117,7 +118,19 @@ void AutotunedKernel::launch(const std::string &key,
     it = chosen_.emplace(key, *index).first;
   }
   const Kernel &k = kernel(it->second);
-  jitKernel(k, tensors, scalars)->launch(k.bind(tensors, scalars), launch);
+  GpuTarget target =
+      variantTarget(k, tensors, scalars, {.arch = cuda::device().arch()});
+  std::string variant;
+  for (const std::string &t : target.unalignedTensors)
+    variant += t + ",";
+  for (const auto &[name, c] : target.scalarClasses)
+    variant += name + "=" + scalarClassName(c) + ",";
+  auto &[seen, g] = loaded_[key];
+  if (!g || seen != variant) {
+    g = jitKernel(k, target);
+    seen = variant;
+  }
+  g->launch(k.bind(tensors, scalars), launch);
 }
 
 } // namespace kiln

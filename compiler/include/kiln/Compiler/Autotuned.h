@@ -1,4 +1,5 @@
-//===- Autotuned.h - any kernel, a list of Configs, tuned on use -*- C++ -*-===//
+//===- Autotuned.h - any kernel, a list of Configs, tuned on use -*- C++
+//-*-===//
 //
 // triton.autotune's idea for kiln kernels: a kernel function of a Config,
 // a list of Configs and a key. The first launch for a key times every
@@ -65,6 +66,11 @@ private:
   Options options_;
   std::map<size_t, Kernel> kernels_;
   std::map<std::string, size_t> chosen_;
+  /// Per key: the loaded variant of the chosen kernel and what decided it
+  /// (the tensors' alignment, the values' classes), so that a launch like
+  /// the last skips the JIT cache's lookup (the kernel's IR hashed).
+  std::map<std::string, std::pair<std::string, std::shared_ptr<GpuKernel>>>
+      loaded_;
   std::string lastSource_;
   std::optional<TuneResult> lastTuning_;
 };

@@ -246,6 +246,10 @@ void encodeTensorMap(void *out, void *global, int elementBytes,
 /// host; waits for it.
 void copyToHost(void *host, const void *device, size_t bytes);
 
+/// Copies `bytes` between device allocations (of one device) on the legacy
+/// default stream of the source's device; does not wait.
+void copyDeviceToDevice(void *dst, const void *src, size_t bytes);
+
 struct MemoryInfo {
   size_t free = 0, total = 0; ///< bytes of device memory
 };
