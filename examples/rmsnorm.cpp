@@ -1,7 +1,8 @@
 //===- rmsnorm.cpp - RMSNorm in the DSL, tuned on first use, at copy speed ===//
 //
 // y = x / sqrt(mean(x^2) + eps) * w over the rows of a bf16 (rows, cols)
-// tensor, each row whole in registers. The schedule (rows per program,
+// tensor, each row whole in registers (kernels/norm/RmsNorm.cpp, in the
+// DSL). The schedule (rows per program,
 // warps) is a list of Configs that AutotunedKernel tunes on the first
 // launch for the column count and records for this GPU. On a GPU it checks
 // the output against fp64 and prints its bandwidth beside a device-to-device
@@ -11,9 +12,10 @@
 // usage: rmsnorm [rows] [cols]      (defaults 16384 4096)
 //
 //===----------------------------------------------------------------------===//
+#include "kiln/kernels/RmsNorm.h"
 #include "kiln/Compiler/Autotuned.h"
 #include "kiln/Reference/CpuExecutor.h"
-#include "kiln/dsl/Dsl.h"
+#include "kiln/kernels/Reference.h"
 #include "kiln/runtime/Cuda.h"
 
 #include <algorithm>
@@ -22,60 +24,27 @@
 #include <cstdlib>
 
 using namespace kiln;
-using namespace kiln::dsl;
 
-struct NormConfig {
-  int64_t rows;
-  int warps;
-};
-
-static Kernel rmsNorm(int64_t cols, const NormConfig &c) {
-  KernelBuilder k("rmsnorm");
-  Index rows = k.scalarArg("R");
-  k.setGrid({cdiv(rows, c.rows)});
-  k.setWarps(c.warps);
-  auto X = k.tensorArg("X", bf16, {rows, cols});
-  auto W = k.tensorArg("W", bf16, {cols});
-  auto Y = k.tensorArg("Y", bf16, {rows, cols});
-  Index r0 = programId(0) * c.rows;
-  Tile x = load(X.block({r0, 0}, {c.rows, cols})).to(f32);
-  Tile meanSquare = reduceSum(x * x, 1) / double(cols);
-  Tile y = x * column(rsqrt(meanSquare + 1e-6)) *
-           row(load(W.block({0}, {cols})).to(f32));
-  store(Y.block({r0, 0}), y.to(bf16));
-  return k.finish();
-}
-
-/// The largest relative error of y against the fp64 RMSNorm of x and w.
+/// The largest error of y against the fp64 RMSNorm of x and w, relative
+/// to each element (plus 1e-2, for elements near zero).
 static double worstError(const HostTensor &x, const HostTensor &w,
                          const HostTensor &y) {
-  const int64_t R = x.shape()[0], C = x.shape()[1];
+  HostTensor ref(DType::f32, x.shape());
+  kernels::rmsNormReference(x, w, ref);
   double worst = 0;
-  for (int64_t r = 0; r < R; ++r) {
-    double ms = 0;
-    for (int64_t j = 0; j < C; ++j)
-      ms += x.flatAt(r * C + j) * x.flatAt(r * C + j);
-    const double inv = 1 / std::sqrt(ms / double(C) + 1e-6);
-    for (int64_t j = 0; j < C; ++j) {
-      const double want = x.flatAt(r * C + j) * inv * w.flatAt(j);
-      worst = std::max(worst, std::abs(y.flatAt(r * C + j) - want) /
-                                  (std::abs(want) + 1e-2));
-    }
-  }
+  for (int64_t i = 0; i < ref.numel(); ++i)
+    worst = std::max(worst, std::abs(y.flatAt(i) - ref.flatAt(i)) /
+                                (std::abs(ref.flatAt(i)) + 1e-2));
   return worst;
 }
 
 int main(int argc, char **argv) try {
   const int64_t R = argc > 1 ? std::atoll(argv[1]) : 16384;
   const int64_t C = argc > 2 ? std::atoll(argv[2]) : 4096;
-  std::vector<NormConfig> configs;
+  const std::vector<kernels::RmsNormConfig> configs = kernels::rmsNormConfigs();
   std::vector<std::string> names;
-  for (int64_t rows : {1, 2, 4, 8})
-    for (int warps : {4, 8}) {
-      configs.push_back({rows, warps});
-      names.push_back("rows=" + std::to_string(rows) +
-                      " warps=" + std::to_string(warps));
-    }
+  for (const kernels::RmsNormConfig &c : configs)
+    names.push_back(c.name());
   std::string why;
   if (!cuda::available(&why)) {
     const int64_t r = std::min<int64_t>(R, 64), c = std::min<int64_t>(C, 512);
@@ -86,7 +55,7 @@ int main(int argc, char **argv) try {
     x.fillRandom(1, -3, 3);
     w.fillRandom(2);
     y.poison();
-    Kernel k = rmsNorm(c, configs[2]);
+    Kernel k = kernels::rmsNorm(c, configs[2]);
     runOnCpu(k, k.bind({{"X", x.ref()}, {"W", w.ref()}, {"Y", y.ref()}}));
     const double worst = worstError(x, w, y);
     std::printf("worst relative error %.2e against fp64: %s\n", worst,
@@ -109,9 +78,10 @@ int main(int argc, char **argv) try {
   t["W"].data = bw.data();
   t["Y"].data = by.data();
 
-  AutotunedKernel norm("example_rmsnorm", names,
-                       [&](size_t i) { return rmsNorm(C, configs[i]); },
-                       {.outputs = {"Y"}, .tolerance = 1e-2, .tune = {}});
+  AutotunedKernel norm(
+      "example_rmsnorm", names,
+      [&](size_t i) { return kernels::rmsNorm(C, configs[i]); },
+      {.outputs = {"Y"}, .tolerance = 1e-2, .tune = {}});
   const std::string key = "cols=" + std::to_string(C) + " bf16";
   norm.launch(key, t);
   cuda::synchronize();

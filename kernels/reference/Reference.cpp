@@ -127,6 +127,19 @@ void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
   }
 }
 
+void rmsNormReference(const HostTensor &x, const HostTensor &w, HostTensor &y,
+                      double eps) {
+  const int64_t R = x.shape()[0], C = x.shape()[1];
+  for (int64_t r = 0; r < R; ++r) {
+    double ms = 0;
+    for (int64_t j = 0; j < C; ++j)
+      ms += x.flatAt(r * C + j) * x.flatAt(r * C + j);
+    const double inv = 1 / std::sqrt(ms / double(C) + eps);
+    for (int64_t j = 0; j < C; ++j)
+      y.flatSet(r * C + j, x.flatAt(r * C + j) * inv * w.flatAt(j));
+  }
+}
+
 void softmaxReference(const HostTensor &x, HostTensor &y) {
   int64_t R = x.shape()[0], C = x.shape()[1];
   std::vector<double> X = toDoubles(x);

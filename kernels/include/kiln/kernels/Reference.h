@@ -30,6 +30,9 @@ void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
                    const HostTensor *bias = nullptr,
                    GemmActivation activation = GemmActivation::None);
 void softmaxReference(const HostTensor &x, HostTensor &y);
+/// y = x / sqrt(mean(x^2 over a row) + eps) * w in fp64.
+void rmsNormReference(const HostTensor &x, const HostTensor &w, HostTensor &y,
+                      double eps = 1e-6);
 
 } // namespace kiln::kernels
 

@@ -1,0 +1,30 @@
+//===- RmsNorm.h - RMSNorm in kiln's DSL ------------------------*- C++ -*-===//
+#ifndef KILN_KERNELS_RMSNORM_H
+#define KILN_KERNELS_RMSNORM_H
+
+#include "kiln/Compiler/Kernel.h"
+
+#include <string>
+#include <vector>
+
+namespace kiln::kernels {
+
+/// Schedule: rows per program (each row whole in registers) and warps.
+struct RmsNormConfig {
+  int64_t rows = 1;
+  int warps = 4;
+  std::string name() const; ///< "rows=2 warps=8"
+};
+
+/// The Configs AutotunedKernel chooses among: rows 1, 2, 4, 8 by warps 4, 8.
+std::vector<RmsNormConfig> rmsNormConfigs();
+
+/// Y = X / sqrt(mean(X^2 over a row) + eps) * W for bf16 X, Y (R, cols) and
+/// W (cols); R is a run-time argument bound from the tensors. cols must be
+/// a power of two (a row is one tile).
+Kernel rmsNorm(int64_t cols, const RmsNormConfig &config = {},
+               double eps = 1e-6);
+
+} // namespace kiln::kernels
+
+#endif // KILN_KERNELS_RMSNORM_H

@@ -1,0 +1,41 @@
+//===- RmsNorm.cpp - RMSNorm in kiln's DSL --------------------------------===//
+#include "kiln/kernels/RmsNorm.h"
+#include "kiln/dsl/Dsl.h"
+
+using namespace kiln::dsl;
+
+namespace kiln::kernels {
+
+std::string RmsNormConfig::name() const {
+  return "rows=" + std::to_string(rows) + " warps=" + std::to_string(warps);
+}
+
+std::vector<RmsNormConfig> rmsNormConfigs() {
+  std::vector<RmsNormConfig> out;
+  for (int64_t rows : {1, 2, 4, 8})
+    for (int warps : {4, 8})
+      out.push_back({rows, warps});
+  return out;
+}
+
+Kernel rmsNorm(int64_t cols, const RmsNormConfig &c, double eps) {
+  if (cols < 1 || (cols & (cols - 1)))
+    throw Error("rmsNorm: cols must be a power of two, got " +
+                std::to_string(cols));
+  KernelBuilder k("rmsnorm");
+  Index rows = k.scalarArg("R");
+  k.setGrid({cdiv(rows, c.rows)});
+  k.setWarps(c.warps);
+  auto X = k.tensorArg("X", bf16, {rows, cols});
+  auto W = k.tensorArg("W", bf16, {cols});
+  auto Y = k.tensorArg("Y", bf16, {rows, cols});
+  Index r0 = programId(0) * c.rows;
+  Tile x = load(X.block({r0, 0}, {c.rows, cols})).to(f32);
+  Tile meanSquare = reduceSum(x * x, 1) / double(cols);
+  Tile y = x * column(rsqrt(meanSquare + eps)) *
+           row(load(W.block({0}, {cols})).to(f32));
+  store(Y.block({r0, 0}), y.to(bf16));
+  return k.finish();
+}
+
+} // namespace kiln::kernels
