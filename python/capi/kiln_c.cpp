@@ -62,13 +62,13 @@ std::map<ProblemKey, std::shared_ptr<Entry>> entries;
 int64_t calls = 0;
 int64_t variantCount = 0;
 
-int fail(char *error, size_t size, const std::string &message) {
+/// `message` into the caller's buffer, cut to fit and NUL-terminated.
+void copyMessage(char *error, size_t size, const std::string &message) {
   if (error && size) {
     size_t n = std::min(size - 1, message.size());
     std::memcpy(error, message.data(), n);
     error[n] = '\0';
   }
-  return 0;
 }
 
 DType dtypeOf(int code) {
@@ -145,12 +145,7 @@ GpuKernel &loadVariant(Entry &e, size_t i,
   GpuTarget base;
   base.arch = cuda::device(device).arch();
   GpuTarget target = variantTarget(kernel, tensors, {}, base);
-  std::string key;
-  for (const std::string &t : target.unalignedTensors)
-    key += t + ",";
-  key += "|";
-  for (const auto &[name, c] : target.scalarClasses)
-    key += name + "=" + scalarClassName(c) + ",";
+  const std::string key = specialisationKey(target);
   {
     std::lock_guard<std::mutex> lock(cacheMutex);
     auto it = e.variants[i].find(key);
@@ -188,13 +183,13 @@ template <typename F> int guarded(char *error, size_t size, F &&body) {
     body();
     return KILN_C_OK;
   } catch (const cuda::CudaError &e) {
-    fail(error, size, e.what());
+    copyMessage(error, size, e.what());
     return KILN_C_FAILED;
   } catch (const Error &e) {
-    fail(error, size, e.what());
+    copyMessage(error, size, e.what());
     return KILN_C_BAD_INPUT;
   } catch (const std::exception &e) {
-    fail(error, size, std::string("kiln internal error: ") + e.what());
+    copyMessage(error, size, std::string("kiln internal error: ") + e.what());
     return KILN_C_FAILED;
   }
 }

@@ -60,11 +60,7 @@ std::string compileCacheKey(const Kernel &kernel, const GpuTarget &t) {
   flags.printGenericOpForm().enableDebugInfo(false).assumeVerified();
   kernel.impl().module->print(os, flags);
   // The tensors compiled without the aligned paths, the integers' classes.
-  std::string classes;
-  for (const std::string &name : t.unalignedTensors)
-    classes += "," + name;
-  for (const auto &[name, c] : t.scalarClasses)
-    classes += ";" + name + "=" + scalarClassName(c);
+  const std::string classes = specialisationKey(t);
   return contentHash(
       compilerBuildId() + "|" + t.arch + "|w" + std::to_string(t.numWarps) +
       "|s" + std::to_string(t.numStages) + "|a" +

@@ -67,6 +67,15 @@ GpuTarget variantTarget(const Kernel &kernel,
   return target;
 }
 
+std::string specialisationKey(const GpuTarget &t) {
+  std::string key;
+  for (const std::string &name : t.unalignedTensors)
+    key += "," + name;
+  for (const auto &[name, c] : t.scalarClasses)
+    key += ";" + name + "=" + scalarClassName(c);
+  return key;
+}
+
 std::string tensorSpecialisation(const CompiledKernel &kernel) {
   std::vector<std::string> aligned, any;
   for (const TensorParamInfo &t : kernel.tensors)

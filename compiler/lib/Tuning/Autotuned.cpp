@@ -9,18 +9,11 @@ namespace kiln {
 
 namespace {
 
-/// The bytes a strided tensor spans from its base.
-size_t spanBytes(const TensorRef &t) {
-  int64_t last = 0;
-  for (size_t d = 0; d < t.shape.size(); ++d)
-    last += (t.shape[d] - 1) * t.strides[d];
-  return size_t(last + 1) * dtypeSize(t.dtype);
-}
-
 /// A host copy of a device tensor, strides kept.
 HostTensor download(const TensorRef &t) {
   HostTensor h(t.dtype, t.shape, t.strides);
-  cuda::copyToHost(h.data(), t.data, std::min(h.storageBytes(), spanBytes(t)));
+  // Its storage covers exactly the elements the strides reach.
+  cuda::copyToHost(h.data(), t.data, h.storageBytes());
   return h;
 }
 
@@ -120,11 +113,7 @@ void AutotunedKernel::launch(const std::string &key,
   const Kernel &k = kernel(it->second);
   GpuTarget target =
       variantTarget(k, tensors, scalars, {.arch = cuda::device().arch()});
-  std::string variant;
-  for (const std::string &t : target.unalignedTensors)
-    variant += t + ",";
-  for (const auto &[name, c] : target.scalarClasses)
-    variant += name + "=" + scalarClassName(c) + ",";
+  const std::string variant = specialisationKey(target);
   auto &[seen, g] = loaded_[key];
   if (!g || seen != variant) {
     g = jitKernel(k, target);

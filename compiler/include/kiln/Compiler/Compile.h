@@ -169,6 +169,13 @@ GpuTarget variantTarget(const Kernel &kernel,
                         const std::map<std::string, int64_t> &scalars = {},
                         GpuTarget target = {});
 
+/// What a target specialises a kernel for, as text: the tensors without
+/// the aligned paths and the integers' classes (",LSE;Nk=div16"). Two
+/// targets alike but for these give the same text exactly when they are the
+/// same variant (part of compileCacheKey; a map key for callers that keep
+/// loaded variants).
+std::string specialisationKey(const GpuTarget &target);
+
 /// The variant for these tensors and integer values (variantTarget's).
 std::shared_ptr<GpuKernel>
 jitKernel(const Kernel &kernel, const std::map<std::string, TensorRef> &tensors,
