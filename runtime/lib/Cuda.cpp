@@ -594,10 +594,12 @@ void encodeTensorMap(void *out, void *global, int elementBytes,
                      const std::vector<uint64_t> &strideBytes,
                      const std::vector<uint32_t> &box) {
   Driver &d = usable();
+  // Copies move bits whatever the type; 4-byte elements are fp32 so that a
+  // bulk reduction through the map adds floats (kiln's fp32 atomics).
   CUtensorMapDataType type = elementBytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                              : elementBytes == 2
                                  ? CU_TENSOR_MAP_DATA_TYPE_UINT16
-                                 : CU_TENSOR_MAP_DATA_TYPE_UINT32;
+                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   std::vector<uint32_t> elementStrides(dims.size(), 1);
   KILN_CHECK(cuTensorMapEncodeTiled(
                  static_cast<CUtensorMap *>(out), type, unsigned(dims.size()),

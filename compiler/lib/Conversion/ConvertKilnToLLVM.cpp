@@ -57,6 +57,7 @@ struct ConvertKilnToLLVM
           auto mma = f->getAttrOfType<StringAttr>("kiln.mma");
           bool wantWgmma = mma && mma.getValue() == "wgmma";
           lowerer.wgmma = wantWgmma && hasWgmma;
+          lowerer.vectorAtomics = hasWgmma;
           if (wantWgmma && !hasWgmma)
             lowerer.report.push_back(
                 "schedule asks for wgmma; the target has none (sm_90a only): "

@@ -37,7 +37,8 @@ static int dimOf(const Coord &c) {
   return -1;
 }
 
-std::optional<SmemTile> Lowerer::tileGeometry(const Layout &from) {
+std::optional<SmemTile> Lowerer::tileGeometry(const Layout &from,
+                                              int64_t elemBytes) {
   if (from.rank() != 2)
     return std::nullopt;
   // The source's contiguous dimension: where its first register (or lane)
@@ -62,27 +63,33 @@ std::optional<SmemTile> Lowerer::tileGeometry(const Layout &from) {
   t.colDim = C;
   t.rowDim = 1 - C;
   t.cols = from.shape[C];
-  if (t.cols % 8)
+  t.elemBytes = elemBytes;
+  if (t.cols % t.chunkElems())
     return std::nullopt;
   t.panelCols = t.cols;
-  // wgmma's 128-byte swizzle: panels of 64 columns, 8-row atoms of 1 KB.
-  if (wgmma && t.cols > 64 && t.cols % 64 == 0 && t.shape[t.rowDim] % 8 == 0)
-    t.panelCols = 64;
-  t.swz = std::min<int64_t>(t.panelCols / 8, 8);
+  // wgmma's and TMA's 128-byte swizzle: panels of 128-byte rows, 8-row atoms
+  // of 1 KB.
+  const int64_t panel = 128 / elemBytes;
+  if (wgmma && t.cols > panel && t.cols % panel == 0 &&
+      t.shape[t.rowDim] % 8 == 0)
+    t.panelCols = panel;
+  t.swz = std::min<int64_t>(t.panelCols / t.chunkElems(), 8);
   t.sourceVec = vec;
   return t;
 }
 
 std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, Value base) {
   const Layout &from = *in.layout;
-  if (byteSize(elem) != 2)
+  const int64_t eb = byteSize(elem);
+  if (eb != 2 && eb != 4)
     return std::nullopt;
-  std::optional<SmemTile> g = tileGeometry(from);
+  std::optional<SmemTile> g = tileGeometry(from, eb);
   if (!g)
     return std::nullopt;
   SmemTile t = *g;
   t.base = base;
-  int64_t vec = std::min<int64_t>(t.sourceVec, 8); // one 16-byte store at most
+  // One 16-byte store at most.
+  int64_t vec = std::min<int64_t>(t.sourceVec, t.chunkElems());
   int64_t dup = from.duplicateRegMask();
   SmallVector<Value> ptrs = tilePtrs(t, from, vec);
   for (int64_t r = 0; r < from.numRegs(); r += vec) {
@@ -96,7 +103,7 @@ std::optional<SmemTile> Lowerer::stage(const Regs &in, Type elem, Value base) {
     Value v = LLVM::UndefOp::create(b, loc, VectorType::get({vec}, elem));
     for (int64_t i = 0; i < vec; ++i)
       v = LLVM::InsertElementOp::create(b, loc, v, in.regs[r + i], i32(i));
-    LLVM::StoreOp::create(b, loc, v, ptr, /*alignment=*/vec * 2);
+    LLVM::StoreOp::create(b, loc, v, ptr, /*alignment=*/vec * eb);
   }
   return t;
 }
@@ -110,8 +117,9 @@ Value Lowerer::tileOffset(const SmemTile &t, Value row, Value col) {
         arith::MulIOp::create(b, loc, panel, i32(t.panelBytes())));
     pcol = arith::AndIOp::create(b, loc, col, i32(t.panelCols - 1));
   }
+  const int64_t ce = t.chunkElems();
   Value chunk = arith::XOrIOp::create(
-      b, loc, arith::ShRUIOp::create(b, loc, pcol, i32(3)),
+      b, loc, arith::ShRUIOp::create(b, loc, pcol, i32(log2i(ce))),
       arith::AndIOp::create(b, loc, row, i32(t.swz - 1)));
   Value off = arith::AddIOp::create(
       b, loc, base, arith::MulIOp::create(b, loc, row, i32(t.rowBytes())));
@@ -119,8 +127,9 @@ Value Lowerer::tileOffset(const SmemTile &t, Value row, Value col) {
                               arith::ShLIOp::create(b, loc, chunk, i32(4)));
   return arith::AddIOp::create(
       b, loc, off,
-      arith::ShLIOp::create(b, loc, arith::AndIOp::create(b, loc, col, i32(7)),
-                            i32(1)));
+      arith::ShLIOp::create(b, loc,
+                            arith::AndIOp::create(b, loc, col, i32(ce - 1)),
+                            i32(log2i(t.elemBytes))));
 }
 
 /// Whether register coordinates and thread coordinates occupy disjoint bits
@@ -150,12 +159,12 @@ SmallVector<Value> Lowerer::tilePtrs(const SmemTile &t, const Layout &l,
   for (int64_t r = 0; r < l.numRegs(); r += step) {
     Coord rc = l.regCoord(r);
     Value off;
-    if (reduced && rc[C] % 8 == 0) {
+    if (reduced && rc[C] % t.chunkElems() == 0) {
       // Row bits above the thread's add whole rows (and column bits above a
       // panel whole panels); the register's chunk bits (its column's, XOR
       // its row's swizzle bits) flip the thread's.
       int64_t pc = rc[C] % t.panelCols;
-      int64_t chunk = (pc / 8) ^ (rc[R] & (t.swz - 1));
+      int64_t chunk = (pc / t.chunkElems()) ^ (rc[R] & (t.swz - 1));
       off = arith::AddIOp::create(
           b, loc, base0,
           i32(rc[R] * t.rowBytes() + rc[C] / t.panelCols * t.panelBytes()));

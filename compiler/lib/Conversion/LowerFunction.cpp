@@ -106,6 +106,7 @@ int64_t Lowerer::run(ModuleOp module) {
     at += bytesOf(ld);
     top = std::max(top, at);
   });
+  planStagedOperands(top);
   planTma(top);
   planWarpRoles();
   planPingpong();
@@ -314,8 +315,11 @@ void Lowerer::lowerOp(Operation *op) {
       return lowerTmaStore(s, it->second);
     return lowerStore(s);
   }
-  if (auto a = dyn_cast<AtomicRMWOp>(op))
+  if (auto a = dyn_cast<AtomicRMWOp>(op)) {
+    if (auto it = tmaStores.find(a); it != tmaStores.end())
+      return lowerTmaStore(a, it->second);
     return lowerAtomic(a);
+  }
   if (op->getNumResults() != 1)
     throw InternalError("GPU lowering: unexpected op " +
                         op->getName().getStringRef().str());
@@ -383,7 +387,9 @@ void Lowerer::lowerOp(Operation *op) {
     smemTiles[r] = smemTiles[cv.getSrc()];
     return;
   }
-  if (auto cv = dyn_cast<ConvertLayoutOp>(op))
+  if (auto cv = dyn_cast<ConvertLayoutOp>(op); cv && stagedOperands.count(r))
+    lowerStagedOperand(cv);
+  else if (auto cv = dyn_cast<ConvertLayoutOp>(op))
     tiles[r] = lowerConvertLayout(cv, l);
   else if (auto io = dyn_cast<IotaOp>(op)) {
     Value t = threadCoord(l)[0];

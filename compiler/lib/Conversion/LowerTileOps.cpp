@@ -402,6 +402,16 @@ static void writeBlock(
   }
 }
 
+int64_t Lowerer::atomicWidth(AtomicRMWOp op) {
+  Type elem = op.getValue().getType().getElementType();
+  if (!vectorAtomics || !elem.isF32() || op.getKind() != ReduceKind::Sum)
+    return 1;
+  const Layout l = layoutOf(op.getValue());
+  int64_t vec = accessWidth(isAlignedAccess(op.getPtr()), l, elem,
+                            op.getShape(), op.getOffsets());
+  return l.duplicateRegMask() & (vec - 1) ? 1 : vec;
+}
+
 void Lowerer::lowerAtomic(AtomicRMWOp op) {
   Type elem = op.getValue().getType().getElementType();
   const LLVM::AtomicBinOp bin =
@@ -409,11 +419,32 @@ void Lowerer::lowerAtomic(AtomicRMWOp op) {
       : op.getKind() == ReduceKind::Min ? LLVM::AtomicBinOp::min
       : elem.isF32()                    ? LLVM::AtomicBinOp::fadd
                                         : LLVM::AtomicBinOp::add;
+  const int64_t vec = atomicWidth(op);
+  // red.global.add.v2/v4.f32 (sm_90): the NVVM dialect has no vector form.
+  std::string ptx = "red.global.add.v" + std::to_string(vec) + ".f32 [$0], {";
+  std::string constraints = "l";
+  for (int64_t i = 0; i < vec; ++i) {
+    ptx += (i ? ", $" : "$") + std::to_string(i + 1);
+    constraints += ",f";
+  }
+  ptx += "};";
   writeBlock(*this, op.getValue(), op.getPtr(), op.getOffsets(), op.getShape(),
-             op.getStrides(), /*aligned=*/false, /*vec=*/1,
+             op.getStrides(), vec > 1, vec,
              [&](const Regs &in, int64_t r, Value addr) {
-               LLVM::AtomicRMWOp::create(b, loc, bin, addr, in.regs[r],
-                                         LLVM::AtomicOrdering::monotonic);
+               if (vec == 1) {
+                 LLVM::AtomicRMWOp::create(b, loc, bin, addr, in.regs[r],
+                                           LLVM::AtomicOrdering::monotonic);
+                 return;
+               }
+               SmallVector<Value> operands{
+                   LLVM::PtrToIntOp::create(b, loc, b.getI64Type(), addr)};
+               for (int64_t i = 0; i < vec; ++i)
+                 operands.push_back(in.regs[r + i]);
+               LLVM::InlineAsmOp::create(
+                   b, loc, TypeRange{}, operands, ptx, constraints,
+                   /*has_side_effects=*/true, /*is_align_stack=*/false,
+                   LLVM::TailCallKind::None, LLVM::AsmDialectAttr(),
+                   ArrayAttr());
              });
 }
 

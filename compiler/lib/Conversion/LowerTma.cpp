@@ -107,19 +107,22 @@ Lowerer::matchTmaBlock(Value p, ValueRange offsets, ValueRange blockShape,
     }
   }
   auto type = cast<RankedTensorType>(tile.getType());
-  std::optional<SmemTile> g = tileGeometry(layoutOf(tile));
+  const int64_t eb = byteSize(type.getElementType());
+  std::optional<SmemTile> g;
+  if (eb == 2 || eb == 4)
+    g = tileGeometry(layoutOf(tile), eb);
   t.rows = type.getShape()[0];
-  if (!g || g->colDim != 1 || g->panelCols != 64 || t.rows > 256 ||
-      byteSize(type.getElementType()) != 2) {
-    why = "its shared-memory tile is not in 64-column panels of 16-bit "
-          "elements (the 128-byte swizzle) with at most 256 rows";
+  if (!g || g->colDim != 1 || g->rowBytes() != 128 || t.rows > 256) {
+    why = "its shared-memory tile is not in 128-byte panels (64 16-bit or 32 "
+          "32-bit elements: the 128-byte swizzle) with at most 256 rows";
     return std::nullopt;
   }
-  t.panels = g->cols / 64;
+  t.panelCols = g->panelCols;
+  t.panels = g->cols / g->panelCols;
   t.panelBytes = g->panelBytes();
   TensorMapInfo &map = t.info;
   map.pointerParam = int(argNo);
-  map.elementBytes = 2;
+  map.elementBytes = int(eb);
   map.dims.assign(shape.begin(), shape.end());
   if (dimsAttr)
     map.dimParams.assign(dimsAttr.asArrayRef().begin(),
@@ -128,7 +131,7 @@ Lowerer::matchTmaBlock(Value p, ValueRange offsets, ValueRange blockShape,
     map.strideParams.push_back(int(argNo) + 1 + d);
   map.box.assign(rank, 1);
   map.box[t.rowDim] = t.rows;
-  map.box[rank - 1] = 64;
+  map.box[rank - 1] = t.panelCols;
   return t;
 }
 
@@ -372,7 +375,7 @@ void Lowerer::issueTma(ArrayRef<LoadOp> loads, ArrayRef<Value> bases,
     for (int64_t p = 0; p < t.panels; ++p) {
       SmallVector<Value> cp(c);
       if (p)
-        cp[0] = arith::AddIOp::create(b, loc, c[0], i32(64 * p));
+        cp[0] = arith::AddIOp::create(b, loc, c[0], i32(t.panelCols * p));
       // The copy takes a shared::cluster address; this CTA's own shared
       // memory is part of that window.
       Value dst = LLVM::AddrSpaceCastOp::create(

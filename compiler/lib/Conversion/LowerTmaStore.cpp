@@ -46,29 +46,55 @@ static std::pair<int64_t, int64_t> storeGroups(const Layout &l, int numWarps) {
             : std::pair<int64_t, int64_t>{numWarps, rows};
 }
 
+namespace {
+/// What a store and an atomic share: the block written and the tile.
+struct BlockWrite {
+  Value ptr, value;
+  ValueRange offsets, shape, strides;
+  static BlockWrite of(Operation *op) {
+    if (auto st = dyn_cast<StoreOp>(op))
+      return {st.getPtr(), st.getValue(), st.getOffsets(), st.getShape(),
+              st.getStrides()};
+    auto a = cast<AtomicRMWOp>(op);
+    return {a.getPtr(), a.getValue(), a.getOffsets(), a.getShape(),
+            a.getStrides()};
+  }
+};
+} // namespace
+
 void Lowerer::planTmaStores(int64_t &top) {
   if (!tma)
     return;
-  src.walk([&](StoreOp st) {
-    if (!src->hasAttr("kiln.tma_stores")) {
-      tmaStoreFallback[st] = "the schedule does not ask for TMA stores";
+  src.walk([&](Operation *op) {
+    if (!isa<StoreOp, AtomicRMWOp>(op))
+      return;
+    // An fp32 atomic add goes out as a bulk reduction (TMA adds in L2,
+    // whole lines) under every TMA schedule: per-register red instructions
+    // of a wgmma accumulator write 8-byte pieces of 8 rows each and queue
+    // on the memory pipe.
+    if (auto a = dyn_cast<AtomicRMWOp>(op);
+        a && (a.getKind() != ReduceKind::Sum ||
+              !a.getValue().getType().getElementType().isF32()))
+      return;
+    if (isa<StoreOp>(op) && !src->hasAttr("kiln.tma_stores")) {
+      tmaStoreFallback[op] = "the schedule does not ask for TMA stores";
       return;
     }
+    BlockWrite w = BlockWrite::of(op);
     std::string why;
     std::optional<TmaLoad> t =
-        matchTmaBlock(st.getPtr(), st.getOffsets(), st.getShape(),
-                      st.getStrides(), st.getValue(), why);
+        matchTmaBlock(w.ptr, w.offsets, w.shape, w.strides, w.value, why);
     if (!t) {
-      tmaStoreFallback[st] = why;
+      tmaStoreFallback[op] = why;
       return;
     }
     TmaStore s;
     std::tie(s.groupWarps, s.groupRows) =
-        storeGroups(layoutOf(st.getValue()), numWarps);
+        storeGroups(layoutOf(w.value), numWarps);
     const int64_t bytes = t->panels * t->panelBytes;
     const int64_t at = (top + 1023) / 1024 * 1024;
     if (retriedBytes) {
-      tmaStoreFallback[st] =
+      tmaStoreFallback[op] =
           "its " + std::to_string(bytes / 1024) +
           " KB staging tile and the scratch area for layout conversions and "
           "reductions took " +
@@ -77,7 +103,7 @@ void Lowerer::planTmaStores(int64_t &top) {
       return;
     }
     if (at + bytes > sharedLimit) {
-      tmaStoreFallback[st] =
+      tmaStoreFallback[op] =
           "its " + std::to_string(bytes / 1024) +
           " KB staging tile does not fit in shared memory beside the " +
           std::to_string(top / 1024) + " KB the kernel uses (" +
@@ -89,13 +115,13 @@ void Lowerer::planTmaStores(int64_t &top) {
     s.block.map = tensorMapFor(s.block.info);
     s.region = at;
     top = at + bytes;
-    tmaStores[st] = s;
+    tmaStores[op] = s;
   });
 }
 
 void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
-  auto st = cast<StoreOp>(op);
-  Value v = st.getValue();
+  const BlockWrite w = BlockWrite::of(op);
+  Value v = w.value;
   Regs in = regsIn(v, layoutOf(v));
   const bool perGroup = s.groupWarps < numWarps;
   // The thread's warp from a fresh read of its id: LLVM otherwise merges the
@@ -144,11 +170,11 @@ void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
   });
   groupBarrier(/*fence=*/false);
   std::optional<SmemTile> t =
-      stage(in, st.getValue().getType().getElementType(), i32(s.region));
+      stage(in, elementType(v.getType()), i32(s.region));
   if (!t)
     throw InternalError("GPU lowering: cannot stage a TMA store's tile");
   groupBarrier(/*fence=*/true); // the bulk copy reads via the async proxy
-  SmallVector<Value> c = tmaCoords(s.block, st.getOffsets());
+  SmallVector<Value> c = tmaCoords(s.block, w.offsets);
   Value slabRow = arith::MulIOp::create(b, loc, group, i32(s.groupRows));
   const int rowCoord = int(s.block.index.size()) - 1 - s.block.rowDim;
   c[rowCoord] = arith::AddIOp::create(b, loc, c[rowCoord], slabRow);
@@ -158,12 +184,17 @@ void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
   ifThen(leader, [&] {
     for (int64_t p = 0; p < s.block.panels; ++p) {
       SmallVector<Value> cp(c);
-      cp[0] = arith::AddIOp::create(b, loc, c[0], i32(64 * p));
+      cp[0] = arith::AddIOp::create(b, loc, c[0], i32(t->panelCols * p));
       Value from = sharedAt(
           arith::AddIOp::create(b, loc, slabBase, i32(p * t->panelBytes())));
-      NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
-          b, loc, tensorMapArgs[s.block.map], from, cp, Value(),
-          NVVM::TMAStoreMode::TILE, Value());
+      if (isa<AtomicRMWOp>(op))
+        NVVM::CpAsyncBulkTensorReduceOp::create(
+            b, loc, tensorMapArgs[s.block.map], from, NVVM::TMAReduxKind::ADD,
+            NVVM::TMAStoreMode::TILE, cp, Value());
+      else
+        NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
+            b, loc, tensorMapArgs[s.block.map], from, cp, Value(),
+            NVVM::TMAStoreMode::TILE, Value());
     }
     NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
   });
@@ -191,7 +222,8 @@ void Lowerer::noteStores() {
                    " KB; " +
                    (s.groupWarps < numWarps ? "each warpgroup" : "one thread") +
                    " copies " + std::to_string(s.block.panels) +
-                   " box(es) of " + std::to_string(s.groupRows) + "x64)");
+                   " box(es) of " + std::to_string(s.groupRows) + "x" +
+                   std::to_string(s.block.panelCols) + ")");
       return;
     }
     if (!isAlignedAccess(st.getPtr())) {
@@ -209,9 +241,28 @@ void Lowerer::noteStores() {
     std::string shape;
     for (int64_t d : a.getValue().getType().getShape())
       shape += (shape.empty() ? "" : "x") + std::to_string(d);
-    note(a, std::string("atomic ") + stringifyReduceKind(a.getKind()).str() +
-                " " + shape +
-                ": one red/atom.global per element from registers");
+    if (auto it = tmaStores.find(a); it != tmaStores.end()) {
+      const TmaStore &s = it->second;
+      note(a, "atomic sum " + shape +
+                  ": TMA reduction (cp.reduce.async.bulk.tensor add from a "
+                  "128-byte swizzled staging tile of " +
+                  std::to_string(s.block.panels * s.block.panelBytes / 1024) +
+                  " KB; " +
+                  (s.groupWarps < numWarps ? "each warpgroup" : "one thread") +
+                  " adds " + std::to_string(s.block.panels) + " box(es) of " +
+                  std::to_string(s.groupRows) + "x" +
+                  std::to_string(s.block.panelCols) + ")");
+      return;
+    }
+    std::string why = tmaStoreFallback.lookup(a);
+    const int64_t vec = atomicWidth(a);
+    note(a,
+         std::string("atomic ") + stringifyReduceKind(a.getKind()).str() + " " +
+             shape + ": " +
+             (vec > 1 ? "red.global.add.v" + std::to_string(vec) + ".f32, " +
+                            std::to_string(vec) + " elements per instruction,"
+                      : std::string("one red/atom.global per element")) +
+             " from registers" + (why.empty() ? "" : "; not TMA: " + why));
   });
 }
 

@@ -43,20 +43,24 @@ struct Regs {
   mlir::Value scalar; ///< uniform tiles
 };
 
-/// A 2-D 16-bit tile in shared memory: rows of `cols` elements with 16-byte
-/// chunks XOR-swizzled by row; `rowDim`/`colDim` say which logical dimension
-/// runs along rows and along the contiguous columns (a transpose is a view).
-/// For wgmma the columns are split into panels of 64 (128-byte rows, chunks
-/// XOR'ed with row % 8: the hardware's 128-byte swizzle), each panel holding
-/// every row, one panel after the other.
+/// A 2-D tile of 16-bit (or 32-bit) elements in shared memory: rows of
+/// `cols` elements with 16-byte chunks XOR-swizzled by row; `rowDim`/`colDim`
+/// say which logical dimension runs along rows and along the contiguous
+/// columns (a transpose is a view). For wgmma and TMA the columns are split
+/// into panels of 128 bytes (64 16-bit elements; chunks XOR'ed with row % 8:
+/// the hardware's 128-byte swizzle), each panel holding every row, one panel
+/// after the other.
 struct SmemTile {
   mlir::Value base; ///< i32 bytes from the start of dynamic shared memory
   std::vector<int64_t> shape;
   int rowDim = 0, colDim = 1;
   int64_t cols = 0, swz = 1;
   int64_t panelCols = 0; ///< columns per panel; == cols: a single panel
-  int64_t rowBytes() const { return panelCols * 2; }
-  int64_t panelBytes() const { return shape[rowDim] * panelCols * 2; }
+  int64_t elemBytes = 2;
+  /// Elements per 16-byte chunk.
+  int64_t chunkElems() const { return 16 / elemBytes; }
+  int64_t rowBytes() const { return panelCols * elemBytes; }
+  int64_t panelBytes() const { return shape[rowDim] * rowBytes(); }
   bool paneled() const { return panelCols != cols; }
   /// Consecutive elements along colDim that each thread of the source layout
   /// holds (what one staging store writes).
@@ -154,12 +158,15 @@ public:
   /// memory and ldmatrix; false when the source does not fit that path.
   bool convertToDotOperand(const Regs &in, const Layout &to, mlir::Type elem,
                            llvm::SmallVectorImpl<mlir::Value> &out);
-  /// Writes registers (2-D, 16-bit) to a swizzled tile at `base` (an offset
-  /// into dynamic shared memory); nullopt when the layout does not fit.
+  /// Writes registers (2-D, 16- or 32-bit) to a swizzled tile at `base` (an
+  /// offset into dynamic shared memory); nullopt when the layout does not
+  /// fit.
   std::optional<SmemTile> stage(const Regs &in, mlir::Type elem,
                                 mlir::Value base);
-  /// The swizzled tile a 2-D layout is staged into (base left unset).
-  std::optional<SmemTile> tileGeometry(const Layout &from);
+  /// The swizzled tile a 2-D layout of `elemBytes` elements is staged into
+  /// (base left unset).
+  std::optional<SmemTile> tileGeometry(const Layout &from,
+                                       int64_t elemBytes = 2);
   /// Whether a dot-only load inside `loop` can be fetched one iteration ahead
   /// with cp.async; `slice` gets the body ops its operands depend on.
   bool canPrefetch(LoadOp ld, llvm::SmallVectorImpl<mlir::Operation *> *slice);
@@ -199,6 +206,20 @@ public:
   llvm::DenseMap<mlir::Value, SmemTile> smemTiles;
   llvm::DenseSet<mlir::Value> sharedOperands;
   llvm::DenseMap<mlir::Value, int64_t> smemRegion; ///< offsets of staged loads
+  /// Under wgmma: conversions of a register tile into a dot operand layout
+  /// that would move data between threads (a transposed tile, a tile other
+  /// warps need): the tile is staged in its own shared-memory region
+  /// (offset here) and the dot reads it through a descriptor.
+  llvm::DenseMap<mlir::Value, int64_t> stagedOperands;
+  /// Places the staged operands' regions at `top`, advancing it.
+  void planStagedOperands(int64_t &top);
+  /// Stages a conversion's source for the dots that read it (their
+  /// previous reads waited for, every warp past them).
+  void lowerStagedOperand(ConvertLayoutOp op);
+  /// sm_90's vector reductions (red.global.add.v2/v4.f32) are available.
+  bool vectorAtomics = false;
+  /// Elements of an atomic's value per red instruction.
+  int64_t atomicWidth(AtomicRMWOp op);
   int64_t scratchBase = 0; ///< scratch area for conversions and reductions
   // TMA (LowerTma.cpp).
   bool tma = false; ///< the schedule asks for it (kiln.tma) under wgmma
@@ -210,7 +231,7 @@ public:
     TensorMapInfo info;
     int map = -1, rowDim = -1;
     llvm::SmallVector<mlir::Value> index;
-    int64_t rows = 0, panels = 0, panelBytes = 0;
+    int64_t rows = 0, panels = 0, panelBytes = 0, panelCols = 64;
   };
   /// Whether `ld` is a 2-D block of a tensor argument TMA can copy into its
   /// wgmma tile; `why` says why not.

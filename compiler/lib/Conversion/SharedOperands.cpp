@@ -1,6 +1,8 @@
 //===- SharedOperands.cpp - what the lowering stages in shared memory -----===//
 #include "Lowering.h"
 
+#include "kiln/runtime/Error.h"
+
 using namespace mlir;
 
 namespace kiln::gpu {
@@ -30,6 +32,52 @@ llvm::DenseSet<Value> findSharedOperands(func::FuncOp func) {
       out.insert(ld.getResult());
   });
   return out;
+}
+
+void Lowerer::planStagedOperands(int64_t &top) {
+  if (!wgmma)
+    return;
+  // Whether `v` already lives in shared memory (a dot-only load, viewed).
+  std::function<bool(Value)> inShared = [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    if (isa_and_nonnull<TransOp, ConvertLayoutOp>(def))
+      return inShared(def->getOperand(0));
+    return sharedOperands.contains(v);
+  };
+  src.walk([&](ConvertLayoutOp cv) {
+    auto type = cv.getType();
+    if (type.getRank() != 2 || byteSize(type.getElementType()) != 2 ||
+        cv.getResult().use_empty() || inShared(cv.getSrc()))
+      return;
+    for (OpOperand &use : cv.getResult().getUses())
+      if (!isa<DotOp>(use.getOwner()) || use.getOperandNumber() == 2)
+        return;
+    Layout from = layoutOf(cv.getSrc()), to = layoutOf(cv.getResult());
+    if (from.lane == to.lane && from.warp == to.warp)
+      return; // registers are renamed, not moved
+    std::optional<SmemTile> t = tileGeometry(from);
+    if (!t || t->panelCols != 64 || t->shape[t->rowDim] % 8)
+      return; // not a descriptor operand: a conversion to registers
+    stagedOperands[cv.getResult()] = top;
+    top += (type.getNumElements() * 2 + 1023) / 1024 * 1024;
+  });
+}
+
+void Lowerer::lowerStagedOperand(ConvertLayoutOp op) {
+  // A dot that read the previous contents (an iteration ago) is complete in
+  // this warp, and after the barrier in every warp.
+  for (Operation *user : op.getResult().getUsers())
+    if (llvm::is_contained(inFlight, user->getResult(0)))
+      waitFor(user->getResult(0));
+  barrier();
+  Value src = op.getSrc();
+  std::optional<SmemTile> t =
+      stage(regsIn(src, layoutOf(src)), elementType(src.getType()),
+            i32(stagedOperands.lookup(op.getResult())));
+  if (!t)
+    throw InternalError("GPU lowering: cannot stage a dot operand");
+  barrier(); // fenced for wgmma's reads
+  smemTiles[op.getResult()] = *t;
 }
 
 std::optional<int64_t> constantInt(Value v) {

@@ -177,8 +177,9 @@ static void emitPtx(llvm::Module &m, const std::string &arch,
   // Fuse multiplies and adds into FMAs, as nvcc does by default (--fmad=true).
   llvm::TargetOptions options;
   options.AllowFPOpFusion = llvm::FPOpFusion::Fast;
+  // PTX ISA 8.1: sm_90's vector reductions (red.global.add.v2.f32).
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      triple, arch, "+ptx80", options, std::nullopt, std::nullopt,
+      triple, arch, "+ptx81", options, std::nullopt, std::nullopt,
       // Default, not Aggressive: the backend's extra GVN runs at Aggressive
       // cost ~7 ms on attention and left kiln's PTX byte-identical.
       llvm::CodeGenOptLevel::Default));
