@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 using namespace kiln::dsl;
 
@@ -28,12 +29,15 @@ struct Common {
   const AttentionBackwardConfig &c;
   double scale, toExp2;
   bool runtimeShapes;
+  /// dQ from the dK/dV kernel's atomics rather than a kernel of its own.
+  bool atomicDq;
 
   Common(const AttentionShape &s, const AttentionBackwardConfig &c)
       : s(s), c(c) {
     scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(s.headDim));
     toExp2 = scale * log2e;
     runtimeShapes = c.staticShapes <= 0;
+    atomicDq = c.deterministic <= 0;
   }
 
   struct Sizes {
@@ -76,6 +80,15 @@ TensorView statsArg(const Common &cm, KernelBuilder &k, Index B, Index H,
   return stats;
 }
 
+/// dQ accumulated in fp32 by the dK/dV kernel's atomics (unscaled): the
+/// workspace (B, H, Nq, D), contiguous.
+TensorView dqAccumArg(const Common &cm, KernelBuilder &k, Index B, Index H,
+                      Index Nq) {
+  auto acc = k.tensorArg("dQaccum", f32, {B, H, Nq, cm.s.headDim});
+  k.requireContiguous(acc);
+  return acc;
+}
+
 /// Fills the workspace, 64 rows per program (to the end of its rows).
 Kernel deltaKernel(const Common &cm) {
   const int64_t D = cm.s.headDim, BM = 64;
@@ -97,6 +110,9 @@ Kernel deltaKernel(const Common &cm) {
   store(Stats[b][h][0].block({m0}),
         load(LSE[b][h].block({m0}, {BM}), inf) * log2e);
   store(Stats[b][h][1].block({m0}), reduceSum(o * dout, 1));
+  if (cm.atomicDq) // the dK/dV kernel adds its parts of dQ into these rows
+    store(dqAccumArg(cm, k, B, H, Nq)[b][h].block({m0, 0}),
+          zeros({BM, D}, f32));
   return k.finish();
 }
 
@@ -125,6 +141,9 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   Tile keys = arange(BN) + n0;
   Carry carried;
   Tile dk = zeros({BN, D}, f32), dv = zeros({BN, D}, f32), vTile;
+  std::optional<TensorView> dqAccum;
+  if (wantDk && cm.atomicDq)
+    dqAccum = dqAccumArg(cm, k, B, H, Nq);
   if (wantDk) {
     auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
     vTile = load(V[b][h].block({n0, 0}, {BN, D}));
@@ -145,8 +164,11 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
       dv = dot(pT.to(s.dtype), doTile, dv);
     if (wantDk) {
       Tile dpT = dot(vTile, transpose(doTile));
-      Tile dsT = pT * (dpT - row(load(delta.block({m0}, {BM}))));
-      dk = dot(dsT.to(s.dtype), qTile, dk);
+      Tile dsT = (pT * (dpT - row(load(delta.block({m0}, {BM}))))).to(s.dtype);
+      dk = dot(dsT, qTile, dk);
+      // dQ's part from these keys: dS·K, over the keys of every warp.
+      if (dqAccum)
+        atomicAdd((*dqAccum)[b][h].block({m0, 0}), dot(transpose(dsT), kTile));
     }
   };
   if (s.causal) {
@@ -166,6 +188,23 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
     auto dV = k.tensorArg("dV", s.dtype, {B, H, Nk, D});
     store(dV[b][h].block({n0, 0}), dv.to(s.dtype));
   }
+  return k.finish();
+}
+
+/// dQ = scale·dQaccum in the tensors' type, 64 rows per program.
+Kernel dqConvertKernel(const Common &cm) {
+  const int64_t D = cm.s.headDim, BM = 64;
+  KernelBuilder k("attention_bwd_dq_convert");
+  auto [B, H, Nq, Nk] = cm.sizes(k, /*keys=*/false);
+  (void)Nk;
+  auto acc = dqAccumArg(cm, k, B, H, Nq);
+  auto dQ = k.tensorArg("dQ", cm.s.dtype, {B, H, Nq, D});
+  k.setGrid({cdiv(Nq, BM), B * H});
+  k.setWarps(4);
+  Index bh = programId(1), m0 = programId(0) * BM;
+  Index b = bh / H, h = bh % H;
+  store(dQ[b][h].block({m0, 0}),
+        (load(acc[b][h].block({m0, 0}, {BM, D})) * cm.scale).to(cm.s.dtype));
   return k.finish();
 }
 
@@ -238,6 +277,16 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
     c.staticShapes = 0;
   if (c.separateDkDv < 0)
     c.separateDkDv = 0;
+  // Measured on the H200 (docs/experiments/2026-11-24-h200-atomic-dq.txt):
+  // at D = 64 dQ by atomics from programs of 64 keys (one warpgroup) is
+  // 3-7% faster than its own kernel; at D = 128 the kernel of its own is
+  // (the dK/dV kernel with dQ's dot, staging and reduction spills).
+  if (c.deterministic < 0)
+    c.deterministic = s.headDim > 64 ? 1 : 0;
+  if (c.deterministic == 0 && !c.blockN && !c.warps && s.headDim <= 64) {
+    c.blockN = 64;
+    c.warps = 4;
+  }
   if (!c.blockN)
     c.blockN = 128;
   if (!c.blockM)
@@ -263,10 +312,15 @@ attentionBackward(const AttentionShape &shape,
                   const AttentionBackwardConfig &config) {
   const AttentionBackwardConfig c = resolveBackwardConfig(shape, config);
   Common cm(shape, c);
-  if (c.separateDkDv > 0)
-    return {deltaKernel(cm), dkdvKernel(cm, true, false),
-            dkdvKernel(cm, false, true), dqKernel(cm)};
-  return {deltaKernel(cm), dkdvKernel(cm, true, true), dqKernel(cm)};
+  AttentionBackwardKernels out{deltaKernel(cm)};
+  if (c.separateDkDv > 0) {
+    out.push_back(dkdvKernel(cm, true, false));
+    out.push_back(dkdvKernel(cm, false, true));
+  } else {
+    out.push_back(dkdvKernel(cm, true, true));
+  }
+  out.push_back(cm.atomicDq ? dqConvertKernel(cm) : dqKernel(cm));
+  return out;
 }
 
 } // namespace kiln::kernels

@@ -51,8 +51,8 @@ variantSignature(const std::map<std::string, TensorRef> &tensors) {
   return sig;
 }
 
-using ProblemKey = std::tuple<bool, int, int, double, int64_t, int64_t,
-                              int64_t, int64_t, int64_t, int>;
+using ProblemKey = std::tuple<bool, int, int, double, int64_t, int64_t, int64_t,
+                              int64_t, int64_t, int, bool>;
 
 std::mutex cacheMutex;
 /// Problems kept at most: a server sees a new (B, N) with most requests,
@@ -110,16 +110,20 @@ kernels::AttentionShape shapeOf(const kiln_c_attention_options &o,
 /// The entry of a problem, its kernels built on the first call (compiles
 /// are shared between entries of one shape class through the JIT cache).
 std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
-                                int device) {
-  ProblemKey key{backward, int(s.dtype), s.causal,  s.scale,  s.batch,
-                 s.heads,  s.seqQ,       s.seqK,    s.headDim, device};
+                                int device, bool deterministic) {
+  deterministic = backward && deterministic;
+  ProblemKey key{backward,  int(s.dtype), s.causal,     s.scale,
+                 s.batch,   s.heads,      s.seqQ,       s.seqK,
+                 s.headDim, device,       deterministic};
   std::lock_guard<std::mutex> lock(cacheMutex);
   std::shared_ptr<Entry> &e = entries[key];
   if (!e) {
     auto made = std::make_shared<Entry>();
-    if (backward)
-      made->kernels = kernels::attentionBackward(s);
-    else
+    if (backward) {
+      kernels::AttentionBackwardConfig c;
+      c.deterministic = deterministic ? 1 : -1;
+      made->kernels = kernels::attentionBackward(s, c);
+    } else
       made->kernels = {kernels::attentionForward(s)};
     made->variants.resize(made->kernels.size());
     made->last.resize(made->kernels.size());
@@ -219,7 +223,9 @@ int runAttention(bool backward, const kiln_c_attention_options *options,
     if (!options || !q || !k)
       throw Error("options, q and k must be given");
     const kernels::AttentionShape s = shapeOf(*options, *q, *k);
-    launchAll(*entryFor(backward, s, options->device), tensors(s), *options);
+    launchAll(
+        *entryFor(backward, s, options->device, options->deterministic != 0),
+        tensors(s), *options);
   });
 }
 
@@ -251,8 +257,9 @@ int kiln_c_attention_forward(const kiln_c_attention_options *options,
 }
 
 int64_t kiln_c_attention_backward_workspace(int64_t batch, int64_t heads,
-                                            int64_t seq_q) {
-  return batch * heads * 2 * kernels::statsRowLength(seq_q);
+                                            int64_t seq_q, int64_t head_dim) {
+  return batch * heads *
+         (2 * kernels::statsRowLength(seq_q) + seq_q * head_dim);
 }
 
 int kiln_c_attention_backward(const kiln_c_attention_options *options,
@@ -275,6 +282,14 @@ int kiln_c_attention_backward(const kiln_c_attention_options *options,
                                       DType::f32,
                                       {s.batch, s.heads, 2, row},
                                       {s.heads * 2 * row, 2 * row, row, 1}};
+                        // dQ's fp32 accumulator after the statistics (16-byte
+                        // aligned: rows of a multiple of 4).
+                        const int64_t D = s.headDim, Nq = s.seqQ;
+                        t["dQaccum"] = {static_cast<float *>(workspace) +
+                                            s.batch * s.heads * 2 * row,
+                                        DType::f32,
+                                        {s.batch, s.heads, Nq, D},
+                                        {s.heads * Nq * D, Nq * D, D, 1}};
                         t["dO"] = refOf(d_o, s.dtype, 4, "grad_out");
                         t["dQ"] = refOf(d_q, s.dtype, 4, "dq");
                         t["dK"] = refOf(d_k, s.dtype, 4, "dk");

@@ -39,6 +39,8 @@ typedef struct {
   double scale; /* 0: 1/sqrt(D) */
   void *stream; /* a CUstream / cudaStream_t; NULL: the legacy default */
   int device;   /* the tensors' device ordinal */
+  int deterministic; /* backward: 1 the same gradients bit for bit on every
+                        run (dQ without atomics); 0 the default schedule */
 } kiln_c_attention_options;
 
 /* O = softmax(scale Q Kᵀ) V and LSE. q, k, v, o: 4-D; lse: 3-D fp32. */
@@ -49,12 +51,15 @@ KILN_C_API int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              size_t error_size);
 
 /* Floats of workspace the backward takes for this problem: fp32,
- * contiguous, allocated by the caller (B·H·2·round_up(Nq, 4)). */
-KILN_C_API int64_t kiln_c_attention_backward_workspace(int64_t batch, int64_t heads,
-                                            int64_t seq_q);
+ * contiguous, allocated by the caller (B·H·(2·round_up(Nq, 4) + Nq·D)):
+ * per-row statistics and dQ's accumulator. */
+KILN_C_API int64_t kiln_c_attention_backward_workspace(int64_t batch,
+                                                       int64_t heads,
+                                                       int64_t seq_q,
+                                                       int64_t head_dim);
 
-/* dQ, dK, dV from the forward's inputs, O and LSE and the gradient of O.
- * No atomics: the same inputs give the same gradients bit for bit. */
+/* dQ, dK, dV from the forward's inputs, O and LSE and the gradient of O,
+ * with the backward's default schedule (AttentionBackwardConfig). */
 KILN_C_API int kiln_c_attention_backward(const kiln_c_attention_options *options,
                               const kiln_c_tensor *q, const kiln_c_tensor *k,
                               const kiln_c_tensor *v, const kiln_c_tensor *o,

@@ -27,7 +27,7 @@ class _Tensor(ctypes.Structure):
 class _Options(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_int), ("causal", ctypes.c_int),
                 ("scale", ctypes.c_double), ("stream", ctypes.c_void_p),
-                ("device", ctypes.c_int)]
+                ("device", ctypes.c_int), ("deterministic", ctypes.c_int)]
 
 
 _lock = threading.Lock()
@@ -81,7 +81,7 @@ def _declare(lib):
     lib.kiln_c_attention_backward.argtypes = ([P(_Options)] + [T] * 6 +
                                               [ctypes.c_void_p] + [T] * 3 + err)
     lib.kiln_c_attention_backward.restype = ctypes.c_int
-    lib.kiln_c_attention_backward_workspace.argtypes = [ctypes.c_int64] * 3
+    lib.kiln_c_attention_backward_workspace.argtypes = [ctypes.c_int64] * 4
     lib.kiln_c_attention_backward_workspace.restype = ctypes.c_int64
     lib.kiln_c_cache_stats.argtypes = [P(ctypes.c_int64), P(ctypes.c_int64)]
     lib.kiln_c_cache_stats.restype = None
@@ -117,8 +117,12 @@ def _packed(tensors):
 
 
 def _options(q, causal, scale, stream):
+    import torch
+    # The backward's dQ without atomics when torch is asked for
+    # deterministic algorithms (torch.use_deterministic_algorithms).
     return _Options(_F16 if q.dtype == _torch_f16() else _BF16, int(causal),
-                    scale, stream, q.device.index)
+                    scale, stream, q.device.index,
+                    int(torch.are_deterministic_algorithms_enabled()))
 
 
 def _torch_f16():
@@ -157,8 +161,9 @@ def forward(q, k, v, o, lse, causal, scale, bshd, stream):
     _check(code, buf)
 
 
-def workspace_elements(batch, heads, seq_q):
-    return library().kiln_c_attention_backward_workspace(batch, heads, seq_q)
+def workspace_elements(batch, heads, seq_q, head_dim):
+    return library().kiln_c_attention_backward_workspace(batch, heads, seq_q,
+                                                         head_dim)
 
 
 def backward(q, k, v, o, do, lse, workspace, dq, dk, dv, causal, scale, bshd,

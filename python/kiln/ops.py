@@ -119,7 +119,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 
 
 def _forward_body(q, k, v, causal, scale, bshd):
-    B, H, Nq, _ = _dims(q, bshd)
+    B, H, Nq, D = _dims(q, bshd)
     o = q.new_empty(q.shape)
     lse = q.new_empty((B, H, Nq), dtype=torch.float32)
     _lib.forward(q, k, v, o, lse, causal, scale, bshd, _stream(q))
@@ -147,7 +147,7 @@ def _backward_body(grad_o, q, k, v, o, lse, causal, scale, bshd):
         grad_o = grad_o.contiguous()
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device)
                   for t in (q, k, v))
-    ws = torch.empty(_lib.workspace_elements(B, H, Nq), dtype=torch.float32,
+    ws = torch.empty(_lib.workspace_elements(B, H, Nq, D), dtype=torch.float32,
                      device=q.device)
     _lib.backward(q, k, v, o, grad_o, lse, ws, dq, dk, dv, causal, scale, bshd,
                   _stream(q))

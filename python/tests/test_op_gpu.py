@@ -1,7 +1,8 @@
 """kiln.attention on the GPU against torch's math attention in float64:
 outputs and gradients, both layouts, ragged and unequal lengths; the custom
 ops under torch.library.opcheck and torch.compile, inside a captured CUDA
-graph, on a non-default stream; bitwise-repeatable gradients. Outputs are
+graph, on a non-default stream; bitwise-repeatable gradients under
+torch.use_deterministic_algorithms. Outputs are
 written into memory the caching allocator has just had filled with NaN.
 Skipped, loudly, without a GPU."""
 import math
@@ -145,16 +146,27 @@ def test_runs_on_the_current_stream():
     assert rel(o, o_ref) < 1e-2
 
 
-def test_gradients_are_bitwise_repeatable():
-    q, k, v = make(2, 4, 1500, 1500, 128, torch.bfloat16, "bhsd", seed=17)
+@pytest.mark.parametrize("D", [64, 128])
+def test_gradients_are_bitwise_repeatable_when_asked(D):
+    # D=64's default takes dQ by atomics; torch's deterministic mode asks
+    # for the schedule without them.
+    q, k, v = make(2, 4, 1500, 1500, D, torch.bfloat16, "bhsd", seed=17)
     for t in (q, k, v):
         t.requires_grad_()
     o = kiln.attention(q, k, v, causal=True)
     grad_o = torch.randn_like(o)
-    first = torch.autograd.grad(o, (q, k, v), grad_o, retain_graph=True)
-    second = torch.autograd.grad(o, (q, k, v), grad_o)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        first = torch.autograd.grad(o, (q, k, v), grad_o, retain_graph=True)
+        second = torch.autograd.grad(o, (q, k, v), grad_o)
+    finally:
+        torch.use_deterministic_algorithms(was)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
+    atomic = torch.autograd.grad(o, (q, k, v), grad_o)
+    for a, b in zip(first, atomic):
+        assert rel(a, b) < 1e-2
 
 
 def test_one_compile_serves_every_length():

@@ -45,7 +45,7 @@ struct OnDevice {
   /// downloads the gradients into the host tensors. Returns the dK/dV
   /// kernel's lowering report.
   std::string run(const kernels::AttentionBackwardKernels &ks) {
-    for (const char *out : {"Stats", "dQ", "dK", "dV"})
+    for (const char *out : {"Stats", "dQaccum", "dQ", "dK", "dV"})
       buffers.at(out).fill(0xFF);
     std::string report;
     for (const Kernel &k : ks) {
@@ -69,11 +69,10 @@ class BackwardOnGpu : public ::testing::TestWithParam<BackwardCase> {};
 TEST_P(BackwardOnGpu, MatchesFp64Reference) {
   REQUIRE_GPU();
   const BackwardCase &c = GetParam();
-  kernels::AttentionBackwardConfig config;
-  config.staticShapes = c.staticShapes;
   BackwardTensors t(c);
   OnDevice dev(t);
-  std::string report = dev.run(kernels::attentionBackward(c.shape(), config));
+  std::string report =
+      dev.run(kernels::attentionBackward(c.shape(), c.config()));
   if (cuda::device().arch() == "sm_90a") {
     // Q and dO stream through TMA; every dot on wgmma.
     EXPECT_THAT(report, ::testing::HasSubstr(": TMA (cp.async.bulk.tensor"))
@@ -88,24 +87,31 @@ constexpr DType bf16 = DType::bf16, f16 = DType::f16;
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, BackwardOnGpu,
-    ::testing::Values(BackwardCase{2, 3, 1000, 1000, 64, false, bf16},
-                      BackwardCase{2, 3, 1000, 1000, 64, true, bf16},
-                      BackwardCase{1, 2, 1023, 1023, 128, true, bf16},
-                      BackwardCase{1, 2, 768, 768, 128, false, f16},
-                      BackwardCase{1, 2, 700, 1100, 128, false, bf16},
-                      BackwardCase{2, 2, 513, 257, 64, true, f16, true},
-                      BackwardCase{1, 3, 300, 700, 128, true, bf16, true},
-                      BackwardCase{1, 1, 1, 1, 128, false, bf16},
-                      BackwardCase{1, 2, 384, 384, 128, true, f16, false, 1}),
+    ::testing::Values(
+        BackwardCase{2, 3, 1000, 1000, 64, false, bf16},
+        BackwardCase{2, 3, 1000, 1000, 64, true, bf16},
+        BackwardCase{1, 2, 1023, 1023, 128, true, bf16},
+        BackwardCase{1, 2, 768, 768, 128, false, f16},
+        BackwardCase{1, 2, 700, 1100, 128, false, bf16},
+        BackwardCase{2, 2, 513, 257, 64, true, f16, true},
+        BackwardCase{1, 3, 300, 700, 128, true, bf16, true},
+        BackwardCase{1, 1, 1, 1, 128, false, bf16},
+        BackwardCase{1, 2, 384, 384, 128, true, f16, false, 1},
+        // Both ways to dQ, whichever is the default.
+        BackwardCase{2, 3, 1000, 1000, 64, true, bf16, false, -1, 0},
+        BackwardCase{1, 2, 700, 1100, 128, false, f16, true, -1, 0},
+        BackwardCase{1, 3, 300, 700, 128, true, bf16, false, -1, 1},
+        BackwardCase{1, 2, 1023, 1023, 128, true, bf16, false, 1, 0}),
     [](const auto &info) { return info.param.name(); });
 
-// No atomics: two runs give the same gradients, bit for bit.
+// The deterministic mode (no atomics): two runs give the same gradients,
+// bit for bit.
 TEST(BackwardOnGpu, GradientsAreBitwiseRepeatable) {
   REQUIRE_GPU();
-  BackwardCase c{2, 4, 1500, 1500, 128, true, bf16};
+  BackwardCase c{2, 4, 1500, 1500, 128, true, bf16, false, -1, 1};
   BackwardTensors t(c);
   OnDevice dev(t);
-  auto ks = kernels::attentionBackward(c.shape());
+  auto ks = kernels::attentionBackward(c.shape(), c.config());
   dev.run(ks);
   std::vector<HostTensor> first{t.dq, t.dk, t.dv};
   dev.run(ks);

@@ -26,6 +26,14 @@ struct BackwardCase {
   DType dtype;
   bool bshd = false;     ///< (B, N, H, D) storage seen as (B, H, N, D)
   int staticShapes = -1; ///< 1: B, H and N compiled in
+  int deterministic = -1; ///< AttentionBackwardConfig::deterministic
+
+  kernels::AttentionBackwardConfig config() const {
+    kernels::AttentionBackwardConfig c;
+    c.staticShapes = staticShapes;
+    c.deterministic = deterministic;
+    return c;
+  }
 
   kernels::AttentionShape shape() const {
     return {B, H, Nq, Nk, D, causal, dtype, 0};
@@ -35,7 +43,10 @@ struct BackwardCase {
            std::to_string(Nq) + "_k" + std::to_string(Nk) + "_d" +
            std::to_string(D) + (causal ? "_causal_" : "_full_") +
            dtypeName(dtype) + (bshd ? "_bshd" : "") +
-           (staticShapes > 0 ? "_static" : "");
+           (staticShapes > 0 ? "_static" : "") +
+           (deterministic > 0    ? "_deterministic"
+            : deterministic == 0 ? "_atomic"
+                                 : "");
   }
 };
 
@@ -44,13 +55,14 @@ inline void PrintTo(const BackwardCase &c, std::ostream *os) {
 }
 
 struct BackwardTensors {
-  HostTensor q, k, v, o, lse, dO, stats, dq, dk, dv;
+  HostTensor q, k, v, o, lse, dO, stats, dqAccum, dq, dk, dv;
 
   explicit BackwardTensors(const BackwardCase &c)
       : q(make(c, c.Nq)), k(make(c, c.Nk)), v(make(c, c.Nk)), o(make(c, c.Nq)),
         lse(DType::f32, {c.B, c.H, c.Nq}), dO(make(c, c.Nq)),
         stats(DType::f32, {c.B, c.H, 2, kernels::statsRowLength(c.Nq)}),
-        dq(make(c, c.Nq)), dk(make(c, c.Nk)), dv(make(c, c.Nk)) {
+        dqAccum(DType::f32, {c.B, c.H, c.Nq, c.D}), dq(make(c, c.Nq)),
+        dk(make(c, c.Nk)), dv(make(c, c.Nk)) {
     const uint64_t seed = std::hash<std::string>()(c.name());
     q.fillRandom(seed, -2, 2);
     k.fillRandom(seed + 1, -2, 2);
@@ -60,15 +72,16 @@ struct BackwardTensors {
     kernels::attentionReference(c.shape(), q, k, v, oRef, lse);
     for (int64_t i = 0; i < o.numel(); ++i)
       o.flatSet(i, oRef.flatAt(i)); // rounded to the dtype, as a forward's
-    for (HostTensor *t : {&stats, &dq, &dk, &dv})
+    for (HostTensor *t : {&stats, &dqAccum, &dq, &dk, &dv})
       t->poison();
   }
 
   /// Every tensor by the name the kernels bind.
   std::map<std::string, HostTensor *> byName() {
-    return {{"Q", &q},     {"K", &k},   {"V", &v},         {"O", &o},
-            {"LSE", &lse}, {"dO", &dO}, {"Stats", &stats}, {"dQ", &dq},
-            {"dK", &dk},   {"dV", &dv}};
+    return {
+        {"Q", &q},     {"K", &k},   {"V", &v},         {"O", &o},
+        {"LSE", &lse}, {"dO", &dO}, {"Stats", &stats}, {"dQaccum", &dqAccum},
+        {"dQ", &dq},   {"dK", &dk}, {"dV", &dv}};
   }
   std::map<std::string, TensorRef> refs() {
     std::map<std::string, TensorRef> out;

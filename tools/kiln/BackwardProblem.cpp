@@ -31,6 +31,7 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   c.warpSpecialize = opts.int32("warp-specialize", -1);
   c.staticShapes = opts.int32("static-shapes", -1);
   c.separateDkDv = opts.int32("separate-dk-dv", -1);
+  c.deterministic = opts.int32("deterministic", -1);
   return c;
 }
 
@@ -112,6 +113,13 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
     p.tensors.emplace(name, std::move(g));
   }
   stats.poison();
+  for (const Kernel &kern : p.sequence)
+    for (const TensorParamInfo &t : kern.tensors())
+      if (t.name == "dQaccum" && !p.tensors.count(t.name)) {
+        HostTensor acc(DType::f32, qShape);
+        acc.poison(); // the first kernel zeroes it
+        p.tensors.emplace(t.name, std::move(acc));
+      }
   for (auto &[name, t] : {std::pair<const char *, HostTensor *>{"Q", &q},
                           {"K", &k},
                           {"V", &v},

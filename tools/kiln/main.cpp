@@ -121,6 +121,7 @@ kernels and their shape options:
              [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
              [--pingpong 0|1] [--overlap 0|1] [--min-blocks-per-sm B]
              [--dq-warps W] [--separate-dk-dv 0|1] [--static-shapes 0|1]
+             [--deterministic 0|1] (dQ by its own kernel, or atomics)
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
              [--group-m G] [--static-shapes 0|1]

@@ -10,8 +10,11 @@
 //          (or two such kernels, one for each);
 //   dq:    a program per block of queries walks the key blocks and
 //          accumulates dQ += dS·K.
-// Every gradient is written by one program, with no atomics: the result is
-// the same bit for bit on every run.
+// In the deterministic mode every gradient is written by one program, with
+// no atomics: the result is the same bit for bit on every run. Otherwise the
+// dK/dV kernel also adds its part of dQ, dS·K, into an fp32 workspace
+// dQaccum (B, H, Nq, D) with atomics (TMA bulk reductions on sm_90a), the
+// first kernel zeroes it and a last one, dq_convert, scales and converts it.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_KERNELS_ATTENTIONBACKWARD_H
@@ -51,16 +54,23 @@ struct AttentionBackwardConfig {
   /// dK and dV by two kernels (each with one accumulator, fewer registers)
   /// rather than one: 1 yes, 0/-1 no.
   int separateDkDv = -1;
+  /// 1: dQ by a kernel of its own (no atomics: the same bits on every run);
+  /// 0: the dK/dV kernel adds dS·K into an fp32 workspace with atomics and a
+  /// last kernel converts it; -1 whichever measured faster for the head dim
+  /// (atomics at D = 64, with blockN 64 and 4 warps unless given).
+  int deterministic = -1;
   /// 1 compiles B, H, Nq and Nk in; 0 (and -1) run-time arguments.
   int staticShapes = -1;
 };
 
 /// The kernels in launch order: attention_bwd_delta, attention_bwd_dkdv
-/// (or attention_bwd_dk and attention_bwd_dv), attention_bwd_dq. Their
-/// tensors: Q, K, V, O (the forward's output), dO, LSE (the forward's),
-/// Stats (fp32 (B, H, 2, statsRowLength(Nq)) with a contiguous last
-/// dimension, a workspace the first kernel writes), dQ, dK, dV; each kernel
-/// binds the ones it takes (Kernel::tensorsIn).
+/// (or attention_bwd_dk and attention_bwd_dv), attention_bwd_dq (or, with
+/// atomics, attention_bwd_dq_convert). Their tensors: Q, K, V, O (the
+/// forward's output), dO, LSE (the forward's), Stats (fp32 (B, H, 2,
+/// statsRowLength(Nq)) with a contiguous last dimension, a workspace the
+/// first kernel writes), dQaccum (fp32 (B, H, Nq, D), contiguous, a
+/// workspace; taken only with atomics), dQ, dK, dV; each kernel binds the
+/// ones it takes (Kernel::tensorsIn).
 using AttentionBackwardKernels = std::vector<Kernel>;
 
 /// The length of the workspace's rows for Nq queries: Nq rounded up to a
