@@ -119,7 +119,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 
 
 def _forward_body(q, k, v, causal, scale, bshd):
-    B, H, Nq, D = _dims(q, bshd)
+    B, H, Nq, _ = _dims(q, bshd)
     o = q.new_empty(q.shape)
     lse = q.new_empty((B, H, Nq), dtype=torch.float32)
     _lib.forward(q, k, v, o, lse, causal, scale, bshd, _stream(q))
@@ -142,7 +142,7 @@ def _backward(grad_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
 
 
 def _backward_body(grad_o, q, k, v, o, lse, causal, scale, bshd):
-    B, H, Nq, _ = _dims(q, bshd)
+    B, H, Nq, D = _dims(q, bshd)
     if grad_o.stride(-1) != 1:  # autograd may hand an expanded gradient
         grad_o = grad_o.contiguous()
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device)
