@@ -157,13 +157,15 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
     Tile doTile = load(dout.block({m0, 0}, {BM, D}));
     // +inf past Nq makes those columns of Pᵀ zero.
     Tile sT = dot(kTile, transpose(qTile));
+    // Issued before Pᵀ is computed and dV's dot after it, so that each of
+    // those dots runs under the elementwise work that follows it.
+    Tile dpT = wantDk ? dot(vTile, transpose(doTile)) : Tile();
     if (mask)
       sT = where(column(keys) <= row(arange(BM) + m0), sT, -inf);
     Tile pT = exp2(sT * cm.toExp2 - row(load(lse2.block({m0}, {BM}), inf)));
     if (wantDv)
       dv = dot(pT.to(s.dtype), doTile, dv);
     if (wantDk) {
-      Tile dpT = dot(vTile, transpose(doTile));
       Tile dsT = (pT * (dpT - row(load(delta.block({m0}, {BM}))))).to(s.dtype);
       dk = dot(dsT, qTile, dk);
       // dQ's part from these keys: dS·K, over the keys of every warp.
@@ -241,6 +243,7 @@ Kernel dqKernel(const Common &cm) {
     Tile kTile = load(kk.block({n0, 0}, {BN, D}));
     Tile vTile = load(v.block({n0, 0}, {BN, D}));
     Tile scores = dot(qTile, transpose(kTile));
+    Tile dp = dot(doTile, transpose(vTile)); // runs under P's computation
     if (mask) {
       Tile cols = arange(BN) + n0;
       Tile keep = row(cols) < Nk;
@@ -249,7 +252,6 @@ Kernel dqKernel(const Common &cm) {
       scores = where(keep, scores, -inf);
     }
     Tile p = exp2(scores * cm.toExp2 - column(lse2));
-    Tile dp = dot(doTile, transpose(vTile));
     Tile ds = p * (dp - column(delta));
     dq = dot(ds.to(s.dtype), kTile, dq);
   };
