@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "../unit/AtomicKernels.h"
+#include "../unit/GatherKernels.h"
 #include "../unit/MathKernel.h"
 #include "../unit/RowSumKernel.h"
 #include "../unit/TestUtil.h"
@@ -651,6 +652,39 @@ TEST(GpuKernels, AtomicsCombineEveryProgram) {
     dt.download("Y", d.y);
     dt.download("Hi", d.hi);
     dt.download("Lo", d.lo);
+    d.check();
+  }
+}
+
+// Rows chosen by token ids (some outside the table), a token count read
+// from memory; segment sums whose loop bounds are read from memory. Against
+// the host's; outputs poisoned.
+TEST(GpuKernels, GathersAndIndicesFromMemory) {
+  REQUIRE_GPU();
+  Kernel k = test::embeddingGather();
+  for (auto [V, D, T, n] : {std::array<int64_t, 4>{50000, 256, 1000, 1000},
+                            {1000, 100, 77, 70},
+                            {3, 64, 5, 0}}) {
+    SCOPED_TRACE(std::to_string(V) + "x" + std::to_string(D));
+    test::EmbeddingData d(V, D, T, n);
+    DeviceTensors dt;
+    dt.add("Table", d.table, false);
+    dt.add("Ids", d.ids, false);
+    dt.add("Count", d.count, false);
+    dt.add("Out", d.out, true);
+    runOnGpu(k, dt);
+    dt.download("Out", d.out);
+    d.check();
+  }
+  Kernel sums = test::segmentSums();
+  for (int64_t P : {1, 40, 1000}) {
+    test::SegmentData d(P);
+    DeviceTensors dt;
+    dt.add("Offs", d.offs, false);
+    dt.add("X", d.x, false);
+    dt.add("Out", d.out, true);
+    runOnGpu(sums, dt);
+    dt.download("Out", d.out);
     d.check();
   }
 }

@@ -324,6 +324,10 @@ void Lowerer::lowerOp(Operation *op) {
     throw InternalError("GPU lowering: unexpected op " +
                         op->getName().getStringRef().str());
   Value r = op->getResult(0);
+  if (auto li = dyn_cast<LoadIndexOp>(op)) {
+    scalars[r] = lowerLoadIndex(li);
+    return;
+  }
   if (!isTile(r)) { // scalar index arithmetic
     SmallVector<Value> operands;
     for (Value o : op->getOperands())
@@ -400,6 +404,8 @@ void Lowerer::lowerOp(Operation *op) {
     tiles[r] = out;
   } else if (auto ld = dyn_cast<LoadOp>(op))
     tiles[r] = lowerLoad(ld);
+  else if (auto g = dyn_cast<GatherOp>(op))
+    tiles[r] = lowerGather(g);
   else if (auto d = dyn_cast<DotOp>(op))
     tiles[r] = lowerDot(d);
   else if (auto red = dyn_cast<ReduceOp>(op))
@@ -423,7 +429,7 @@ bool Lowerer::isUniform(Operation *op) const {
     auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
     return dense && dense.isSplat();
   }
-  if (isa<LoadOp, DotOp, ReduceOp, IotaOp>(op) || op->getNumRegions())
+  if (isa<LoadOp, GatherOp, DotOp, ReduceOp, IotaOp>(op) || op->getNumRegions())
     return false;
   for (Value o : op->getOperands()) {
     if (!isTile(o))

@@ -128,6 +128,11 @@ public:
   mlir::Value smemPtr(mlir::Value byteOffset);
 
   Regs lowerLoad(LoadOp op);
+  /// Rows chosen by an index tile (LowerGather.cpp); elements per load.
+  Regs lowerGather(GatherOp op);
+  int64_t gatherWidth(GatherOp op);
+  /// One i32 from memory, the same in every thread.
+  mlir::Value lowerLoadIndex(LoadIndexOp op);
   void lowerStore(StoreOp op);
   /// One atomic read-modify-write per element (red/atom.global), masked.
   void lowerAtomic(AtomicRMWOp op);

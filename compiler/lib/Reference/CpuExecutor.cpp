@@ -219,6 +219,20 @@ private:
     }
     if (auto l = dyn_cast<LoadOp>(op))
       return execLoad(l, in);
+    if (auto g = dyn_cast<GatherOp>(op))
+      return execGather(g, in);
+    if (auto li = dyn_cast<LoadIndexOp>(op)) {
+      const RtValue &ptr = *in[0];
+      if (!ptr.ptr)
+        fault(op, "null pointer");
+      int64_t i = scalar(li.getIndex()), n = scalar(li.getSize());
+      auto r = makeValue(rt);
+      r->i[0] = i < 0 || i >= n
+                    ? li.getPadding()
+                    : int64_t(readElem(ptr.ptr + i * scalar(li.getStride()) * 4,
+                                       ptr.elemType));
+      return r;
+    }
     if (auto s = dyn_cast<StoreOp>(op)) {
       execStore(s, in);
       return std::make_shared<RtValue>();
@@ -337,6 +351,31 @@ private:
     forEachIndex(r->shape, [&](int64_t k, ArrayRef<int64_t> idx) {
       int64_t off = a.byteOffset(idx);
       double v = off < 0 ? pad : readElem(ptr.ptr + off, ptr.elemType);
+      if (r->isFloatTy())
+        r->f[k] = roundToType(r->elemType, float(v));
+      else
+        r->i[k] = int64_t(v);
+    });
+    return r;
+  }
+
+  RtRef execGather(GatherOp op, ArrayRef<RtRef> in) {
+    const RtValue &ptr = *in[0], &rows = *in[1];
+    if (!ptr.ptr)
+      fault(op, "null pointer");
+    const int64_t col0 = scalar(op.getCol()), nRows = scalar(op.getShape()[0]),
+                  nCols = scalar(op.getShape()[1]),
+                  s0 = scalar(op.getStrides()[0]),
+                  s1 = scalar(op.getStrides()[1]),
+                  size = int64_t(dtypeSize(dtypeOf(ptr.elemType)));
+    auto r = makeValue(op.getType());
+    double pad = op.getPadding().convertToDouble();
+    forEachIndex(r->shape, [&](int64_t k, ArrayRef<int64_t> idx) {
+      int64_t row = rows.i[k], col = col0 + idx[1];
+      double v =
+          row < 0 || row >= nRows || col < 0 || col >= nCols
+              ? pad
+              : readElem(ptr.ptr + (row * s0 + col * s1) * size, ptr.elemType);
       if (r->isFloatTy())
         r->f[k] = roundToType(r->elemType, float(v));
       else

@@ -128,12 +128,13 @@ public:
       map[r] = ValueLayout::uniform();
     } else if (isa<IotaOp>(op)) {
       map[r] = ValueLayout::flexible();
-    } else if (auto ld = dyn_cast<LoadOp>(op)) {
+    } else if (isa<LoadOp, GatherOp>(op)) {
       // 16 bytes per thread along contiguous rows (its own tensor's
       // specialisation): one vector load each.
-      Type elem = ld.getType().getElementType();
+      Value ptr = op->getOperand(0);
+      Type elem = cast<RankedTensorType>(r.getType()).getElementType();
       int64_t vec =
-          isAlignedAccess(ld.getPtr())
+          isAlignedAccess(ptr)
               ? 16 / std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8)
               : 1;
       map[r] = ValueLayout::fixed(Layout::blocked(s, numWarps, vec));

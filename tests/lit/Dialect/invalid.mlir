@@ -203,3 +203,27 @@ func.func @atomic_elem(%p: !kiln.ptr<bf16>, %i: i32, %v: tensor<16xf32>) {
   kiln.atomic_rmw sum %v, %p[%i] shape[%i] strides[%i] : tensor<16xf32>, !kiln.ptr<bf16>
   return
 }
+
+// -----
+
+func.func @gather_rows(%p: !kiln.ptr<bf16>, %i: i32, %r: tensor<16xi32>) {
+  // expected-error @+1 {{gathered tile must be 2-D, got 16}}
+  %0 = kiln.gather %p[%r, %i] shape[%i] strides[%i] : !kiln.ptr<bf16>, tensor<16xi32> -> tensor<16xbf16>
+  return
+}
+
+// -----
+
+func.func @gather_index_type(%p: !kiln.ptr<bf16>, %i: i32, %r: tensor<16x64xf32>) {
+  // expected-error @+1 {{row indices must be an i32 tile of the result's shape 16x64}}
+  %0 = kiln.gather %p[%r, %i] shape[%i, %i] strides[%i, %i] : !kiln.ptr<bf16>, tensor<16x64xf32> -> tensor<16x64xbf16>
+  return
+}
+
+// -----
+
+func.func @load_index_type(%p: !kiln.ptr<f32>, %i: i32) {
+  // expected-error @+1 {{reads an i32 tensor, not 'f32'}}
+  %0 = kiln.load_index %p[%i] shape[%i] strides[%i] : !kiln.ptr<f32>
+  return
+}

@@ -5,7 +5,7 @@
 
 // CHECK-LABEL: func.func @all_ops
 func.func @all_ops(%a: !kiln.ptr<bf16>, %out: !kiln.ptr<f32>, %s0: i32, %s1: i32,
-                   %off: i64) attributes {kiln.kernel, kiln.grid = array<i64: 4, 2, 1>} {
+                   %off: i64, %idx: !kiln.ptr<i32>) attributes {kiln.kernel, kiln.grid = array<i64: 4, 2, 1>} {
   // CHECK: kiln.program_id 0
   %pid = kiln.program_id 0
   // CHECK: kiln.num_programs 2
@@ -45,6 +45,11 @@ func.func @all_ops(%a: !kiln.ptr<bf16>, %out: !kiln.ptr<f32>, %s0: i32, %s1: i32
   kiln.store %ex, %out[%c0, %c0] shape[%c64, %c64] strides[%s0, %s1] : tensor<64x64xf32>, !kiln.ptr<f32>
   // CHECK: kiln.atomic_rmw sum %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] shape[%{{.*}}, %{{.*}}] strides[%{{.*}}, %{{.*}}] : tensor<64x64xf32>, !kiln.ptr<f32>
   kiln.atomic_rmw sum %ex, %out[%c0, %c0] shape[%c64, %c64] strides[%s0, %s1] : tensor<64x64xf32>, !kiln.ptr<f32>
+  // CHECK: kiln.gather %{{.*}}[%{{.*}}, %{{.*}}] shape[%{{.*}}, %{{.*}}] strides[%{{.*}}, %{{.*}}] : !kiln.ptr<f32>, tensor<64x64xi32> -> tensor<64x64xf32>
+  %rows = arith.constant dense<3> : tensor<64x64xi32>
+  %g = kiln.gather %out[%rows, %c0] shape[%c64, %c64] strides[%s0, %s1] : !kiln.ptr<f32>, tensor<64x64xi32> -> tensor<64x64xf32>
+  // CHECK: kiln.load_index %{{.*}}[%{{.*}}] shape[%{{.*}}] strides[%{{.*}}] {padding = -1 : i64} : !kiln.ptr<i32>
+  %ix = kiln.load_index %idx[%c0] shape[%c64] strides[%s1] {padding = -1 : i64} : !kiln.ptr<i32>
   // CHECK: scf.for
   %r = scf.for %i = %c0 to %c64 step %c64 iter_args(%it = %m) -> (tensor<64xf32>) : i32 {
     %n = arith.maximumf %it, %s : tensor<64xf32>

@@ -255,6 +255,18 @@ void atomicAdd(const Block &block, const Tile &value, Loc loc = Loc::current());
 void atomicMax(const Block &block, const Tile &value, Loc loc = Loc::current());
 void atomicMin(const Block &block, const Tile &value, Loc loc = Loc::current());
 
+/// Loads a (rows.shape[0], cols) tile whose row i is row rows[i] of the 2-D
+/// view `table`, from column `col` on: an embedding lookup, a block table.
+/// `rows` is a 1-D i32 tile; rows outside the table and columns past its end
+/// read `padding`.
+Tile gather(const TensorView &table, const Tile &rows, Index col, int64_t cols,
+            double padding = 0.0, Loc loc = Loc::current());
+/// Element i of a 1-D i32 view as an Index, the same in every thread: an
+/// offset, a loop bound or a length read from memory. Outside the view it
+/// is `padding`.
+Index loadIndex(const TensorView &view, Index i, int64_t padding = 0,
+                Loc loc = Loc::current());
+
 //===----------------------------------------------------------------------===//
 // Loops
 //===----------------------------------------------------------------------===//

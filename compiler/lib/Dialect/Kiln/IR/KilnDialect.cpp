@@ -117,6 +117,36 @@ LogicalResult LoadOp::verify() {
                            getStrides().size(), "loaded tile");
 }
 
+LogicalResult GatherOp::verify() {
+  RankedTensorType t = getResult().getType(), rows = getRows().getType();
+  if (failed(requireStatic(*this, t, "gathered tile")))
+    return failure();
+  Type pointee = cast<PointerType>(getPtr().getType()).getPointeeType();
+  if (pointee != t.getElementType())
+    return emitOpError() << "gathered tile element type " << t.getElementType()
+                         << " differs from the pointer's element type "
+                         << pointee;
+  if (t.getRank() != 2)
+    return emitOpError() << "gathered tile must be 2-D, got "
+                         << shapeStr(t.getShape());
+  if (rows.getShape() != t.getShape() || !rows.getElementType().isInteger(32))
+    return emitOpError() << "row indices must be an i32 tile of the result's "
+                            "shape "
+                         << shapeStr(t.getShape()) << ", got " << rows;
+  if (getShape().size() != 2 || getStrides().size() != 2)
+    return emitOpError() << "a 2-D tensor takes 2 shape values and 2 strides, "
+                            "got "
+                         << getShape().size() << " and " << getStrides().size();
+  return success();
+}
+
+LogicalResult LoadIndexOp::verify() {
+  Type pointee = cast<PointerType>(getPtr().getType()).getPointeeType();
+  if (!pointee.isInteger(32))
+    return emitOpError() << "reads an i32 tensor, not " << pointee;
+  return success();
+}
+
 LogicalResult StoreOp::verify() {
   return verifyBlockAccess(*this, getPtr().getType(), getValue().getType(),
                            getOffsets().size(), getShape().size(),

@@ -86,6 +86,47 @@ def Kiln_LoadOp : Kiln_Op<"load", [AttrSizedOperandSegments]> {
   let hasVerifier = 1;
 }
 
+def Kiln_GatherOp : Kiln_Op<"gather", [AttrSizedOperandSegments]> {
+  let summary = "load a tile whose rows an index tile chooses";
+  let description = [{
+    Element (i, j) of the result reads row `rows[i, j]` and column `col + j`
+    of the 2-D global tensor at `ptr` (extents `shape`, `strides` in
+    elements): an embedding lookup, a paged block table. Rows outside
+    [0, shape[0]) and columns outside [0, shape[1]) are not read; they take
+    the value `padding`. `rows` has the result's shape (an index per row,
+    broadcast along it).
+  }];
+  let arguments = (ins Arg<Kiln_PointerType, "global tensor", [MemRead]>:$ptr,
+                   AnyRankedTensor:$rows, I32:$col, Variadic<I32>:$shape,
+                   Variadic<I32>:$strides,
+                   DefaultValuedAttr<F64Attr, "0.0">:$padding);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $ptr `[` $rows `,` $col `]` `shape` `[` $shape `]` `strides` `[` $strides `]`
+    attr-dict `:` qualified(type($ptr)) `,` type($rows) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_LoadIndexOp : Kiln_Op<"load_index", []> {
+  let summary = "load one i32 from global memory as a scalar";
+  let description = [{
+    Reads element `index` of the 1-D i32 global tensor at `ptr` (extent
+    `size`, `stride` in elements) as a scalar every thread of the program
+    holds: an offset, a loop bound, a length read from memory. An index
+    outside [0, size) reads `padding`.
+  }];
+  let arguments = (ins Arg<Kiln_PointerType, "global tensor", [MemRead]>:$ptr,
+                   I32:$index, I32:$size, I32:$stride,
+                   DefaultValuedAttr<I64Attr, "0">:$padding);
+  let results = (outs I32:$result);
+  let assemblyFormat = [{
+    $ptr `[` $index `]` `shape` `[` $size `]` `strides` `[` $stride `]`
+    attr-dict `:` qualified(type($ptr))
+  }];
+  let hasVerifier = 1;
+}
+
 def Kiln_StoreOp : Kiln_Op<"store", [AttrSizedOperandSegments]> {
   let summary = "store a tile into a block of a strided global tensor";
   let description = [{

@@ -1,0 +1,122 @@
+//===- LowerGather.cpp - loads addressed by values in memory --------------===//
+//
+// kiln.gather: each register's row comes from the row-index tile (in the
+// result's layout, so the thread holds it), its column from the layout;
+// consecutive registers along a row go out as one vector load under the
+// same conditions as a block load's (the tensor's aligned specialisation,
+// the row length and starting column multiples of the width).
+// kiln.load_index: one load of the same address in every thread, guarded by
+// the index's range.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include "kiln/Dialect/Kiln/IR/TensorArgs.h"
+
+using namespace mlir;
+
+namespace kiln::gpu {
+
+int64_t Lowerer::gatherWidth(GatherOp op) {
+  const Layout l = layoutOf(op.getResult());
+  if (!isAlignedAccess(op.getPtr()))
+    return 1;
+  int64_t vec = 1; // registers 0..vec-1: consecutive columns of one row
+  for (const Coord &c : l.reg) {
+    if (c[0] != 0 || c[1] != vec)
+      break;
+    vec *= 2;
+  }
+  vec = std::min<int64_t>(vec, 16 / byteSize(op.getType().getElementType()));
+  while (vec > 1 && (knownDivisor(op.getShape()[1]) % vec ||
+                     knownDivisor(op.getCol()) % vec))
+    vec /= 2;
+  return l.duplicateRegMask() & (vec - 1) ? 1 : vec;
+}
+
+Regs Lowerer::lowerGather(GatherOp op) {
+  const Layout l = layoutOf(op.getResult());
+  Type elem = op.getType().getElementType();
+  Regs rows = regsIn(op.getRows(), l);
+  const int64_t vec = gatherWidth(op);
+  SmallVector<Value> tc = threadCoord(l);
+  Value base = scalarOf(op.getPtr()), col0 = scalarOf(op.getCol());
+  Value nRows = scalarOf(op.getShape()[0]), nCols = scalarOf(op.getShape()[1]);
+  auto wide = [&](Value v) {
+    return arith::ExtSIOp::create(b, loc, b.getI64Type(), v);
+  };
+  Value rowStride = wide(scalarOf(op.getStrides()[0]));
+  Value colStride = vec > 1 ? i64(1) : wide(scalarOf(op.getStrides()[1]));
+  const double padding = op.getPadding().convertToDouble();
+  Value pad =
+      isa<FloatType>(elem)
+          ? arith::ConstantOp::create(b, loc, b.getFloatAttr(elem, padding))
+                .getResult()
+          : arith::ConstantIntOp::create(b, loc, elem, int64_t(padding))
+                .getResult();
+  auto vt = VectorType::get({vec}, elem);
+  Value padVec = LLVM::UndefOp::create(b, loc, vt);
+  for (int64_t i = 0; i < vec; ++i)
+    padVec = LLVM::InsertElementOp::create(b, loc, padVec, pad, i32(i));
+  std::string shape =
+      std::to_string(l.shape[0]) + "x" + std::to_string(l.shape[1]);
+  note(op, "gather " + shape + ": rows from an index tile, " +
+               (vec > 1 ? "vector loads of " + std::to_string(vec) + " elements"
+                        : std::string("one load per element")) +
+               " to registers" +
+               (isAlignedAccess(op.getPtr())
+                    ? ""
+                    : "; " + unalignedReason(op.getPtr())));
+  Regs out{l, {}, {}};
+  for (int64_t r = 0; r < l.numRegs(); r += vec) {
+    Value row = rows.layout ? rows.regs[r] : rows.scalar;
+    Value col = arith::AddIOp::create(
+        b, loc, col0,
+        arith::AddIOp::create(b, loc, tc[1], i32(l.regCoord(r)[1])));
+    // Unsigned compares: negative rows and columns are out of range too.
+    Value ok = arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, nRows),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, col, nCols));
+    Value off = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, wide(row), rowStride),
+        arith::MulIOp::create(b, loc, wide(col), colStride));
+    off = arith::SelectOp::create(b, loc, ok, off, i64(0));
+    Value addr = LLVM::GEPOp::create(b, loc, base.getType(), elem, base,
+                                     ValueRange{off});
+    Value v = LLVM::LoadOp::create(b, loc, vt, addr,
+                                   /*alignment=*/vec * byteSize(elem));
+    v = arith::SelectOp::create(b, loc, ok, v, padVec);
+    for (int64_t i = 0; i < vec; ++i)
+      out.regs.push_back(
+          LLVM::ExtractElementOp::create(b, loc, v, i32(i)).getResult());
+  }
+  return out;
+}
+
+Value Lowerer::lowerLoadIndex(LoadIndexOp op) {
+  Value index = scalarOf(op.getIndex());
+  Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, index,
+                                   scalarOf(op.getSize()));
+  Value pad = i32(op.getPadding());
+  auto ifOp = scf::IfOp::create(b, loc, TypeRange{b.getI32Type()}, ok,
+                                /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    Value off = arith::MulIOp::create(
+        b, loc, arith::ExtSIOp::create(b, loc, b.getI64Type(), index),
+        arith::ExtSIOp::create(b, loc, b.getI64Type(),
+                               scalarOf(op.getStride())));
+    Value base = scalarOf(op.getPtr());
+    Value addr = LLVM::GEPOp::create(b, loc, base.getType(), b.getI32Type(),
+                                     base, ValueRange{off});
+    scf::YieldOp::create(
+        b, loc, LLVM::LoadOp::create(b, loc, b.getI32Type(), addr).getResult());
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    scf::YieldOp::create(b, loc, pad);
+  }
+  return ifOp.getResult(0);
+}
+
+} // namespace kiln::gpu

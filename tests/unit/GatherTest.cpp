@@ -1,0 +1,94 @@
+//===- GatherTest.cpp - gather and loadIndex in the DSL -------------------===//
+#include "GatherKernels.h"
+#include "TestUtil.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/Reference/CpuExecutor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace kiln;
+using ::testing::HasSubstr;
+
+namespace {
+
+TEST(Gather, EmbeddingLookupOnTheCpu) {
+  Kernel k = test::embeddingGather();
+  for (auto [V, D, T, n] : {std::array<int64_t, 4>{50, 64, 32, 32},
+                            {1000, 192, 77, 70},
+                            {3, 100, 5, 0}}) {
+    test::EmbeddingData d(V, D, T, n);
+    runOnCpu(k, k.bind({{"Table", d.table.ref()},
+                        {"Ids", d.ids.ref()},
+                        {"Count", d.count.ref()},
+                        {"Out", d.out.ref()}}));
+    SCOPED_TRACE(std::to_string(V) + "x" + std::to_string(D));
+    d.check();
+  }
+}
+
+TEST(Gather, LoopBoundsFromMemoryOnTheCpu) {
+  Kernel k = test::segmentSums();
+  for (int64_t P : {1, 9, 40}) {
+    test::SegmentData d(P);
+    runOnCpu(k, k.bind({{"Offs", d.offs.ref()},
+                        {"X", d.x.ref()},
+                        {"Out", d.out.ref()}}));
+    d.check();
+  }
+}
+
+TEST(Gather, LowersToVectorLoadsAndAScalarLoad) {
+  GpuTarget target{"sm_90a"};
+  target.scalarClasses["D"] = ScalarClass::DivisibleBy16;
+  CompiledKernel c = compileForGpu(test::embeddingGather(), target);
+  std::string report;
+  for (const std::string &line : c.report)
+    report += line + "\n";
+  // 8 bf16 per thread along each row (16 bytes), the row from the ids.
+  EXPECT_THAT(report, HasSubstr("gather 32x64: rows from an index tile, "
+                                "vector loads of 8 elements to registers"));
+  EXPECT_GT(test::countOf(c.ptx, "ld.global.v4.b32"), 0u);
+  // The count: one 4-byte load, guarded by its index's range.
+  EXPECT_GT(test::countOf(c.ptx, "ld.global.b32"), 0u);
+  // Rows of any length: one element per load.
+  CompiledKernel any = compileForGpu(test::embeddingGather(), {"sm_90a"});
+  report.clear();
+  for (const std::string &line : any.report)
+    report += line + "\n";
+  EXPECT_THAT(report, HasSubstr("gather 32x64: rows from an index tile, one "
+                                "load per element to registers"));
+}
+
+TEST(Gather, MisuseNamesTheUsersLine) {
+  int line = 0;
+  std::string error = test::errorOf([&] {
+    dsl::KernelBuilder k("bad_gather", {1});
+    auto T = k.tensorArg("T", dsl::bf16, {16, 64});
+    line = __LINE__ + 1;
+    dsl::gather(T, dsl::arange(16).to(dsl::f32), 0, 64);
+  });
+  EXPECT_THAT(error, HasSubstr("GatherTest.cpp:" + std::to_string(line) +
+                               ": gather from T: row indices must be a 1-D "
+                               "i32 tile, got 16 f32"));
+  error = test::errorOf([&] {
+    dsl::KernelBuilder k("bad_gather_rank", {1});
+    auto T = k.tensorArg("T", dsl::bf16, {4, 16, 64});
+    line = __LINE__ + 1;
+    dsl::gather(T, dsl::arange(16), 0, 64);
+  });
+  EXPECT_THAT(error, HasSubstr("GatherTest.cpp:" + std::to_string(line) +
+                               ": gather from T: the view must be 2-D"));
+  error = test::errorOf([&] {
+    dsl::KernelBuilder k("bad_index", {1});
+    auto T = k.tensorArg("T", dsl::f32, {16});
+    line = __LINE__ + 1;
+    dsl::loadIndex(T, 0);
+  });
+  EXPECT_THAT(error, HasSubstr("GatherTest.cpp:" + std::to_string(line) +
+                               ": loadIndex from T: the tensor must hold i32, "
+                               "it holds f32"));
+}
+
+} // namespace
