@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/AttentionBackward.h"
+#include "kiln/kernels/AttentionTune.h"
 
 #include <algorithm>
 #include <cmath>
@@ -269,6 +270,22 @@ Kernel dqKernel(const Common &cm) {
 AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
                                               AttentionBackwardConfig c) {
   checkAttentionShape(s);
+  // No block sizes chosen: the autotuner's winner for this GPU and shape
+  // bucket (`kiln tune attention-backward`), unless it takes the other way
+  // to dQ than the one asked for.
+  if (!c.blockM && !c.blockN && !c.dqBlockM)
+    if (std::optional<AttentionBackwardConfig> t =
+            tunedAttentionBackwardConfig(s);
+        t && (c.deterministic < 0 || c.deterministic == t->deterministic)) {
+      c.deterministic = t->deterministic;
+      c.blockM = t->blockM;
+      c.blockN = t->blockN;
+      c.warps = t->warps;
+      c.stages = t->stages;
+      c.dqBlockM = t->dqBlockM;
+      c.dqBlockN = t->dqBlockN;
+      c.dqWarps = t->dqWarps;
+    }
   if (c.wgmma < 0)
     c.wgmma = 1;
   if (c.tma < 0)

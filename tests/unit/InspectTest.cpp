@@ -137,6 +137,31 @@ TEST(Tuning, AttentionConfigStringsRoundTrip) {
   EXPECT_EQ(kernels::attentionTuneBucket(s), "D=128 causal=1 N<=4096");
 }
 
+TEST(Tuning, BackwardSpaceIsWholeSequencesOfBothWaysToDq) {
+  kernels::AttentionShape s{4, 16, 4096, 4096, 128, true, DType::bf16, 0};
+  EXPECT_EQ(kernels::attentionBackwardTuneBucket(s),
+            "backward D=128 causal=1 N<=4096");
+  std::vector<TuneCandidate> cs = kernels::attentionBackwardCandidates(s);
+  int atomic = 0, own = 0;
+  for (const TuneCandidate &c : cs) {
+    ASSERT_TRUE(c.buildSequence) << c.config;
+    kernels::AttentionBackwardConfig d =
+        kernels::parseBackwardConfigString(c.config);
+    EXPECT_EQ(kernels::backwardConfigString(d), c.config);
+    (d.deterministic ? own : atomic)++;
+    if (d.blockN == 128 && d.blockM == 128) // dK, dV, Sᵀ, dPᵀ: 256 / thread
+      EXPECT_GT(c.registers, 255) << c.config;
+  }
+  EXPECT_GT(atomic, 0);
+  EXPECT_GT(own, 0);
+  // A candidate builds its kernels: atomics end with the conversion.
+  std::vector<Kernel> ks =
+      cs.back().buildSequence(); // the last: atomics, blockN 128
+  EXPECT_EQ(ks.back().name(), "attention_bwd_dq_convert");
+  EXPECT_THROW(kernels::parseBackwardConfigString("blockM=x"), Error);
+  EXPECT_THROW(kernels::parseBackwardConfigString("tiles=3"), Error);
+}
+
 // The tuner prunes on estimates made before compiling. Where every layout
 // conversion stays in registers (4 warps), the shared-memory estimate is the
 // compiler's own figure; elsewhere it is a lower bound, and the tuner checks

@@ -11,8 +11,12 @@
 namespace kiln::cli {
 
 int cmdTune(Options &opts) {
-  if (opts.positional.size() != 1 || opts.positional[0] != "attention")
-    throw UsageError("kiln tune: only 'attention' has a tuning space");
+  if (opts.positional.size() != 1 ||
+      (opts.positional[0] != "attention" &&
+       opts.positional[0] != "attention-backward"))
+    throw UsageError("kiln tune: 'attention' and 'attention-backward' have "
+                     "tuning spaces");
+  const bool backward = opts.positional[0] == "attention-backward";
   kernels::AttentionShape s;
   s.seqQ = s.seqK = opts.integer("seq", 4096);
   s.headDim = opts.integer("head-dim", 128);
@@ -36,22 +40,28 @@ int cmdTune(Options &opts) {
     fmt::print("{}\n", line);
     std::fflush(stdout);
   };
-  fmt::print("kiln tune attention B={} H={} N={} D={} {} {} ({})\n", s.batch,
-             s.heads, s.seqQ, s.headDim, s.causal ? "causal" : "non-causal",
-             dtype, kernels::attentionTuneBucket(s));
-  TuneResult r = kernels::tuneAttention(s, o);
+  fmt::print("kiln tune {} B={} H={} N={} D={} {} {} ({})\n",
+             opts.positional[0], s.batch, s.heads, s.seqQ, s.headDim,
+             s.causal ? "causal" : "non-causal", dtype,
+             backward ? kernels::attentionBackwardTuneBucket(s)
+                      : kernels::attentionTuneBucket(s));
+  TuneResult r = backward ? kernels::tuneAttentionBackward(s, o)
+                          : kernels::tuneAttention(s, o);
   if (r.fromDatabase) {
     fmt::print("winner {} ({:.3f} ms when tuned): from the tuning database, "
                "nothing tuned ({:.3f} s)\n",
                r.config, r.ms, r.seconds);
     return 0;
   }
-  fmt::print("\n{:<56} {:>9}  {}\n", "candidate", "ms", "status");
+  const int width = backward ? 92 : 56;
+  fmt::print("\n{:<{}} {:>9}  {}\n", "candidate", width, "ms", "status");
   for (const TunedTiming &t : r.timings)
-    fmt::print("{:<56} {:>9}  {}\n", t.config,
+    fmt::print("{:<{}} {:>9}  {}\n", t.config, width,
                t.ms ? fmt::format("{:.3f}", t.ms) : "-", t.status);
-  double flops = 4.0 * s.batch * s.heads * s.seqQ * s.seqK * s.headDim *
-                 (s.causal ? 0.5 : 1.0);
+  // The backward counted as 2.5x the forward's FLOPs (FlashAttention's
+  // convention).
+  double flops = (backward ? 10.0 : 4.0) * s.batch * s.heads * s.seqQ * s.seqK *
+                 s.headDim * (s.causal ? 0.5 : 1.0);
   fmt::print("winner {}: {:.3f} ms, {:.0f} TFLOP/s; tuned in {:.1f} s\n",
              r.config, r.ms, flops / r.ms / 1e9, r.seconds);
   if (o.exhaustive) {

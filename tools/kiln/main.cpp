@@ -67,12 +67,15 @@ commands:
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
       [--persistent 0|1] [--group-m G] [--bias] [--activation none|relu|gelu]
                                         TFLOP/s of the DSL GEMM, bf16, N^3
-  tune attention --seq N --head-dim D [--causal] [--dtype bf16|fp16]
+  tune attention|attention-backward --seq N --head-dim D [--causal]
+      [--dtype bf16|fp16]
       [--batch B] [--heads H] [--budget S] [--threads T] [--force]
       [--exhaustive]                    autotune on the GPU: every candidate's
                                         time and the winner, recorded for this
                                         GPU (KILN_TUNING_DB); the JIT then
                                         uses it; a second run tunes nothing
+                                        (the backward: every kernel timed as
+                                        one, dQ's own kernel or atomics)
   bench jit [--seq N] [--head-dim D] [--causal] [--reps R] [--json]
                                         compile latency without a GPU: cold
                                         DSL -> PTX, and a disk-cache hit

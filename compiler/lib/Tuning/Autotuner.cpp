@@ -44,29 +44,48 @@ std::optional<std::string> tunedConfig(const std::string &kernel,
 }
 
 namespace {
+/// A candidate's kernels (one, or a sequence launched in order).
 struct Compiled {
-  std::optional<Kernel> kernel;
-  std::shared_ptr<const CompiledKernel> compiled;
-  /// Loaded on the device by the worker that compiled it: the driver's
+  std::vector<Kernel> kernels;
+  std::vector<std::shared_ptr<const CompiledKernel>> compiled;
+  /// Loaded on the device by the worker that compiled them: the driver's
   /// PTX-to-SASS compile (~0.4 s for a Hopper attention kernel) runs on the
   /// workers' threads too instead of one after another in the timing loop.
-  std::shared_ptr<GpuKernel> loaded;
+  std::vector<std::shared_ptr<GpuKernel>> loaded;
   std::string error;
+  bool ok() const { return !compiled.empty(); }
+  int64_t sharedBytes() const {
+    int64_t most = 0;
+    for (const auto &c : compiled)
+      most = std::max(most, c->sharedBytes);
+    return most;
+  }
+  /// Loads what the workers could not (reporting the driver's error).
+  void load() {
+    for (size_t k = 0; k < compiled.size(); ++k)
+      if (!loaded[k])
+        loaded[k] = std::make_shared<GpuKernel>(compiled[k]->spec());
+  }
 };
 
-/// Milliseconds of `reps` launches (after a warm-up), each on the next
-/// buffer set, appended to `times`; returns their median.
-double timeKernel(GpuKernel &g, const std::vector<std::vector<ArgValue>> &args,
-                  int reps, std::vector<float> *all = nullptr) {
+/// Milliseconds of `reps` launches of the kernels in order (after a
+/// warm-up), each on the next buffer set, appended to `times`; returns their
+/// median. args[set][kernel].
+double timeKernels(const std::vector<std::shared_ptr<GpuKernel>> &gs,
+                   const std::vector<std::vector<std::vector<ArgValue>>> &args,
+                   int reps, std::vector<float> *all = nullptr) {
+  auto launch = [&](size_t set) {
+    for (size_t k = 0; k < gs.size(); ++k)
+      gs[k]->launch(args[set][k]);
+  };
   for (size_t i = 0; i < std::max<size_t>(2, args.size()); ++i)
-    g.launch(args[i % args.size()]); // warm-up: module load, clocks
+    launch(i % args.size()); // warm-up: module load, clocks
   cuda::synchronize();
   std::vector<float> times;
   cuda::Timer t;
   for (int i = 0; i < reps; ++i) {
-    const auto &a = args[size_t(i) % args.size()];
     t.start();
-    g.launch(a);
+    launch(size_t(i) % args.size());
     times.push_back(t.stop());
   }
   if (all)
@@ -141,17 +160,23 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
         compiled[i].error = "skipped: time budget spent";
         continue;
       }
+      Compiled &c = compiled[i];
       try {
-        compiled[i].kernel = candidates[i].build();
-        compiled[i].compiled = compileCached(*compiled[i].kernel, target);
+        c.kernels = candidates[i].buildSequence
+                        ? candidates[i].buildSequence()
+                        : std::vector<Kernel>{candidates[i].build()};
+        std::vector<std::shared_ptr<const CompiledKernel>> all;
+        for (const Kernel &k : c.kernels)
+          all.push_back(compileCached(k, target));
+        c.compiled = std::move(all);
       } catch (const std::exception &e) {
-        compiled[i].error = std::string("compile error: ") + e.what();
+        c.error = std::string("compile error: ") + e.what();
       }
-      if (compiled[i].compiled &&
-          compiled[i].compiled->sharedBytes <= smemLimit) {
+      c.loaded.resize(c.compiled.size());
+      if (c.ok() && c.sharedBytes() <= smemLimit) {
         try {
-          compiled[i].loaded =
-              std::make_shared<GpuKernel>(compiled[i].compiled->spec());
+          for (size_t k = 0; k < c.compiled.size(); ++k)
+            c.loaded[k] = std::make_shared<GpuKernel>(c.compiled[k]->spec());
         } catch (const Error &) {
           // The timing loop loads it again and reports the error.
         }
@@ -171,13 +196,17 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
                   done.load(), threads, secondsSince(start)));
 
   // Time one at a time on the GPU, over rotating input buffers.
-  std::vector<std::vector<ArgValue>> args;
+  std::vector<std::vector<std::vector<ArgValue>>> args;
   double best = 0;
   size_t bestIdx = candidates.size();
-  auto argsFor = [&](size_t i) -> const std::vector<std::vector<ArgValue>> & {
+  auto argsFor =
+      [&](size_t i) -> const std::vector<std::vector<std::vector<ArgValue>>> & {
     args.clear();
-    for (int s = 0; s < harness.sets; ++s)
-      args.push_back(harness.args(*compiled[i].kernel, s));
+    for (int s = 0; s < harness.sets; ++s) {
+      args.emplace_back();
+      for (const Kernel &k : compiled[i].kernels)
+        args.back().push_back(harness.args(k, s));
+    }
     return args;
   };
   // A timing counts for the exhaustive reference, for the earlier winner's
@@ -198,7 +227,7 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
   };
   for (size_t i : todo) {
     TunedTiming &t = result.timings[i];
-    if (!compiled[i].compiled) {
+    if (!compiled[i].ok()) {
       t.status = compiled[i].error;
       continue;
     }
@@ -208,23 +237,25 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
     }
     // The estimate is a lower bound (layout conversions through shared
     // memory are not in it): the compiled figure decides.
-    if (compiled[i].compiled->sharedBytes > smemLimit) {
+    if (compiled[i].sharedBytes() > smemLimit) {
       t.status = fmt::format(
           "pruned after compiling: {} KB shared memory > {} KB (estimated "
           "{} KB)",
-          compiled[i].compiled->sharedBytes / 1024, smemLimit / 1024,
+          compiled[i].sharedBytes() / 1024, smemLimit / 1024,
           candidates[i].sharedBytes / 1024);
       continue;
     }
     try {
-      std::shared_ptr<GpuKernel> loaded = compiled[i].loaded;
-      if (!loaded)
-        loaded = std::make_shared<GpuKernel>(compiled[i].compiled->spec());
-      GpuKernel &g = *loaded;
-      cuda::FunctionAttributes a = g.attributes();
-      t.registers = a.registers;
-      t.spillBytes = a.localBytes;
-      t.ms = timeKernel(g, argsFor(i), o.exhaustive ? 3 * o.reps : o.reps);
+      compiled[i].load();
+      // A sequence reports its most registers and all its spills.
+      t.registers = t.spillBytes = 0;
+      for (const auto &g : compiled[i].loaded) {
+        cuda::FunctionAttributes a = g->attributes();
+        t.registers = std::max(t.registers, a.registers);
+        t.spillBytes += a.localBytes;
+      }
+      t.ms = timeKernels(compiled[i].loaded, argsFor(i),
+                         o.exhaustive ? 3 * o.reps : o.reps);
       t.status = "ok";
       say(fmt::format(
           "  {:<56} {:8.3f} ms  {} regs{}", t.config, t.ms, t.registers,
@@ -245,7 +276,7 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
   for (size_t i : todo) {
     const TunedTiming &t = result.timings[i];
     bool earlier = o.exhaustive && previous && previous->config == t.config;
-    if (t.status == "ok" && compiled[i].loaded &&
+    if (t.status == "ok" &&
         (earlier || ((o.exhaustive || candidates[i].registers <= 255) &&
                      t.ms <= best * 1.05)))
       finalists.push_back(i);
@@ -254,8 +285,8 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
     std::vector<std::vector<float>> samples(finalists.size());
     for (int round = 0; round < 5; ++round)
       for (size_t f = 0; f < finalists.size(); ++f)
-        timeKernel(*compiled[finalists[f]].loaded, argsFor(finalists[f]),
-                   o.reps, &samples[f]);
+        timeKernels(compiled[finalists[f]].loaded, argsFor(finalists[f]),
+                    o.reps, &samples[f]);
     best = 0;
     if (o.exhaustive) // the final round is the reference
       result.exhaustiveBestMs = 0;
@@ -271,8 +302,22 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
   }
 
   // The winner must compute the right thing before it is accepted.
-  GpuKernel g(compiled[bestIdx].compiled->spec()); // a fresh module
-  std::string bad = harness.check(*compiled[bestIdx].kernel, g);
+  std::string bad;
+  { // fresh modules
+    const Compiled &w = compiled[bestIdx];
+    std::vector<std::unique_ptr<GpuKernel>> fresh;
+    std::vector<GpuKernel *> gs;
+    for (const auto &c : w.compiled) {
+      fresh.push_back(std::make_unique<GpuKernel>(c->spec()));
+      gs.push_back(fresh.back().get());
+    }
+    if (candidates[bestIdx].buildSequence)
+      bad = harness.checkSequence
+                ? harness.checkSequence(w.kernels, gs)
+                : "the harness has no check for kernel sequences";
+    else
+      bad = harness.check(w.kernels[0], *gs[0]);
+  }
   if (!bad.empty())
     throw Error("autotune: the winner " + candidates[bestIdx].config +
                 " failed its check against the reference: " + bad);

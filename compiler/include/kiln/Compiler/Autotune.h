@@ -27,6 +27,9 @@ struct TuneCandidate {
   int64_t sharedBytes = 0; ///< estimated from the Config, before compiling
   int registers = 0;       ///< estimated accumulator registers per thread
   std::function<Kernel()> build;
+  /// Instead of `build`: kernels launched one after the other, timed and
+  /// checked as one (a backward pass of several kernels).
+  std::function<std::vector<Kernel>()> buildSequence;
 };
 
 /// How candidates run: argument lists over rotating buffer sets (so that
@@ -36,6 +39,10 @@ struct TuneHarness {
   int sets = 2;
   std::function<std::vector<ArgValue>(const Kernel &, int set)> args;
   std::function<std::string(const Kernel &, GpuKernel &)> check;
+  /// For candidates with buildSequence: the check of the loaded kernels.
+  std::function<std::string(const std::vector<Kernel> &,
+                            const std::vector<GpuKernel *> &)>
+      checkSequence;
   /// The tensors `args` binds that are not aligned (unalignedTensors): the
   /// candidates are compiled for them.
   std::vector<std::string> unalignedTensors;

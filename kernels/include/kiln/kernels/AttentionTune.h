@@ -5,6 +5,7 @@
 
 #include "kiln/Compiler/Autotune.h"
 #include "kiln/kernels/Attention.h"
+#include "kiln/kernels/AttentionBackward.h"
 
 #include <optional>
 #include <string>
@@ -32,6 +33,25 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options);
 
 /// The tuned config recorded for `s` on this GPU, if any.
 std::optional<AttentionConfig> tunedAttentionConfig(const AttentionShape &s);
+
+/// The backward's config as "deterministic=0 blockM=64 blockN=64 ..." and
+/// back (TuneBackward.cpp).
+std::string backwardConfigString(const AttentionBackwardConfig &c);
+AttentionBackwardConfig parseBackwardConfigString(const std::string &text);
+/// "backward " + attentionTuneBucket(s).
+std::string attentionBackwardTuneBucket(const AttentionShape &s);
+/// The backward's space: dQ by its own kernel (dqBlockM {64, 128}) or by
+/// atomics, x blockN {64, 128} x blockM {64, 128} x stages {2, 3}; each
+/// candidate the whole sequence of kernels.
+std::vector<TuneCandidate> attentionBackwardCandidates(const AttentionShape &s);
+/// Tunes the backward for `s`: the sequences timed on the same rotating
+/// inputs (O and LSE from the forward), the winner checked against the fp64
+/// reference on a small problem of the same size classes.
+TuneResult tuneAttentionBackward(const AttentionShape &s,
+                                 const TuneOptions &options);
+/// The tuned backward config recorded for `s` on this GPU, if any.
+std::optional<AttentionBackwardConfig>
+tunedAttentionBackwardConfig(const AttentionShape &s);
 
 } // namespace kiln::kernels
 
