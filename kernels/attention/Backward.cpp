@@ -297,21 +297,18 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   if (c.separateDkDv < 0)
     c.separateDkDv = 0;
   // Measured on the H200 (docs/experiments/2026-11-24-h200-atomic-dq.txt):
-  // at D = 64 dQ by atomics from programs of 64 keys (one warpgroup) is
-  // 3-7% faster than its own kernel; at D = 128 the kernel of its own is
-  // (the dK/dV kernel with dQ's dot, staging and reduction spills).
+  // programs of one warpgroup (64 keys, 64 queries for dQ), two per SM,
+  // beat programs of two; at D = 64 dQ by atomics beats its own kernel, at
+  // D = 128 its own kernel wins (the fused one spills, and with 64 keys it
+  // needs more registers than there are).
   if (c.deterministic < 0)
     c.deterministic = s.headDim > 64 ? 1 : 0;
-  if (c.deterministic == 0 && !c.blockN && !c.warps && s.headDim <= 64) {
-    c.blockN = 64;
-    c.warps = 4;
-  }
   if (!c.blockN)
-    c.blockN = 128;
+    c.blockN = c.deterministic == 0 && s.headDim > 64 ? 128 : 64;
   if (!c.blockM)
     c.blockM = 64;
   if (!c.dqBlockM)
-    c.dqBlockM = 128;
+    c.dqBlockM = 64;
   if (!c.dqBlockN)
     c.dqBlockN = 64;
   if (!c.warps) // wgmma: a warpgroup per 64 rows of the program's block

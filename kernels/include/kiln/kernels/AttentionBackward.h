@@ -29,12 +29,14 @@ namespace kiln::kernels {
 
 /// Schedule of the backward kernels; zero / -1 pick the defaults.
 struct AttentionBackwardConfig {
-  /// dK/dV: blockN keys per program, the queries in steps of blockM.
+  /// dK/dV: blockN keys per program (0: 64, 128 with atomics at D = 128),
+  /// the queries in steps of blockM (0: 64).
   int64_t blockM = 0, blockN = 0;
-  /// dQ: dqBlockM queries per program, the keys in steps of dqBlockN.
+  /// dQ: dqBlockM queries per program (0: 64), the keys in steps of
+  /// dqBlockN (0: 64).
   int64_t dqBlockM = 0, dqBlockN = 0;
-  /// dK/dV's warps; 0: a warpgroup per 64 of its blockN rows under wgmma
-  /// (8 at the default 128), else 4.
+  /// dK/dV's warps; 0: a warpgroup per 64 of its blockN rows under wgmma,
+  /// else 4.
   int warps = 0, stages = 2;
   int dqWarps = 0; ///< the dQ kernel's; 0: as above from dqBlockM
   /// Dots on Hopper's warpgroup MMA (sm_90a): 1 yes, 0 mma.sync, -1 yes.
@@ -57,7 +59,7 @@ struct AttentionBackwardConfig {
   /// 1: dQ by a kernel of its own (no atomics: the same bits on every run);
   /// 0: the dK/dV kernel adds dS·K into an fp32 workspace with atomics and a
   /// last kernel converts it; -1 whichever measured faster for the head dim
-  /// (atomics at D = 64, with blockN 64 and 4 warps unless given).
+  /// (atomics at D = 64, dQ's own kernel at D = 128).
   int deterministic = -1;
   /// 1 compiles B, H, Nq and Nk in; 0 (and -1) run-time arguments.
   int staticShapes = -1;
