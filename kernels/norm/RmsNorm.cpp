@@ -1,4 +1,4 @@
-//===- RmsNorm.cpp - RMSNorm in kiln's DSL --------------------------------===//
+//===- RmsNorm.cpp - RMSNorm and LayerNorm in kiln's DSL ------------------===//
 #include "kiln/kernels/RmsNorm.h"
 #include "kiln/dsl/Dsl.h"
 
@@ -34,6 +34,31 @@ Kernel rmsNorm(int64_t cols, const RmsNormConfig &c, double eps) {
   Tile meanSquare = reduceSum(x * x, 1) / double(cols);
   Tile y = x * column(rsqrt(meanSquare + eps)) *
            row(load(W.block({0}, {cols})).to(f32));
+  store(Y.block({r0, 0}), y.to(bf16));
+  return k.finish();
+}
+
+Kernel layerNorm(int64_t cols, const RmsNormConfig &c, double eps) {
+  if (cols < 1 || (cols & (cols - 1)))
+    throw Error("layerNorm: cols must be a power of two, got " +
+                std::to_string(cols));
+  KernelBuilder k("layernorm");
+  Index rows = k.scalarArg("R");
+  k.setGrid({cdiv(rows, c.rows)});
+  k.setWarps(c.warps);
+  auto X = k.tensorArg("X", bf16, {rows, cols});
+  auto W = k.tensorArg("W", bf16, {cols});
+  auto B = k.tensorArg("B", bf16, {cols});
+  auto Y = k.tensorArg("Y", bf16, {rows, cols});
+  Index r0 = programId(0) * c.rows;
+  Tile x = load(X.block({r0, 0}, {c.rows, cols})).to(f32);
+  // Two passes over the registers: the mean, then the centred variance
+  // (no cancellation of E[x²] − E[x]²).
+  Tile centred = x - column(reduceSum(x, 1) / double(cols));
+  Tile variance = reduceSum(centred * centred, 1) / double(cols);
+  Tile y = centred * column(rsqrt(variance + eps)) *
+               row(load(W.block({0}, {cols})).to(f32)) +
+           row(load(B.block({0}, {cols})).to(f32));
   store(Y.block({r0, 0}), y.to(bf16));
   return k.finish();
 }

@@ -140,6 +140,23 @@ void rmsNormReference(const HostTensor &x, const HostTensor &w, HostTensor &y,
   }
 }
 
+void layerNormReference(const HostTensor &x, const HostTensor &w,
+                        const HostTensor &b, HostTensor &y, double eps) {
+  const int64_t R = x.shape()[0], C = x.shape()[1];
+  for (int64_t r = 0; r < R; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < C; ++j)
+      mean += x.flatAt(r * C + j);
+    mean /= double(C);
+    for (int64_t j = 0; j < C; ++j)
+      var += (x.flatAt(r * C + j) - mean) * (x.flatAt(r * C + j) - mean);
+    const double inv = 1 / std::sqrt(var / double(C) + eps);
+    for (int64_t j = 0; j < C; ++j)
+      y.flatSet(r * C + j,
+                (x.flatAt(r * C + j) - mean) * inv * w.flatAt(j) + b.flatAt(j));
+  }
+}
+
 void softmaxReference(const HostTensor &x, HostTensor &y) {
   int64_t R = x.shape()[0], C = x.shape()[1];
   std::vector<double> X = toDoubles(x);

@@ -120,6 +120,28 @@ TEST(Autotuned, RmsNormRunsOnTheCpu) {
   }
 }
 
+TEST(Autotuned, LayerNormRunsOnTheCpu) {
+  const int64_t R = 9, C = 256;
+  HostTensor x(DType::bf16, {R, C}), w(DType::bf16, {C}), b(DType::bf16, {C});
+  x.fillRandom(5, 1, 3); // an offset the mean must remove
+  w.fillRandom(6);
+  b.fillRandom(7);
+  HostTensor ref(DType::f32, {R, C});
+  kernels::layerNormReference(x, w, b, ref);
+  for (const kernels::RmsNormConfig &c : kernels::rmsNormConfigs()) {
+    HostTensor y(DType::bf16, {R, C});
+    y.poison();
+    Kernel k = kernels::layerNorm(C, c);
+    runOnCpu(
+        k,
+        k.bind(
+            {{"X", x.ref()}, {"W", w.ref()}, {"B", b.ref()}, {"Y", y.ref()}}));
+    ErrorStats e = compareTensors(y, ref);
+    EXPECT_EQ(e.nonFinite, 0) << c.name();
+    EXPECT_LE(e.relative, 1e-2) << c.name();
+  }
+}
+
 TEST(Autotuned, RefusesAnEmptyOrAmbiguousConfigList) {
   auto build = [](size_t) -> Kernel { throw Error("not built"); };
   EXPECT_THAT(test::errorOf([&] { AutotunedKernel("k", {}, build, {}); }),

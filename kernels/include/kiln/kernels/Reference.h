@@ -33,6 +33,8 @@ void softmaxReference(const HostTensor &x, HostTensor &y);
 /// y = x / sqrt(mean(x^2 over a row) + eps) * w in fp64.
 void rmsNormReference(const HostTensor &x, const HostTensor &w, HostTensor &y,
                       double eps = 1e-6);
+void layerNormReference(const HostTensor &x, const HostTensor &w,
+                        const HostTensor &b, HostTensor &y, double eps = 1e-5);
 
 } // namespace kiln::kernels
 

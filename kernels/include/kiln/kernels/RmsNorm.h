@@ -1,4 +1,4 @@
-//===- RmsNorm.h - RMSNorm in kiln's DSL ------------------------*- C++ -*-===//
+//===- RmsNorm.h - RMSNorm and LayerNorm in kiln's DSL ----------*- C++ -*-===//
 #ifndef KILN_KERNELS_RMSNORM_H
 #define KILN_KERNELS_RMSNORM_H
 
@@ -24,6 +24,12 @@ std::vector<RmsNormConfig> rmsNormConfigs();
 /// a power of two (a row is one tile).
 Kernel rmsNorm(int64_t cols, const RmsNormConfig &config = {},
                double eps = 1e-6);
+
+/// Y = (X - mean) / sqrt(var + eps) * W + B over each row (torch's
+/// layer_norm), bf16 X, Y (R, cols), W and B (cols), the same schedule
+/// space; cols a power of two.
+Kernel layerNorm(int64_t cols, const RmsNormConfig &config = {},
+                 double eps = 1e-5);
 
 } // namespace kiln::kernels
 
