@@ -2,6 +2,8 @@
 #include "kiln/kernels/RmsNorm.h"
 #include "kiln/dsl/Dsl.h"
 
+#include <functional>
+
 using namespace kiln::dsl;
 
 namespace kiln::kernels {
@@ -18,11 +20,16 @@ std::vector<RmsNormConfig> rmsNormConfigs() {
   return out;
 }
 
-Kernel rmsNorm(int64_t cols, const RmsNormConfig &c, double eps) {
+namespace {
+/// A row norm's kernel: `name` over bf16 X, Y (R, cols) and W (cols), plus
+/// the tensors `body` declares, rows whole in registers; `body` maps a
+/// block of X (f32) and W (f32, a row) to Y (f32).
+Kernel rowNorm(const char *name, int64_t cols, const RmsNormConfig &c,
+               const std::function<Tile(KernelBuilder &, Tile, Tile)> &body) {
   if (cols < 1 || (cols & (cols - 1)))
-    throw Error("rmsNorm: cols must be a power of two, got " +
+    throw Error(std::string(name) + ": cols must be a power of two, got " +
                 std::to_string(cols));
-  KernelBuilder k("rmsnorm");
+  KernelBuilder k(name);
   Index rows = k.scalarArg("R");
   k.setGrid({cdiv(rows, c.rows)});
   k.setWarps(c.warps);
@@ -31,36 +38,29 @@ Kernel rmsNorm(int64_t cols, const RmsNormConfig &c, double eps) {
   auto Y = k.tensorArg("Y", bf16, {rows, cols});
   Index r0 = programId(0) * c.rows;
   Tile x = load(X.block({r0, 0}, {c.rows, cols})).to(f32);
-  Tile meanSquare = reduceSum(x * x, 1) / double(cols);
-  Tile y = x * column(rsqrt(meanSquare + eps)) *
-           row(load(W.block({0}, {cols})).to(f32));
-  store(Y.block({r0, 0}), y.to(bf16));
+  Tile w = row(load(W.block({0}, {cols})).to(f32));
+  store(Y.block({r0, 0}), body(k, x, w).to(bf16));
   return k.finish();
+}
+} // namespace
+
+Kernel rmsNorm(int64_t cols, const RmsNormConfig &c, double eps) {
+  return rowNorm("rmsnorm", cols, c, [&](KernelBuilder &, Tile x, Tile w) {
+    Tile meanSquare = reduceSum(x * x, 1) / double(cols);
+    return x * column(rsqrt(meanSquare + eps)) * w;
+  });
 }
 
 Kernel layerNorm(int64_t cols, const RmsNormConfig &c, double eps) {
-  if (cols < 1 || (cols & (cols - 1)))
-    throw Error("layerNorm: cols must be a power of two, got " +
-                std::to_string(cols));
-  KernelBuilder k("layernorm");
-  Index rows = k.scalarArg("R");
-  k.setGrid({cdiv(rows, c.rows)});
-  k.setWarps(c.warps);
-  auto X = k.tensorArg("X", bf16, {rows, cols});
-  auto W = k.tensorArg("W", bf16, {cols});
-  auto B = k.tensorArg("B", bf16, {cols});
-  auto Y = k.tensorArg("Y", bf16, {rows, cols});
-  Index r0 = programId(0) * c.rows;
-  Tile x = load(X.block({r0, 0}, {c.rows, cols})).to(f32);
-  // Two passes over the registers: the mean, then the centred variance
-  // (no cancellation of E[x²] − E[x]²).
-  Tile centred = x - column(reduceSum(x, 1) / double(cols));
-  Tile variance = reduceSum(centred * centred, 1) / double(cols);
-  Tile y = centred * column(rsqrt(variance + eps)) *
-               row(load(W.block({0}, {cols})).to(f32)) +
+  return rowNorm("layernorm", cols, c, [&](KernelBuilder &k, Tile x, Tile w) {
+    auto B = k.tensorArg("B", bf16, {cols});
+    // Two passes over the registers: the mean, then the centred variance
+    // (no cancellation of E[x²] − E[x]²).
+    Tile centred = x - column(reduceSum(x, 1) / double(cols));
+    Tile variance = reduceSum(centred * centred, 1) / double(cols);
+    return centred * column(rsqrt(variance + eps)) * w +
            row(load(B.block({0}, {cols})).to(f32));
-  store(Y.block({r0, 0}), y.to(bf16));
-  return k.finish();
+  });
 }
 
 } // namespace kiln::kernels

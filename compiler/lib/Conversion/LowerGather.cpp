@@ -47,17 +47,11 @@ Regs Lowerer::lowerGather(GatherOp op) {
   };
   Value rowStride = wide(scalarOf(op.getStrides()[0]));
   Value colStride = vec > 1 ? i64(1) : wide(scalarOf(op.getStrides()[1]));
-  const double padding = op.getPadding().convertToDouble();
-  Value pad =
-      isa<FloatType>(elem)
-          ? arith::ConstantOp::create(b, loc, b.getFloatAttr(elem, padding))
-                .getResult()
-          : arith::ConstantIntOp::create(b, loc, elem, int64_t(padding))
-                .getResult();
   auto vt = VectorType::get({vec}, elem);
-  Value padVec = LLVM::UndefOp::create(b, loc, vt);
-  for (int64_t i = 0; i < vec; ++i)
-    padVec = LLVM::InsertElementOp::create(b, loc, padVec, pad, i32(i));
+  Value padVec = paddingValue(elem, op.getPadding().convertToDouble(), vec);
+  if (vec == 1) // one-element vectors all the same, for one code path
+    padVec = LLVM::InsertElementOp::create(
+        b, loc, LLVM::UndefOp::create(b, loc, vt), padVec, i32(0));
   std::string shape =
       std::to_string(l.shape[0]) + "x" + std::to_string(l.shape[1]);
   note(op, "gather " + shape + ": rows from an index tile, " +

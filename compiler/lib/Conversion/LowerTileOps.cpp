@@ -251,6 +251,23 @@ static int64_t accessWidth(bool aligned, const Layout &l, Type elem,
   return vec;
 }
 
+Value Lowerer::paddingValue(Type elem, double padding, int64_t vec) {
+  // An integer padding is made from the f64 directly: through f32, a large
+  // one (INT32_MAX for a min) would round out of range.
+  Value pad =
+      isa<FloatType>(elem)
+          ? arith::ConstantOp::create(b, loc, b.getFloatAttr(elem, padding))
+                .getResult()
+          : arith::ConstantIntOp::create(b, loc, elem, int64_t(padding))
+                .getResult();
+  if (vec == 1)
+    return pad;
+  Value v = LLVM::UndefOp::create(b, loc, VectorType::get({vec}, elem));
+  for (int64_t i = 0; i < vec; ++i)
+    v = LLVM::InsertElementOp::create(b, loc, v, pad, i32(i));
+  return v;
+}
+
 Regs Lowerer::lowerLoad(LoadOp op) {
   Layout l = layoutOf(op.getResult());
   Type elem = op.getType().getElementType();
@@ -260,21 +277,11 @@ Regs Lowerer::lowerLoad(LoadOp op) {
   blockAddresses(*this, l, scalarOf(op.getPtr()),
                  isContiguousAccess(op.getPtr()), op.getOffsets(),
                  op.getShape(), op.getStrides(), elem, addrs, ok, vec);
-  // An integer padding is made from the f64 directly: through f32, a large
-  // one (INT32_MAX for a min) would round out of range.
-  const double padding = op.getPadding().convertToDouble();
-  Value pad =
-      isa<FloatType>(elem)
-          ? arith::ConstantOp::create(b, loc, b.getFloatAttr(elem, padding))
-                .getResult()
-          : arith::ConstantIntOp::create(b, loc, elem, int64_t(padding))
-                .getResult();
+  Value pad = paddingValue(elem, op.getPadding().convertToDouble(), 1);
   Regs out{l, {}, {}};
   if (vec > 1) {
     auto vt = VectorType::get({vec}, elem);
-    Value padVec = LLVM::UndefOp::create(b, loc, vt);
-    for (int64_t i = 0; i < vec; ++i)
-      padVec = LLVM::InsertElementOp::create(b, loc, padVec, pad, i32(i));
+    Value padVec = paddingValue(elem, op.getPadding().convertToDouble(), vec);
     for (int64_t r = 0; r < l.numRegs(); r += vec) {
       Value v = LLVM::LoadOp::create(b, loc, vt, addrs[r],
                                      /*alignment=*/vec * byteSize(elem));

@@ -208,22 +208,30 @@ void Lowerer::finishTmaStores() {
                                        b.getUnitAttr());
 }
 
+/// " from a 128-byte swizzled staging tile of N KB; who <verb> P box(es)
+/// of RxC)": the report's words for a bulk store or reduction.
+static std::string stagingText(const Lowerer::TmaStore &s, int numWarps,
+                               const char *verb) {
+  return " from a 128-byte swizzled staging tile of " +
+         std::to_string(s.block.panels * s.block.panelBytes / 1024) + " KB; " +
+         (s.groupWarps < numWarps ? "each warpgroup " : "one thread ") + verb +
+         " " + std::to_string(s.block.panels) + " box(es) of " +
+         std::to_string(s.groupRows) + "x" + std::to_string(s.block.panelCols) +
+         ")";
+}
+
 void Lowerer::noteStores() {
+  auto stagingText = [&](const TmaStore &s, const char *verb) {
+    return kiln::gpu::stagingText(s, numWarps, verb);
+  };
   src.walk([&](StoreOp st) {
     std::string shape;
     for (int64_t d : st.getValue().getType().getShape())
       shape += (shape.empty() ? "" : "x") + std::to_string(d);
     if (auto it = tmaStores.find(st); it != tmaStores.end()) {
       const TmaStore &s = it->second;
-      note(st, "store " + shape +
-                   ": TMA (cp.async.bulk.tensor from a 128-byte swizzled "
-                   "staging tile of " +
-                   std::to_string(s.block.panels * s.block.panelBytes / 1024) +
-                   " KB; " +
-                   (s.groupWarps < numWarps ? "each warpgroup" : "one thread") +
-                   " copies " + std::to_string(s.block.panels) +
-                   " box(es) of " + std::to_string(s.groupRows) + "x" +
-                   std::to_string(s.block.panelCols) + ")");
+      note(st, "store " + shape + ": TMA (cp.async.bulk.tensor" +
+                   stagingText(it->second, "copies"));
       return;
     }
     if (!isAlignedAccess(st.getPtr())) {
@@ -242,16 +250,9 @@ void Lowerer::noteStores() {
     for (int64_t d : a.getValue().getType().getShape())
       shape += (shape.empty() ? "" : "x") + std::to_string(d);
     if (auto it = tmaStores.find(a); it != tmaStores.end()) {
-      const TmaStore &s = it->second;
       note(a, "atomic sum " + shape +
-                  ": TMA reduction (cp.reduce.async.bulk.tensor add from a "
-                  "128-byte swizzled staging tile of " +
-                  std::to_string(s.block.panels * s.block.panelBytes / 1024) +
-                  " KB; " +
-                  (s.groupWarps < numWarps ? "each warpgroup" : "one thread") +
-                  " adds " + std::to_string(s.block.panels) + " box(es) of " +
-                  std::to_string(s.groupRows) + "x" +
-                  std::to_string(s.block.panelCols) + ")");
+                  ": TMA reduction (cp.reduce.async.bulk.tensor add" +
+                  stagingText(it->second, "adds"));
       return;
     }
     std::string why = tmaStoreFallback.lookup(a);

@@ -128,6 +128,8 @@ public:
   mlir::Value smemPtr(mlir::Value byteOffset);
 
   Regs lowerLoad(LoadOp op);
+  /// A load's padding as an `elem` constant, or a vector of `vec` of them.
+  mlir::Value paddingValue(mlir::Type elem, double padding, int64_t vec);
   /// Rows chosen by an index tile (LowerGather.cpp); elements per load.
   Regs lowerGather(GatherOp op);
   int64_t gatherWidth(GatherOp op);
