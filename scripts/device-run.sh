@@ -6,6 +6,8 @@
 #   pytest     the Python package's tests (python/tests)
 #   bench      python3 -m kiln.bench, forward (kiln, SDPA flash, SDPA cuDNN)
 #   backward   python3 -m kiln.bench --backward
+#   norms      python3 -m kiln.bench_norms (kiln's RMSNorm and LayerNorm beside
+#              torch's and a copy)
 #   gpt        examples/gpt/train.py (needs .carry/corpus.bin.xz, from
 #              examples/gpt/make_corpus.py and xz)
 #   jit        kiln bench jit --seqs 1000,4096 (compiles, host time a launch)
@@ -34,6 +36,8 @@ for job in "$@"; do
       > "$OUT/bench.txt" 2>&1; tail -2 "$OUT/bench.txt" ;;
   backward) timeout 400 python3 -m kiln.bench --backward --json \
       "$OUT/backward.json" > "$OUT/backward.txt" 2>&1; tail -2 "$OUT/backward.txt" ;;
+  norms) timeout 200 python3 -m kiln.bench_norms --json "$OUT/norms.json" \
+      > "$OUT/norms.txt" 2>&1; cat "$OUT/norms.txt" ;;
   gpt) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
     timeout 400 python3 examples/gpt/train.py --corpus /tmp/corpus.bin \
       --out "$OUT" > "$OUT/gpt.txt" 2>&1; tail -6 "$OUT/gpt.txt" ;;

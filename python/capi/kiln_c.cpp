@@ -10,9 +10,11 @@
 //===----------------------------------------------------------------------===//
 #include "kiln_c.h"
 
+#include "kiln/Compiler/Autotuned.h"
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionBackward.h"
+#include "kiln/kernels/RmsNorm.h"
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Error.h"
 
@@ -241,9 +243,55 @@ forwardTensors(const kernels::AttentionShape &s, const kiln_c_tensor *q,
           {"LSE", refOf(lse, DType::f32, 3, "lse")}};
 }
 
+/// One AutotunedKernel per norm, column count and eps: tuned on its first
+/// launch (or taken from the tuning database), then memoised.
+AutotunedKernel &rowNormKernel(int kind, int64_t cols, double eps) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int64_t, double>,
+                  std::unique_ptr<AutotunedKernel>>
+      kernels;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<AutotunedKernel> &k = kernels[{kind, cols, eps}];
+  if (!k) {
+    const std::vector<kernels::RmsNormConfig> configs =
+        kernels::rmsNormConfigs();
+    std::vector<std::string> names;
+    for (const kernels::RmsNormConfig &c : configs)
+      names.push_back(c.name());
+    k = std::make_unique<AutotunedKernel>(
+        kind ? "layernorm" : "rmsnorm", names,
+        [=](size_t i) {
+          return kind ? kernels::layerNorm(cols, configs[i], eps)
+                      : kernels::rmsNorm(cols, configs[i], eps);
+        },
+        AutotunedKernel::Options{.outputs = {"Y"}, .tolerance = 1e-2});
+  }
+  return *k;
+}
+
 } // namespace
 
 extern "C" {
+
+int kiln_c_row_norm(int kind, const kiln_c_tensor *x, const kiln_c_tensor *w,
+                    const kiln_c_tensor *b, const kiln_c_tensor *y, double eps,
+                    void *stream, int device, char *error, size_t error_size) {
+  return guarded(error, error_size, [&] {
+    if (kind != 0 && kind != 1)
+      throw Error("kind must be 0 (RMSNorm) or 1 (LayerNorm), got " +
+                  std::to_string(kind));
+    std::map<std::string, TensorRef> t{
+        {"X", refOf(x, DType::bf16, 2, "x")},
+        {"W", refOf(w, DType::bf16, 1, "weight")},
+        {"Y", refOf(y, DType::bf16, 2, "y")}};
+    if (kind)
+      t["B"] = refOf(b, DType::bf16, 1, "bias");
+    const int64_t cols = t["X"].shape[1];
+    rowNormKernel(kind, cols, eps)
+        .launch("cols=" + std::to_string(cols) + " bf16", t, {},
+                {stream, device});
+  });
+}
 
 int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              const kiln_c_tensor *q, const kiln_c_tensor *k,

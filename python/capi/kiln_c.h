@@ -70,6 +70,15 @@ KILN_C_API int kiln_c_attention_backward(const kiln_c_attention_options *options
                               const kiln_c_tensor *d_v, char *error,
                               size_t error_size);
 
+/* Y = RMSNorm(X) * W (kind 0) or LayerNorm(X) * W + B (kind 1) over the
+ * rows of bf16 x and y (2-D, rows contiguous) with bf16 w and b (1-D,
+ * cols), cols a power of two; the schedule tuned for cols on first use.
+ * Launched on `stream` on device `device`. b is ignored for kind 0. */
+KILN_C_API int kiln_c_row_norm(int kind, const kiln_c_tensor *x,
+                               const kiln_c_tensor *w, const kiln_c_tensor *b,
+                               const kiln_c_tensor *y, double eps, void *stream,
+                               int device, char *error, size_t error_size);
+
 /* Launch-ready kernel variants the library has loaded (one per problem and
  * alignment variant; problems past the 256 most recently used are
  * forgotten), and how many compiles the process made. */

@@ -83,6 +83,10 @@ def _declare(lib):
     lib.kiln_c_attention_backward.restype = ctypes.c_int
     lib.kiln_c_attention_backward_workspace.argtypes = [ctypes.c_int64] * 4
     lib.kiln_c_attention_backward_workspace.restype = ctypes.c_int64
+    lib.kiln_c_row_norm.argtypes = ([ctypes.c_int] + [T] * 4 +
+                                    [ctypes.c_double, ctypes.c_void_p,
+                                     ctypes.c_int] + err)
+    lib.kiln_c_row_norm.restype = ctypes.c_int
     lib.kiln_c_cache_stats.argtypes = [P(ctypes.c_int64), P(ctypes.c_int64)]
     lib.kiln_c_cache_stats.restype = None
     lib.kiln_c_version.restype = ctypes.c_char_p
@@ -141,13 +145,13 @@ def _error_buffer():
     return buf
 
 
-def _check(code, buf):
+def _check(code, buf, what="kiln.attention"):
     if code == 0:
         return
     message = buf.value.decode(errors="replace")
     if code == _BAD_INPUT:
-        raise ValueError("kiln.attention: " + message)
-    raise RuntimeError("kiln.attention: " + message)
+        raise ValueError(what + ": " + message)
+    raise RuntimeError(what + ": " + message)
 
 
 def forward(q, k, v, o, lse, causal, scale, bshd, stream):
@@ -177,6 +181,24 @@ def backward(q, k, v, o, do, lse, workspace, dq, dk, dv, causal, scale, bshd,
         workspace.data_ptr(), *p[6:], buf, len(buf))
     del keep
     _check(code, buf)
+
+
+def row_norm(kind, x, w, b, y, eps, stream):
+    """kiln_c_row_norm: 0 RMSNorm, 1 LayerNorm (b ignored for 0)."""
+    lib = library()
+    buf = _error_buffer()
+    fields = []
+    for t in (x, w, b if b is not None else w, y):
+        s, st = list(t.shape), list(t.stride())
+        fields.extend([t.data_ptr()] + s + [0] * (4 - len(s)) + st +
+                      [0] * (4 - len(st)))
+    keep = ctypes.create_string_buffer(struct.pack("<" + "Q4q4q" * 4, *fields))
+    base = ctypes.addressof(keep)
+    ptrs = [base + i * _TENSOR.size for i in range(4)]
+    code = lib.kiln_c_row_norm(kind, *ptrs, eps, stream, x.device.index, buf,
+                               len(buf))
+    del keep
+    _check(code, buf, "kiln.layer_norm" if kind else "kiln.rms_norm")
 
 
 def cache_stats():

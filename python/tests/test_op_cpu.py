@@ -136,3 +136,16 @@ def test_packed_tensors_match_the_struct():
                _lib._Tensor(b.data_ptr(), I4(2, 3, 100, 0), I4(300, 100, 1, 0)))
     for want, p in zip(structs, ptrs):
         assert ctypes.string_at(p, ctypes.sizeof(_lib._Tensor)) == bytes(want)
+
+
+def test_norms_refuse_bad_arguments_before_any_launch():
+    x = torch.empty(4, 256, dtype=torch.bfloat16)
+    w = torch.empty(256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="kiln.rms_norm: x is on cpu"):
+        kiln.rms_norm(x, w)
+    with pytest.raises(TypeError, match="kiln.layer_norm: x has dtype torch.float32"):
+        kiln.layer_norm(x.float(), w, w)
+    with pytest.raises(TypeError, match="kiln.layer_norm: bias must be a torch.Tensor"):
+        kiln.layer_norm(x, w, None)
+    with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
+        kiln.rms_norm(x, [1.0])

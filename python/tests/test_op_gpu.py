@@ -212,3 +212,20 @@ def test_eager_path_matches_the_op():
         fast = kiln.attention(q, k, v, causal=True, layout="bshd")
     via_op, _ = torch.ops.kiln.attention_forward(q, k, v, True, 1 / math.sqrt(128), True)
     assert torch.equal(fast, via_op)
+
+
+@pytest.mark.parametrize("cols", [512, 4096])
+def test_norms_match_torch_in_float64(cols):
+    torch.manual_seed(cols)
+    x = torch.randn(3, 77, cols, device="cuda").bfloat16()
+    w = torch.randn(cols, device="cuda").bfloat16()
+    b = torch.randn(cols, device="cuda").bfloat16()
+    xd, wd, bd = x.double(), w.double(), b.double()
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd
+    assert rel(kiln.rms_norm(x, w), ref) < 1e-2
+    ref = torch.nn.functional.layer_norm(xd, (cols,), wd, bd, 1e-5)
+    assert rel(kiln.layer_norm(x, w, b), ref) < 1e-2
+    # Not a power of two: refused with the reason.
+    with pytest.raises(ValueError, match="power of two"):
+        kiln.rms_norm(x[..., :300], w[:300])
+

@@ -1,0 +1,74 @@
+"""kiln.rms_norm and kiln.layer_norm: row norms written in kiln's DSL
+(kernels/norm/RmsNorm.cpp), their schedule tuned per column count on the
+first call and recorded for the GPU. Forward only (no autograd); bf16 CUDA
+tensors, rows of a power-of-two length, launched on torch's current stream.
+
+    y = kiln.rms_norm(x, weight, eps=1e-6)          # x: (..., cols)
+    y = kiln.layer_norm(x, weight, bias, eps=1e-5)
+"""
+import math
+
+import torch
+
+from . import _lib
+from .ops import _stream
+
+
+def _check(name, x, params, eps):
+    """Raises TypeError/ValueError naming the argument; launches nothing."""
+    args = (("x", x),) + params
+    for arg, t in args:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"kiln.{name}: {arg} must be a torch.Tensor, got "
+                            f"{type(t).__name__}")
+    for arg, t in args:
+        if t.dtype != torch.bfloat16:
+            raise TypeError(f"kiln.{name}: {arg} has dtype {t.dtype}; kiln "
+                            f"takes torch.bfloat16")
+        if t.device.type != "cuda":
+            raise ValueError(f"kiln.{name}: {arg} is on {t.device}; kiln runs "
+                             f"on CUDA tensors")
+        if t.device != x.device:
+            raise ValueError(f"kiln.{name}: {arg} is on {t.device}, x on "
+                             f"{x.device}")
+    if x.dim() < 1 or x.shape[-1] < 1:
+        raise ValueError(f"kiln.{name}: x must have a last dimension, got "
+                         f"shape {tuple(x.shape)}")
+    cols = x.shape[-1]
+    if cols & (cols - 1):
+        raise ValueError(f"kiln.{name}: the last dimension must be a power "
+                         f"of two, got {cols}")
+    for arg, t in params:
+        if tuple(t.shape) != (cols,):
+            raise ValueError(f"kiln.{name}: {arg} must have shape ({cols},), "
+                             f"got {tuple(t.shape)}")
+    if (isinstance(eps, bool) or not isinstance(eps, (int, float)) or
+            not math.isfinite(eps) or eps < 0):
+        raise ValueError(f"kiln.{name}: eps must be a finite number >= 0, "
+                         f"got {eps!r}")
+
+
+def _run(kind, name, x, w, b, eps):
+    _check(name, x, (("weight", w),) + ((("bias", b),) if kind else ()), eps)
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.stride(-1) != 1 or (rows.shape[0] > 1 and
+                                rows.stride(0) != rows.shape[1]):
+        rows = rows.contiguous()
+    y = torch.empty_like(rows)
+    if rows.shape[0]:
+        _lib.row_norm(kind, rows, w.contiguous(),
+                      None if b is None else b.contiguous(), y, float(eps),
+                      _stream(x))
+    return y.reshape(x.shape)
+
+
+def rms_norm(x, weight, eps=1e-6):
+    """x / sqrt(mean(x², last dim) + eps) * weight, as
+    torch.nn.functional.rms_norm(x, (cols,), weight, eps)."""
+    return _run(0, "rms_norm", x, weight, None, eps)
+
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension,
+    as torch.nn.functional.layer_norm(x, (cols,), weight, bias, eps)."""
+    return _run(1, "layer_norm", x, weight, bias, eps)
