@@ -1,8 +1,12 @@
 //===- Tune.cpp - kiln tune attention: the autotuner on the command line --===//
 #include "Commands.h"
 
+#include "kiln/Compiler/Autotuned.h"
 #include "kiln/kernels/AttentionTune.h"
+#include "kiln/kernels/RmsNorm.h"
+#include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Error.h"
+#include "kiln/runtime/HostTensor.h"
 
 #include <fmt/core.h>
 
@@ -10,12 +14,72 @@
 
 namespace kiln::cli {
 
+/// kiln tune rmsnorm|layernorm: the row norms' Configs timed on random
+/// bf16 tensors by the AutotunedKernel that kiln.rms_norm / layer_norm use
+/// (same name and key), so that they find the record.
+static int tuneRowNorm(Options &opts, bool layer) {
+  const int64_t C = opts.integer("cols", 4096), R = opts.integer("rows", 16384);
+  TuneOptions o;
+  o.budgetSeconds = double(opts.integer("budget", 30));
+  o.force = true;
+  opts.checkAllUsed();
+  if (R < 1 || C < 1 || (C & (C - 1)))
+    throw UsageError("kiln tune: --rows must be positive and --cols a power "
+                     "of two");
+  const std::vector<kernels::RmsNormConfig> configs = kernels::rmsNormConfigs();
+  std::vector<std::string> names;
+  for (const kernels::RmsNormConfig &c : configs)
+    names.push_back(c.name());
+  AutotunedKernel k(layer ? "layernorm" : "rmsnorm", names,
+                    [&](size_t i) {
+                      return layer ? kernels::layerNorm(C, configs[i])
+                                   : kernels::rmsNorm(C, configs[i]);
+                    },
+                    {.outputs = {"Y"}, .tolerance = 1e-2, .tune = o});
+  HostTensor x(DType::bf16, {R, C}), w(DType::bf16, {C}), b(DType::bf16, {C});
+  x.fillRandom(1, -3, 3);
+  w.fillRandom(2);
+  b.fillRandom(3);
+  std::map<std::string, cuda::Buffer> buffers;
+  std::map<std::string, TensorRef> t;
+  for (auto [name, h] : {std::pair<const char *, HostTensor *>{"X", &x},
+                         {"W", &w},
+                         {"B", &b},
+                         {"Y", &x}}) {
+    if (!layer && std::string(name) == "B")
+      continue;
+    cuda::Buffer &buf = buffers[name] = cuda::Buffer(h->storageBytes());
+    buf.upload(h->data(), h->storageBytes());
+    t[name] = h->ref();
+    t[name].data = buf.data();
+  }
+  const std::string key = "cols=" + std::to_string(C) + " bf16";
+  fmt::print("kiln tune {} rows={} {} (the key kiln.{} uses)\n",
+             layer ? "layernorm" : "rmsnorm", R, key,
+             layer ? "layer_norm" : "rms_norm");
+  k.launch(key, t);
+  cuda::synchronize();
+  fmt::print("{:<18} {:>9}  {}\n", "candidate", "ms", "status");
+  for (const TunedTiming &tt : k.lastTuning()->timings)
+    fmt::print("{:<18} {:>9}  {}\n", tt.config,
+               tt.ms ? fmt::format("{:.4f}", tt.ms) : "-", tt.status);
+  const double bytes =
+      2.0 * double(x.storageBytes()) + double(w.storageBytes()) * (layer + 1);
+  fmt::print("winner {}: {:.4f} ms, {:.2f} TB/s; recorded in {}\n",
+             k.lastTuning()->config, k.lastTuning()->ms,
+             bytes / k.lastTuning()->ms / 1e9, tuningDatabasePath());
+  return 0;
+}
+
 int cmdTune(Options &opts) {
+  if (opts.positional.size() == 1 &&
+      (opts.positional[0] == "rmsnorm" || opts.positional[0] == "layernorm"))
+    return tuneRowNorm(opts, opts.positional[0] == "layernorm");
   if (opts.positional.size() != 1 ||
       (opts.positional[0] != "attention" &&
        opts.positional[0] != "attention-backward"))
-    throw UsageError("kiln tune: 'attention' and 'attention-backward' have "
-                     "tuning spaces");
+    throw UsageError("kiln tune: 'attention', 'attention-backward', "
+                     "'rmsnorm' and 'layernorm' have tuning spaces");
   const bool backward = opts.positional[0] == "attention-backward";
   kernels::AttentionShape s;
   s.seqQ = s.seqK = opts.integer("seq", 4096);

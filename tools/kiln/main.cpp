@@ -76,6 +76,9 @@ commands:
                                         uses it; a second run tunes nothing
                                         (the backward: every kernel timed as
                                         one, dQ's own kernel or atomics)
+  tune rmsnorm|layernorm --cols C [--rows R] [--budget S]
+                                        the row norms' Configs, recorded for
+                                        kiln.rms_norm / kiln.layer_norm
   bench jit [--seq N] [--head-dim D] [--causal] [--reps R] [--json]
                                         compile latency without a GPU: cold
                                         DSL -> PTX, and a disk-cache hit

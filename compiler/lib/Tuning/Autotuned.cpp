@@ -101,7 +101,9 @@ void AutotunedKernel::launch(const std::string &key,
     lastSource_ = "memo";
   } else {
     std::optional<size_t> index;
-    if (auto recorded = tunedConfig(name_, key, "any"))
+    // TuneOptions::force: tune even when the database has a record.
+    if (auto recorded =
+            options_.tune.force ? std::nullopt : tunedConfig(name_, key, "any"))
       for (size_t i = 0; i < configs_.size(); ++i)
         if (configs_[i] == *recorded)
           index = i;
