@@ -287,9 +287,16 @@ int kiln_c_row_norm(int kind, const kiln_c_tensor *x, const kiln_c_tensor *w,
     if (kind)
       t["B"] = refOf(b, DType::bf16, 1, "bias");
     const int64_t cols = t["X"].shape[1];
-    rowNormKernel(kind, cols, eps)
-        .launch("cols=" + std::to_string(cols) + " bf16", t, {},
-                {stream, device});
+    const std::string key = "cols=" + std::to_string(cols) + " bf16";
+    AutotunedKernel &k = rowNormKernel(kind, cols, eps);
+    // The first launch for a key may tune, on the legacy stream, with the
+    // caller's tensors: the work that writes them (on any stream) is done
+    // first. Tuning returns synchronised.
+    if (!k.chosen(key)) {
+      cuda::ContextScope scope(device);
+      cuda::synchronize();
+    }
+    k.launch(key, t, {}, {stream, device});
   });
 }
 
