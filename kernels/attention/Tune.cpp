@@ -1,4 +1,6 @@
 //===- Tune.cpp - attention's Config space and harness for the autotuner -===//
+#include "ConfigFields.h"
+
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/AttentionTune.h"
 #include "kiln/kernels/GpuReference.h"
@@ -12,9 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <sstream>
 #include <tuple>
-#include <variant>
 
 namespace kiln::kernels {
 
@@ -29,46 +29,21 @@ std::string configString(const AttentionConfig &c) {
 
 /// The fields parseConfigString reads, by the names configString writes
 /// (and `tma`, which it does not).
-static const std::pair<const char *, std::variant<int64_t AttentionConfig::*,
-                                                  int AttentionConfig::*>>
-    kConfigFields[] = {{"blockM", &AttentionConfig::blockM},
-                       {"blockN", &AttentionConfig::blockN},
-                       {"warps", &AttentionConfig::warps},
-                       {"stages", &AttentionConfig::stages},
-                       {"reloadIds", &AttentionConfig::reloadThreadIds},
-                       {"wgmma", &AttentionConfig::wgmma},
-                       {"tma", &AttentionConfig::tma},
-                       {"warpSpecialize", &AttentionConfig::warpSpecialize},
-                       {"pingpong", &AttentionConfig::pingpong},
-                       {"overlap", &AttentionConfig::overlap},
-                       {"persistent", &AttentionConfig::persistent}};
+static const ConfigField<AttentionConfig> kConfigFields[] = {
+    {"blockM", &AttentionConfig::blockM},
+    {"blockN", &AttentionConfig::blockN},
+    {"warps", &AttentionConfig::warps},
+    {"stages", &AttentionConfig::stages},
+    {"reloadIds", &AttentionConfig::reloadThreadIds},
+    {"wgmma", &AttentionConfig::wgmma},
+    {"tma", &AttentionConfig::tma},
+    {"warpSpecialize", &AttentionConfig::warpSpecialize},
+    {"pingpong", &AttentionConfig::pingpong},
+    {"overlap", &AttentionConfig::overlap},
+    {"persistent", &AttentionConfig::persistent}};
 
 AttentionConfig parseConfigString(const std::string &text) {
-  AttentionConfig c;
-  std::stringstream in(text);
-  for (std::string item; in >> item;) {
-    auto eq = item.find('=');
-    if (eq == std::string::npos)
-      throw Error("attention config '" + text + "': '" + item +
-                  "' is not name=value");
-    std::string name = item.substr(0, eq), value = item.substr(eq + 1);
-    char *end = nullptr;
-    long long v = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end)
-      throw Error("attention config: " + name + "=" + value +
-                  " is not an integer");
-    auto field =
-        std::find_if(std::begin(kConfigFields), std::end(kConfigFields),
-                     [&](const auto &f) { return name == f.first; });
-    if (field == std::end(kConfigFields))
-      throw Error("attention config: unknown field " + name);
-    std::visit(
-        [&](auto member) {
-          c.*member = std::remove_reference_t<decltype(c.*member)>(v);
-        },
-        field->second);
-  }
-  return c;
+  return parseConfigFields(text, kConfigFields, "attention config");
 }
 
 std::string attentionTuneBucket(const AttentionShape &s) {

@@ -7,6 +7,8 @@
 // reference, gradients poisoned.
 //
 //===----------------------------------------------------------------------===//
+#include "ConfigFields.h"
+
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/AttentionTune.h"
 #include "kiln/kernels/Reference.h"
@@ -18,15 +20,11 @@
 
 #include <algorithm>
 #include <map>
-#include <sstream>
 
 namespace kiln::kernels {
 
-namespace {
-using Field = int64_t AttentionBackwardConfig::*;
-using IntField = int AttentionBackwardConfig::*;
 /// The fields a backward config string names.
-const std::pair<const char *, std::variant<Field, IntField>> kFields[] = {
+static const ConfigField<AttentionBackwardConfig> kFields[] = {
     {"deterministic", &AttentionBackwardConfig::deterministic},
     {"blockM", &AttentionBackwardConfig::blockM},
     {"blockN", &AttentionBackwardConfig::blockN},
@@ -35,7 +33,6 @@ const std::pair<const char *, std::variant<Field, IntField>> kFields[] = {
     {"dqBlockM", &AttentionBackwardConfig::dqBlockM},
     {"dqBlockN", &AttentionBackwardConfig::dqBlockN},
     {"dqWarps", &AttentionBackwardConfig::dqWarps}};
-} // namespace
 
 std::string backwardConfigString(const AttentionBackwardConfig &c) {
   std::string out;
@@ -50,27 +47,7 @@ std::string backwardConfigString(const AttentionBackwardConfig &c) {
 }
 
 AttentionBackwardConfig parseBackwardConfigString(const std::string &text) {
-  AttentionBackwardConfig c;
-  std::stringstream in(text);
-  for (std::string item; in >> item;) {
-    auto eq = item.find('=');
-    auto field = std::find_if(
-        std::begin(kFields), std::end(kFields),
-        [&](const auto &f) { return item.substr(0, eq) == f.first; });
-    char *end = nullptr;
-    long long v =
-        eq == std::string::npos ? 0 : std::strtoll(&item[eq + 1], &end, 10);
-    if (eq == std::string::npos || field == std::end(kFields) || !end || *end ||
-        eq + 1 == item.size())
-      throw Error("attention backward config '" + text + "': bad item '" +
-                  item + "'");
-    std::visit(
-        [&](auto member) {
-          c.*member = std::remove_reference_t<decltype(c.*member)>(v);
-        },
-        field->second);
-  }
-  return c;
+  return parseConfigFields(text, kFields, "attention backward config");
 }
 
 std::vector<TuneCandidate>
