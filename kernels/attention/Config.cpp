@@ -227,12 +227,16 @@ int64_t attentionSharedBytes(const AttentionShape &s,
     elements += overlappedLoops(s, c) * bn * D;
   const int64_t bytes =
       elements * int64_t(dtypeSize(s.dtype)) + (c.wgmma > 0 ? 1024 : 0);
-  // Under TMA the compiler stages O for a bulk store where that still fits.
+  // Under TMA the compiler stages O for a bulk store where that still fits:
+  // in the bytes of Q and the ring, whose last reader is the loop (they are
+  // live throughout when CTAs are persistent).
   const int64_t staging = c.blockM * D * int64_t(dtypeSize(s.dtype));
+  const int64_t withStaging =
+      c.persistent > 0 ? bytes + staging : std::max(bytes, 1024 + staging);
   const bool tmaStore = c.wgmma > 0 && c.tma != 0 && c.tmaStore != 0 &&
                         dtypeSize(s.dtype) == 2 &&
-                        bytes + staging <= kHopperSharedBytes;
-  return bytes + (tmaStore ? staging : 0);
+                        withStaging <= kHopperSharedBytes;
+  return tmaStore ? withStaging : bytes;
 }
 
 } // namespace kiln::kernels

@@ -263,7 +263,7 @@ static void unpackPairs(OpBuilder &b, Location loc, Type elem,
 bool Lowerer::convertToDotOperand(const Regs &in, const Layout &to, Type elem,
                                   SmallVectorImpl<Value> &out) {
   barrier(); // earlier readers of the scratch area are done
-  std::optional<SmemTile> t = stage(in, elem, i32(scratchBase));
+  std::optional<SmemTile> t = stage(in, elem, scratchBaseValue());
   if (!t)
     return false;
   smemBytes = std::max(smemBytes, to.numElements() * 2);

@@ -38,81 +38,15 @@ int64_t Lowerer::run(ModuleOp module) {
   MLIRContext *ctx = module.getContext();
   src.walk([](DotOp dot) { checkDotOnTensorCores(dot); });
   b.setInsertionPointToEnd(module.getBody());
-  // Dynamic shared memory: one scratch area that layout conversions and
-  // cross-warp reductions reuse, sized by the largest of them.
-  // wgmma's swizzle works on absolute shared addresses: 1 KB alignment
-  // makes kiln's tile offsets (1 KB aligned) line up with it.
+  // Dynamic shared memory. wgmma's swizzle works on absolute shared
+  // addresses: 1 KB alignment makes kiln's tile offsets (1 KB aligned) line
+  // up with it.
   if (!module.lookupSymbol("kiln_smem"))
     LLVM::GlobalOp::create(b, loc, LLVM::LLVMArrayType::get(b.getI8Type(), 0),
                            /*isConstant=*/false, LLVM::Linkage::External,
                            "kiln_smem", Attribute(), /*alignment=*/1024,
                            /*addrSpace=*/3);
-  // Each load that only feeds dots gets its own shared-memory region; the
-  // scratch area for conversions and reductions follows them.
-  sharedOperands = findSharedOperands(src);
-  // Loads outside loops first. Then the pipelined loads: a ring of
-  // numStages stages that every loop shares, stage s of each loop in the
-  // same bytes (one buffer per pipelined load of the loop; the stride is the
-  // largest loop's stage), so that a stage released in one loop can be
-  // filled for the next without touching the stages still being read. Then
-  // each top-level loop's other loads from one common base: the loops run
-  // one after the other (lowerFor puts a barrier before a loop's first
-  // copies), so their buffers can share the space.
-  int64_t top = 0;
-  auto outermostLoop = [&](Operation *op) {
-    Operation *loop = nullptr;
-    for (Operation *p = op->getParentOp(); p && p != src.getOperation();
-         p = p->getParentOp())
-      if (isa<scf::ForOp>(p))
-        loop = p;
-    return loop;
-  };
-  // 1 KB alignment keeps every row start's swizzle bits zero, so that an
-  // ldmatrix address can move across 16-byte chunks by XOR.
-  auto bytesOf = [](LoadOp ld) {
-    return (ld.getType().getNumElements() * 2 + 1023) / 1024 * 1024;
-  };
-  llvm::DenseMap<Operation *, int64_t> loopStage;
-  src.walk([&](LoadOp ld) {
-    if (Operation *loop = outermostLoop(ld);
-        loop && sharedOperands.count(ld.getResult()) &&
-        canPrefetch(ld, nullptr)) {
-      int64_t &at = loopStage[loop];
-      smemRegion[ld.getResult()] = at; // within the stage, for now
-      smemBufferBytes[ld.getResult()] = bytesOf(ld);
-      at += bytesOf(ld);
-    }
-  });
-  for (auto &[loop, bytes] : loopStage)
-    stageStride = std::max(stageStride, bytes);
-  src.walk([&](LoadOp ld) {
-    if (sharedOperands.count(ld.getResult()) && !outermostLoop(ld)) {
-      smemRegion[ld.getResult()] = top;
-      top += bytesOf(ld);
-    }
-  });
-  for (auto &[v, bytes] : smemBufferBytes)
-    smemRegion[v] += top;
-  top += stageStride * numStages;
-  llvm::DenseMap<Operation *, int64_t> loopTop;
-  const int64_t base = top;
-  src.walk([&](LoadOp ld) {
-    Operation *loop = outermostLoop(ld);
-    if (!loop || !sharedOperands.count(ld.getResult()) ||
-        smemBufferBytes.count(ld.getResult()))
-      return;
-    int64_t &at = loopTop.try_emplace(loop, base).first->second;
-    smemRegion[ld.getResult()] = at;
-    at += bytesOf(ld);
-    top = std::max(top, at);
-  });
-  planStagedOperands(top);
-  planTma(top);
-  planWarpRoles();
-  planPingpong();
-  planPersistent(top);
-  planResidentTma(top);
-  planTmaStores(top);
+  planSharedMemory();
   SmallVector<Type> argTypes;
   for (Type t : src.getArgumentTypes())
     argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);
@@ -202,7 +136,6 @@ int64_t Lowerer::run(ModuleOp module) {
       note(ld, "load " + shape + ": vector loads to registers");
   });
   noteStores();
-  scratchBase = (top + 1023) / 1024 * 1024;
   mlir::Block &body = src.getBody().front();
   if (producerWarps)
     lowerSpecialized(body);
@@ -213,7 +146,7 @@ int64_t Lowerer::run(ModuleOp module) {
     });
     lowerOp(body.getTerminator());
   }
-  return scratchBase + smemBytes;
+  return placeScratch();
 }
 
 void Lowerer::waitFor(Value v) {
@@ -241,6 +174,10 @@ std::string unalignedReason(Value ptr) {
 }
 
 void Lowerer::note(Operation *op, const std::string &what) {
+  report.push_back(lineOf(op) + ": " + what);
+}
+
+std::string Lowerer::lineOf(Operation *op) const {
   Location l = op->getLoc();
   if (auto fused = dyn_cast<FusedLoc>(l);
       fused && !fused.getLocations().empty())
@@ -251,7 +188,7 @@ void Lowerer::note(Operation *op, const std::string &what) {
     where = file.substr(file.find_last_of('/') + 1) + ":" +
             std::to_string(fl.getLine());
   }
-  report.push_back(where + ": " + what);
+  return where;
 }
 
 void Lowerer::lowerBlock(mlir::Block &block) {
@@ -274,6 +211,8 @@ static Value perAxis(OpBuilder &b, Location loc, uint32_t axis) {
 
 void Lowerer::lowerOp(Operation *op) {
   loc = op->getLoc();
+  if (auto it = topIndex.find(op); it != topIndex.end())
+    currentTop = it->second;
   // A wgmma still in flight is waited for before its registers are read;
   // a wgmma dot may take it as its accumulator in flight (same registers).
   for (OpOperand &use : op->getOpOperands())

@@ -76,7 +76,7 @@ void Lowerer::ifThen(Value cond, llvm::function_ref<void()> body) {
 }
 
 Value Lowerer::smemPtr(Value byteOffset) {
-  Value off = arith::AddIOp::create(b, loc, byteOffset, i32(scratchBase));
+  Value off = arith::AddIOp::create(b, loc, byteOffset, scratchBaseValue());
   return LLVM::GEPOp::create(b, loc, smemBase.getType(), b.getI8Type(),
                              smemBase, ValueRange{off});
 }

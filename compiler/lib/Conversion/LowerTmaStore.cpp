@@ -62,7 +62,7 @@ struct BlockWrite {
 };
 } // namespace
 
-void Lowerer::planTmaStores(int64_t &top) {
+void Lowerer::planTmaStores() {
   if (!tma)
     return;
   src.walk([&](Operation *op) {
@@ -92,7 +92,6 @@ void Lowerer::planTmaStores(int64_t &top) {
     std::tie(s.groupWarps, s.groupRows) =
         storeGroups(layoutOf(w.value), numWarps);
     const int64_t bytes = t->panels * t->panelBytes;
-    const int64_t at = (top + 1023) / 1024 * 1024;
     if (retriedBytes) {
       tmaStoreFallback[op] =
           "its " + std::to_string(bytes / 1024) +
@@ -102,11 +101,17 @@ void Lowerer::planTmaStores(int64_t &top) {
           std::to_string(sharedLimit) + ")";
       return;
     }
-    if (at + bytes > sharedLimit) {
+    // Read by the bulk copy until the kernel's end (finishTmaStores).
+    const int64_t before = shared.peak();
+    const int64_t at =
+        shared.place(sharedBuffer("TMA staging tile " + lineOf(op), bytes,
+                                  topIndexOf(op), int(bodyOps.size()) - 1));
+    if (shared.peak() > sharedLimit) {
+      shared.unplace();
       tmaStoreFallback[op] =
           "its " + std::to_string(bytes / 1024) +
           " KB staging tile does not fit in shared memory beside the " +
-          std::to_string(top / 1024) + " KB the kernel uses (" +
+          std::to_string(before / 1024) + " KB the kernel uses (" +
           std::to_string(sharedLimit / 1024) + " KB)";
       return;
     }
@@ -114,7 +119,6 @@ void Lowerer::planTmaStores(int64_t &top) {
     s.block.info.box[s.block.rowDim] = s.groupRows;
     s.block.map = tensorMapFor(s.block.info);
     s.region = at;
-    top = at + bytes;
     tmaStores[op] = s;
   });
 }
@@ -168,6 +172,10 @@ void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
     NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, b.getI32IntegerAttr(0),
                                          b.getUnitAttr());
   });
+  // A staging tile in bytes that other warps read earlier (a finished
+  // buffer's, the scratch area's): every compute warp is past them.
+  if (perGroup && (shared.overlapped(s.region) || !scratchUses.empty()))
+    barrier();
   groupBarrier(/*fence=*/false);
   std::optional<SmemTile> t =
       stage(in, elementType(v.getType()), i32(s.region));
@@ -229,7 +237,6 @@ void Lowerer::noteStores() {
     for (int64_t d : st.getValue().getType().getShape())
       shape += (shape.empty() ? "" : "x") + std::to_string(d);
     if (auto it = tmaStores.find(st); it != tmaStores.end()) {
-      const TmaStore &s = it->second;
       note(st, "store " + shape + ": TMA (cp.async.bulk.tensor" +
                    stagingText(it->second, "copies"));
       return;

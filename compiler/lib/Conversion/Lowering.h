@@ -8,6 +8,8 @@
 #ifndef KILN_LIB_CONVERSION_LOWERING_H
 #define KILN_LIB_CONVERSION_LOWERING_H
 
+#include "SharedMemoryPlan.h"
+
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/Layout.h"
 #include "kiln/Dialect/Kiln/IR/TensorArgs.h"
@@ -217,9 +219,10 @@ public:
   /// that would move data between threads (a transposed tile, a tile other
   /// warps need): the tile is staged in its own shared-memory region
   /// (offset here) and the dot reads it through a descriptor.
-  llvm::DenseMap<mlir::Value, int64_t> stagedOperands;
-  /// Places the staged operands' regions at `top`, advancing it.
-  void planStagedOperands(int64_t &top);
+  llvm::MapVector<mlir::Value, int64_t> stagedOperands;
+  /// Finds the staged operands (their bytes in stagedOperands, until
+  /// planSharedMemory places them).
+  void planStagedOperands();
   /// Stages a conversion's source for the dots that read it (their
   /// previous reads waited for, every warp past them).
   void lowerStagedOperand(ConvertLayoutOp op);
@@ -227,7 +230,31 @@ public:
   bool vectorAtomics = false;
   /// Elements of an atomic's value per red instruction.
   int64_t atomicWidth(AtomicRMWOp op);
+  // Shared memory (SharedMemoryPlan.cpp).
+  /// Places every buffer of the kernel but the scratch area, by liveness
+  /// over the body's top-level ops.
+  void planSharedMemory();
+  /// After the body is lowered: places the scratch area (conversions,
+  /// reductions; smemBytes) beside the buffers live where it is used, says
+  /// where everything went in the report; returns the kernel's bytes.
+  int64_t placeScratch();
+  /// The scratch area's offset, as a constant placeScratch fills in.
+  mlir::Value scratchBaseValue();
+  /// A buffer live from top-level op `first` to `last` (throughout when
+  /// CTAs are persistent).
+  SharedBuffer sharedBuffer(std::string what, int64_t bytes, int first,
+                            int last) const;
+  /// The index of `op`'s top-level ancestor in the body.
+  int topIndexOf(mlir::Operation *op) const;
+  /// "file:line" of `op`'s source.
+  std::string lineOf(mlir::Operation *op) const;
+  SharedPlan shared;
+  llvm::DenseMap<mlir::Operation *, int> topIndex;
+  std::vector<mlir::Operation *> bodyOps;
+  int currentTop = -1;     ///< the top-level op being lowered
   int64_t scratchBase = 0; ///< scratch area for conversions and reductions
+  std::vector<int> scratchUses;
+  std::vector<mlir::arith::ConstantOp> scratchBaseOps;
   // TMA (LowerTma.cpp).
   bool tma = false; ///< the schedule asks for it (kiln.tma) under wgmma
   /// A pipelined load that TMA fetches: its tensor map (index into
@@ -309,9 +336,9 @@ public:
   int64_t sharedLimit = 227 * 1024, retriedBytes = 0;
   llvm::DenseMap<mlir::Operation *, TmaStore> tmaStores;
   llvm::DenseMap<mlir::Operation *, std::string> tmaStoreFallback;
-  /// Picks the stores TMA can write and places their staging tiles at
-  /// `top` while they fit in `sharedLimit` bytes.
-  void planTmaStores(int64_t &top);
+  /// Picks the stores TMA can write and places their staging tiles (live
+  /// from the store on) while they fit in `sharedLimit` bytes.
+  void planTmaStores();
   void lowerTmaStore(mlir::Operation *op, const TmaStore &s);
   /// The report line of each store.
   void noteStores();

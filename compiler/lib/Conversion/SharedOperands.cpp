@@ -34,7 +34,7 @@ llvm::DenseSet<Value> findSharedOperands(func::FuncOp func) {
   return out;
 }
 
-void Lowerer::planStagedOperands(int64_t &top) {
+void Lowerer::planStagedOperands() {
   if (!wgmma)
     return;
   // Whether `v` already lives in shared memory (a dot-only load, viewed).
@@ -58,8 +58,8 @@ void Lowerer::planStagedOperands(int64_t &top) {
     std::optional<SmemTile> t = tileGeometry(from);
     if (!t || t->panelCols != 64 || t->shape[t->rowDim] % 8)
       return; // not a descriptor operand: a conversion to registers
-    stagedOperands[cv.getResult()] = top;
-    top += (type.getNumElements() * 2 + 1023) / 1024 * 1024;
+    stagedOperands[cv.getResult()] =
+        (type.getNumElements() * 2 + 1023) / 1024 * 1024;
   });
 }
 

@@ -12,7 +12,8 @@
 // RUN: kiln-opt %s --kiln-assign-layouts="num-warps=8 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm="wgmma=true" | FileCheck %s
 // RUN: kiln-opt %s --kiln-assign-layouts="num-warps=8 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm="wgmma=true" | FileCheck %s --check-prefix=IDS
 // RUN: kiln-opt %s --kiln-assign-layouts="num-warps=8 aligned=true" --convert-kiln-to-llvm | FileCheck %s --check-prefix=NOTARGET
-// RUN: kiln-opt %s --kiln-assign-layouts="num-warps=8 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm="wgmma=true shared-limit=65536" | FileCheck %s --check-prefix=RETRY
+// RUN: kiln-opt %s --kiln-assign-layouts="num-warps=8 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm="wgmma=true shared-limit=36000" | FileCheck %s --check-prefix=RETRY
+// RUN: kiln-opt %s --kiln-assign-layouts="num-warps=8 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm="wgmma=true shared-limit=65536" | FileCheck %s --check-prefix=REUSE
 
 // CHECK: kiln.lowering_report = [
 // CHECK-SAME: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: TMA (cp.async.bulk.tensor from a 128-byte swizzled staging tile of 32 KB; each warpgroup copies 2 box(es) of 64x64)"
@@ -44,13 +45,32 @@
 // IDS: nvvm.barrier id = %[[B4]]
 // IDS: nvvm.barrier id = %[[B5]]
 
+// Shared memory is placed by liveness: a staging tile takes the bytes of the
+// dot operand whose last reader is done, and the column sums' scratch area
+// (used after the store, while the bulk copy may still read the staging
+// tile) goes beside it. A warpgroup writes its slab of a staging tile that
+// shares bytes only after every compute warp has passed a barrier.
+// REUSE: "shared memory: 32768 bytes, placed by liveness: load convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}} [0, 32768) until convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}; TMA staging tile convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}} [0, 32768);"
+// REUSE: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: TMA
+// REUSE: "shared memory: 36864 bytes, placed by liveness: load {{.*}} [0, 32768) until {{.*}}; TMA staging tile {{.*}} [0, 32768); scratch of conversions and reductions [32768, 36864)"
+// REUSE-SAME: kiln.shared_bytes = 36864 : i64
+// REUSE: llvm.func @store_tile(
+// REUSE: nvvm.cp.async.bulk.wait_group 0 {read}
+// REUSE-NEXT: }
+// REUSE-NEXT: nvvm.fence.proxy
+// REUSE-NEXT: nvvm.barrier0
+// REUSE-NEXT: scf.if
+// REUSE-NEXT: nvvm.barrier id
+
 // The staging tiles are placed before the scratch area of conversions and
 // reductions is known: where the two together exceed the limit, the kernel
 // is lowered again with plain stores (here the column sums go through the
-// scratch area; @store_tile has none and keeps its TMA store).
+// scratch area; @store_tile has none and keeps its TMA store). Lowered
+// again, the scratch area takes the bytes of the dot operand.
 // RETRY: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: TMA
-// RETRY: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: st.global from registers; not TMA: its 32 KB staging tile and the scratch area for layout conversions and reductions took {{[0-9]+}} bytes of shared memory (limit 65536)"
-// RETRY-SAME: kiln.shared_bytes = 65536 : i64
+// RETRY: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: st.global from registers; not TMA: its 32 KB staging tile and the scratch area for layout conversions and reductions took 36864 bytes of shared memory (limit 36000)"
+// RETRY: "shared memory: 32768 bytes, placed by liveness: load {{.*}} [0, 32768) until {{.*}}; scratch of conversions and reductions [0, 4096) in the bytes of: load convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}} (no longer read there)"
+// RETRY-SAME: kiln.shared_bytes = 32768 : i64
 // RETRY-SAME: kiln.tensor_maps = ["ptr=1 elem=2 dims=4,512,128 strides=2,3,4 box=1,64,64"]
 // RETRY: llvm.func @store_tile(
 // RETRY: nvvm.cp.async.bulk.tensor.global.shared.cta

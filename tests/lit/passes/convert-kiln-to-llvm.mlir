@@ -7,7 +7,8 @@
 
 // CHECK: module attributes {kiln.lowering_report = [
 // CHECK-SAME: "assign-layouts.mlir:47: load 64x64: vector loads to registers, stored to shared memory
-// CHECK-SAME: "assign-layouts.mlir:51: dot 64x64x64: mma.sync m16n8k16, A ldmatrix from shared memory, B ldmatrix from shared memory"]
+// CHECK-SAME: "assign-layouts.mlir:51: dot 64x64x64: mma.sync m16n8k16, A ldmatrix from shared memory, B ldmatrix from shared memory"
+// CHECK-SAME: "shared memory: {{[0-9]+}} bytes, placed by liveness: {{.*}}"]
 // CHECK-SAME: kiln.shared_bytes = {{[1-9][0-9]*}} : i64, kiln.smem_conversions = 0 : i64}
 // CHECK: llvm.mlir.global external @kiln_smem() {addr_space = 3 : i32, alignment = 1024 : i64}
 // CHECK: llvm.func @masked_rows(

@@ -1,0 +1,222 @@
+//===- SharedMemoryPlan.cpp - shared-memory buffers placed by liveness ----===//
+//
+// Every buffer the lowering creates in dynamic shared memory (dot operand
+// tiles, the stage ring, staged operands, TMA staging tiles, the scratch
+// area of layout conversions and reductions) is placed by when it holds
+// data, so that a buffer can take the bytes of one whose last reader is
+// done: an epilogue's conversion scratch or TMA staging tile takes the
+// stage ring's bytes once the last pipelined loop is over.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include <algorithm>
+
+using namespace mlir;
+
+namespace kiln::gpu {
+
+static int64_t alignUp(int64_t v) {
+  return (v + SharedPlan::kAlign - 1) / SharedPlan::kAlign * SharedPlan::kAlign;
+}
+
+int64_t SharedPlan::lowestFree(int64_t bytes,
+                               const std::vector<int> &uses) const {
+  auto conflicts = [&](const SharedBuffer &o) {
+    return llvm::any_of(uses, [&](int u) { return u < 0 || o.liveAt(u); });
+  };
+  std::vector<int64_t> candidates{0};
+  for (const SharedBuffer &o : buffers)
+    if (conflicts(o))
+      candidates.push_back(alignUp(o.offset + o.bytes));
+  llvm::sort(candidates);
+  for (int64_t at : candidates)
+    if (llvm::none_of(buffers, [&](const SharedBuffer &o) {
+          return conflicts(o) && at < o.offset + o.bytes &&
+                 o.offset < at + bytes;
+        }))
+      return at;
+  return alignUp(peak()); // not reached: the last candidate is free
+}
+
+int64_t SharedPlan::place(SharedBuffer b) {
+  std::vector<int> uses;
+  for (int op = b.first; op <= b.last; ++op)
+    uses.push_back(op);
+  b.offset = lowestFree(b.bytes, uses);
+  buffers.push_back(b);
+  return b.offset;
+}
+
+bool SharedPlan::overlapped(int64_t offset) const {
+  auto it = llvm::find_if(
+      buffers, [&](const SharedBuffer &b) { return b.offset == offset; });
+  return it != buffers.end() &&
+         llvm::any_of(buffers, [&](const SharedBuffer &o) {
+           return &o != &*it && o.offset < it->offset + it->bytes &&
+                  it->offset < o.offset + o.bytes;
+         });
+}
+
+int64_t SharedPlan::peak() const {
+  int64_t top = 0;
+  for (const SharedBuffer &b : buffers)
+    top = std::max(top, b.offset + b.bytes);
+  return top;
+}
+
+int Lowerer::topIndexOf(Operation *op) const {
+  if (bodyOps.empty())
+    return -1;
+  Operation *top = bodyOps.front()->getBlock()->findAncestorOpInBlock(*op);
+  return top ? topIndex.lookup(top) : -1;
+}
+
+SharedBuffer Lowerer::sharedBuffer(std::string what, int64_t bytes, int first,
+                                   int last) const {
+  // Persistent CTAs run the body again for the next tile (its producer
+  // fetches ahead into the ring): every buffer lives throughout.
+  if (!persistentGrid.empty())
+    first = 0, last = int(bodyOps.size()) - 1;
+  return {std::move(what), bytes, first, last};
+}
+
+/// The last top-level op that reads `v`'s shared-memory tile, through the
+/// views (layout conversions, transposes) the dots read it by.
+static int lastReader(const Lowerer &L, Value v) {
+  int last = 0;
+  SmallVector<Value> work{v};
+  while (!work.empty())
+    for (Operation *user : work.pop_back_val().getUsers()) {
+      if (isa<ConvertLayoutOp, TransOp>(user))
+        work.push_back(user->getResult(0));
+      last = std::max(last, L.topIndexOf(user));
+    }
+  return last;
+}
+
+void Lowerer::planSharedMemory() {
+  mlir::Block &body = src.getBody().front();
+  for (Operation &op : body) {
+    topIndex[&op] = int(bodyOps.size());
+    bodyOps.push_back(&op);
+  }
+  // Each load that only feeds dots gets its own buffer: loads outside loops
+  // each one; the pipelined loads a ring of numStages stages that every
+  // loop shares, stage s of each loop in the same bytes (one buffer per
+  // pipelined load of the loop; the stride is the largest loop's stage), so
+  // that a stage released in one loop can be filled for the next without
+  // touching the stages still being read; each top-level loop's other loads
+  // a buffer of that loop's.
+  sharedOperands = findSharedOperands(src);
+  auto outermostLoop = [&](Operation *op) {
+    Operation *loop = nullptr;
+    for (Operation *p = op->getParentOp(); p && p != src.getOperation();
+         p = p->getParentOp())
+      if (isa<scf::ForOp>(p))
+        loop = p;
+    return loop;
+  };
+  // 1 KB alignment keeps every row start's swizzle bits zero, so that an
+  // ldmatrix address can move across 16-byte chunks by XOR.
+  auto bytesOf = [](LoadOp ld) {
+    return alignUp(ld.getType().getNumElements() * 2);
+  };
+  llvm::MapVector<Operation *, int64_t> loopStage, loopOwn;
+  src.walk([&](LoadOp ld) {
+    Operation *loop = outermostLoop(ld);
+    if (!loop || !sharedOperands.count(ld.getResult()))
+      return;
+    const bool pipelined = canPrefetch(ld, nullptr);
+    int64_t &at = (pipelined ? loopStage : loopOwn)[loop];
+    smemRegion[ld.getResult()] = at; // within the stage or the loop's buffer
+    if (pipelined)
+      smemBufferBytes[ld.getResult()] = bytesOf(ld);
+    at += bytesOf(ld);
+  });
+  for (auto &[loop, bytes] : loopStage)
+    stageStride = std::max(stageStride, bytes);
+  planStagedOperands();
+  // mbarriers and the tile ring: small, fixed, live throughout.
+  int64_t fixed = 0;
+  planTma(fixed);
+  planWarpRoles();
+  planPingpong();
+  planPersistent(fixed);
+  planResidentTma(fixed);
+  const int lastOp = int(bodyOps.size()) - 1;
+  if (fixed)
+    shared.place({"mbarriers", fixed, 0, lastOp});
+  src.walk([&](LoadOp ld) {
+    if (sharedOperands.count(ld.getResult()) && !outermostLoop(ld))
+      smemRegion[ld.getResult()] = shared.place(sharedBuffer(
+          "load " + lineOf(ld), bytesOf(ld), 0, lastReader(*this, ld)));
+  });
+  if (stageStride) {
+    // The producer warpgroup (or the prologue) fills stages from the start
+    // of the body to the last pipelined loop.
+    int lastLoop = 0;
+    for (auto &[loop, bytes] : loopStage)
+      lastLoop = std::max(lastLoop, topIndex.lookup(loop));
+    int64_t ring = shared.place(
+        sharedBuffer("stage ring", stageStride * numStages, 0, lastLoop));
+    for (auto &[v, bytes] : smemBufferBytes)
+      smemRegion[v] += ring;
+  }
+  for (auto &[loop, bytes] : loopOwn) {
+    int at = topIndex.lookup(loop);
+    int64_t base =
+        shared.place(sharedBuffer("loop tiles " + lineOf(loop), bytes, at, at));
+    for (auto &[v, off] : smemRegion)
+      if (!smemBufferBytes.count(v) && outermostLoop(v.getDefiningOp()) == loop)
+        off += base;
+  }
+  for (auto &[v, bytes] : stagedOperands) {
+    int first = topIndexOf(v.getDefiningOp());
+    bytes = shared.place(
+        sharedBuffer("staged operand " + lineOf(v.getDefiningOp()), bytes,
+                     first, std::max(first, lastReader(*this, v))));
+  }
+  planTmaStores();
+}
+
+Value Lowerer::scratchBaseValue() {
+  auto c = arith::ConstantIntOp::create(b, loc, 0, 32);
+  scratchBaseOps.push_back(c);
+  scratchUses.push_back(currentTop);
+  return c;
+}
+
+int64_t Lowerer::placeScratch() {
+  if (smemBytes > 0 && !scratchUses.empty())
+    scratchBase = shared.lowestFree(smemBytes, scratchUses);
+  for (arith::ConstantOp c : scratchBaseOps)
+    c.setValueAttr(b.getI32IntegerAttr(scratchBase));
+  const int64_t total = std::max(shared.peak(), scratchBase + smemBytes);
+  if (total == 0)
+    return 0;
+  std::string line =
+      "shared memory: " + std::to_string(total) + " bytes, placed by liveness:";
+  auto range = [](int64_t at, int64_t bytes) {
+    return " [" + std::to_string(at) + ", " + std::to_string(at + bytes) + ")";
+  };
+  const int lastOp = int(bodyOps.size()) - 1;
+  for (const SharedBuffer &s : shared.all())
+    line += " " + s.what + range(s.offset, s.bytes) +
+            (s.last < lastOp ? " until " + lineOf(bodyOps[s.last]) : "") + ";";
+  if (smemBytes) {
+    line += " scratch of conversions and reductions" +
+            range(scratchBase, smemBytes);
+    std::string shares;
+    for (const SharedBuffer &s : shared.all())
+      if (s.offset < scratchBase + smemBytes &&
+          scratchBase < s.offset + s.bytes)
+        shares += (shares.empty() ? "" : ", ") + s.what;
+    if (!shares.empty())
+      line += " in the bytes of: " + shares + " (no longer read there)";
+  }
+  report.push_back(line);
+  return total;
+}
+
+} // namespace kiln::gpu
