@@ -31,6 +31,9 @@ namespace {
 struct ValueLayout {
   enum class State { Uniform, Flexible, Fixed } state = State::Uniform;
   std::optional<Layout> layout; ///< set when Fixed
+  /// Fixed only by a broadcast (of a row, a column, a statistic): cheaper
+  /// to make in another layout than the tiles it is combined with.
+  bool weak = false;
   static ValueLayout uniform() { return {}; }
   static ValueLayout flexible() { return {State::Flexible, std::nullopt}; }
   static ValueLayout fixed(Layout l) { return {State::Fixed, std::move(l)}; }
@@ -65,8 +68,11 @@ public:
         continue;
       ValueLayout l = get(o);
       if (l.state == ValueLayout::State::Fixed) {
+        // A tile loaded or computed in its layout over a broadcast one;
+        // then the stronger kind (mma over blocked).
         if (best.state != ValueLayout::State::Fixed ||
-            int(l.layout->kind) > int(best.layout->kind))
+            std::pair(!l.weak, int(l.layout->kind)) >
+                std::pair(!best.weak, int(best.layout->kind)))
           best = l;
       } else if (l.state == ValueLayout::State::Flexible &&
                  best.state == ValueLayout::State::Uniform) {
@@ -162,6 +168,7 @@ public:
         map[r] = ValueLayout::fixed(*l.layout->parent);
       else
         map[r] = ValueLayout::fixed(broadcastLayout(*l.layout, s));
+      map[r].weak = true;
     } else {
       // Elementwise (arith, math, kiln.convert).
       map[r] = join(op->getOperands());

@@ -107,12 +107,26 @@ private:
   std::map<std::pair<void *, const void *>, Value> made;
 };
 
+bool movableThrough(Operation *op);
+
 /// Whether `v` (after conversions) is a broadcast tile that costs more to
-/// move than what it is broadcast from.
+/// move than what it is broadcast from, or elementwise ops of one and of
+/// tiles that can be recomputed (a mask comparing column indices with a
+/// broadcast per-row label).
 bool isBroadcast(Value v) {
   while (auto c = v.getDefiningOp<ConvertLayoutOp>())
     v = c.getSrc();
-  return v.getDefiningOp<BroadcastOp>() && rematCost(v) < 0;
+  Operation *op = v.getDefiningOp();
+  if (!op || rematCost(v) >= 0)
+    return false;
+  if (isa<BroadcastOp>(op))
+    return true;
+  if (isa<ExpandDimsOp>(op) || !movableThrough(op))
+    return false;
+  for (Value o : op->getOperands())
+    if (isa<RankedTensorType>(o.getType()) && rematCost(o) < 0)
+      return isBroadcast(o);
+  return false;
 }
 
 /// Ops a conversion may move back through: broadcasts, expand_dims and
@@ -209,6 +223,25 @@ struct RemoveLayoutConversions
       Rematerializer remat(b);
       c.replaceAllUsesWith(remat.get(src, *layoutOf(c.getType())));
       c.erase();
+    }
+    // A conversion that moves data, of a tile a loop does not change, runs
+    // once before the loop rather than in every iteration. Not a dot
+    // operand's: the lowering reads those from shared memory where the dot
+    // needs them (ldmatrix), rather than holding them in registers.
+    converts.clear();
+    func.walk([&](ConvertLayoutOp c) { converts.push_back(c); });
+    for (ConvertLayoutOp c : converts) {
+      if (layoutOf(c.getType())->kind == Layout::Kind::DotOperand)
+        continue;
+      Operation *before = nullptr;
+      for (Operation *p = c->getParentOp(); isa<scf::ForOp>(p);
+           p = p->getParentOp()) {
+        if (!cast<scf::ForOp>(p).isDefinedOutsideOfLoop(c.getSrc()))
+          break;
+        before = p;
+      }
+      if (before)
+        c->moveBefore(before);
     }
     // The originals that only fed removed conversions.
     SmallVector<Operation *> ops;
