@@ -28,6 +28,35 @@ std::optional<GemmActivation> parseGemmActivation(const std::string &name) {
   return std::nullopt;
 }
 
+std::vector<std::pair<std::string, GemmConfig>> gemmConfigs(int sm) {
+  std::vector<std::pair<std::string, GemmConfig>> out;
+  auto add = [&](int64_t m, int64_t n, int64_t k, int warps, int stages) {
+    GemmConfig c{.blockM = m,
+                 .blockN = n,
+                 .blockK = k,
+                 .warps = warps,
+                 .stages = stages,
+                 .wgmma = sm >= 90,
+                 .warpSpecialize = sm >= 90,
+                 .groupM = 8};
+    out.push_back({std::to_string(m) + "x" + std::to_string(n) + "x" +
+                       std::to_string(k) + " s" + std::to_string(stages),
+                   c});
+  };
+  if (sm >= 90) {
+    // `kiln bench gemm`'s default first (H200: 699-742 TFLOP/s at 8192^3).
+    add(128, 256, 64, 8, 3);
+    add(128, 256, 64, 8, 4);
+    add(128, 128, 64, 8, 4);
+    add(128, 128, 64, 8, 5);
+  } else {
+    add(128, 128, 32, 8, 3);
+    add(128, 64, 32, 4, 3);
+    add(64, 64, 32, 4, 4);
+  }
+  return out;
+}
+
 Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   if (s.M < 1 || s.N < 1 || s.K < 1)
     throw Error("gemm: M, N and K must be >= 1");

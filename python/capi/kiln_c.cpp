@@ -9,12 +9,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_c.h"
+#include "CApi.h"
 
-#include "kiln/Compiler/Autotuned.h"
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionBackward.h"
-#include "kiln/kernels/RmsNorm.h"
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Error.h"
 
@@ -25,6 +24,7 @@
 #include <tuple>
 
 using namespace kiln;
+using namespace kiln::capi;
 
 namespace {
 
@@ -64,15 +64,6 @@ std::map<ProblemKey, std::shared_ptr<Entry>> entries;
 int64_t calls = 0;
 int64_t variantCount = 0;
 
-/// `message` into the caller's buffer, cut to fit and NUL-terminated.
-void copyMessage(char *error, size_t size, const std::string &message) {
-  if (error && size) {
-    size_t n = std::min(size - 1, message.size());
-    std::memcpy(error, message.data(), n);
-    error[n] = '\0';
-  }
-}
-
 DType dtypeOf(int code) {
   if (code == KILN_C_BF16)
     return DType::bf16;
@@ -80,18 +71,6 @@ DType dtypeOf(int code) {
     return DType::f16;
   throw Error("dtype code " + std::to_string(code) +
               " is neither bf16 (0) nor fp16 (1)");
-}
-
-TensorRef refOf(const kiln_c_tensor *t, DType dtype, int rank,
-                const char *name) {
-  if (!t || !t->data)
-    throw Error(std::string("tensor ") + name + " is missing");
-  TensorRef r{t->data, dtype, {}, {}};
-  for (int d = 0; d < rank; ++d) {
-    r.shape.push_back(t->sizes[d]);
-    r.strides.push_back(t->strides[d]);
-  }
-  return r;
 }
 
 kernels::AttentionShape shapeOf(const kiln_c_attention_options &o,
@@ -183,23 +162,6 @@ GpuKernel &variantFor(Entry &e, size_t i,
   return g;
 }
 
-/// Runs `body`, turning its exceptions into a return code and a message.
-template <typename F> int guarded(char *error, size_t size, F &&body) {
-  try {
-    body();
-    return KILN_C_OK;
-  } catch (const cuda::CudaError &e) {
-    copyMessage(error, size, e.what());
-    return KILN_C_FAILED;
-  } catch (const Error &e) {
-    copyMessage(error, size, e.what());
-    return KILN_C_BAD_INPUT;
-  } catch (const std::exception &e) {
-    copyMessage(error, size, std::string("kiln internal error: ") + e.what());
-    return KILN_C_FAILED;
-  }
-}
-
 /// Launches every kernel of `e` in order on the options' stream, each bound
 /// to the tensors it takes. Binding all of them first refuses bad input
 /// before anything runs.
@@ -243,62 +205,9 @@ forwardTensors(const kernels::AttentionShape &s, const kiln_c_tensor *q,
           {"LSE", refOf(lse, DType::f32, 3, "lse")}};
 }
 
-/// One AutotunedKernel per norm, column count and eps: tuned on its first
-/// launch (or taken from the tuning database), then memoised.
-AutotunedKernel &rowNormKernel(int kind, int64_t cols, double eps) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, int64_t, double>,
-                  std::unique_ptr<AutotunedKernel>>
-      kernels;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<AutotunedKernel> &k = kernels[{kind, cols, eps}];
-  if (!k) {
-    const std::vector<kernels::RmsNormConfig> configs =
-        kernels::rmsNormConfigs();
-    std::vector<std::string> names;
-    for (const kernels::RmsNormConfig &c : configs)
-      names.push_back(c.name());
-    k = std::make_unique<AutotunedKernel>(
-        kind ? "layernorm" : "rmsnorm", names,
-        [=](size_t i) {
-          return kind ? kernels::layerNorm(cols, configs[i], eps)
-                      : kernels::rmsNorm(cols, configs[i], eps);
-        },
-        AutotunedKernel::Options{.outputs = {"Y"}, .tolerance = 1e-2});
-  }
-  return *k;
-}
-
 } // namespace
 
 extern "C" {
-
-int kiln_c_row_norm(int kind, const kiln_c_tensor *x, const kiln_c_tensor *w,
-                    const kiln_c_tensor *b, const kiln_c_tensor *y, double eps,
-                    void *stream, int device, char *error, size_t error_size) {
-  return guarded(error, error_size, [&] {
-    if (kind != 0 && kind != 1)
-      throw Error("kind must be 0 (RMSNorm) or 1 (LayerNorm), got " +
-                  std::to_string(kind));
-    std::map<std::string, TensorRef> t{
-        {"X", refOf(x, DType::bf16, 2, "x")},
-        {"W", refOf(w, DType::bf16, 1, "weight")},
-        {"Y", refOf(y, DType::bf16, 2, "y")}};
-    if (kind)
-      t["B"] = refOf(b, DType::bf16, 1, "bias");
-    const int64_t cols = t["X"].shape[1];
-    const std::string key = "cols=" + std::to_string(cols) + " bf16";
-    AutotunedKernel &k = rowNormKernel(kind, cols, eps);
-    // The first launch for a key may tune, on the legacy stream, with the
-    // caller's tensors: the work that writes them (on any stream) is done
-    // first. Tuning returns synchronised.
-    if (!k.chosen(key)) {
-      cuda::ContextScope scope(device);
-      cuda::synchronize();
-    }
-    k.launch(key, t, {}, {stream, device});
-  });
-}
 
 int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              const kiln_c_tensor *q, const kiln_c_tensor *k,

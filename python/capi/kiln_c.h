@@ -24,7 +24,13 @@ extern "C" {
 #define KILN_C_API __attribute__((visibility("default")))
 
 enum { KILN_C_OK = 0, KILN_C_BAD_INPUT = 1, KILN_C_FAILED = 2 };
-enum { KILN_C_BF16 = 0, KILN_C_F16 = 1 };
+enum {
+  KILN_C_BF16 = 0,
+  KILN_C_F16 = 1,
+  KILN_C_F32 = 2,
+  KILN_C_I32 = 3,
+  KILN_C_I64 = 4
+};
 
 /* One tensor: its base and, per dimension, size and stride (elements). */
 typedef struct {
@@ -78,6 +84,32 @@ KILN_C_API int kiln_c_row_norm(int kind, const kiln_c_tensor *x,
                                const kiln_c_tensor *w, const kiln_c_tensor *b,
                                const kiln_c_tensor *y, double eps, void *stream,
                                int device, char *error, size_t error_size);
+
+/* A tensor argument of a library kernel, by the kernel's name for it. */
+typedef struct {
+  const char *name; /* "X", "Labels", ... */
+  int dtype;        /* KILN_C_BF16 ... KILN_C_I64 */
+  int rank;         /* 1..4: the first `rank` sizes and strides count */
+  kiln_c_tensor tensor;
+} kiln_c_named_tensor;
+
+/* A library kernel other than attention on named tensors, its schedule
+ * tuned for the problem's class on first use (then read from the tuning
+ * database), launched on `stream` on device `device`:
+ *   "rotary": X, Y (H, T, D) bf16, Pos (T) i32, Cos, Sin (P, D/2) f32;
+ *     option 1: the inverse rotation (the gradient).
+ *   "cross_entropy_fwd": X (R, V) bf16, Labels (R) i64, LSE, Loss (R) f32;
+ *     option: the ignored label.
+ *   "cross_entropy_bwd": X, Labels, LSE, Scale (1) f32, DLoss (R) f32 (or
+ *     none: 1 for every row), DX (R, V) bf16; option: the ignored label.
+ *   "linear": A (M, K), B (K, N), C (M, N) bf16, Bias (N) bf16 (optional);
+ *     option 0: no activation, 1: ReLU, 2: GELU (tanh form).
+ * Bad input (a missing or misshapen tensor, an unknown op) is refused
+ * before anything is launched. */
+KILN_C_API int kiln_c_op(const char *op, int64_t option,
+                         const kiln_c_named_tensor *tensors, int count,
+                         void *stream, int device, char *error,
+                         size_t error_size);
 
 /* Launch-ready kernel variants the library has loaded (one per problem and
  * alignment variant; problems past the 256 most recently used are

@@ -11,6 +11,7 @@
 #include "../unit/MathKernel.h"
 #include "../unit/RowSumKernel.h"
 #include "../unit/TestUtil.h"
+#include "DeviceTensors.h"
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/GpuReference.h"
@@ -24,34 +25,12 @@
 #include <map>
 
 using namespace kiln;
+using test::DeviceTensors;
+using test::runOnGpu;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
 namespace {
-
-/// Host tensors mirrored on the device.
-struct DeviceTensors {
-  std::map<std::string, cuda::Buffer> buffers;
-  std::map<std::string, TensorRef> refs;
-  void add(const std::string &name, HostTensor &t, bool poison) {
-    cuda::Buffer &b = buffers[name] = cuda::Buffer(t.storageBytes());
-    if (poison) {
-      b.fill(0xFF);
-      outputs.push_back(name);
-    } else
-      b.upload(t.data(), t.storageBytes());
-    refs[name] = t.ref();
-    refs[name].data = b.data();
-  }
-  void poisonOutputs() {
-    for (const std::string &name : outputs)
-      buffers.at(name).fill(0xFF);
-  }
-  std::vector<std::string> outputs;
-  void download(const std::string &name, HostTensor &t) {
-    buffers.at(name).download(t.data(), t.storageBytes());
-  }
-};
 
 /// Attention's tensors on the device: Q, K, V as inputs, O and LSE poisoned.
 DeviceTensors attentionOnDevice(HostTensor &q, HostTensor &k, HostTensor &v,
@@ -63,24 +42,6 @@ DeviceTensors attentionOnDevice(HostTensor &q, HostTensor &k, HostTensor &v,
   dt.add("O", o, true);
   dt.add("LSE", lse, true);
   return dt;
-}
-
-/// `launches` launches of one loaded kernel, the outputs poisoned before
-/// each: the last one's results are checked (dynamic tiles: the module's
-/// tile counter must be back at zero after every launch).
-/// Each tensor specialised as aligned or not on its own (unalignedTensors).
-/// Returns the compiled kernel, for its report.
-CompiledKernel runOnGpu(const Kernel &k, DeviceTensors &dt, int launches = 1) {
-  CompiledKernel c = compileForGpu(
-      k, variantTarget(k, dt.refs, {}, {.arch = cuda::device().arch()}));
-  GpuKernel g(c.spec());
-  for (int i = 0; i < launches; ++i) {
-    if (i)
-      dt.poisonOutputs();
-    g.launch(k.bind(dt.refs));
-    cuda::synchronize();
-  }
-  return c;
 }
 
 struct AttnCase {

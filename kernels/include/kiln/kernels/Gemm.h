@@ -6,6 +6,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kiln::kernels {
 
@@ -49,6 +51,11 @@ struct GemmConfig {
   /// values).
   bool staticShapes = false;
 };
+
+/// The Configs AutotunedKernel chooses among for a GPU of compute
+/// capability `sm` (90: wgmma, TMA, a producer warpgroup; else mma.sync),
+/// each named ("128x256x64 s3").
+std::vector<std::pair<std::string, GemmConfig>> gemmConfigs(int sm);
 
 /// Builds the kernel; with run-time shapes (the default) it serves every M,
 /// N and K, bound from the tensors (Kernel::bind).

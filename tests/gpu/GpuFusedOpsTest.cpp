@@ -1,0 +1,108 @@
+//===- GpuFusedOpsTest.cpp - rotary, cross-entropy, GEMM epilogue on GPU --===//
+//
+// The library's fused kernels the Python package and examples tune, each
+// Config of their tuning spaces, on the GPU against fp64: rotary embedding
+// (strided, ragged token counts), cross-entropy forward and backward (a
+// ragged vocabulary, ignored labels, padded rows), the GEMM with bias and
+// GELU (ragged M). Outputs poisoned before each launch. Skips without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#include "../unit/FusedOpsData.h"
+#include "../unit/TestUtil.h"
+#include "DeviceTensors.h"
+
+#include "kiln/kernels/CrossEntropy.h"
+#include "kiln/kernels/Gemm.h"
+#include "kiln/kernels/Reference.h"
+#include "kiln/kernels/Rotary.h"
+
+#include <gtest/gtest.h>
+
+using namespace kiln;
+using test::DeviceTensors;
+using test::runOnGpu;
+
+TEST(GpuFusedOps, RotaryEveryConfig) {
+  REQUIRE_GPU();
+  for (auto [H, T, D, strided] :
+       {std::tuple{32, 1001, 128, true}, std::tuple{8, 4096, 64, false}}) {
+    for (bool inverse : {false, true})
+      for (const kernels::RotaryConfig &c : kernels::rotaryConfigs()) {
+        SCOPED_TRACE(c.name() + " T=" + std::to_string(T) +
+                     (inverse ? " inverse" : ""));
+        test::RotaryData d(H, T, D, 8192, strided, inverse);
+        DeviceTensors dt;
+        dt.add("X", d.x, false);
+        dt.add("Pos", d.pos, false);
+        dt.add("Cos", d.cos, false);
+        dt.add("Sin", d.sin, false);
+        dt.add("Y", d.y, true);
+        runOnGpu(kernels::rotary(D, c, inverse), dt);
+        dt.download("Y", d.y);
+        d.check();
+      }
+  }
+}
+
+TEST(GpuFusedOps, CrossEntropyEveryConfig) {
+  REQUIRE_GPU();
+  for (auto [R, V, stride] :
+       {std::tuple{37, 50257, 50264}, std::tuple{64, 32000, 32000}}) {
+    for (const kernels::CrossEntropyConfig &c :
+         kernels::crossEntropyConfigs()) {
+      SCOPED_TRACE(c.name() + " V=" + std::to_string(V));
+      test::CrossEntropyData d(R, V, stride);
+      DeviceTensors dt;
+      dt.add("X", d.x, false);
+      dt.add("Labels", d.labels, false);
+      dt.add("LSE", d.lse, true);
+      dt.add("Loss", d.loss, true);
+      runOnGpu(kernels::crossEntropyForward(c), dt);
+      dt.download("LSE", d.lse);
+      dt.download("Loss", d.loss);
+      d.checkForward();
+      for (bool perRow : {false, true}) {
+        DeviceTensors bt;
+        bt.add("X", d.x, false);
+        bt.add("Labels", d.labels, false);
+        bt.add("LSE", d.lse, false);
+        bt.add("Scale", d.scale, false);
+        if (perRow)
+          bt.add("DLoss", d.dloss, false);
+        bt.add("DX", d.dx, true);
+        runOnGpu(kernels::crossEntropyBackward(c, -100, perRow), bt);
+        bt.download("DX", d.dx);
+        d.checkBackward(perRow);
+      }
+    }
+  }
+}
+
+TEST(GpuFusedOps, GemmBiasGeluEveryConfig) {
+  REQUIRE_GPU();
+  const int64_t M = 333, N = 1024, K = 512;
+  HostTensor a(DType::bf16, {M, K}), b(DType::bf16, {K, N}),
+      bias(DType::bf16, {N}), c(DType::bf16, {M, N}), ref(DType::f32, {M, N});
+  a.fillRandom(1);
+  b.fillRandom(2);
+  bias.fillRandom(3, -2, 2);
+  kernels::gemmReference(a, b, ref, &bias, kernels::GemmActivation::GeluTanh);
+  const int sm = cuda::device().major * 10;
+  for (const auto &[name, config] : kernels::gemmConfigs(sm)) {
+    SCOPED_TRACE(name);
+    c.poison();
+    DeviceTensors dt;
+    dt.add("A", a, false);
+    dt.add("B", b, false);
+    dt.add("Bias", bias, false);
+    dt.add("C", c, true);
+    runOnGpu(kernels::gemm({1, 1, 1, DType::bf16, DType::bf16, true,
+                            kernels::GemmActivation::GeluTanh},
+                           config),
+             dt);
+    dt.download("C", c);
+    ErrorStats e = compareTensors(c, ref);
+    EXPECT_LE(e.relative, 1e-2); // bf16 output, tanh.approx
+    EXPECT_EQ(e.nonFinite, 0);
+  }
+}
