@@ -8,6 +8,8 @@
 #   backward   python3 -m kiln.bench --backward
 #   norms      python3 -m kiln.bench_norms (kiln's RMSNorm and LayerNorm beside
 #              torch's and a copy)
+#   fused      examples/bench_vs_torch.py (kiln's norms, rotary, cross-entropy
+#              and linear+GELU beside torch eager, torch.compile, cuBLASLt)
 #   gpt        examples/gpt/train.py (needs .carry/corpus.bin.xz, from
 #              examples/gpt/make_corpus.py and xz)
 #   jit        kiln bench jit --seqs 1000,4096 (compiles, host time a launch)
@@ -38,6 +40,8 @@ for job in "$@"; do
       "$OUT/backward.json" > "$OUT/backward.txt" 2>&1; tail -2 "$OUT/backward.txt" ;;
   norms) timeout 200 python3 -m kiln.bench_norms --json "$OUT/norms.json" \
       > "$OUT/norms.txt" 2>&1; cat "$OUT/norms.txt" ;;
+  fused) timeout 500 python3 examples/bench_vs_torch.py --json "$OUT/fused.json" \
+      > "$OUT/fused.txt" 2>&1; cat "$OUT/fused.txt" ;;
   gpt) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
     timeout 400 python3 examples/gpt/train.py --corpus /tmp/corpus.bin \
       --out "$OUT" > "$OUT/gpt.txt" 2>&1; tail -6 "$OUT/gpt.txt" ;;

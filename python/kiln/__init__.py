@@ -4,12 +4,15 @@
     o = kiln.attention(q, k, v, causal=True)          # (B, H, N, D)
     o = kiln.attention(q, k, v, layout="bshd")         # (B, N, H, D)
 
-Also kiln.rms_norm and kiln.layer_norm (DSL kernels tuned on first use).
+Also kiln.rms_norm, kiln.layer_norm, kiln.rotary, kiln.cross_entropy and
+kiln.linear (DSL kernels tuned on first use).
 See kiln.attention's docstring, and `python3 -m kiln.bench` for kiln beside
 SDPA's flash and cuDNN backends on the same tensors.
 """
 from .ops import attention
 from .norms import layer_norm, rms_norm
+from .fused import cross_entropy, linear, rotary
 from ._lib import cache_stats, version
 
-__all__ = ["attention", "layer_norm", "rms_norm", "cache_stats", "version"]
+__all__ = ["attention", "layer_norm", "rms_norm", "rotary", "cross_entropy",
+           "linear", "cache_stats", "version"]

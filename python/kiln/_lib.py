@@ -87,6 +87,10 @@ def _declare(lib):
                                     [ctypes.c_double, ctypes.c_void_p,
                                      ctypes.c_int] + err)
     lib.kiln_c_row_norm.restype = ctypes.c_int
+    lib.kiln_c_op.argtypes = ([ctypes.c_char_p, ctypes.c_int64,
+                               ctypes.c_void_p, ctypes.c_int,
+                               ctypes.c_void_p, ctypes.c_int] + err)
+    lib.kiln_c_op.restype = ctypes.c_int
     lib.kiln_c_cache_stats.argtypes = [P(ctypes.c_int64), P(ctypes.c_int64)]
     lib.kiln_c_cache_stats.restype = None
     lib.kiln_c_version.restype = ctypes.c_char_p
@@ -199,6 +203,48 @@ def row_norm(kind, x, w, b, y, eps, stream):
                                len(buf))
     del keep
     _check(code, buf, "kiln.layer_norm" if kind else "kiln.rms_norm")
+
+
+# kiln_c_named_tensor: name, dtype, rank (padding to 8), kiln_c_tensor.
+_NAMED = struct.Struct("<Qii Q4q4q")
+_DTYPES = None
+
+
+def _dtype_code(t):
+    global _DTYPES
+    if _DTYPES is None:
+        import torch
+        _DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2,
+                   torch.int32: 3, torch.int64: 4}
+    return _DTYPES[t.dtype]
+
+
+_names = {}
+
+
+def _name(n):
+    """A NUL-terminated name that lives as long as the process."""
+    b = _names.get(n)
+    if b is None:
+        b = _names[n] = ctypes.create_string_buffer(n.encode())
+    return ctypes.addressof(b)
+
+
+def op(name, option, tensors, stream, device, what):
+    """kiln_c_op: the library kernel `name` on {argument name: tensor}."""
+    lib = library()
+    buf = _error_buffer()
+    fields = []
+    for n, t in tensors.items():
+        s, st = list(t.shape), list(t.stride())
+        fields.extend([_name(n), _dtype_code(t), len(s), t.data_ptr()] + s +
+                      [0] * (4 - len(s)) + st + [0] * (4 - len(st)))
+    keep = ctypes.create_string_buffer(
+        struct.pack("<" + "Qii Q4q4q".replace(" ", "") * len(tensors), *fields))
+    code = lib.kiln_c_op(name.encode(), option, ctypes.addressof(keep),
+                         len(tensors), stream, device, buf, len(buf))
+    del keep
+    _check(code, buf, what)
 
 
 def cache_stats():

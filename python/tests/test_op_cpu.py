@@ -1,5 +1,6 @@
 """kiln.attention without a GPU: argument checks, the custom ops'
 registration and fake implementations, torch.compile tracing them."""
+import ctypes
 import os
 import subprocess
 import sys
@@ -149,3 +150,30 @@ def test_norms_refuse_bad_arguments_before_any_launch():
         kiln.layer_norm(x, w, None)
     with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
         kiln.rms_norm(x, [1.0])
+
+
+def test_fused_ops_refuse_bad_arguments_before_any_launch():
+    x = torch.empty(2, 8, 4, 64, dtype=torch.bfloat16)
+    cs = torch.empty(16, 32)
+    with pytest.raises(ValueError, match="kiln.rotary: x is on cpu"):
+        kiln.rotary(x, cs, cs)
+    with pytest.raises(TypeError, match="kiln.rotary: x has dtype torch.float32"):
+        kiln.rotary(x.float(), cs, cs)
+    with pytest.raises(TypeError, match="kiln.cross_entropy: logits must be a torch.Tensor"):
+        kiln.cross_entropy([1.0], torch.zeros(1, dtype=torch.int64))
+    with pytest.raises(TypeError, match="kiln.cross_entropy: logits has dtype torch.float32"):
+        kiln.cross_entropy(torch.empty(4, 10), torch.zeros(4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="kiln.linear: x is on cpu"):
+        kiln.linear(torch.empty(4, 8, dtype=torch.bfloat16), None)
+    with pytest.raises(TypeError, match="kiln.linear: x has dtype torch.float16"):
+        kiln.linear(torch.empty(4, 8, dtype=torch.float16), None)
+
+
+def test_named_tensors_match_the_struct():
+    from kiln import _lib
+
+    class Named(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int),
+                    ("rank", ctypes.c_int), ("tensor", _lib._Tensor)]
+    assert ctypes.sizeof(Named) == _lib._NAMED.size
+    assert Named.tensor.offset == 16

@@ -229,3 +229,75 @@ def test_norms_match_torch_in_float64(cols):
     with pytest.raises(ValueError, match="power of two"):
         kiln.rms_norm(x[..., :300], w[:300])
 
+
+
+def rotary_reference(x, cos, sin, pos, layout):
+    """x rotated in float64: x (B, N, H, D) or (B, H, N, D)."""
+    xd = x.double()
+    c, s = cos.double()[pos.long()], sin.double()[pos.long()]  # (N, D/2)
+    if layout == "bshd":
+        c, s = c[None, :, None, :], s[None, :, None, :]
+    else:
+        c, s = c[None, None], s[None, None]
+    x1, x2 = xd.chunk(2, -1)
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), -1)
+
+
+def rope_tables(P, D):
+    inv = 10000.0 ** (-torch.arange(0, D, 2, device=DEV, dtype=torch.float64) / D)
+    ang = torch.arange(P, device=DEV, dtype=torch.float64)[:, None] * inv
+    return ang.cos().float().contiguous(), ang.sin().float().contiguous()
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("N,D", [(1001, 128), (64, 64)])
+def test_rotary_matches_float64(layout, N, D):
+    torch.manual_seed(N + D)
+    shape = (2, N, 3, D) if layout == "bshd" else (2, 3, N, D)
+    x = torch.randn(shape, device=DEV).bfloat16().requires_grad_()
+    cos, sin = rope_tables(4096, D)
+    pos = torch.randperm(4096, device=DEV)[:N]
+    poison_allocator()
+    for p in (None, pos):
+        want_pos = torch.arange(N, device=DEV) if p is None else p
+        y = kiln.rotary(x, cos, sin, p, layout=layout)
+        assert rel(y, rotary_reference(x, cos, sin, want_pos, layout)) < 1e-2
+    g = torch.randn_like(y)
+    (dx,) = torch.autograd.grad(y, x, g)
+    xd = x.detach().double().requires_grad_()
+    yd = rotary_reference(xd, cos, sin, pos, layout)
+    (want,) = torch.autograd.grad(yd, xd, g.double())
+    assert rel(dx, want) < 1e-2
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("R,V", [(1000, 50257), (64, 32000)])
+def test_cross_entropy_matches_float64(reduction, R, V):
+    torch.manual_seed(R + V)
+    logits = (3 * torch.randn(R, V, device=DEV)).bfloat16().requires_grad_()
+    labels = torch.randint(0, V, (R,), device=DEV)
+    labels[::7] = -100
+    poison_allocator()
+    loss = kiln.cross_entropy(logits, labels, reduction=reduction)
+    ld = logits.detach().double().requires_grad_()
+    want = F.cross_entropy(ld, labels, ignore_index=-100, reduction=reduction)
+    assert rel(loss, want) < 1e-4
+    g = torch.rand_like(want)
+    (dx,) = torch.autograd.grad(loss, logits, g.float())
+    (dwant,) = torch.autograd.grad(want, ld, g)
+    assert rel(dx, dwant) < 1e-2
+    assert torch.isfinite(dx).all()
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_linear_matches_float64(activation):
+    torch.manual_seed(7)
+    x = torch.randn(1000, 768, device=DEV).bfloat16()
+    w = (torch.randn(768, 3072, device=DEV) / 30).bfloat16()
+    b = torch.randn(3072, device=DEV).bfloat16()
+    poison_allocator()
+    y = kiln.linear(x, w, b, activation=activation)
+    want = x.double() @ w.double() + b.double()
+    if activation == "gelu":
+        want = F.gelu(want, approximate="tanh")
+    assert rel(y, want) < 1e-2

@@ -1,0 +1,222 @@
+"""kiln's fused kernels of a transformer beside attention, from PyTorch:
+rotary embedding, softmax cross-entropy (with its backward) and a linear
+layer with bias and activation in the GEMM's epilogue. Each is a DSL kernel
+(kernels/rotary, kernels/loss, kernels/gemm) whose schedule is tuned on the
+first call for its class of problem and recorded for the GPU; launched on
+torch's current stream. bf16 CUDA tensors.
+
+    q = kiln.rotary(q, cos, sin)                    # (B, N, H, D), autograd
+    loss = kiln.cross_entropy(logits, labels)       # mean, autograd
+    y = kiln.linear(x, w_t, bias, activation="gelu")  # x @ w_t + bias, GELU
+"""
+import torch
+
+from . import _lib
+from .ops import _stream
+
+
+def _need_tensor(fn, name, t, dtypes, device=None):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"kiln.{fn}: {name} must be a torch.Tensor, got "
+                        f"{type(t).__name__}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"kiln.{fn}: {name} has dtype {t.dtype}; kiln takes "
+                        + " or ".join(str(d) for d in dtypes))
+    if t.device.type != "cuda":
+        raise ValueError(f"kiln.{fn}: {name} is on {t.device}; kiln runs on "
+                         f"CUDA tensors")
+    if device is not None and t.device != device:
+        raise ValueError(f"kiln.{fn}: {name} is on {t.device}, the first "
+                         f"tensor on {device}")
+
+
+_positions = {}
+
+
+def _default_positions(device, batch, n):
+    """0..n-1 for each of `batch` sequences, one after the other (i32)."""
+    key = (device, batch, n)
+    p = _positions.get(key)
+    if p is None:
+        if len(_positions) > 64:
+            _positions.clear()
+        p = _positions[key] = torch.arange(
+            n, device=device, dtype=torch.int32).repeat(batch)
+    return p
+
+
+def _rotary_run(x, cos, sin, positions, bshd, inverse):
+    """The kernel on x seen as (heads, tokens, D)."""
+    B = x.shape[0]
+    if bshd:  # (B, N, H, D): tokens are (b, n)
+        if x.stride(0) != x.shape[1] * x.stride(1) or x.stride(3) != 1:
+            x = x.contiguous()
+        N, H, D = x.shape[1], x.shape[2], x.shape[3]
+        seen = x.view(B * N, H, D).transpose(0, 1)
+        pos = (_default_positions(x.device, B, N) if positions is None else
+               positions.to(torch.int32).repeat(B))
+    else:  # (B, H, N, D): tokens are n, heads (b, h)
+        if x.stride(0) != x.shape[1] * x.stride(1) or x.stride(3) != 1:
+            x = x.contiguous()
+        H, N, D = x.shape[1], x.shape[2], x.shape[3]
+        seen = x.view(B * H, N, D)
+        pos = (_default_positions(x.device, 1, N) if positions is None else
+               positions.to(torch.int32).contiguous())
+    y = torch.empty_like(x)
+    ys = y.view(B * N, H, D).transpose(0, 1) if bshd else y.view(B * H, N, D)
+    if x.numel():
+        _lib.op("rotary", int(inverse),
+                {"X": seen, "Y": ys, "Pos": pos, "Cos": cos, "Sin": sin},
+                _stream(x), x.device.index, "kiln.rotary")
+    return y
+
+
+class _Rotary(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cos, sin, positions, bshd):
+        ctx.save_for_backward(cos, sin, positions)
+        ctx.bshd = bshd
+        return _rotary_run(x, cos, sin, positions, bshd, False)
+
+    @staticmethod
+    def backward(ctx, dy):
+        cos, sin, positions = ctx.saved_tensors
+        # The rotation is orthogonal: its gradient rotates back.
+        return (_rotary_run(dy, cos, sin, positions, ctx.bshd, True), None,
+                None, None, None)
+
+
+def rotary(x, cos, sin, positions=None, *, layout="bshd"):
+    """Rotary position embedding, the rotate-half form (GPT-NeoX, Llama):
+    with x1, x2 the halves of each head's vector and c, s the rows of cos
+    and sin at the token's position, (x1·c − x2·s, x2·c + x1·s).
+
+    x: (B, N, H, D) for layout "bshd", (B, H, N, D) for "bhsd", bf16, D a
+    power of two >= 16; cos, sin: (P, D/2) float32; positions: (N,) integers
+    below P (default 0..N-1), the same for every sequence of the batch.
+    Differentiable in x."""
+    _need_tensor("rotary", "x", x, (torch.bfloat16,))
+    for name, t in (("cos", cos), ("sin", sin)):
+        _need_tensor("rotary", name, t, (torch.float32,), x.device)
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"kiln.rotary: layout must be 'bshd' or 'bhsd', got "
+                         f"{layout!r}")
+    if x.dim() != 4:
+        raise ValueError(f"kiln.rotary: x must be 4-D, got shape "
+                         f"{tuple(x.shape)}")
+    D = x.shape[3]
+    N = x.shape[1] if layout == "bshd" else x.shape[2]
+    if D < 16 or D & (D - 1):
+        raise ValueError(f"kiln.rotary: the head dimension must be a power of "
+                         f"two >= 16, got {D}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if t.dim() != 2 or t.shape[1] != D // 2 or not t.is_contiguous():
+            raise ValueError(f"kiln.rotary: {name} must be contiguous (P, "
+                             f"{D // 2}), got shape {tuple(t.shape)}")
+    if cos.shape != sin.shape:
+        raise ValueError("kiln.rotary: cos and sin must have one shape")
+    if positions is not None:
+        _need_tensor("rotary", "positions", positions,
+                     (torch.int32, torch.int64), x.device)
+        if tuple(positions.shape) != (N,):
+            raise ValueError(f"kiln.rotary: positions must have shape ({N},),"
+                             f" got {tuple(positions.shape)}")
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rotary.apply(x, cos, sin, positions, layout == "bshd")
+    return _rotary_run(x, cos, sin, positions, layout == "bshd", False)
+
+
+class _CrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, labels, ignore_index, reduction):
+        R, V = logits.shape
+        lse = torch.empty(R, device=logits.device, dtype=torch.float32)
+        loss = torch.empty(R, device=logits.device, dtype=torch.float32)
+        if R:
+            _lib.op("cross_entropy_fwd", ignore_index,
+                    {"X": logits, "Labels": labels, "LSE": lse, "Loss": loss},
+                    _stream(logits), logits.device.index, "kiln.cross_entropy")
+        count = None
+        if reduction == "mean":
+            count = (labels != ignore_index).sum().to(torch.float32)
+            out = loss.sum() / count
+        else:
+            out = loss.sum() if reduction == "sum" else loss
+        ctx.save_for_backward(logits, labels, lse, count)
+        ctx.ignore_index, ctx.reduction = ignore_index, reduction
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, labels, lse, count = ctx.saved_tensors
+        tensors = {"X": logits, "Labels": labels, "LSE": lse}
+        if ctx.reduction == "none":
+            tensors["DLoss"] = grad.to(torch.float32).contiguous()
+            tensors["Scale"] = torch.ones(1, device=grad.device,
+                                          dtype=torch.float32)
+        else:
+            scale = grad.to(torch.float32).reshape(1)
+            tensors["Scale"] = scale / count if count is not None else scale
+        dx = torch.empty_like(logits)
+        tensors["DX"] = dx
+        if logits.shape[0]:
+            _lib.op("cross_entropy_bwd", ctx.ignore_index, tensors,
+                    _stream(logits), logits.device.index,
+                    "kiln.cross_entropy")
+        return dx, None, None, None
+
+
+def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
+    """Softmax cross-entropy of bf16 logits (R, V) against int64 labels (R,),
+    as torch.nn.functional.cross_entropy (labels equal to ignore_index count
+    for nothing; reduction "mean", "sum" or "none"). One pass over each row
+    (an online logsumexp) forward, one backward; differentiable in logits."""
+    _need_tensor("cross_entropy", "logits", logits, (torch.bfloat16,))
+    _need_tensor("cross_entropy", "labels", labels, (torch.int64,),
+                 logits.device)
+    if logits.dim() != 2 or logits.shape[1] < 1:
+        raise ValueError(f"kiln.cross_entropy: logits must be (R, V), got "
+                         f"shape {tuple(logits.shape)}")
+    if tuple(labels.shape) != (logits.shape[0],):
+        raise ValueError(f"kiln.cross_entropy: labels must have shape "
+                         f"({logits.shape[0]},), got {tuple(labels.shape)}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"kiln.cross_entropy: reduction must be 'mean', "
+                         f"'sum' or 'none', got {reduction!r}")
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    return _CrossEntropy.apply(logits, labels.contiguous(), int(ignore_index),
+                               reduction)
+
+
+_ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
+
+
+def linear(x, weight_t, bias=None, activation="none"):
+    """act(x @ weight_t + bias) in one kernel (the bias and activation in
+    the GEMM's epilogue): x (M, K), weight_t (K, N), bias (N,), bf16, the
+    result (M, N) bf16; activation "none", "relu" or "gelu" (tanh form, as
+    torch's approximate='tanh'). Forward only."""
+    _need_tensor("linear", "x", x, (torch.bfloat16,))
+    _need_tensor("linear", "weight_t", weight_t, (torch.bfloat16,), x.device)
+    if bias is not None:
+        _need_tensor("linear", "bias", bias, (torch.bfloat16,), x.device)
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"kiln.linear: activation must be 'none', 'relu' or "
+                         f"'gelu', got {activation!r}")
+    if x.dim() != 2 or weight_t.dim() != 2 or x.shape[1] != weight_t.shape[0]:
+        raise ValueError(f"kiln.linear: x (M, K) and weight_t (K, N) do not "
+                         f"match: {tuple(x.shape)}, {tuple(weight_t.shape)}")
+    N = weight_t.shape[1]
+    if bias is not None and tuple(bias.shape) != (N,):
+        raise ValueError(f"kiln.linear: bias must have shape ({N},), got "
+                         f"{tuple(bias.shape)}")
+    x, weight_t = x.contiguous(), weight_t.contiguous()
+    out = torch.empty(x.shape[0], N, device=x.device, dtype=torch.bfloat16)
+    tensors = {"A": x, "B": weight_t, "C": out}
+    if bias is not None:
+        tensors["Bias"] = bias.contiguous()
+    if out.numel():
+        _lib.op("linear", _ACTIVATIONS[activation], tensors, _stream(x),
+                x.device.index, "kiln.linear")
+    return out
