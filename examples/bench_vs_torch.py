@@ -54,6 +54,82 @@ def ce_fwd_bwd(fn, logits, labels):
     return run
 
 
+def norm_cases(randn, R, C):
+    x, w, b = randn(R, C), randn(C), randn(C)
+    y = torch.empty_like(x)
+    rms = lambda x, w: F.rms_norm(x, (C,), w, 1e-6)
+    ln = lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5)
+    crms, cln = torch.compile(rms), torch.compile(ln)
+    xd = x.double()
+    return [
+        ("rmsnorm", f"{R}x{C}", {
+            "kiln": lambda: kiln.rms_norm(x, w, 1e-6),
+            "torch": lambda: rms(x, w), "compile": lambda: crms(x, w),
+            "copy": lambda: y.copy_(x)},
+         lambda: rel(kiln.rms_norm(x, w, 1e-6),
+                     xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)
+                     * w.double()),
+         "GB/s", 2 * x.numel() * 2),
+        ("layernorm", f"{R}x{C}", {
+            "kiln": lambda: kiln.layer_norm(x, w, b, 1e-5),
+            "torch": lambda: ln(x, w, b), "compile": lambda: cln(x, w, b),
+            "copy": lambda: y.copy_(x)},
+         lambda: rel(kiln.layer_norm(x, w, b, 1e-5),
+                     F.layer_norm(xd, (C,), w.double(), b.double(), 1e-5)),
+         "GB/s", 2 * x.numel() * 2)]
+
+
+def rotary_case(randn, B, N, H, D):
+    x = randn(B, N, H, D)
+    inv = 10000.0 ** (-torch.arange(0, D, 2, device=DEV,
+                                    dtype=torch.float64) / D)
+    ang = torch.arange(N, device=DEV, dtype=torch.float64)[:, None] * inv
+    cos, sin = ang.cos().float(), ang.sin().float()
+    crope = torch.compile(rotate_half_rope)
+    return [("rotary", f"{B}x{N}x{H}x{D}", {
+        "kiln": lambda: kiln.rotary(x, cos, sin),
+        "torch": lambda: rotate_half_rope(x, cos, sin),
+        "compile": lambda: crope(x, cos, sin)},
+        lambda: rel(kiln.rotary(x, cos, sin),
+                    rotate_half_rope(x.double(), cos.double(), sin.double())),
+        "GB/s", 2 * x.numel() * 2)]
+
+
+def ce_cases(randn, g, R, V):
+    logits = 2 * randn(R, V)
+    labels = torch.randint(0, V, (R,), device=DEV, generator=g)
+    ce = lambda lg, lb: F.cross_entropy(lg, lb)
+    cce = torch.compile(ce)
+    check = lambda: rel(kiln.cross_entropy(logits, labels),
+                        F.cross_entropy(logits.double(), labels))
+    return [
+        ("cross_entropy fwd", f"{R}x{V}", {
+            "kiln": lambda: kiln.cross_entropy(logits, labels),
+            "torch": lambda: ce(logits, labels),
+            "compile": lambda: cce(logits, labels)},
+         check, "GB/s", logits.numel() * 2),
+        ("cross_entropy fwd+bwd", f"{R}x{V}", {
+            "kiln": ce_fwd_bwd(kiln.cross_entropy, logits, labels),
+            "torch": ce_fwd_bwd(ce, logits, labels),
+            "compile": ce_fwd_bwd(cce, logits, labels)},
+         check, "GB/s", 3 * logits.numel() * 2)]
+
+
+def linear_case(randn, n):
+    a, w, bias = randn(n, n), randn(n, n) / 64, randn(n)
+    lin = lambda a, w, b: F.gelu(a @ w + b, approximate="tanh")
+    clin = torch.compile(lin)
+    return [("linear+bias+gelu", f"{n}^3", {
+        "kiln": lambda: kiln.linear(a, w, bias, activation="gelu"),
+        "cublaslt": lambda: torch._addmm_activation(bias, a, w, use_gelu=True),
+        "torch": lambda: lin(a, w, bias),
+        "compile": lambda: clin(a, w, bias)},
+        lambda: rel(kiln.linear(a, w, bias, activation="gelu"),
+                    F.gelu(a.double() @ w.double() + bias.double(),
+                           approximate="tanh")),
+        "TFLOP/s", 2 * n ** 3)]
+
+
 def cases(ops):
     """(op, shape, {peer: fn}, check, unit, amount): amount in bytes or FLOPs
     per call."""
@@ -63,79 +139,15 @@ def cases(ops):
     out = []
     if "norms" in ops:
         for R, C in ((16384, 4096), (16384, 8192)):
-            x, w, b = randn(R, C), randn(C), randn(C)
-            y = torch.empty_like(x)
-            nbytes = 2 * x.numel() * 2
-            rms = lambda x, w: F.rms_norm(x, (C,), w, 1e-6)
-            ln = lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5)
-            crms, cln = torch.compile(rms), torch.compile(ln)
-            xd = x.double()
-            out.append(("rmsnorm", f"{R}x{C}", {
-                "kiln": lambda: kiln.rms_norm(x, w, 1e-6),
-                "torch": lambda: rms(x, w), "compile": lambda: crms(x, w),
-                "copy": lambda: y.copy_(x)},
-                lambda: rel(kiln.rms_norm(x, w, 1e-6),
-                            xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True)
-                                             + 1e-6) * w.double()),
-                "GB/s", nbytes))
-            out.append(("layernorm", f"{R}x{C}", {
-                "kiln": lambda: kiln.layer_norm(x, w, b, 1e-5),
-                "torch": lambda: ln(x, w, b), "compile": lambda: cln(x, w, b),
-                "copy": lambda: y.copy_(x)},
-                lambda: rel(kiln.layer_norm(x, w, b, 1e-5),
-                            F.layer_norm(xd, (C,), w.double(), b.double(),
-                                         1e-5)),
-                "GB/s", nbytes))
+            out += norm_cases(randn, R, C)
     if "rotary" in ops:
-        B, N, H, D = 8, 4096, 32, 128
-        x = randn(B, N, H, D)
-        inv = 10000.0 ** (-torch.arange(0, D, 2, device=DEV,
-                                        dtype=torch.float64) / D)
-        ang = torch.arange(N, device=DEV, dtype=torch.float64)[:, None] * inv
-        cos, sin = ang.cos().float(), ang.sin().float()
-        crope = torch.compile(rotate_half_rope)
-        out.append(("rotary", f"{B}x{N}x{H}x{D}", {
-            "kiln": lambda: kiln.rotary(x, cos, sin),
-            "torch": lambda: rotate_half_rope(x, cos, sin),
-            "compile": lambda: crope(x, cos, sin)},
-            lambda: rel(kiln.rotary(x, cos, sin),
-                        rotate_half_rope(x.double(), cos.double(),
-                                         sin.double())),
-            "GB/s", 2 * x.numel() * 2))
+        out += rotary_case(randn, 8, 4096, 32, 128)
     if "ce" in ops:
         for R, V in ((16384, 32000), (4096, 128256)):
-            logits = 2 * randn(R, V)
-            labels = torch.randint(0, V, (R,), device=DEV, generator=g)
-            ce = lambda lg, lb: F.cross_entropy(lg, lb)
-            cce = torch.compile(ce)
-            check = lambda: rel(kiln.cross_entropy(logits, labels),
-                                F.cross_entropy(logits.double(), labels))
-            out.append(("cross_entropy fwd", f"{R}x{V}", {
-                "kiln": lambda: kiln.cross_entropy(logits, labels),
-                "torch": lambda: ce(logits, labels),
-                "compile": lambda: cce(logits, labels)},
-                check, "GB/s", logits.numel() * 2))
-            out.append(("cross_entropy fwd+bwd", f"{R}x{V}", {
-                "kiln": ce_fwd_bwd(kiln.cross_entropy, logits, labels),
-                "torch": ce_fwd_bwd(ce, logits, labels),
-                "compile": ce_fwd_bwd(cce, logits, labels)},
-                check, "GB/s", 3 * logits.numel() * 2))
+            out += ce_cases(randn, g, R, V)
     if "linear" in ops:
         for n in (4096, 8192):
-            a, w = randn(n, n), randn(n, n) / 64
-            bias = randn(n)
-            lin = lambda a, w, b: F.gelu(a @ w + b, approximate="tanh")
-            clin = torch.compile(lin)
-            out.append(("linear+bias+gelu", f"{n}^3", {
-                "kiln": lambda: kiln.linear(a, w, bias, activation="gelu"),
-                "cublaslt": lambda: torch._addmm_activation(bias, a, w,
-                                                            use_gelu=True),
-                "torch": lambda: lin(a, w, bias),
-                "compile": lambda: clin(a, w, bias)},
-                lambda: rel(kiln.linear(a, w, bias, activation="gelu"),
-                            F.gelu(a.double() @ w.double() + bias.double(),
-                                   approximate="tanh")),
-                "TFLOP/s", 2 * n ** 3))
+            out += linear_case(randn, n)
     return out
 
 
