@@ -102,7 +102,7 @@ int main(int argc, char **argv) try {
 
   AutotunedKernel norm("example_" + which, names,
                        [&](size_t i) { return build(C, configs[i]); },
-                       {.outputs = {"Y"}, .tolerance = 1e-2, .tune = {}});
+                       {.outputs = {"Y"}, .tolerance = 1e-2});
   const std::string key = "cols=" + std::to_string(C) + " bf16";
   norm.launch(key, t);
   cuda::synchronize();

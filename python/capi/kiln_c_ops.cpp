@@ -1,64 +1,39 @@
 //===- kiln_c_ops.cpp - kiln's library kernels other than attention -------===//
 //
 // Row norms, rotary embedding, cross-entropy and the GEMM with its epilogue
-// behind the C ABI: one AutotunedKernel per kernel and build parameters,
-// tuned per class of problem on its first launch (or read from the tuning
-// database), then launched on the caller's stream.
+// behind the C ABI: one AutotunedKernel per kernel and build parameters
+// (kernels/Tunables.h: the Configs, names and keys `kiln tune` uses too),
+// tuned per class of problem on its first launch or read from the tuning
+// database, then launched on the caller's stream.
 //
 //===----------------------------------------------------------------------===//
 #include "CApi.h"
 #include "kiln_c.h"
 
-#include "kiln/Compiler/Autotuned.h"
-#include "kiln/kernels/CrossEntropy.h"
-#include "kiln/kernels/Gemm.h"
-#include "kiln/kernels/RmsNorm.h"
-#include "kiln/kernels/Rotary.h"
+#include "kiln/kernels/Tunables.h"
 
-#include <bit>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <tuple>
 
 using namespace kiln;
 using namespace kiln::capi;
 
 namespace {
 
-/// Named Configs and the kernel of each.
-struct Space {
-  std::vector<std::string> names;
-  std::function<Kernel(size_t)> build;
-};
-
-template <typename C, typename F>
-Space spaceOf(const std::vector<C> &configs, F build) {
-  Space s;
-  for (const C &c : configs)
-    s.names.push_back(c.name());
-  s.build = [configs, build](size_t i) { return build(configs[i]); };
-  return s;
-}
-
-/// One AutotunedKernel per kernel name and build parameters, made by `make`
-/// on first use.
-AutotunedKernel &kernelFor(const std::string &name,
-                           const std::vector<double> &params,
-                           const std::vector<std::string> &outputs,
-                           const std::function<Space()> &make) {
+/// One AutotunedKernel per kernel and build parameters, made by `make` on
+/// first use.
+AutotunedKernel &
+kernelFor(const std::string &name, const std::vector<double> &params,
+          const std::function<std::unique_ptr<AutotunedKernel>()> &make) {
   static std::mutex mutex;
   static std::map<std::pair<std::string, std::vector<double>>,
                   std::unique_ptr<AutotunedKernel>>
       kernels;
   std::lock_guard<std::mutex> lock(mutex);
   std::unique_ptr<AutotunedKernel> &k = kernels[{name, params}];
-  if (!k) {
-    Space s = make();
-    k = std::make_unique<AutotunedKernel>(
-        name, s.names, s.build,
-        AutotunedKernel::Options{.outputs = outputs, .tolerance = 1e-2});
-  }
+  if (!k)
+    k = make();
   return *k;
 }
 
@@ -91,12 +66,6 @@ DType dtypeOfCode(int code) {
   throw Error("dtype code " + std::to_string(code) + " is not a kiln_c dtype");
 }
 
-/// "2^k": the power of two at or above n, the class a tuning key keeps.
-std::string bucket(int64_t n) {
-  return "2^" +
-         std::to_string(std::bit_width(uint64_t(std::max<int64_t>(n - 1, 0))));
-}
-
 int64_t dim(const std::map<std::string, TensorRef> &t, const char *name,
             size_t d) {
   auto it = t.find(name);
@@ -121,15 +90,10 @@ int kiln_c_row_norm(int kind, const kiln_c_tensor *x, const kiln_c_tensor *w,
     if (kind)
       t["B"] = refOf(b, DType::bf16, 1, "bias");
     const int64_t cols = t["X"].shape[1];
-    AutotunedKernel &k = kernelFor(
-        kind ? "layernorm" : "rmsnorm", {double(cols), eps}, {"Y"}, [=] {
-          return spaceOf(kernels::rmsNormConfigs(),
-                         [=](const kernels::RmsNormConfig &c) {
-                           return kind ? kernels::layerNorm(cols, c, eps)
-                                       : kernels::rmsNorm(cols, c, eps);
-                         });
-        });
-    launch(k, "cols=" + std::to_string(cols) + " bf16", t, stream, device);
+    AutotunedKernel &k =
+        kernelFor("rownorm", {double(kind), double(cols), eps},
+                  [=] { return kernels::rowNormTuned(kind, cols, eps); });
+    launch(k, kernels::rowNormKey(cols), t, stream, device);
   });
 }
 
@@ -151,36 +115,20 @@ int kiln_c_op(const char *op, int64_t option,
     if (name == "rotary") {
       const int64_t D = dim(t, "X", 2);
       const bool inverse = option != 0;
-      AutotunedKernel &k =
-          kernelFor(inverse ? "kiln.rotary_inverse" : "kiln.rotary",
-                    {double(D)}, {"Y"}, [=] {
-                      return spaceOf(kernels::rotaryConfigs(),
-                                     [=](const kernels::RotaryConfig &c) {
-                                       return kernels::rotary(D, c, inverse);
-                                     });
-                    });
-      launch(k,
-             "D=" + std::to_string(D) + " H=" + std::to_string(dim(t, "X", 0)) +
-                 " T=" + bucket(dim(t, "X", 1)),
-             t, stream, device);
+      AutotunedKernel &k = kernelFor(name, {double(D), double(inverse)}, [=] {
+        return kernels::rotaryTuned(D, inverse);
+      });
+      launch(k, kernels::rotaryKey(dim(t, "X", 0), dim(t, "X", 1), D), t,
+             stream, device);
     } else if (name == "cross_entropy_fwd" || name == "cross_entropy_bwd") {
-      const bool fwd = name == "cross_entropy_fwd", perRow = t.count("DLoss");
-      AutotunedKernel &k = kernelFor(
-          "kiln." + name, {double(option), double(perRow)},
-          fwd ? std::vector<std::string>{"LSE", "Loss"}
-              : std::vector<std::string>{"DX"},
-          [=] {
-            return spaceOf(
-                kernels::crossEntropyConfigs(),
-                [=](const kernels::CrossEntropyConfig &c) {
-                  return fwd ? kernels::crossEntropyForward(c, option)
-                             : kernels::crossEntropyBackward(c, option, perRow);
-                });
+      const bool backward = name == "cross_entropy_bwd",
+                 perRow = t.count("DLoss");
+      AutotunedKernel &k =
+          kernelFor(name, {double(option), double(perRow)}, [=] {
+            return kernels::crossEntropyTuned(backward, option, perRow);
           });
-      launch(k,
-             "V=" + std::to_string(dim(t, "X", 1)) +
-                 " R=" + bucket(dim(t, "X", 0)),
-             t, stream, device);
+      launch(k, kernels::crossEntropyKey(dim(t, "X", 0), dim(t, "X", 1)), t,
+             stream, device);
     } else if (name == "linear") {
       if (option < 0 || option > 2)
         throw Error("linear: the activation is 0 (none), 1 (relu) or 2 "
@@ -190,23 +138,10 @@ int kiln_c_op(const char *op, int64_t option,
       const auto act = kernels::GemmActivation(option);
       const int sm = cuda::device(device).major * 10;
       AutotunedKernel &k =
-          kernelFor("kiln.linear", {double(bias), double(option), double(sm)},
-                    {"C"}, [=] {
-                      Space s;
-                      auto configs = kernels::gemmConfigs(sm);
-                      for (const auto &[n, c] : configs)
-                        s.names.push_back(n);
-                      s.build = [=](size_t i) {
-                        return kernels::gemm(
-                            {1, 1, 1, DType::bf16, DType::bf16, bias, act},
-                            configs[i].second);
-                      };
-                      return s;
-                    });
+          kernelFor(name, {double(bias), double(option), double(sm)},
+                    [=] { return kernels::linearTuned(bias, act, sm); });
       launch(k,
-             "M=" + bucket(dim(t, "A", 0)) +
-                 " N=" + std::to_string(dim(t, "B", 1)) +
-                 " K=" + std::to_string(dim(t, "A", 1)) + " bf16",
+             kernels::linearKey(dim(t, "A", 0), dim(t, "B", 1), dim(t, "A", 1)),
              t, stream, device);
     } else {
       throw Error("unknown op '" + name +

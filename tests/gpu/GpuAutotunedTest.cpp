@@ -101,6 +101,50 @@ TEST(GpuAutotuned, TunesOnFirstLaunchThenUsesTheRecord) {
     ::unsetenv("KILN_TUNING_DB");
 }
 
+// Configs whose kernels spill registers are pruned after compiling, not
+// timed, when another Config does not spill: a 16384-column row in 4 warps
+// (8 rows a program: 1024 floats a thread) against one in 8 warps.
+TEST(GpuAutotuned, PrunesConfigsThatSpill) {
+  REQUIRE_GPU();
+  const std::string db = ::testing::TempDir() + "kiln_spills_" +
+                         std::to_string(::getpid()) + ".tsv";
+  const char *saved = std::getenv("KILN_TUNING_DB");
+  const std::string previous = saved ? saved : "";
+  ::setenv("KILN_TUNING_DB", db.c_str(), 1);
+  const int64_t R = 256, C = 16384;
+  const std::vector<kernels::RmsNormConfig> configs{{8, 4}, {1, 8}};
+  AutotunedKernel norm(
+      "test_spills", {configs[0].name(), configs[1].name()},
+      [&](size_t i) { return kernels::rmsNorm(C, configs[i]); },
+      {.outputs = {"Y"}, .tolerance = 1e-2});
+  HostTensor x(DType::bf16, {R, C}), w(DType::bf16, {C});
+  x.fillRandom(1);
+  w.fillRandom(2);
+  cuda::Buffer bx(x.storageBytes()), bw(w.storageBytes()), by(x.storageBytes());
+  bx.upload(x.data(), x.storageBytes());
+  bw.upload(w.data(), w.storageBytes());
+  std::map<std::string, TensorRef> t{
+      {"X", x.ref()}, {"W", w.ref()}, {"Y", x.ref()}};
+  t["X"].data = bx.data();
+  t["W"].data = bw.data();
+  t["Y"].data = by.data();
+  norm.launch("cols=16384", t);
+  cuda::synchronize();
+  ASSERT_TRUE(norm.lastTuning());
+  const auto &timings = norm.lastTuning()->timings;
+  EXPECT_THAT(timings[0].status,
+              ::testing::HasSubstr("B of register spills (other Configs have "
+                                   "none)"));
+  EXPECT_EQ(timings[0].ms, 0);
+  EXPECT_EQ(timings[1].status, "ok");
+  EXPECT_EQ(norm.chosen("cols=16384"), configs[1].name());
+  std::filesystem::remove(db);
+  if (saved)
+    ::setenv("KILN_TUNING_DB", previous.c_str(), 1);
+  else
+    ::unsetenv("KILN_TUNING_DB");
+}
+
 // The kernel itself, on the CPU executor, for every Config of the library's.
 TEST(Autotuned, RmsNormRunsOnTheCpu) {
   const int64_t R = 9, C = 256;

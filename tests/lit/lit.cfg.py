@@ -16,3 +16,6 @@ config.environment["PATH"] = os.pathsep.join(
 )
 # The command line's disk cache: one of the tests' own, never the user's.
 config.environment["KILN_CACHE_DIR"] = os.path.join(config.test_exec_root, "kiln-cache")
+# Libraries the examples build (a user's kernels for `kiln tune --load`).
+config.substitutions.append(
+    ("%examples", os.path.join(config.kiln_obj_root, "examples")))

@@ -1,9 +1,9 @@
-//===- Tune.cpp - kiln tune attention: the autotuner on the command line --===//
+//===- Tune.cpp - kiln tune: the autotuner on the command line ------------===//
 #include "Commands.h"
 
 #include "kiln/Compiler/Autotuned.h"
+#include "kiln/Compiler/Tunable.h"
 #include "kiln/kernels/AttentionTune.h"
-#include "kiln/kernels/RmsNorm.h"
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Error.h"
 #include "kiln/runtime/HostTensor.h"
@@ -12,74 +12,128 @@
 
 #include <cstdio>
 
+#include <dlfcn.h>
+
 namespace kiln::cli {
 
-/// kiln tune rmsnorm|layernorm: the row norms' Configs timed on random
-/// bf16 tensors by the AutotunedKernel that kiln.rms_norm / layer_norm use
-/// (same name and key), so that they find the record.
-static int tuneRowNorm(Options &opts, bool layer) {
-  const int64_t C = opts.integer("cols", 4096), R = opts.integer("rows", 16384);
+/// kiln tune <name>: a kernel of the registry (kiln/Compiler/Tunable.h):
+/// the library's (rmsnorm, layernorm, rotary, cross-entropy, linear...) and
+/// those a user's library registers (--load). Its problem for the sizes
+/// (defaults, --<size> N, --sizes a=N,b=M) is tuned with every Config, on
+/// random inputs, and the winner recorded under the name and key the
+/// kernel's launches use.
+static int tuneRegistered(Options &opts, const std::string &name) {
+  const auto &all = tunableKernels();
+  auto it = all.find(name);
+  if (it == all.end()) {
+    std::string names;
+    for (const auto &[n, k] : all)
+      names += (names.empty() ? "" : ", ") + n;
+    throw UsageError("kiln tune: no tunable kernel '" + name +
+                     "' (attention, attention-backward, " + names +
+                     "; a library's own with --load)");
+  }
+  const TunableKernel &k = it->second;
+  TuneSizes sizes;
+  for (const auto &[size, fallback] : k.sizes)
+    sizes[size] = opts.integer(size, fallback);
+  const std::string given = opts.string("sizes", "");
+  for (size_t at = 0; at < given.size();) {
+    size_t end = given.find(',', at);
+    std::string item = given.substr(at, end - at);
+    at = end == std::string::npos ? given.size() : end + 1;
+    size_t eq = item.find('=');
+    std::string size = item.substr(0, eq);
+    if (eq == std::string::npos || !sizes.count(size))
+      throw UsageError("option --sizes: '" + item + "' is not size=N for " +
+                       name + "'s sizes");
+    try {
+      size_t used = 0;
+      sizes[size] = std::stoll(item.substr(eq + 1), &used);
+      if (used != item.size() - eq - 1)
+        throw std::invalid_argument(item);
+    } catch (const std::exception &) {
+      throw UsageError("option --sizes: '" + item + "' is not size=N");
+    }
+  }
   TuneOptions o;
-  o.budgetSeconds = double(opts.integer("budget", 30));
+  o.budgetSeconds = double(opts.integer("budget", 60));
+  o.threads = opts.int32("threads", 0);
   o.force = true;
   opts.checkAllUsed();
-  if (R < 1 || C < 1 || (C & (C - 1)))
-    throw UsageError("kiln tune: --rows must be positive and --cols a power "
-                     "of two");
-  const std::vector<kernels::RmsNormConfig> configs = kernels::rmsNormConfigs();
-  std::vector<std::string> names;
-  for (const kernels::RmsNormConfig &c : configs)
-    names.push_back(c.name());
-  AutotunedKernel k(layer ? "layernorm" : "rmsnorm", names,
-                    [&](size_t i) {
-                      return layer ? kernels::layerNorm(C, configs[i])
-                                   : kernels::rmsNorm(C, configs[i]);
-                    },
-                    {.outputs = {"Y"}, .tolerance = 1e-2, .tune = o});
-  HostTensor x(DType::bf16, {R, C}), w(DType::bf16, {C}), b(DType::bf16, {C});
-  x.fillRandom(1, -3, 3);
-  w.fillRandom(2);
-  b.fillRandom(3);
+  std::string why;
+  if (!cuda::available(&why) && name == "linear") // its Configs are per GPU
+    throw Error("kiln tune " + name + ": no GPU here (" + why +
+                "): tuning times every Config on one");
+  TuneProblem p;
+  try {
+    p = k.problem(sizes);
+  } catch (const cuda::CudaError &) {
+    throw;
+  } catch (const Error &e) {
+    throw UsageError("kiln tune " + name + ": " + e.what());
+  }
+  if (!cuda::available(&why))
+    throw Error("kiln tune " + name + ": no GPU here (" + why +
+                "): tuning times every Config on one");
+  p.kernel->setTuneOptions(o);
+  std::string text;
+  for (const auto &[size, v] : sizes)
+    text += " " + size + "=" + std::to_string(v);
+  fmt::print("kiln tune {}{} (key '{}')\n", name, text, p.key);
   std::map<std::string, cuda::Buffer> buffers;
   std::map<std::string, TensorRef> t;
-  for (auto [name, h] : {std::pair<const char *, HostTensor *>{"X", &x},
-                         {"W", &w},
-                         {"B", &b},
-                         {"Y", &x}}) {
-    if (!layer && std::string(name) == "B")
-      continue;
-    cuda::Buffer &buf = buffers[name] = cuda::Buffer(h->storageBytes());
-    buf.upload(h->data(), h->storageBytes());
-    t[name] = h->ref();
-    t[name].data = buf.data();
+  for (auto &[arg, h] : p.tensors) {
+    cuda::Buffer &buf = buffers[arg] = cuda::Buffer(h.storageBytes());
+    buf.upload(h.data(), h.storageBytes());
+    t[arg] = h.ref();
+    t[arg].data = buf.data();
   }
-  const std::string key = "cols=" + std::to_string(C) + " bf16";
-  fmt::print("kiln tune {} rows={} {} (the key kiln.{} uses)\n",
-             layer ? "layernorm" : "rmsnorm", R, key,
-             layer ? "layer_norm" : "rms_norm");
-  k.launch(key, t);
+  p.kernel->launch(p.key, t, p.scalars);
   cuda::synchronize();
-  fmt::print("{:<18} {:>9}  {}\n", "candidate", "ms", "status");
-  for (const TunedTiming &tt : k.lastTuning()->timings)
-    fmt::print("{:<18} {:>9}  {}\n", tt.config,
-               tt.ms ? fmt::format("{:.4f}", tt.ms) : "-", tt.status);
-  const double bytes =
-      2.0 * double(x.storageBytes()) + double(w.storageBytes()) * (layer + 1);
-  fmt::print("winner {}: {:.4f} ms, {:.2f} TB/s; recorded in {}\n",
-             k.lastTuning()->config, k.lastTuning()->ms,
-             bytes / k.lastTuning()->ms / 1e9, tuningDatabasePath());
+  const TuneResult &r = *p.kernel->lastTuning();
+  fmt::print("{:<24} {:>9}  {}\n", "candidate", "ms", "status");
+  for (const TunedTiming &tt : r.timings)
+    fmt::print("{:<24} {:>9}  {}{}\n", tt.config,
+               tt.ms ? fmt::format("{:.4f}", tt.ms) : "-", tt.status,
+               tt.registers
+                   ? fmt::format(" ({} registers{})", tt.registers,
+                                 tt.spillBytes ? fmt::format(", {} B spills",
+                                                             tt.spillBytes)
+                                               : "")
+                   : "");
+  std::string rate;
+  if (p.bytes)
+    rate = fmt::format(", {:.2f} TB/s", p.bytes / r.ms / 1e9);
+  else if (p.flops)
+    rate = fmt::format(", {:.0f} TFLOP/s", p.flops / r.ms / 1e9);
+  fmt::print("winner {}: {:.4f} ms{}; recorded in {}\n", r.config, r.ms, rate,
+             tuningDatabasePath());
   return 0;
 }
 
 int cmdTune(Options &opts) {
-  if (opts.positional.size() == 1 &&
-      (opts.positional[0] == "rmsnorm" || opts.positional[0] == "layernorm"))
-    return tuneRowNorm(opts, opts.positional[0] == "layernorm");
-  if (opts.positional.size() != 1 ||
-      (opts.positional[0] != "attention" &&
-       opts.positional[0] != "attention-backward"))
-    throw UsageError("kiln tune: 'attention', 'attention-backward', "
-                     "'rmsnorm' and 'layernorm' have tuning spaces");
+  // A user's library registers its kernels when it is loaded.
+  const std::string load = opts.string("load", "");
+  if (!load.empty() && !dlopen(load.c_str(), RTLD_NOW | RTLD_GLOBAL))
+    throw Error("kiln tune: --load " + load + ": " + dlerror());
+  if (opts.flag("list")) {
+    opts.checkAllUsed();
+    fmt::print("attention, attention-backward: --seq N --head-dim D "
+               "[--causal] ...\n");
+    for (const auto &[name, k] : tunableKernels()) {
+      std::string sizes;
+      for (const auto &[size, v] : k.sizes)
+        sizes += (sizes.empty() ? "" : ",") + size + "=" + std::to_string(v);
+      fmt::print("{}: --sizes {}  ({})\n", name, sizes, k.help);
+    }
+    return 0;
+  }
+  if (opts.positional.size() != 1)
+    throw UsageError("kiln tune: name one kernel (kiln tune --list)");
+  if (opts.positional[0] != "attention" &&
+      opts.positional[0] != "attention-backward")
+    return tuneRegistered(opts, opts.positional[0]);
   const bool backward = opts.positional[0] == "attention-backward";
   kernels::AttentionShape s;
   s.seqQ = s.seqK = opts.integer("seq", 4096);

@@ -76,9 +76,17 @@ commands:
                                         uses it; a second run tunes nothing
                                         (the backward: every kernel timed as
                                         one, dQ's own kernel or atomics)
-  tune rmsnorm|layernorm --cols C [--rows R] [--budget S]
-                                        the row norms' Configs, recorded for
-                                        kiln.rms_norm / kiln.layer_norm
+  tune <kernel> [--load LIB.so] [--sizes a=N,b=M] [--<size> N]
+      [--budget S] [--threads T]        a kernel of the registry (rmsnorm,
+                                        layernorm, rotary, cross-entropy,
+                                        cross-entropy-backward, linear, or a
+                                        user's, registered by the library
+                                        --load opens): every Config timed on
+                                        random inputs of those sizes (e.g.
+                                        --cols C --rows R), the winner
+                                        recorded under the name and key its
+                                        launches use (kiln.rms_norm ...)
+  tune --list [--load LIB.so]           the tunable kernels and their sizes
   bench jit [--seq N] [--head-dim D] [--causal] [--reps R] [--json]
                                         compile latency without a GPU: cold
                                         DSL -> PTX, and a disk-cache hit
@@ -173,7 +181,7 @@ int main(int argc, char **argv) {
     std::set<std::string> flags{"causal",     "cpu",        "loc",
                                 "quick",      "ragged",     "unoptimized",
                                 "force",      "exhaustive", "backward",
-                                "non-causal", "bias"};
+                                "non-causal", "bias",       "list"};
     bool benchJit = cmd == "bench" && !args.empty() && args[0] == "jit";
     if (cmd == "lower") {
       flags.insert("json");

@@ -225,10 +225,34 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
       bestIdx = i;
     }
   };
+  // Spills of every loaded candidate: with pruneSpills, those that spill are
+  // not timed while another does not.
+  std::vector<int> spills(candidates.size(), -1);
+  for (size_t i : todo)
+    if (o.pruneSpills && compiled[i].ok() &&
+        compiled[i].sharedBytes() <= smemLimit) {
+      try {
+        compiled[i].load();
+        spills[i] = 0;
+        for (const auto &g : compiled[i].loaded)
+          spills[i] += g->attributes().localBytes;
+      } catch (const Error &) {
+        // The timing loop loads it again and reports the error.
+      }
+    }
+  const bool someSpillFree =
+      std::find(spills.begin(), spills.end(), 0) != spills.end();
   for (size_t i : todo) {
     TunedTiming &t = result.timings[i];
     if (!compiled[i].ok()) {
       t.status = compiled[i].error;
+      continue;
+    }
+    if (someSpillFree && spills[i] > 0) {
+      t.spillBytes = spills[i];
+      t.status = fmt::format("pruned after compiling: {} B of register "
+                             "spills (other Configs have none)",
+                             spills[i]);
       continue;
     }
     if (secondsSince(start) > o.budgetSeconds) {

@@ -57,6 +57,10 @@ struct TuneOptions {
   /// with 3x the launches: the reference for "within 3% of the best".
   bool exhaustive = false;
   std::function<void(const std::string &)> progress; ///< one line per event
+  /// Candidates whose compiled kernels spill registers to local memory are
+  /// not timed when some candidate does not spill (AutotunedKernel's
+  /// default: Configs a user lists are pruned by what they compile to).
+  bool pruneSpills = false;
 };
 
 struct TunedTiming {

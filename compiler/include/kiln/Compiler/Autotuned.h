@@ -31,7 +31,7 @@ public:
     /// them): tuning launches it many times.
     std::vector<std::string> outputs;
     double tolerance = 1e-3;
-    TuneOptions tune;
+    TuneOptions tune{.pruneSpills = true};
   };
 
   /// `configs` names each Config ("rows=4 warps=8"); build(i) is the
@@ -46,6 +46,13 @@ public:
               const std::map<std::string, TensorRef> &tensors,
               const std::map<std::string, int64_t> &scalars = {},
               const LaunchOptions &launch = {});
+
+  /// How the next tunings run (`kiln tune` forces one, with its budget).
+  void setTuneOptions(const TuneOptions &tune) {
+    const bool prune = options_.tune.pruneSpills;
+    options_.tune = tune;
+    options_.tune.pruneSpills = prune;
+  }
 
   /// The Config chosen for `key`, if one is (after a launch).
   std::optional<std::string> chosen(const std::string &key) const;

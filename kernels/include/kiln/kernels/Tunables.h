@@ -1,0 +1,45 @@
+//===- Tunables.h - the library kernels' tuning spaces and keys -*- C++ -*-===//
+//
+// One definition of each library kernel's Configs, tuning-database name and
+// key, shared by its launches (libkiln_c, for PyTorch) and by `kiln tune
+// <name>` (registered in Tunables.cpp), so that a tuning on the command
+// line is the record the launches find.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_KERNELS_TUNABLES_H
+#define KILN_KERNELS_TUNABLES_H
+
+#include "kiln/Compiler/Autotuned.h"
+#include "kiln/kernels/Gemm.h"
+
+#include <memory>
+#include <string>
+
+namespace kiln::kernels {
+
+/// RMSNorm (layer = false) or LayerNorm over `cols` columns: database names
+/// "rmsnorm" / "layernorm", key rowNormKey(cols).
+std::unique_ptr<AutotunedKernel> rowNormTuned(bool layer, int64_t cols,
+                                              double eps);
+std::string rowNormKey(int64_t cols);
+
+/// Rotary embedding (or its inverse) of head dimension D: "kiln.rotary" /
+/// "kiln.rotary_inverse", key rotaryKey(H, T, D).
+std::unique_ptr<AutotunedKernel> rotaryTuned(int64_t headDim, bool inverse);
+std::string rotaryKey(int64_t heads, int64_t tokens, int64_t headDim);
+
+/// Cross-entropy forward or backward: "kiln.cross_entropy_fwd" / "_bwd",
+/// key crossEntropyKey(R, V).
+std::unique_ptr<AutotunedKernel>
+crossEntropyTuned(bool backward, int64_t ignoreIndex, bool perRowGrad);
+std::string crossEntropyKey(int64_t rows, int64_t vocab);
+
+/// The GEMM with its epilogue, bf16 in and out, for compute capability
+/// `sm` (90, 80): "kiln.linear", key linearKey(M, N, K).
+std::unique_ptr<AutotunedKernel> linearTuned(bool bias, GemmActivation act,
+                                             int sm);
+std::string linearKey(int64_t M, int64_t N, int64_t K);
+
+} // namespace kiln::kernels
+
+#endif // KILN_KERNELS_TUNABLES_H

@@ -1,0 +1,224 @@
+//===- Tunables.cpp - the library kernels' tuning spaces and keys ---------===//
+#include "kiln/kernels/Tunables.h"
+#include "kiln/Compiler/Tunable.h"
+#include "kiln/kernels/CrossEntropy.h"
+#include "kiln/kernels/RmsNorm.h"
+#include "kiln/kernels/Rotary.h"
+#include "kiln/runtime/Cuda.h"
+
+#include <bit>
+#include <cmath>
+
+namespace kiln::kernels {
+
+namespace {
+
+/// An AutotunedKernel over `configs` (each with a name()), outputs compared
+/// at bf16's tolerance.
+template <typename C, typename F>
+std::unique_ptr<AutotunedKernel>
+tuned(const std::string &name, const std::vector<C> &configs,
+      std::vector<std::string> outputs, F build) {
+  std::vector<std::string> names;
+  for (const C &c : configs)
+    names.push_back(c.name());
+  return std::make_unique<AutotunedKernel>(
+      name, names, [configs, build](size_t i) { return build(configs[i]); },
+      AutotunedKernel::Options{.outputs = std::move(outputs),
+                               .tolerance = 1e-2});
+}
+
+/// "2^k": the power of two at or above n, the class a key keeps of a size
+/// that varies from call to call.
+std::string bucket(int64_t n) {
+  return "2^" +
+         std::to_string(std::bit_width(uint64_t(std::max<int64_t>(n - 1, 0))));
+}
+
+/// A GemmConfig with a name, for tuned().
+struct NamedGemm {
+  std::string label;
+  GemmConfig config;
+  std::string name() const { return label; }
+};
+
+HostTensor randomTensor(DType t, std::vector<int64_t> shape, uint64_t seed,
+                        double lo = -1, double hi = 1) {
+  HostTensor h(t, std::move(shape));
+  h.fillRandom(seed, lo, hi);
+  return h;
+}
+
+} // namespace
+
+std::unique_ptr<AutotunedKernel> rowNormTuned(bool layer, int64_t cols,
+                                              double eps) {
+  return tuned(layer ? "layernorm" : "rmsnorm", rmsNormConfigs(), {"Y"},
+               [=](const RmsNormConfig &c) {
+                 return layer ? layerNorm(cols, c, eps) : rmsNorm(cols, c, eps);
+               });
+}
+
+std::string rowNormKey(int64_t cols) {
+  return "cols=" + std::to_string(cols) + " bf16";
+}
+
+std::unique_ptr<AutotunedKernel> rotaryTuned(int64_t headDim, bool inverse) {
+  return tuned(
+      inverse ? "kiln.rotary_inverse" : "kiln.rotary", rotaryConfigs(), {"Y"},
+      [=](const RotaryConfig &c) { return rotary(headDim, c, inverse); });
+}
+
+std::string rotaryKey(int64_t heads, int64_t tokens, int64_t headDim) {
+  return "D=" + std::to_string(headDim) + " H=" + std::to_string(heads) +
+         " T=" + bucket(tokens);
+}
+
+std::unique_ptr<AutotunedKernel>
+crossEntropyTuned(bool backward, int64_t ignoreIndex, bool perRowGrad) {
+  return tuned(backward ? "kiln.cross_entropy_bwd" : "kiln.cross_entropy_fwd",
+               crossEntropyConfigs(),
+               backward ? std::vector<std::string>{"DX"}
+                        : std::vector<std::string>{"LSE", "Loss"},
+               [=](const CrossEntropyConfig &c) {
+                 return backward
+                            ? crossEntropyBackward(c, ignoreIndex, perRowGrad)
+                            : crossEntropyForward(c, ignoreIndex);
+               });
+}
+
+std::string crossEntropyKey(int64_t rows, int64_t vocab) {
+  return "V=" + std::to_string(vocab) + " R=" + bucket(rows);
+}
+
+std::unique_ptr<AutotunedKernel> linearTuned(bool bias, GemmActivation act,
+                                             int sm) {
+  std::vector<NamedGemm> configs;
+  for (auto &[label, c] : gemmConfigs(sm))
+    configs.push_back({label, c});
+  return tuned("kiln.linear", configs, {"C"}, [=](const NamedGemm &c) {
+    return gemm({1, 1, 1, DType::bf16, DType::bf16, bias, act}, c.config);
+  });
+}
+
+std::string linearKey(int64_t M, int64_t N, int64_t K) {
+  return "M=" + bucket(M) + " N=" + std::to_string(N) +
+         " K=" + std::to_string(K) + " bf16";
+}
+
+namespace {
+
+TuneProblem rowNormProblem(bool layer, const TuneSizes &s) {
+  const int64_t R = s.at("rows"), C = s.at("cols");
+  if (R < 1 || C < 1 || (C & (C - 1)))
+    throw Error("--rows must be positive and --cols a power of two");
+  TuneProblem p{rowNormTuned(layer, C, layer ? 1e-5 : 1e-6), rowNormKey(C)};
+  p.tensors.emplace("X", randomTensor(DType::bf16, {R, C}, 1, -3, 3));
+  p.tensors.emplace("W", randomTensor(DType::bf16, {C}, 2));
+  if (layer)
+    p.tensors.emplace("B", randomTensor(DType::bf16, {C}, 3));
+  p.tensors.emplace("Y", HostTensor(DType::bf16, {R, C}));
+  p.bytes = 2.0 * R * C * 2 + (layer ? 2 : 1) * C * 2;
+  return p;
+}
+
+const RegisterTunable
+    kRmsNorm({"rmsnorm",
+              "RMSNorm of bf16 rows (kiln.rms_norm)",
+              {{"rows", 16384}, {"cols", 4096}},
+              [](const TuneSizes &s) { return rowNormProblem(false, s); }});
+const RegisterTunable
+    kLayerNorm({"layernorm",
+                "LayerNorm of bf16 rows (kiln.layer_norm)",
+                {{"rows", 16384}, {"cols", 4096}},
+                [](const TuneSizes &s) { return rowNormProblem(true, s); }});
+
+const RegisterTunable
+    kRotary({"rotary",
+             "rotary embedding of (heads, tokens, head-dim) bf16 (kiln.rotary)",
+             {{"heads", 32}, {"tokens", 32768}, {"head-dim", 128}},
+             [](const TuneSizes &s) {
+               const int64_t H = s.at("heads"), T = s.at("tokens"),
+                             D = s.at("head-dim");
+               if (H < 1 || T < 1)
+                 throw Error("--heads and --tokens must be positive");
+               TuneProblem p{rotaryTuned(D, false), rotaryKey(H, T, D)};
+               p.tensors.emplace("X", randomTensor(DType::bf16, {H, T, D}, 1));
+               p.tensors.emplace("Y", HostTensor(DType::bf16, {H, T, D}));
+               HostTensor pos(DType::i32, {T}), cs(DType::f32, {T, D / 2}),
+                   sn(DType::f32, {T, D / 2});
+               for (int64_t t = 0; t < T; ++t) {
+                 pos.flatSet(t, double(t));
+                 for (int64_t i = 0; i < D / 2; ++i) {
+                   const double a = t * std::pow(10000.0, -2.0 * i / D);
+                   cs.flatSet(t * D / 2 + i, std::cos(a));
+                   sn.flatSet(t * D / 2 + i, std::sin(a));
+                 }
+               }
+               p.tensors.emplace("Pos", std::move(pos));
+               p.tensors.emplace("Cos", std::move(cs));
+               p.tensors.emplace("Sin", std::move(sn));
+               p.bytes = 2.0 * H * T * D * 2;
+               return p;
+             }});
+
+TuneProblem crossEntropyProblem(bool backward, const TuneSizes &s) {
+  const int64_t R = s.at("rows"), V = s.at("vocab");
+  if (R < 1 || V < 1)
+    throw Error("--rows and --vocab must be positive");
+  TuneProblem p{crossEntropyTuned(backward, -100, false),
+                crossEntropyKey(R, V)};
+  p.tensors.emplace("X", randomTensor(DType::bf16, {R, V}, 1, -8, 8));
+  HostTensor labels(DType::i64, {R});
+  for (int64_t r = 0; r < R; ++r)
+    labels.flatSet(r, double((uint64_t(r) * 40503u) % V));
+  p.tensors.emplace("Labels", std::move(labels));
+  p.tensors.emplace("LSE", randomTensor(DType::f32, {R}, 2, 8, 9));
+  if (backward) {
+    HostTensor scale(DType::f32, {1});
+    scale.flatSet(0, 1.0 / double(R));
+    p.tensors.emplace("Scale", std::move(scale));
+    p.tensors.emplace("DX", HostTensor(DType::bf16, {R, V}));
+  } else {
+    p.tensors.emplace("Loss", HostTensor(DType::f32, {R}));
+  }
+  p.bytes = double(R) * V * 2 * (backward ? 2 : 1);
+  return p;
+}
+
+const RegisterTunable kCrossEntropy(
+    {"cross-entropy",
+     "softmax cross-entropy forward, bf16 logits (kiln.cross_entropy)",
+     {{"rows", 16384}, {"vocab", 32000}},
+     [](const TuneSizes &s) { return crossEntropyProblem(false, s); }});
+const RegisterTunable kCrossEntropyBackward(
+    {"cross-entropy-backward",
+     "softmax cross-entropy's gradient (kiln.cross_entropy's backward)",
+     {{"rows", 16384}, {"vocab", 32000}},
+     [](const TuneSizes &s) { return crossEntropyProblem(true, s); }});
+
+const RegisterTunable kLinear(
+    {"linear",
+     "GEMM + bias + activation (0 none, 1 relu, 2 gelu), bf16 (kiln.linear)",
+     {{"m", 8192}, {"n", 8192}, {"k", 8192}, {"activation", 2}},
+     [](const TuneSizes &s) {
+       const int64_t M = s.at("m"), N = s.at("n"), K = s.at("k"),
+                     act = s.at("activation");
+       if (M < 1 || N < 1 || K < 1 || act < 0 || act > 2)
+         throw Error("--m, --n and --k must be positive, --activation 0, 1 "
+                     "or 2");
+       const int sm = cuda::device().major * 10;
+       TuneProblem p{linearTuned(true, GemmActivation(act), sm),
+                     linearKey(M, N, K)};
+       p.tensors.emplace("A", randomTensor(DType::bf16, {M, K}, 1));
+       p.tensors.emplace("B",
+                         randomTensor(DType::bf16, {K, N}, 2, -0.05, 0.05));
+       p.tensors.emplace("Bias", randomTensor(DType::bf16, {N}, 3));
+       p.tensors.emplace("C", HostTensor(DType::bf16, {M, N}));
+       p.flops = 2.0 * M * N * K;
+       return p;
+     }});
+
+} // namespace
+
+} // namespace kiln::kernels
