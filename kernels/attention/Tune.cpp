@@ -159,6 +159,17 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
     if (!stridesAligned(dtype, contiguous(shape)))
       h.unalignedTensors.push_back(name);
   std::sort(h.unalignedTensors.begin(), h.unalignedTensors.end());
+  // The sizes' classes from the problem's shapes (the data do not matter).
+  h.target = [=](const Kernel &kernel) {
+    std::map<std::string, TensorRef> t;
+    for (auto [name, shape, dtype] :
+         {std::tuple{"Q", qShape, s.dtype}, std::tuple{"K", kShape, s.dtype},
+          std::tuple{"V", kShape, s.dtype}, std::tuple{"O", qShape, s.dtype},
+          std::tuple{"LSE", lShape, DType::f32}})
+      t[name] = {reinterpret_cast<void *>(uintptr_t(256)), dtype, shape,
+                 contiguous(shape)};
+    return variantTarget(kernel, t);
+  };
   h.check = [=](const Kernel &kernel, GpuKernel &g) -> std::string {
     // Fresh inputs, poisoned outputs; the NVRTC reference computes the first
     // two heads of batch 0 (it is a plain fp32 loop, too slow for all).

@@ -187,19 +187,25 @@ def backward(q, k, v, o, do, lse, workspace, dq, dk, dv, causal, scale, bshd,
     _check(code, buf)
 
 
-def row_norm(kind, x, w, b, y, eps, stream):
-    """kiln_c_row_norm: 0 RMSNorm, 1 LayerNorm (b ignored for 0)."""
-    lib = library()
+_ROWS = struct.Struct("<" + "Q4q4q" * 4)
+
+
+def row_norm(kind, x, w, b, y, eps, stream, device):
+    """kiln_c_row_norm: 0 RMSNorm, 1 LayerNorm (b ignored for 0). x and y
+    are 2-D contiguous, w and b 1-D contiguous."""
+    lib = _lib or library()
     buf = _error_buffer()
-    fields = []
-    for t in (x, w, b if b is not None else w, y):
-        s, st = list(t.shape), list(t.stride())
-        fields.extend([t.data_ptr()] + s + [0] * (4 - len(s)) + st +
-                      [0] * (4 - len(st)))
-    keep = ctypes.create_string_buffer(struct.pack("<" + "Q4q4q" * 4, *fields))
+    R, C = x.shape
+    b = w if b is None else b
+    keep = ctypes.create_string_buffer(_ROWS.pack(
+        x.data_ptr(), R, C, 0, 0, C, 1, 0, 0,
+        w.data_ptr(), C, 0, 0, 0, 1, 0, 0, 0,
+        b.data_ptr(), C, 0, 0, 0, 1, 0, 0, 0,
+        y.data_ptr(), R, C, 0, 0, C, 1, 0, 0))
     base = ctypes.addressof(keep)
-    ptrs = [base + i * _TENSOR.size for i in range(4)]
-    code = lib.kiln_c_row_norm(kind, *ptrs, eps, stream, x.device.index, buf,
+    size = _TENSOR.size
+    code = lib.kiln_c_row_norm(kind, base, base + size, base + 2 * size,
+                               base + 3 * size, eps, stream, device, buf,
                                len(buf))
     del keep
     _check(code, buf, "kiln.layer_norm" if kind else "kiln.rms_norm")

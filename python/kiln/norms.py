@@ -11,7 +11,7 @@ import math
 import torch
 
 from . import _lib
-from .ops import _stream
+from .ops import _raw_stream
 
 
 def _check(name, x, params, eps):
@@ -21,16 +21,17 @@ def _check(name, x, params, eps):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"kiln.{name}: {arg} must be a torch.Tensor, got "
                             f"{type(t).__name__}")
+    device = x.device
     for arg, t in args:
         if t.dtype != torch.bfloat16:
             raise TypeError(f"kiln.{name}: {arg} has dtype {t.dtype}; kiln "
                             f"takes torch.bfloat16")
-        if t.device.type != "cuda":
+        if not t.is_cuda:
             raise ValueError(f"kiln.{name}: {arg} is on {t.device}; kiln runs "
                              f"on CUDA tensors")
-        if t.device != x.device:
+        if t is not x and t.device != device:
             raise ValueError(f"kiln.{name}: {arg} is on {t.device}, x on "
-                             f"{x.device}")
+                             f"{device}")
     if x.dim() < 1 or x.shape[-1] < 1:
         raise ValueError(f"kiln.{name}: x must have a last dimension, got "
                          f"shape {tuple(x.shape)}")
@@ -39,27 +40,28 @@ def _check(name, x, params, eps):
         raise ValueError(f"kiln.{name}: the last dimension must be a power "
                          f"of two, got {cols}")
     for arg, t in params:
-        if tuple(t.shape) != (cols,):
+        if t.dim() != 1 or t.shape[0] != cols:
             raise ValueError(f"kiln.{name}: {arg} must have shape ({cols},), "
                              f"got {tuple(t.shape)}")
-    if (isinstance(eps, bool) or not isinstance(eps, (int, float)) or
-            not math.isfinite(eps) or eps < 0):
+    if (type(eps) not in (int, float) or not math.isfinite(eps) or eps < 0):
         raise ValueError(f"kiln.{name}: eps must be a finite number >= 0, "
                          f"got {eps!r}")
+    return device
 
 
 def _run(kind, name, x, w, b, eps):
-    _check(name, x, (("weight", w),) + ((("bias", b),) if kind else ()), eps)
-    rows = x.reshape(-1, x.shape[-1])
-    if rows.stride(-1) != 1 or (rows.shape[0] > 1 and
-                                rows.stride(0) != rows.shape[1]):
+    device = _check(name, x, (("weight", w),) +
+                    ((("bias", b),) if kind else ()), eps)
+    rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+    if not rows.is_contiguous():
         rows = rows.contiguous()
     y = torch.empty_like(rows)
     if rows.shape[0]:
-        _lib.row_norm(kind, rows, w.contiguous(),
-                      None if b is None else b.contiguous(), y, float(eps),
-                      _stream(x))
-    return y.reshape(x.shape)
+        _lib.row_norm(kind, rows, w if w.is_contiguous() else w.contiguous(),
+                      None if b is None else
+                      (b if b.is_contiguous() else b.contiguous()),
+                      y, float(eps), _raw_stream(device.index), device.index)
+    return y if y.dim() == x.dim() else y.reshape(x.shape)
 
 
 def rms_norm(x, weight, eps=1e-6):

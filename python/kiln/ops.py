@@ -82,12 +82,19 @@ def _check(q, k, v, causal, scale, layout):
                          f"k {tuple(k.shape)})")
 
 
+_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _raw_stream(index):
+    """The raw handle of torch's current stream on device `index`."""
+    if _raw is not None:
+        return _raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
 def _stream(t):
     """The raw handle of torch's current stream on t's device."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(t.device.index)
-    return torch.cuda.current_stream(t.device).cuda_stream
+    return _raw_stream(t.device.index)
 
 
 def _eager(q, k, v):

@@ -72,6 +72,9 @@ size_t AutotunedKernel::tune(const std::string &key,
   harness.sets = 1;
   harness.args = [&](const Kernel &k, int) { return k.bind(tensors, scalars); };
   harness.unalignedTensors = unalignedTensors(kernel(0), tensors);
+  harness.target = [&](const Kernel &k) {
+    return variantTarget(k, tensors, scalars);
+  };
   harness.check = [&](const Kernel &k, GpuKernel &g) -> std::string {
     g.launch(k.bind(tensors, scalars));
     cuda::synchronize();
@@ -113,15 +116,26 @@ void AutotunedKernel::launch(const std::string &key,
     it = chosen_.emplace(key, *index).first;
   }
   const Kernel &k = kernel(it->second);
-  GpuTarget target =
-      variantTarget(k, tensors, scalars, {.arch = cuda::device().arch()});
-  const std::string variant = specialisationKey(target);
-  auto &[seen, g] = loaded_[key];
-  if (!g || seen != variant) {
-    g = jitKernel(k, target);
-    seen = variant;
+  Loaded &l = loaded_[key];
+  std::vector<int64_t> signature;
+  for (const auto &[name, t] : tensors) {
+    signature.push_back(int64_t(reinterpret_cast<uintptr_t>(t.data) % 16));
+    signature.insert(signature.end(), t.shape.begin(), t.shape.end());
+    signature.insert(signature.end(), t.strides.begin(), t.strides.end());
   }
-  g->launch(k.bind(tensors, scalars), launch);
+  for (const auto &[name, v] : scalars)
+    signature.push_back(v);
+  if (!l.kernel || signature != l.signature) {
+    GpuTarget target =
+        variantTarget(k, tensors, scalars, {.arch = cuda::device().arch()});
+    const std::string variant = specialisationKey(target);
+    if (!l.kernel || l.variant != variant) {
+      l.kernel = jitKernel(k, target);
+      l.variant = variant;
+    }
+    l.signature = std::move(signature);
+  }
+  l.kernel->launch(k.bind(tensors, scalars), launch);
 }
 
 } // namespace kiln

@@ -166,8 +166,14 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
                         ? candidates[i].buildSequence()
                         : std::vector<Kernel>{candidates[i].build()};
         std::vector<std::shared_ptr<const CompiledKernel>> all;
-        for (const Kernel &k : c.kernels)
-          all.push_back(compileCached(k, target));
+        for (const Kernel &k : c.kernels) {
+          GpuTarget t = target;
+          if (harness.target) {
+            t = harness.target(k);
+            t.arch = dev.arch();
+          }
+          all.push_back(compileCached(k, t));
+        }
         c.compiled = std::move(all);
       } catch (const std::exception &e) {
         c.error = std::string("compile error: ") + e.what();

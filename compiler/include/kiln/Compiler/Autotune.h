@@ -46,6 +46,12 @@ struct TuneHarness {
   /// The tensors `args` binds that are not aligned (unalignedTensors): the
   /// candidates are compiled for them.
   std::vector<std::string> unalignedTensors;
+  /// The variant a candidate is compiled and timed in: the one its launches
+  /// take for the harness's tensors (variantTarget: alignment and the
+  /// classes of the sizes bound from them), the device's arch filled in.
+  /// Called from the compile threads. Unset: unalignedTensors only, every
+  /// run-time size of the class "any".
+  std::function<GpuTarget(const Kernel &)> target;
 };
 
 struct TuneOptions {

@@ -76,8 +76,15 @@ private:
   /// Per key: the loaded variant of the chosen kernel and what decided it
   /// (the tensors' alignment, the values' classes), so that a launch like
   /// the last skips the JIT cache's lookup (the kernel's IR hashed).
-  std::map<std::string, std::pair<std::string, std::shared_ptr<GpuKernel>>>
-      loaded_;
+  struct Loaded {
+    std::string variant;
+    std::shared_ptr<GpuKernel> kernel;
+    /// What decided the variant at the last launch (each tensor's base
+    /// alignment, sizes and strides; the scalars): a launch with the same
+    /// skips working the variant out again.
+    std::vector<int64_t> signature;
+  };
+  std::map<std::string, Loaded> loaded_;
   std::string lastSource_;
   std::optional<TuneResult> lastTuning_;
 };
