@@ -9,7 +9,8 @@ BUILD="${KILN_BUILD_DIR:-build}"
 stage=$(mktemp -d)
 mkdir -p "$stage/lib" "$stage/bin" .carry
 cp "$BUILD"/compiler/libkiln.so "$BUILD"/runtime/libkiln_runtime.so \
-   "$BUILD"/kernels/libkiln_kernels.so "$BUILD"/python/libkiln_c.so "$stage/lib/"
+   "$BUILD"/kernels/libkiln_kernels.so "$BUILD"/python/libkiln_c.so \
+   "$BUILD"/examples/libkiln_example_tunable.so "$stage/lib/"
 cp "$(ldconfig -p | awk '/libfmt.so.9 /{print $NF; exit}')" "$stage/lib/" 2>/dev/null || true
 cp "$BUILD"/tests/kiln-tests "$BUILD"/tools/kiln "$BUILD"/examples/attention-demo "$BUILD"/examples/rmsnorm "$stage/bin/"
 [ -f "$BUILD"/tools/kiln-bench ] && cp "$BUILD"/tools/kiln-bench "$stage/bin/"

@@ -133,8 +133,8 @@ TEST(GpuAutotuned, PrunesConfigsThatSpill) {
   ASSERT_TRUE(norm.lastTuning());
   const auto &timings = norm.lastTuning()->timings;
   EXPECT_THAT(timings[0].status,
-              ::testing::HasSubstr("B of register spills (other Configs have "
-                                   "none)"));
+              ::testing::HasSubstr("B of register spills (more than 256; "
+                                   "other Configs have none)"));
   EXPECT_EQ(timings[0].ms, 0);
   EXPECT_EQ(timings[1].status, "ok");
   EXPECT_EQ(norm.chosen("cols=16384"), configs[1].name());

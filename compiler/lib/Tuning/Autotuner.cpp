@@ -231,11 +231,11 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
       bestIdx = i;
     }
   };
-  // Spills of every loaded candidate: with pruneSpills, those that spill are
-  // not timed while another does not.
+  // Spills of every loaded candidate: those past pruneSpillBytes are not
+  // timed while another candidate does not spill.
   std::vector<int> spills(candidates.size(), -1);
   for (size_t i : todo)
-    if (o.pruneSpills && compiled[i].ok() &&
+    if (o.pruneSpillBytes > 0 && compiled[i].ok() &&
         compiled[i].sharedBytes() <= smemLimit) {
       try {
         compiled[i].load();
@@ -254,11 +254,11 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
       t.status = compiled[i].error;
       continue;
     }
-    if (someSpillFree && spills[i] > 0) {
+    if (someSpillFree && spills[i] > o.pruneSpillBytes) {
       t.spillBytes = spills[i];
       t.status = fmt::format("pruned after compiling: {} B of register "
-                             "spills (other Configs have none)",
-                             spills[i]);
+                             "spills (more than {}; other Configs have none)",
+                             spills[i], o.pruneSpillBytes);
       continue;
     }
     if (secondsSince(start) > o.budgetSeconds) {

@@ -31,7 +31,7 @@ public:
     /// them): tuning launches it many times.
     std::vector<std::string> outputs;
     double tolerance = 1e-3;
-    TuneOptions tune{.pruneSpills = true};
+    TuneOptions tune{.pruneSpillBytes = 256};
   };
 
   /// `configs` names each Config ("rows=4 warps=8"); build(i) is the
@@ -49,9 +49,9 @@ public:
 
   /// How the next tunings run (`kiln tune` forces one, with its budget).
   void setTuneOptions(const TuneOptions &tune) {
-    const bool prune = options_.tune.pruneSpills;
+    const int prune = options_.tune.pruneSpillBytes;
     options_.tune = tune;
-    options_.tune.pruneSpills = prune;
+    options_.tune.pruneSpillBytes = prune;
   }
 
   /// The Config chosen for `key`, if one is (after a launch).
