@@ -222,6 +222,38 @@ Tile operator&&(TileArg a, TileArg b) {
         return arith::AndIOp::create(bl, l, x, y);
       });
 }
+/// An integer-only op: a float operand is the user's error, at their line.
+template <class Op>
+static Tile integerOp(const TileArg &a, const TileArg &b, const char *opName) {
+  Operand ops[] = {{&a, "lhs"}, {&b, "rhs"}};
+  Type elem = commonElementType(ops, opName, a.loc);
+  if (!isa<IntegerType>(elem))
+    userError(a.loc, std::string(opName) +
+                         ": integer (or mask) tiles only, got " +
+                         typeStr(elem));
+  return binary(a, b, opName,
+                [](OpBuilder &bl, Location l, Type, Value x, Value y) -> Value {
+                  return Op::create(bl, l, x, y);
+                });
+}
+Tile operator||(TileArg a, TileArg b) {
+  return integerOp<arith::OrIOp>(a, b, "||");
+}
+Tile operator&(TileArg a, TileArg b) {
+  return integerOp<arith::AndIOp>(a, b, "&");
+}
+Tile operator|(TileArg a, TileArg b) {
+  return integerOp<arith::OrIOp>(a, b, "|");
+}
+Tile operator^(TileArg a, TileArg b) {
+  return integerOp<arith::XOrIOp>(a, b, "^");
+}
+Tile operator<<(TileArg a, TileArg b) {
+  return integerOp<arith::ShLIOp>(a, b, "<<");
+}
+Tile operator>>(TileArg a, TileArg b) {
+  return integerOp<arith::ShRSIOp>(a, b, ">>");
+}
 Tile max(TileArg a, TileArg b, Loc loc) {
   a.loc = loc;
   return binary(a, b, "max", arithOp<arith::MaximumFOp, arith::MaxSIOp>);

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "../unit/AtomicKernels.h"
 #include "../unit/GatherKernels.h"
+#include "../unit/IntegerKernel.h"
 #include "../unit/MathKernel.h"
 #include "../unit/RowSumKernel.h"
 #include "../unit/TestUtil.h"
@@ -648,6 +649,20 @@ TEST(GpuKernels, GathersAndIndicesFromMemory) {
     dt.download("Out", d.out);
     d.check();
   }
+}
+
+TEST(GpuKernels, IntegerOpsAndCasts) {
+  REQUIRE_GPU();
+  test::IntegerData d(1000);
+  DeviceTensors dt;
+  dt.add("X", d.x, false);
+  dt.add("F", d.f, false);
+  dt.add("Out", d.out, true);
+  dt.add("G", d.g, true);
+  runOnGpu(test::integerOps(), dt);
+  dt.download("Out", d.out);
+  dt.download("G", d.g);
+  d.check();
 }
 
 TEST(GpuKernels, BadArgumentsAreRejectedBeforeLaunch) {

@@ -6,6 +6,7 @@
 // a PTX that ptxas accepts. tests/gpu checks the GPU's values.
 //
 //===----------------------------------------------------------------------===//
+#include "IntegerKernel.h"
 #include "MathKernel.h"
 #include "TestUtil.h"
 
@@ -86,6 +87,30 @@ TEST(Math, MisuseNamesTheUsersLine) {
   });
   EXPECT_THAT(error, HasSubstr("MathTest.cpp:" + std::to_string(line) +
                                ": tanh: needs a float tile, got i32"));
+}
+
+// Integer ops and casts on the CPU executor (the GPU's: tests/gpu).
+TEST(Math, IntegerOpsAndCastsOnTheCpu) {
+  test::IntegerData d(300);
+  Kernel k = test::integerOps();
+  runOnCpu(k, k.bind({{"X", d.x.ref()},
+                      {"F", d.f.ref()},
+                      {"Out", d.out.ref()},
+                      {"G", d.g.ref()}}));
+  d.check();
+  EXPECT_NO_THROW(compileForGpu(k, {.arch = "sm_90a"}));
+}
+
+TEST(Math, BitwiseOpsRefuseFloatTiles) {
+  int line = 0;
+  std::string error = test::errorOf([&] {
+    dsl::KernelBuilder k("bad_bits", {1});
+    dsl::Tile f = dsl::zeros({16}, DType::f32);
+    line = __LINE__ + 1;
+    (void)(f << 2);
+  });
+  EXPECT_THAT(error, HasSubstr("MathTest.cpp:" + std::to_string(line) +
+                               ": <<: integer (or mask) tiles only, got f32"));
 }
 
 } // namespace

@@ -134,6 +134,14 @@ Tile operator>=(TileArg a, TileArg b);
 Tile operator==(TileArg a, TileArg b);
 Tile operator!=(TileArg a, TileArg b);
 Tile operator&&(TileArg a, TileArg b);
+Tile operator||(TileArg a, TileArg b);
+// Integer (and mask) tiles only: bitwise and, or, xor; shifts (>> keeps the
+// sign). A shift count outside [0, bits) gives an unspecified value.
+Tile operator&(TileArg a, TileArg b);
+Tile operator|(TileArg a, TileArg b);
+Tile operator^(TileArg a, TileArg b);
+Tile operator<<(TileArg a, TileArg b);
+Tile operator>>(TileArg a, TileArg b);
 Tile max(TileArg a, TileArg b, Loc loc = Loc::current());
 Tile min(TileArg a, TileArg b, Loc loc = Loc::current());
 /// cond ? a : b elementwise; cond is an i1 tile.
