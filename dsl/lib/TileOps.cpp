@@ -360,12 +360,39 @@ Tile sigmoid(const Tile &x, MathMode mode, Loc loc) {
   return TileArg(1.0, loc) / TileArg(TileArg(e, loc) + TileArg(1.0, loc), loc);
 }
 Tile pow(const Tile &x, TileArg y, Loc loc) {
+  return pow(x, std::move(y), MathMode::Fast, loc);
+}
+Tile pow(const Tile &x, TileArg y, MathMode mode, Loc loc) {
   RankedTensorType t = tileType(x, loc, "pow");
   if (!isa<FloatType>(t.getElementType()))
     userError(loc,
               "pow: needs a float tile, got " + typeStr(t.getElementType()));
   y.loc = loc;
-  return exp2(y * TileArg(log2(x, loc), loc), loc);
+  return exp2(y * TileArg(log2(x, mode, loc), loc), mode, loc);
+}
+
+/// exp and log ops lower to the approximate instructions unless marked
+/// kiln.precise (the one-argument DSL forms predate MathMode).
+template <class Op>
+static Tile expLog(const Tile &x, MathMode mode, const char *opName,
+                   const Loc &loc) {
+  Tile r = unaryFloat<Op>(x, opName, loc);
+  if (mode == MathMode::Precise)
+    value(r.raw()).getDefiningOp()->setAttr("kiln.precise",
+                                            UnitAttr::get(state(loc).ctx()));
+  return r;
+}
+Tile exp(const Tile &x, MathMode mode, Loc loc) {
+  return expLog<math::ExpOp>(x, mode, "exp", loc);
+}
+Tile exp2(const Tile &x, MathMode mode, Loc loc) {
+  return expLog<math::Exp2Op>(x, mode, "exp2", loc);
+}
+Tile log(const Tile &x, MathMode mode, Loc loc) {
+  return expLog<math::LogOp>(x, mode, "log", loc);
+}
+Tile log2(const Tile &x, MathMode mode, Loc loc) {
+  return expLog<math::Log2Op>(x, mode, "log2", loc);
 }
 
 //===----------------------------------------------------------------------===//

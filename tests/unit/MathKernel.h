@@ -44,8 +44,16 @@ inline std::vector<MathCase> mathCases() {
        [](double x) { return std::fabs(x); }, -5, 5, 0, 0},
       {"floor", [](const Tile &x, M) { return floor(x); },
        [](double x) { return std::floor(x); }, -5, 5, 0, 0},
-      {"pow", [](const Tile &x, M) { return pow(x, 1.5); },
-       [](double x) { return std::pow(x, 1.5); }, 0.1, 4, 1e-4, 1e-4},
+      {"pow", [](const Tile &x, M m) { return pow(x, 1.5, m); },
+       [](double x) { return std::pow(x, 1.5); }, 0.1, 4, 1e-4, 1e-5},
+      {"exp", [](const Tile &x, M m) { return exp(x, m); },
+       [](double x) { return std::exp(x); }, -10, 3, 2e-5, 4e-6},
+      {"exp2", [](const Tile &x, M m) { return exp2(x, m); },
+       [](double x) { return std::exp2(x); }, -10, 4, 2e-5, 4e-6},
+      {"log", [](const Tile &x, M m) { return log(x, m); },
+       [](double x) { return std::log(x); }, 0.01, 100, 1e-5, 1e-6},
+      {"log2", [](const Tile &x, M m) { return log2(x, m); },
+       [](double x) { return std::log2(x); }, 0.01, 100, 1e-5, 1e-6},
   };
 }
 

@@ -65,6 +65,13 @@ TEST(Math, FastAndPreciseLowerDifferently) {
               HasSubstr("cvt.rmi.f32.f32"));
   EXPECT_THAT(ptxOf("abs", dsl::MathMode::Fast), HasSubstr("abs.f32"));
   EXPECT_THAT(ptxOf("pow", dsl::MathMode::Fast), HasSubstr("lg2.approx"));
+  for (const char *f : {"pow", "exp", "exp2", "log", "log2"}) {
+    const std::string precise = ptxOf(f, dsl::MathMode::Precise);
+    EXPECT_THAT(precise, Not(HasSubstr("ex2.approx"))) << f;
+    EXPECT_THAT(precise, Not(HasSubstr("lg2.approx"))) << f;
+  }
+  EXPECT_THAT(ptxOf("exp", dsl::MathMode::Fast), HasSubstr("ex2.approx"));
+  EXPECT_THAT(ptxOf("log", dsl::MathMode::Fast), HasSubstr("lg2.approx"));
   // Every function in both modes assembles.
   if (std::system("command -v ptxas > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "SKIPPED: ptxas is not on the PATH";

@@ -105,13 +105,14 @@ struct ConvertKilnToLLVM
       }
       f.erase();
     }
-    // Precise tanh, sin, cos and erf left on f32 scalars: MLIR's
+    // Precise tanh, sin, cos, erf, exp and log left on f32 scalars: MLIR's
     // polynomial approximations (NVPTX has no instruction for them).
     // Only those ops are rewritten, and nothing is folded on the way: the
     // rest of the kernel stays as the lowering made it.
     SmallVector<Operation *> precise;
     module.walk([&](Operation *op) {
-      if (isa<math::TanhOp, math::SinOp, math::CosOp, math::ErfOp>(op))
+      if (isa<math::TanhOp, math::SinOp, math::CosOp, math::ErfOp, math::ExpOp,
+              math::LogOp, math::Log2Op>(op))
         precise.push_back(op);
     });
     if (!precise.empty()) {
@@ -119,7 +120,9 @@ struct ConvertKilnToLLVM
       populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
         return llvm::is_contained({StringRef("math.tanh"),
                                    StringRef("math.sin"), StringRef("math.cos"),
-                                   StringRef("math.erf")},
+                                   StringRef("math.erf"), StringRef("math.exp"),
+                                   StringRef("math.log"),
+                                   StringRef("math.log2")},
                                   name);
       });
       GreedyRewriteConfig config;

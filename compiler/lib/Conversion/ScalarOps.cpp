@@ -70,7 +70,23 @@ Value Lowerer::scalarOp(Operation *op, ValueRange operands, Type resultElem) {
     if (!t.isF32())
       x = arith::ExtFOp::create(b, loc, b.getF32Type(), x);
     Value r;
-    if (isa<math::Exp2Op>(op))
+    if (op->hasAttr("kiln.precise")) {
+      // The math op in f32, expanded into a polynomial by ConvertKilnToLLVM;
+      // exp2(x) as exp(x·ln 2).
+      if (isa<math::Exp2Op>(op))
+        r = math::ExpOp::create(
+            b, loc,
+            arith::MulFOp::create(
+                b, loc, x,
+                arith::ConstantOp::create(
+                    b, loc, b.getF32FloatAttr(0.6931471805599453f))));
+      else {
+        OperationState st(loc, op->getName());
+        st.addOperands(x);
+        st.addTypes(b.getF32Type());
+        r = b.create(st)->getResult(0);
+      }
+    } else if (isa<math::Exp2Op>(op))
       r = intrinsic(b, loc, "llvm.nvvm.ex2.approx.ftz.f", x);
     else if (isa<math::ExpOp>(op))
       r = intrinsic(b, loc, "llvm.nvvm.ex2.approx.ftz.f",

@@ -175,8 +175,16 @@ Tile cos(const Tile &x, MathMode mode = MathMode::Fast,
 Tile rsqrt(const Tile &x, MathMode mode = MathMode::Fast,
            Loc loc = Loc::current());
 /// x^y elementwise for x > 0 (NaN for x < 0, as exp2(y·log2(x))); y may be
-/// a number.
+/// a number. Fast: ex2/lg2.approx; Precise: polynomial exp and log.
 Tile pow(const Tile &x, TileArg y, Loc loc = Loc::current());
+Tile pow(const Tile &x, TileArg y, MathMode mode, Loc loc = Loc::current());
+/// exp, exp2, log, log2 in a mode: the one-argument forms above are Fast
+/// (ex2.approx / lg2.approx, what attention's softmax takes); Precise: MLIR's
+/// polynomial approximations in f32, a few ulps.
+Tile exp(const Tile &x, MathMode mode, Loc loc = Loc::current());
+Tile exp2(const Tile &x, MathMode mode, Loc loc = Loc::current());
+Tile log(const Tile &x, MathMode mode, Loc loc = Loc::current());
+Tile log2(const Tile &x, MathMode mode, Loc loc = Loc::current());
 
 // Creation.
 Tile full(const Shape &shape, double value, DType dtype,
