@@ -54,6 +54,10 @@ namespace {
   X(cuGraphNodeGetType)                                                        \
   X(cuPointerGetAttribute)                                                     \
   X(cuModuleLoadDataEx)                                                        \
+  X(cuLinkCreate)                                                              \
+  X(cuLinkAddData)                                                             \
+  X(cuLinkComplete)                                                            \
+  X(cuLinkDestroy)                                                             \
   X(cuModuleUnload)                                                            \
   X(cuModuleGetFunction)                                                       \
   X(cuFuncGetAttribute)                                                        \
@@ -422,7 +426,8 @@ void Buffer::fill(uint8_t byte) {
     KILN_CHECK(cuMemsetD8(CUdeviceptr(ptr_), byte, bytes_));
 }
 
-Module Module::fromPtx(const std::string &ptx, int ordinal) {
+Module Module::fromPtx(const std::string &ptx, int ordinal,
+                       std::string *image) {
   ordinal = ordinalOf(ordinal);
   ContextScope scope(ordinal);
   Driver &d = driver();
@@ -434,15 +439,53 @@ Module Module::fromPtx(const std::string &ptx, int ordinal) {
   void *vals[] = {info.data(), reinterpret_cast<void *>(info.size()),
                   err.data(), reinterpret_cast<void *>(err.size()),
                   reinterpret_cast<void *>(1)};
+  // The driver writes NUL-terminated logs into the buffers.
+  auto logs = [&] {
+    info.resize(std::min(info.size(), info.find('\0')));
+    err.resize(std::min(err.size(), err.find('\0')));
+    return "JIT error log:\n" + err + "\nJIT info log:\n" + info;
+  };
   CUmodule m = nullptr;
-  CUresult r = d.cuModuleLoadDataEx(&m, ptx.c_str(), 5, opts, vals);
-  info.resize(info.find('\0'));
-  err.resize(err.find('\0'));
-  check(r, "cuModuleLoadDataEx",
-        "JIT error log:\n" + err + "\nJIT info log:\n" + info);
+  if (!image) {
+    CUresult r = d.cuModuleLoadDataEx(&m, ptx.c_str(), 5, opts, vals);
+    check(r, "cuModuleLoadDataEx", logs());
+  } else {
+    // The driver's compile through its linker, which hands back the image
+    // (SASS) for the caller to keep.
+    CUlinkState link = nullptr;
+    check(d.cuLinkCreate(5, opts, vals, &link), "cuLinkCreate", "");
+    CUresult r =
+        d.cuLinkAddData(link, CU_JIT_INPUT_PTX, const_cast<char *>(ptx.c_str()),
+                        ptx.size() + 1, "kiln.ptx", 0, nullptr, nullptr);
+    void *bytes = nullptr;
+    size_t size = 0;
+    if (r == CUDA_SUCCESS)
+      r = d.cuLinkComplete(link, &bytes, &size);
+    if (r == CUDA_SUCCESS)
+      image->assign(static_cast<const char *>(bytes), size);
+    d.cuLinkDestroy(link);
+    check(r, "cuLinkComplete", logs());
+    check(d.cuModuleLoadDataEx(&m, image->data(), 0, nullptr, nullptr),
+          "cuModuleLoadDataEx (image)", "");
+  }
   Module mod;
   mod.module_ = m;
   mod.infoLog_ = info;
+  mod.device_ = ordinal;
+  return mod;
+}
+
+Module Module::fromImage(const std::string &image, const std::string &log,
+                         int ordinal) {
+  ordinal = ordinalOf(ordinal);
+  ContextScope scope(ordinal);
+  Driver &d = driver();
+  CUmodule m = nullptr;
+  check(d.cuModuleLoadDataEx(&m, image.data(), 0, nullptr, nullptr),
+        "cuModuleLoadDataEx (image)", "");
+  Module mod;
+  mod.module_ = m;
+  mod.infoLog_ = log;
   mod.device_ = ordinal;
   return mod;
 }

@@ -58,6 +58,7 @@ struct GpuKernel::Loaded {
   std::unique_ptr<cuda::Module> module;
   cuda::Function fn;
   int64_t resident = 0; ///< CTAs the device runs at once
+  bool fromImage = false; ///< loaded from LaunchSpec::images
   /// Dynamic tiles: the counter of each stream this kernel was launched on.
   std::map<cuda::StreamHandle, void *> counters;
 };
@@ -90,8 +91,24 @@ GpuKernel::Loaded &GpuKernel::loadedOn(int device) {
                 " bytes of shared memory; device " + std::to_string(device) +
                 " allows " + std::to_string(d.maxSharedPerBlockOptin));
   auto l = std::make_unique<Loaded>();
-  l->module =
-      std::make_unique<cuda::Module>(cuda::Module::fromPtx(spec_.ptx, device));
+  const std::string arch =
+      "sm_" + std::to_string(d.major) + std::to_string(d.minor);
+  if (auto it = spec_.images.find(arch); it != spec_.images.end()) {
+    try {
+      l->module = std::make_unique<cuda::Module>(
+          cuda::Module::fromImage(it->second.bytes, it->second.log, device));
+      l->fromImage = true;
+    } catch (const cuda::CudaError &) {
+      // From another driver, say: the PTX is compiled again below.
+    }
+  }
+  if (!l->module) {
+    std::string image;
+    l->module = std::make_unique<cuda::Module>(cuda::Module::fromPtx(
+        spec_.ptx, device, spec_.onImage ? &image : nullptr));
+    if (spec_.onImage)
+      spec_.onImage(arch, {image, l->module->infoLog()});
+  }
   l->fn = l->module->function(spec_.name);
   if (spec_.sharedBytes > 48 * 1024)
     l->fn.setMaxDynamicShared(int(spec_.sharedBytes));
@@ -104,6 +121,10 @@ GpuKernel::Loaded &GpuKernel::loadedOn(int device) {
 
 cuda::FunctionAttributes GpuKernel::attributes() const {
   return loaded_.at(size_t(device_))->fn.attributes();
+}
+
+bool GpuKernel::loadedFromImage() const {
+  return loaded_.at(size_t(device_))->fromImage;
 }
 
 int GpuKernel::blocksPerSM() const {

@@ -12,6 +12,7 @@
 #include "../unit/TestUtil.h"
 
 #include "kiln/Compiler/Compile.h"
+#include "kiln/Compiler/DiskCache.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/GpuReference.h"
 #include "kiln/runtime/Cuda.h"
@@ -158,6 +159,26 @@ TEST(GpuRuntime, LaunchesOnTheCallersStream) {
   p.poison();
   g->launch(p.kernel.bind(p.io()), {.stream = stream.handle()});
   stream.synchronize();
+  p.check();
+}
+
+// The driver's compile of a JIT kernel joins its disk entry: after the
+// in-process caches are cleared (a new process, as far as kiln knows), the
+// kernel loads from that image and still computes the reference's result.
+TEST(GpuRuntime, LoadsTheDriversImageFromTheDiskCache) {
+  REQUIRE_GPU();
+  if (!DiskCache::fromEnvironment() || !DiskCache::keepsImages())
+    GTEST_SKIP() << "SKIPPED: the disk cache or its images are off";
+  Problem p;
+  clearInProcessCompileCache();
+  jitKernel(p.kernel, p.io()); // compiled or read, and loaded: image stored
+  clearInProcessCompileCache();
+  std::shared_ptr<GpuKernel> again = jitKernel(p.kernel, p.io());
+  EXPECT_TRUE(again->loadedFromImage());
+  EXPECT_FALSE(again->jitLog().empty()) << "the stored compile log";
+  p.poison();
+  again->launch(p.kernel.bind(p.io()));
+  cuda::synchronize();
   p.check();
 }
 

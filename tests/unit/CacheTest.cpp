@@ -116,6 +116,34 @@ TEST(DiskCache, EntryRoundTripsEveryField) {
   EXPECT_DOUBLE_EQ(d.stages[1].ms, 1.25);
 }
 
+// The driver's image of a loaded kernel joins its entry (any bytes, NUL
+// included), for each architecture, and comes back with the next hit;
+// KILN_CACHE_SASS=0 keeps images out, and an entry that is gone stays gone.
+TEST(DiskCache, EntryKeepsTheDriversImages) {
+  TempDir dir;
+  DiskCache cache(dir.path, 1 << 20);
+  std::string key(64, 'i');
+  cache.store(key, sample("imaged", 300));
+  const std::string cubin("\x7f"
+                          "ELF\0\x01\x02 sass \n bytes",
+                          21);
+  cache.addImage(key, "sm_90", {cubin, "ptxas info: 40 registers"});
+  cache.addImage(key, "sm_80", {"other", ""});
+  std::optional<CompiledKernel> hit = cache.load(key);
+  ASSERT_TRUE(hit);
+  ASSERT_EQ(hit->images.size(), 2u);
+  EXPECT_EQ(hit->images.at("sm_90").bytes, cubin);
+  EXPECT_EQ(hit->images.at("sm_90").log, "ptxas info: 40 registers");
+  EXPECT_EQ(hit->spec().images.at("sm_80").bytes, "other");
+  EXPECT_EQ(hit->ptx, sample("imaged", 300).ptx);
+  cache.addImage(std::string(64, 'z'), "sm_90", {cubin, ""});
+  EXPECT_FALSE(cache.load(std::string(64, 'z')));
+  EXPECT_TRUE(DiskCache::keepsImages());
+  ::setenv("KILN_CACHE_SASS", "0", 1);
+  EXPECT_FALSE(DiskCache::keepsImages());
+  ::unsetenv("KILN_CACHE_SASS");
+}
+
 // A hit maps the entry and reads the inspection texts only when asked: they
 // must still be the stored ones after the entry is evicted (unlinked) and
 // republished with other bytes, and several threads may read them at once.

@@ -129,6 +129,10 @@ std::string encodeCompiledKernel(const CompiledKernel &k,
   w.put("lowered_ir", k.loweredIR);
   w.put("llvm_ir", k.llvmIR);
   w.put("ptx", k.ptx);
+  for (const auto &[arch, image] : k.images) {
+    w.put("image_" + arch, image.bytes);
+    w.put("image_log_" + arch, image.log);
+  }
   return kMagic + fmt::format("{:016x}\n", llvm::xxh3_64bits(w.body)) + w.body;
 }
 
@@ -248,6 +252,10 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
         k.llvmIR = text(payload);
       else if (tag == "ptx")
         k.ptx = payload;
+      else if (tag.starts_with("image_log_"))
+        k.images[tag.substr(10)].log = payload;
+      else if (tag.starts_with("image_"))
+        k.images[tag.substr(6)].bytes = payload;
       // Unknown tags are skipped: a newer kiln may add records.
     }
   } catch (const std::logic_error &e) { // stoi and friends

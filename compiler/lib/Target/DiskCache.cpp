@@ -194,6 +194,20 @@ void DiskCache::store(const std::string &key, const CompiledKernel &kernel) {
   evict();
 }
 
+bool DiskCache::keepsImages() {
+  const char *v = std::getenv("KILN_CACHE_SASS");
+  return !(v && std::string_view(v) == "0");
+}
+
+void DiskCache::addImage(const std::string &key, const std::string &arch,
+                         const LaunchSpec::Image &image) {
+  std::optional<CompiledKernel> k = load(key);
+  if (!k || image.bytes.empty())
+    return;
+  k->images[arch] = image;
+  store(key, *k);
+}
+
 std::vector<DiskCacheEntry> DiskCache::list() const {
   std::vector<DiskCacheEntry> out;
   std::error_code ec;

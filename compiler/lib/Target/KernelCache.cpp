@@ -119,7 +119,18 @@ std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
   std::lock_guard<std::mutex> lock(c.mutex);
   auto &slot = c.loaded[key];
   if (!slot) {
-    slot = std::make_shared<GpuKernel>(compiled->spec());
+    LaunchSpec spec = compiled->spec();
+    // The driver's compile of the PTX goes into the disk entry, so that a
+    // later process (whose driver cache may be cold) loads it directly.
+    DiskCache *disk = DiskCache::fromEnvironment();
+    if (disk && DiskCache::keepsImages() && !std::getenv("KILN_DUMP_DIR"))
+      spec.onImage = [disk, key](const std::string &arch,
+                                 const LaunchSpec::Image &image) {
+        disk->addImage(key, arch, image);
+      };
+    else
+      spec.images.clear();
+    slot = std::make_shared<GpuKernel>(std::move(spec));
     if (logs("launch"))
       fmt::print(stderr, "kiln[launch]: {}\n", variantSummary(*compiled));
   }

@@ -100,6 +100,7 @@ LaunchSpec CompiledKernel::spec() const {
   s.tileCounter = tileCounter;
   s.variant = variantSummary(*this);
   s.report = report;
+  s.images = images;
   return s;
 }
 

@@ -120,6 +120,9 @@ struct CompiledKernel {
   StageText loweredIR; ///< LLVM + NVVM dialect
   StageText llvmIR;    ///< optimised LLVM IR
   std::string ptx;
+  /// The driver's compile of `ptx` per device architecture, kept in the disk
+  /// cache entry once a process has loaded the kernel (LaunchSpec::images).
+  std::map<std::string, LaunchSpec::Image> images;
   std::string kilnIR; ///< the DSL's IR, as the compile saw it
   /// What each load and dot became (wgmma or mma.sync; cp.async or plain
   /// loads), with the user's source line; a fallback says why.

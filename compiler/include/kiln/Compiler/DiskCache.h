@@ -55,6 +55,12 @@ public:
   /// larger than the cap is not stored, and a folder that cannot be written
   /// is not either: each warns once per process on stderr.
   void store(const std::string &key, const CompiledKernel &kernel);
+  /// Adds the driver's image for `arch` to the entry (republished whole);
+  /// nothing when the entry is gone. KILN_CACHE_SASS=0 keeps images out.
+  void addImage(const std::string &key, const std::string &arch,
+                const LaunchSpec::Image &image);
+  /// Whether entries keep the driver's images (KILN_CACHE_SASS, default 1).
+  static bool keepsImages();
 
   /// The entries, most recently used first. Unreadable ones are listed with
   /// kernel "(corrupt)".

@@ -194,12 +194,20 @@ private:
   int device_ = 0;
 };
 
-/// A module loaded from PTX; the driver compiles it for the device.
+/// A module loaded from PTX (the driver compiles it for the device) or from
+/// an image the driver compiled before.
 class Module {
 public:
   /// Loaded in the primary context of device `ordinal` (default:
-  /// currentDevice()).
-  static Module fromPtx(const std::string &ptx, int ordinal = -1);
+  /// currentDevice()). With `image`, compiled through the driver's linker,
+  /// the device code (SASS, a cubin) copied there for the caller to keep.
+  static Module fromPtx(const std::string &ptx, int ordinal = -1,
+                        std::string *image = nullptr);
+  /// An image fromPtx gave, on a device of the same compute capability;
+  /// `log` stands for the compile's info log. Throws CudaError when the
+  /// driver refuses it (another GPU, an older driver).
+  static Module fromImage(const std::string &image, const std::string &log,
+                          int ordinal = -1);
   ~Module();
   Module(Module &&o) noexcept;
   Module(const Module &) = delete;

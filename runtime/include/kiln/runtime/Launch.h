@@ -11,6 +11,8 @@
 #include "kiln/runtime/Params.h"
 
 #include <array>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +46,17 @@ struct LaunchSpec {
   /// lowering report.
   std::string variant;
   std::vector<std::string> report;
+  /// Device code the driver compiled from `ptx` before, by the devices'
+  /// architecture ("sm_90"), with its compile log: loaded instead of
+  /// compiling the PTX again (a new process whose driver cache is cold).
+  struct Image {
+    std::string bytes, log;
+  };
+  std::map<std::string, Image> images;
+  /// Called with the image of each architecture the runtime compiles the
+  /// PTX for (the JIT keeps it in its disk cache); unset: the driver loads
+  /// the PTX directly.
+  std::function<void(const std::string &arch, const Image &)> onImage;
 };
 
 /// Launches in this process of kernels compiled with a tensor left
@@ -77,6 +90,9 @@ public:
   /// Blocks per SM at this kernel's threads and dynamic shared memory.
   int blocksPerSM() const;
   const std::string &jitLog() const;
+  /// Whether the module came from LaunchSpec::images (no compile of the
+  /// PTX in this process).
+  bool loadedFromImage() const;
   const LaunchSpec &spec() const { return spec_; }
   /// The grid of the last launch (before any: of one with the grid's
   /// constant extents): spec().grid's programs, or the persistent CTAs.
