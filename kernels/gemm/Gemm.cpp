@@ -99,6 +99,9 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   std::optional<TensorView> Bias;
   if (s.bias)
     Bias = k.tensorArg("Bias", s.dtype, {N});
+  std::optional<TensorView> R;
+  if (s.residual)
+    R = k.tensorArg("R", s.dtype, {M, N});
 
   Index mBlock = programId(0), nBlock = programId(1);
   if (grouped) {
@@ -127,6 +130,8 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   if (s.activation == GemmActivation::GeluTanh)
     acc = 0.5 * acc *
           (1.0 + tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
+  if (R)
+    acc = acc + load(R->block({m0, n0}, {c.blockM, c.blockN})).to(f32);
   store(C.block({m0, n0}), acc.to(s.outDtype));
   return k.finish();
 }

@@ -103,10 +103,12 @@ void attentionBackwardReference(const AttentionShape &s, const HostTensor &q,
 }
 
 void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
-                   const HostTensor *bias, GemmActivation activation) {
+                   const HostTensor *bias, GemmActivation activation,
+                   const HostTensor *residual) {
   int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
   if (b.shape()[0] != K || c.shape() != std::vector<int64_t>{M, N} ||
-      (bias && bias->shape() != std::vector<int64_t>{N}))
+      (bias && bias->shape() != std::vector<int64_t>{N}) ||
+      (residual && residual->shape() != std::vector<int64_t>{M, N}))
     throw Error("gemmReference: shapes do not chain");
   std::vector<double> A = toDoubles(a), B = toDoubles(b), row(N);
   std::vector<double> Bias = bias ? toDoubles(*bias) : std::vector<double>(N);
@@ -122,6 +124,8 @@ void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
       if (activation == GemmActivation::GeluTanh)
         x = 0.5 * x *
             (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+      if (residual)
+        x += residual->flatAt(i * N + j);
       c.flatSet(i * N + j, x);
     }
   }

@@ -87,22 +87,30 @@ TEST(GpuFusedOps, GemmBiasGeluEveryConfig) {
   b.fillRandom(2);
   bias.fillRandom(3, -2, 2);
   kernels::gemmReference(a, b, ref, &bias, kernels::GemmActivation::GeluTanh);
+  // And with a residual added, read in the accumulator's layout.
+  HostTensor r(DType::bf16, {M, N}), refR(DType::f32, {M, N});
+  r.fillRandom(4, -2, 2);
+  kernels::gemmReference(a, b, refR, &bias, kernels::GemmActivation::GeluTanh,
+                         &r);
   const int sm = cuda::device().major * 10;
-  for (const auto &[name, config] : kernels::gemmConfigs(sm)) {
-    SCOPED_TRACE(name);
-    c.poison();
-    DeviceTensors dt;
-    dt.add("A", a, false);
-    dt.add("B", b, false);
-    dt.add("Bias", bias, false);
-    dt.add("C", c, true);
-    runOnGpu(kernels::gemm({1, 1, 1, DType::bf16, DType::bf16, true,
-                            kernels::GemmActivation::GeluTanh},
-                           config),
-             dt);
-    dt.download("C", c);
-    ErrorStats e = compareTensors(c, ref);
-    EXPECT_LE(e.relative, 1e-2); // bf16 output, tanh.approx
-    EXPECT_EQ(e.nonFinite, 0);
-  }
+  for (bool residual : {false, true})
+    for (const auto &[name, config] : kernels::gemmConfigs(sm)) {
+      SCOPED_TRACE(name + (residual ? " +residual" : ""));
+      c.poison();
+      DeviceTensors dt;
+      dt.add("A", a, false);
+      dt.add("B", b, false);
+      dt.add("Bias", bias, false);
+      if (residual)
+        dt.add("R", r, false);
+      dt.add("C", c, true);
+      runOnGpu(kernels::gemm({1, 1, 1, DType::bf16, DType::bf16, true,
+                              kernels::GemmActivation::GeluTanh, residual},
+                             config),
+               dt);
+      dt.download("C", c);
+      ErrorStats e = compareTensors(c, residual ? refR : ref);
+      EXPECT_LE(e.relative, 1e-2); // bf16 output, tanh.approx
+      EXPECT_EQ(e.nonFinite, 0);
+    }
 }

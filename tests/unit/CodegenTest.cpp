@@ -606,3 +606,31 @@ TEST(Codegen, EpilogueReusesThePipelineBuffers) {
   EXPECT_EQ(p.sharedBytes, plain.sharedBytes + 8192) << reportOf(p);
   EXPECT_THAT(reportOf(p), Not(HasSubstr("in the bytes of")));
 }
+// A residual tile added in the epilogue is loaded in the accumulator's layout
+// (pairs of columns a thread) rather than loaded blocked and moved through
+// shared memory: nothing of the epilogue goes through shared memory.
+TEST(Codegen, GemmResidualEpilogueMovesNothing) {
+  kernels::GemmConfig big{.blockM = 128,
+                          .blockN = 256,
+                          .blockK = 64,
+                          .warps = 8,
+                          .stages = 3,
+                          .wgmma = true,
+                          .warpSpecialize = true};
+  GpuTarget target{.arch = "sm_90a"};
+  for (const char *dim : {"M", "N", "K"})
+    target.scalarClasses[dim] = ScalarClass::DivisibleBy16;
+  CompiledKernel plain = compileForGpu(
+      kernels::gemm({8192, 8192, 8192, DType::bf16, DType::bf16}, big), target);
+  CompiledKernel fused = compileForGpu(
+      kernels::gemm({8192, 8192, 8192, DType::bf16, DType::bf16, true,
+                     kernels::GemmActivation::GeluTanh, true},
+                    big),
+      target);
+  EXPECT_EQ(fused.sharedBytes, plain.sharedBytes);
+  EXPECT_THAT(fused.layouts,
+              HasSubstr("of them through shared memory (not ldmatrix, not "
+                        "register renames): 0"));
+  EXPECT_THAT(fused.layouts, HasSubstr("tensor<128x256xbf16, #mma"));
+  EXPECT_THAT(reportOf(fused), Not(HasSubstr("scratch of conversions")));
+}

@@ -148,19 +148,23 @@ TEST_P(GemmOnCpu, MatchesFp64Reference) {
 TEST(GemmOnCpu, EpilogueMatchesFp64Reference) {
   for (auto act : {kernels::GemmActivation::None, kernels::GemmActivation::Relu,
                    kernels::GemmActivation::GeluTanh}) {
-    kernels::GemmShape s{100, 70, 33, bf16, DType::f32, true, act};
+    const bool residual = act == kernels::GemmActivation::GeluTanh;
+    kernels::GemmShape s{100, 70, 33, bf16, DType::f32, true, act, residual};
     Kernel k = kernels::gemm(s);
-    HostTensor a(bf16, {100, 33}), b(bf16, {33, 70}), bias(bf16, {70});
+    HostTensor a(bf16, {100, 33}), b(bf16, {33, 70}), bias(bf16, {70}),
+        r(bf16, {100, 70});
     HostTensor out(DType::f32, {100, 70}), ref(DType::f32, {100, 70});
     a.fillRandom(1);
     b.fillRandom(2);
     bias.fillRandom(3, -4, 4);
+    r.fillRandom(4);
     out.poison();
-    runOnCpu(k, k.bind({{"A", a.ref()},
-                        {"B", b.ref()},
-                        {"Bias", bias.ref()},
-                        {"C", out.ref()}}));
-    kernels::gemmReference(a, b, ref, &bias, act);
+    std::map<std::string, TensorRef> t{
+        {"A", a.ref()}, {"B", b.ref()}, {"Bias", bias.ref()}, {"C", out.ref()}};
+    if (residual)
+      t["R"] = r.ref();
+    runOnCpu(k, k.bind(t));
+    kernels::gemmReference(a, b, ref, &bias, act, residual ? &r : nullptr);
     ErrorStats e = compareTensors(out, ref);
     // GELU on the CPU executor is tanh in fp32 (MathMode::Fast is the GPU's
     // tanh.approx; the executor computes it exactly).

@@ -145,6 +145,30 @@ bool movableThrough(Operation *op) {
   return moved <= 1;
 }
 
+/// Whether the conversion of `v` to `want` is better done by loading again:
+/// `v` is a load, or elementwise ops of one (a residual tile read in bf16 and
+/// widened), used by nothing else, read in a layout that is not a dot
+/// operand's (those are staged in shared memory for ldmatrix or wgmma). Each
+/// thread then loads its own elements (pairs of columns in an mma layout)
+/// instead of a blocked load and a round trip through shared memory.
+bool reloadable(Value v, const Layout &want) {
+  if (want.kind == Layout::Kind::DotOperand)
+    return false;
+  while (auto c = v.getDefiningOp<ConvertLayoutOp>())
+    v = c.getSrc();
+  Operation *op = v.getDefiningOp();
+  if (!op || !v.hasOneUse())
+    return false;
+  if (isa<LoadOp>(op))
+    return true;
+  if (isa<BroadcastOp, ExpandDimsOp>(op) || !movableThrough(op))
+    return false;
+  for (auto [i, o] : llvm::enumerate(op->getOperands()))
+    if (isa<RankedTensorType>(o.getType()) && rematCost(o) < 0)
+      return reloadable(o, operandWant(op, unsigned(i), want));
+  return false;
+}
+
 /// `v` in layout `want`, converting as early and as small a tile as
 /// possible: back through movableThrough ops (each copied in its new layout
 /// right after the original) to the tile they start from, which is
@@ -182,7 +206,8 @@ Value convertEarly(Value v, const Layout &want) {
     setTileType(copy->getResult(0), t);
     return copy->getResult(0);
   }
-  if (auto ld = dyn_cast_or_null<LoadOp>(op); ld && t.getRank() == 1) {
+  if (auto ld = dyn_cast_or_null<LoadOp>(op);
+      ld && (t.getRank() == 1 || reloadable(v, want))) {
     Operation *copy = b.clone(*op);
     setTileType(copy->getResult(0), t);
     return copy->getResult(0);
@@ -217,6 +242,11 @@ struct RemoveLayoutConversions
         continue;
       }
       c.getSrcMutable().assign(src);
+      if (reloadable(src, *layoutOf(c.getType()))) {
+        c.replaceAllUsesWith(convertEarly(src, *layoutOf(c.getType())));
+        c.erase();
+        continue;
+      }
       if (rematCost(src) < 0)
         continue; // a conversion that has to move data
       OpBuilder b(c);

@@ -53,6 +53,8 @@ func.func @invariant_conversion(%c: !kiln.ptr<f32>, %x: !kiln.ptr<bf16>,
   %c32 = arith.constant 32 : i32
   %c64 = arith.constant 64 : i32
   %cs = kiln.load %c[%c0, %c0] shape[%c32, %c64] strides[%c64, %c1] : !kiln.ptr<f32> -> tensor<32x64xf32>
+  // A second reader: loading it again in the loop's layout would load twice.
+  kiln.store %cs, %c[%c0, %c0] shape[%c32, %c64] strides[%c64, %c1] : tensor<32x64xf32>, !kiln.ptr<f32>
   scf.for %i = %c0 to %h step %c1 : i32 {
     %row = arith.muli %i, %c32 : i32
     %t = kiln.load %x[%row, %c0] shape[%h, %c64] strides[%c64, %c1] : !kiln.ptr<bf16> -> tensor<32x64xbf16>
@@ -61,5 +63,31 @@ func.func @invariant_conversion(%c: !kiln.ptr<f32>, %x: !kiln.ptr<bf16>,
     %o = kiln.convert %p : tensor<32x64xf32> -> tensor<32x64xbf16>
     kiln.store %o, %y[%row, %c0] shape[%h, %c64] strides[%c64, %c1] : tensor<32x64xbf16>, !kiln.ptr<bf16>
   }
+  return
+}
+
+// A tile added to a dot's result (a residual) is loaded again in the dot's
+// layout, pairs of columns a thread, rather than converted through shared
+// memory; only the dot operands' conversions are left.
+// CHECK-LABEL: func.func @residual
+// CHECK-COUNT-2: kiln.convert_layout {{.*}}#dot_operand
+// CHECK-NOT: kiln.convert_layout
+// CHECK: kiln.load {{.*}} -> tensor<64x64xbf16, #mma>
+// CHECK-NOT: kiln.convert_layout
+// CHECK: return
+func.func @residual(%a: !kiln.ptr<bf16>, %b: !kiln.ptr<bf16>,
+                    %r: !kiln.ptr<bf16>, %out: !kiln.ptr<f32>)
+    attributes {kiln.kernel, kiln.grid = array<i64: 1, 1, 1>} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c64 = arith.constant 64 : i32
+  %x = kiln.load %a[%c0, %c0] shape[%c64, %c64] strides[%c64, %c1] : !kiln.ptr<bf16> -> tensor<64x64xbf16>
+  %y = kiln.load %b[%c0, %c0] shape[%c64, %c64] strides[%c64, %c1] : !kiln.ptr<bf16> -> tensor<64x64xbf16>
+  %zero = arith.constant dense<0.0> : tensor<64x64xf32>
+  %d = kiln.dot %x, %y, %zero : tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x64xf32>
+  %rt = kiln.load %r[%c0, %c0] shape[%c64, %c64] strides[%c64, %c1] : !kiln.ptr<bf16> -> tensor<64x64xbf16>
+  %rf = kiln.convert %rt : tensor<64x64xbf16> -> tensor<64x64xf32>
+  %s = arith.addf %d, %rf : tensor<64x64xf32>
+  kiln.store %s, %out[%c0, %c0] shape[%c64, %c64] strides[%c64, %c1] : tensor<64x64xf32>, !kiln.ptr<f32>
   return
 }

@@ -18,7 +18,7 @@ enum class GemmActivation { None, Relu, GeluTanh };
 const char *gemmActivationName(GemmActivation a);
 std::optional<GemmActivation> parseGemmActivation(const std::string &name);
 
-/// C (M x N, outDtype) = act(A (M x K, dtype) · B (K x N, dtype) + bias),
+/// C (M x N, outDtype) = act(A (M x K, dtype) · B (K x N, dtype) + bias) + R,
 /// fp32 accumulation and epilogue; bias, when asked for, is a tensor Bias
 /// (N, dtype) added to every row.
 struct GemmShape {
@@ -27,6 +27,9 @@ struct GemmShape {
   DType outDtype = DType::f32;
   bool bias = false;
   GemmActivation activation = GemmActivation::None;
+  /// A tensor R (M x N, dtype) added after the activation (a residual
+  /// connection), read in the accumulator's layout.
+  bool residual = false;
 };
 
 struct GemmConfig {

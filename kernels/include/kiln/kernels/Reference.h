@@ -25,10 +25,12 @@ void attentionBackwardReference(const AttentionShape &s, const HostTensor &q,
                                 const HostTensor &k, const HostTensor &v,
                                 const HostTensor &dO, HostTensor &dq,
                                 HostTensor &dk, HostTensor &dv);
-/// c = act(a·b + bias) in fp64, bias (N) added to every row when given.
+/// c = act(a·b + bias) + residual in fp64, bias (N) added to every row and
+/// residual (M x N) after the activation when given.
 void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
                    const HostTensor *bias = nullptr,
-                   GemmActivation activation = GemmActivation::None);
+                   GemmActivation activation = GemmActivation::None,
+                   const HostTensor *residual = nullptr);
 void softmaxReference(const HostTensor &x, HostTensor &y);
 /// y = x / sqrt(mean(x^2 over a row) + eps) * w in fp64.
 void rmsNormReference(const HostTensor &x, const HostTensor &w, HostTensor &y,
