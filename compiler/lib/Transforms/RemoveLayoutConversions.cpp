@@ -147,12 +147,13 @@ bool movableThrough(Operation *op) {
 
 /// Whether the conversion of `v` to `want` is better done by loading again:
 /// `v` is a load, or elementwise ops of one (a residual tile read in bf16 and
-/// widened), used by nothing else, read in a layout that is not a dot
-/// operand's (those are staged in shared memory for ldmatrix or wgmma). Each
-/// thread then loads its own elements (pairs of columns in an mma layout)
-/// instead of a blocked load and a round trip through shared memory.
+/// widened), used by nothing else, read in a dot's accumulator layout. Each
+/// thread then loads its own elements (pairs of columns) instead of a
+/// blocked load and a round trip through shared memory. (Dot operands are
+/// staged in shared memory for ldmatrix or wgmma; blocked-to-blocked
+/// conversions keep the load's coalesced layout.)
 bool reloadable(Value v, const Layout &want) {
-  if (want.kind == Layout::Kind::DotOperand)
+  if (want.kind != Layout::Kind::Mma)
     return false;
   while (auto c = v.getDefiningOp<ConvertLayoutOp>())
     v = c.getSrc();
