@@ -6,7 +6,7 @@ AutotunedKernel tunes on the first call and records for the GPU; each is
 checked against float64 before it is timed.
 
     python3 examples/bench_vs_torch.py [--ops norms,rotary,ce,linear]
-                                       [--json FILE]
+        [--norm-shapes 16384x4096,16384x8192] [--json FILE]
 
 bf16 standard normal inputs. Timing: kiln.bench's (CUDA events around 10
 back-to-back calls, median of 30 samples), the same for every column; torch
@@ -130,7 +130,7 @@ def linear_case(randn, n):
         "TFLOP/s", 2 * n ** 3)]
 
 
-def cases(ops):
+def cases(ops, norm_shapes):
     """(op, shape, {peer: fn}, check, unit, amount): amount in bytes or FLOPs
     per call."""
     g = torch.Generator(device=DEV).manual_seed(0)
@@ -138,7 +138,7 @@ def cases(ops):
                                    generator=g)
     out = []
     if "norms" in ops:
-        for R, C in ((16384, 4096), (16384, 8192)):
+        for R, C in norm_shapes:
             out += norm_cases(randn, R, C)
     if "rotary" in ops:
         out += rotary_case(randn, 8, 4096, 32, 128)
@@ -154,6 +154,9 @@ def cases(ops):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="examples/bench_vs_torch.py")
     p.add_argument("--ops", default="norms,rotary,ce,linear")
+    # Small shapes show the host time per call from Python (3001x4096 and
+    # 4096x1024 are 24 and 8 MB).
+    p.add_argument("--norm-shapes", default="16384x4096,16384x8192")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -163,7 +166,9 @@ def main(argv=None):
     print(f"# {torch.cuda.get_device_name(DEV)}, torch {torch.__version__}, "
           f"kiln {kiln.version()}, bf16; rate per peer, then kiln's speed-up")
     rows = []
-    for op, shape, peers, check, unit, amount in cases(ops):
+    norm_shapes = [tuple(int(x) for x in sh.split("x"))
+                   for sh in a.norm_shapes.split(",")]
+    for op, shape, peers, check, unit, amount in cases(ops, norm_shapes):
         err = check()  # also tunes kiln's schedule (outside the timing)
         for f in peers.values():
             f()  # compiles torch.compile's kernels

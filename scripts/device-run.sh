@@ -6,8 +6,8 @@
 #   pytest     the Python package's tests (python/tests)
 #   bench      python3 -m kiln.bench, forward (kiln, SDPA flash, SDPA cuDNN)
 #   backward   python3 -m kiln.bench --backward
-#   norms      python3 -m kiln.bench_norms (kiln's RMSNorm and LayerNorm beside
-#              torch's and a copy)
+#   norms      examples/bench_vs_torch.py --ops norms at four shapes (kiln's
+#              RMSNorm and LayerNorm beside torch's, torch.compile's and a copy)
 #   fused      examples/bench_vs_torch.py (kiln's norms, rotary, cross-entropy
 #              and linear+GELU beside torch eager, torch.compile, cuBLASLt)
 #   gpt        examples/gpt/train.py (needs .carry/corpus.bin.xz, from
@@ -38,7 +38,8 @@ for job in "$@"; do
       > "$OUT/bench.txt" 2>&1; tail -2 "$OUT/bench.txt" ;;
   backward) timeout 400 python3 -m kiln.bench --backward --json \
       "$OUT/backward.json" > "$OUT/backward.txt" 2>&1; tail -2 "$OUT/backward.txt" ;;
-  norms) timeout 200 python3 -m kiln.bench_norms --json "$OUT/norms.json" \
+  norms) timeout 300 python3 examples/bench_vs_torch.py --ops norms \
+      --norm-shapes 16384x4096,16384x8192,3001x4096,4096x1024 --json "$OUT/norms.json" \
       > "$OUT/norms.txt" 2>&1; cat "$OUT/norms.txt" ;;
   fused) timeout 500 python3 examples/bench_vs_torch.py --json "$OUT/fused.json" \
       > "$OUT/fused.txt" 2>&1; cat "$OUT/fused.txt" ;;

@@ -465,14 +465,9 @@ Module Module::fromPtx(const std::string &ptx, int ordinal,
       image->assign(static_cast<const char *>(bytes), size);
     d.cuLinkDestroy(link);
     check(r, "cuLinkComplete", logs());
-    check(d.cuModuleLoadDataEx(&m, image->data(), 0, nullptr, nullptr),
-          "cuModuleLoadDataEx (image)", "");
+    return fromImage(*image, info, ordinal);
   }
-  Module mod;
-  mod.module_ = m;
-  mod.infoLog_ = info;
-  mod.device_ = ordinal;
-  return mod;
+  return Module(m, info, ordinal);
 }
 
 Module Module::fromImage(const std::string &image, const std::string &log,
@@ -483,11 +478,7 @@ Module Module::fromImage(const std::string &image, const std::string &log,
   CUmodule m = nullptr;
   check(d.cuModuleLoadDataEx(&m, image.data(), 0, nullptr, nullptr),
         "cuModuleLoadDataEx (image)", "");
-  Module mod;
-  mod.module_ = m;
-  mod.infoLog_ = log;
-  mod.device_ = ordinal;
-  return mod;
+  return Module(m, log, ordinal);
 }
 
 Module::~Module() {

@@ -88,21 +88,31 @@ TEST(Codegen, AttentionIsOneFusedKernel) {
   }
 }
 
+/// `kiln bench gemm`'s schedule (128x256x64 blocks, wgmma, TMA, a producer
+/// warpgroup) and a Hopper target with M, N and K multiples of 16.
+static kernels::GemmConfig benchGemmConfig() {
+  return {.blockM = 128,
+          .blockN = 256,
+          .blockK = 64,
+          .warps = 8,
+          .stages = 3,
+          .wgmma = true,
+          .warpSpecialize = true};
+}
+static GpuTarget hopperGemmTarget() {
+  GpuTarget target{.arch = "sm_90a"};
+  for (const char *dim : {"M", "N", "K"})
+    target.scalarClasses[dim] = ScalarClass::DivisibleBy16;
+  return target;
+}
+
 // A GEMM epilogue of bias and GELU adds no layout conversion of the
 // accumulator and no shared memory: the bias row is loaded in the slice of
 // the accumulator's layout (issue 21 measured 279552 bytes, past the H200's
 // 232448, when the 128x256 fp32 accumulator went through shared memory).
 TEST(Codegen, GemmEpilogueAddsNoSharedMemory) {
-  kernels::GemmConfig big{.blockM = 128,
-                          .blockN = 256,
-                          .blockK = 64,
-                          .warps = 8,
-                          .stages = 3,
-                          .wgmma = true,
-                          .warpSpecialize = true};
-  GpuTarget target{.arch = "sm_90a"};
-  for (const char *dim : {"M", "N", "K"})
-    target.scalarClasses[dim] = ScalarClass::DivisibleBy16;
+  const kernels::GemmConfig big = benchGemmConfig();
+  const GpuTarget target = hopperGemmTarget();
   auto compile = [&](bool bias, kernels::GemmActivation act) {
     return compileForGpu(
         kernels::gemm({8192, 8192, 8192, DType::bf16, DType::bf16, bias, act},
@@ -581,9 +591,7 @@ static Kernel gemmWithColumnSums(bool sums, bool tmaStore,
 // epilogue needs no more than the main loop had (issue 21; before, the
 // column sums added 8 KB and the staging tile 64 KB).
 TEST(Codegen, EpilogueReusesThePipelineBuffers) {
-  GpuTarget target{.arch = "sm_90a"};
-  for (const char *dim : {"M", "N", "K"})
-    target.scalarClasses[dim] = ScalarClass::DivisibleBy16;
+  const GpuTarget target = hopperGemmTarget();
   CompiledKernel plain =
       compileForGpu(gemmWithColumnSums(false, false), target);
   for (bool tmaStore : {false, true}) {
@@ -610,16 +618,8 @@ TEST(Codegen, EpilogueReusesThePipelineBuffers) {
 // (pairs of columns a thread) rather than loaded blocked and moved through
 // shared memory: nothing of the epilogue goes through shared memory.
 TEST(Codegen, GemmResidualEpilogueMovesNothing) {
-  kernels::GemmConfig big{.blockM = 128,
-                          .blockN = 256,
-                          .blockK = 64,
-                          .warps = 8,
-                          .stages = 3,
-                          .wgmma = true,
-                          .warpSpecialize = true};
-  GpuTarget target{.arch = "sm_90a"};
-  for (const char *dim : {"M", "N", "K"})
-    target.scalarClasses[dim] = ScalarClass::DivisibleBy16;
+  const kernels::GemmConfig big = benchGemmConfig();
+  const GpuTarget target = hopperGemmTarget();
   CompiledKernel plain = compileForGpu(
       kernels::gemm({8192, 8192, 8192, DType::bf16, DType::bf16}, big), target);
   CompiledKernel fused = compileForGpu(

@@ -216,7 +216,8 @@ public:
   const std::string &infoLog() const { return infoLog_; }
 
 private:
-  Module() = default;
+  Module(void *module, std::string infoLog, int device)
+      : module_(module), infoLog_(std::move(infoLog)), device_(device) {}
   void *module_ = nullptr;
   std::string infoLog_;
   int device_ = 0;
