@@ -44,14 +44,31 @@ AutotunedKernel makeNorm(int64_t cols) {
       options);
 }
 
+/// A tuning database of the test's own (KILN_TUNING_DB) for its scope;
+/// the previous setting is put back and the file removed after.
+struct OwnTuningDb {
+  std::string path, previous;
+  bool had;
+  explicit OwnTuningDb(const std::string &name)
+      : path(::testing::TempDir() + name + "_" + std::to_string(::getpid()) +
+             ".tsv") {
+    const char *saved = std::getenv("KILN_TUNING_DB");
+    had = saved != nullptr;
+    previous = saved ? saved : "";
+    ::setenv("KILN_TUNING_DB", path.c_str(), 1);
+  }
+  ~OwnTuningDb() {
+    std::filesystem::remove(path);
+    if (had)
+      ::setenv("KILN_TUNING_DB", previous.c_str(), 1);
+    else
+      ::unsetenv("KILN_TUNING_DB");
+  }
+};
+
 TEST(GpuAutotuned, TunesOnFirstLaunchThenUsesTheRecord) {
   REQUIRE_GPU();
-  // A database of this test's own.
-  const std::string db = ::testing::TempDir() + "kiln_autotuned_" +
-                         std::to_string(::getpid()) + ".tsv";
-  const char *saved = std::getenv("KILN_TUNING_DB");
-  const std::string previous = saved ? saved : "";
-  ::setenv("KILN_TUNING_DB", db.c_str(), 1);
+  OwnTuningDb db("kiln_autotuned");
   const int64_t R = 3000, C = 4096;
   HostTensor x(DType::bf16, {R, C}), w(DType::bf16, {C}),
       y(DType::bf16, {R, C});
@@ -94,11 +111,6 @@ TEST(GpuAutotuned, TunesOnFirstLaunchThenUsesTheRecord) {
   EXPECT_EQ(again.chosen("cols=4096"), norm.chosen("cols=4096"));
   by.download(y.data(), y.storageBytes());
   EXPECT_LE(compareTensors(y, ref).relative, 1e-2);
-  std::filesystem::remove(db);
-  if (saved)
-    ::setenv("KILN_TUNING_DB", previous.c_str(), 1);
-  else
-    ::unsetenv("KILN_TUNING_DB");
 }
 
 // Configs whose kernels spill registers are pruned after compiling, not
@@ -106,11 +118,7 @@ TEST(GpuAutotuned, TunesOnFirstLaunchThenUsesTheRecord) {
 // (8 rows a program: 1024 floats a thread) against one in 8 warps.
 TEST(GpuAutotuned, PrunesConfigsThatSpill) {
   REQUIRE_GPU();
-  const std::string db = ::testing::TempDir() + "kiln_spills_" +
-                         std::to_string(::getpid()) + ".tsv";
-  const char *saved = std::getenv("KILN_TUNING_DB");
-  const std::string previous = saved ? saved : "";
-  ::setenv("KILN_TUNING_DB", db.c_str(), 1);
+  OwnTuningDb db("kiln_spills");
   const int64_t R = 256, C = 16384;
   const std::vector<kernels::RmsNormConfig> configs{{8, 4}, {1, 8}};
   AutotunedKernel norm(
@@ -138,11 +146,6 @@ TEST(GpuAutotuned, PrunesConfigsThatSpill) {
   EXPECT_EQ(timings[0].ms, 0);
   EXPECT_EQ(timings[1].status, "ok");
   EXPECT_EQ(norm.chosen("cols=16384"), configs[1].name());
-  std::filesystem::remove(db);
-  if (saved)
-    ::setenv("KILN_TUNING_DB", previous.c_str(), 1);
-  else
-    ::unsetenv("KILN_TUNING_DB");
 }
 
 // The kernel itself, on the CPU executor, for every Config of the library's.
