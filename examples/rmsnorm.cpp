@@ -18,6 +18,7 @@
 #include "kiln/Compiler/Autotuned.h"
 #include "kiln/Reference/CpuExecutor.h"
 #include "kiln/kernels/Reference.h"
+#include "kiln/kernels/Tunables.h"
 #include "kiln/runtime/Cuda.h"
 
 #include <algorithm>
@@ -103,7 +104,8 @@ int main(int argc, char **argv) try {
   AutotunedKernel norm("example_" + which, names,
                        [&](size_t i) { return build(C, configs[i]); },
                        {.outputs = {"Y"}, .tolerance = 1e-2});
-  const std::string key = "cols=" + std::to_string(C) + " bf16";
+  // The library's key: the column count and the rows' power of two.
+  const std::string key = kernels::rowNormKey(R, C);
   norm.launch(key, t);
   cuda::synchronize();
   std::printf("%s %lldx%lld bf16 on %s: %s (%s)\n", which.c_str(), (long long)R,

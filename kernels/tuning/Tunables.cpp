@@ -59,8 +59,8 @@ std::unique_ptr<AutotunedKernel> rowNormTuned(bool layer, int64_t cols,
                });
 }
 
-std::string rowNormKey(int64_t cols) {
-  return "cols=" + std::to_string(cols) + " bf16";
+std::string rowNormKey(int64_t rows, int64_t cols) {
+  return "cols=" + std::to_string(cols) + " rows=" + bucket(rows) + " bf16";
 }
 
 std::unique_ptr<AutotunedKernel> rotaryTuned(int64_t headDim, bool inverse) {
@@ -112,7 +112,7 @@ TuneProblem rowNormProblem(bool layer, const TuneSizes &s) {
   const int64_t R = s.at("rows"), C = s.at("cols");
   if (R < 1 || C < 1 || (C & (C - 1)))
     throw Error("--rows must be positive and --cols a power of two");
-  TuneProblem p{rowNormTuned(layer, C, layer ? 1e-5 : 1e-6), rowNormKey(C)};
+  TuneProblem p{rowNormTuned(layer, C, layer ? 1e-5 : 1e-6), rowNormKey(R, C)};
   p.tensors.emplace("X", randomTensor(DType::bf16, {R, C}, 1, -3, 3));
   p.tensors.emplace("W", randomTensor(DType::bf16, {C}, 2));
   if (layer)

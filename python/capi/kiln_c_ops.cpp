@@ -93,7 +93,7 @@ int kiln_c_row_norm(int kind, const kiln_c_tensor *x, const kiln_c_tensor *w,
     AutotunedKernel &k =
         kernelFor("rownorm", {double(kind), double(cols), eps},
                   [=] { return kernels::rowNormTuned(kind, cols, eps); });
-    launch(k, kernels::rowNormKey(cols), t, stream, device);
+    launch(k, kernels::rowNormKey(t["X"].shape[0], cols), t, stream, device);
   });
 }
 

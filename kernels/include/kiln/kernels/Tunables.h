@@ -18,10 +18,11 @@
 namespace kiln::kernels {
 
 /// RMSNorm (layer = false) or LayerNorm over `cols` columns: database names
-/// "rmsnorm" / "layernorm", key rowNormKey(cols).
+/// "rmsnorm" / "layernorm", key rowNormKey(rows, cols): the rows' power of
+/// two is part of it (a tuning on 200 rows says little about 16384).
 std::unique_ptr<AutotunedKernel> rowNormTuned(bool layer, int64_t cols,
                                               double eps);
-std::string rowNormKey(int64_t cols);
+std::string rowNormKey(int64_t rows, int64_t cols);
 
 /// Rotary embedding (or its inverse) of head dimension D: "kiln.rotary" /
 /// "kiln.rotary_inverse", key rotaryKey(H, T, D).
