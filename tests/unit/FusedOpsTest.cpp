@@ -11,6 +11,7 @@
 #include "kiln/Compiler/Compile.h"
 #include "kiln/Reference/CpuExecutor.h"
 #include "kiln/kernels/CrossEntropy.h"
+#include "kiln/kernels/RmsNorm.h"
 #include "kiln/kernels/Rotary.h"
 
 #include <gmock/gmock.h>
@@ -99,6 +100,12 @@ TEST(FusedOpsOnCpu, BadConfigsAndTensorsAreRefused) {
 // vectors where the tensors are aligned.
 TEST(FusedOpsOnCpu, EveryConfigCompilesForHopper) {
   GpuTarget target{.arch = "sm_90a"};
+  for (const kernels::RmsNormConfig &c : kernels::rmsNormConfigs()) {
+    EXPECT_NO_THROW(compileForGpu(kernels::rmsNorm(4096, c), target))
+        << c.name();
+    EXPECT_NO_THROW(compileForGpu(kernels::layerNorm(8192, c), target))
+        << c.name();
+  }
   for (const kernels::RotaryConfig &c : kernels::rotaryConfigs())
     EXPECT_NO_THROW(compileForGpu(kernels::rotary(128, c), target)) << c.name();
   for (const kernels::CrossEntropyConfig &c : kernels::crossEntropyConfigs()) {
