@@ -118,7 +118,7 @@ TEST(DiskCache, EntryRoundTripsEveryField) {
 
 // The driver's image of a loaded kernel joins its entry (any bytes, NUL
 // included), for each architecture, and comes back with the next hit;
-// KILN_CACHE_SASS=0 keeps images out, and an entry that is gone stays gone.
+// images are opt-in (KILN_CACHE_SASS=1), and an entry that is gone stays gone.
 TEST(DiskCache, EntryKeepsTheDriversImages) {
   TempDir dir;
   DiskCache cache(dir.path, 1 << 20);
@@ -134,13 +134,17 @@ TEST(DiskCache, EntryKeepsTheDriversImages) {
   ASSERT_EQ(hit->images.size(), 2u);
   EXPECT_EQ(hit->images.at("sm_90").bytes, cubin);
   EXPECT_EQ(hit->images.at("sm_90").log, "ptxas info: 40 registers");
+  EXPECT_TRUE(hit->spec().images.empty()) << "images are opt-in";
+  ::setenv("KILN_CACHE_SASS", "1", 1);
   EXPECT_EQ(hit->spec().images.at("sm_80").bytes, "other");
+  ::unsetenv("KILN_CACHE_SASS");
   EXPECT_EQ(hit->ptx, sample("imaged", 300).ptx);
   cache.addImage(std::string(64, 'z'), "sm_90", {cubin, ""});
   EXPECT_FALSE(cache.load(std::string(64, 'z')));
+  ::unsetenv("KILN_CACHE_SASS");
+  EXPECT_FALSE(DiskCache::keepsImages()) << "opt-in";
+  ::setenv("KILN_CACHE_SASS", "1", 1);
   EXPECT_TRUE(DiskCache::keepsImages());
-  ::setenv("KILN_CACHE_SASS", "0", 1);
-  EXPECT_FALSE(DiskCache::keepsImages());
   ::unsetenv("KILN_CACHE_SASS");
 }
 

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln/Compiler/Compile.h"
+#include "kiln/Compiler/DiskCache.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -100,7 +101,8 @@ LaunchSpec CompiledKernel::spec() const {
   s.tileCounter = tileCounter;
   s.variant = variantSummary(*this);
   s.report = report;
-  s.images = images;
+  if (DiskCache::keepsImages()) // opt-in: see DiskCache::keepsImages
+    s.images = images;
   return s;
 }
 

@@ -56,10 +56,11 @@ public:
   /// is not either: each warns once per process on stderr.
   void store(const std::string &key, const CompiledKernel &kernel);
   /// Adds the driver's image for `arch` to the entry (republished whole);
-  /// nothing when the entry is gone. KILN_CACHE_SASS=0 keeps images out.
+  /// nothing when the entry is gone.
   void addImage(const std::string &key, const std::string &arch,
                 const LaunchSpec::Image &image);
-  /// Whether entries keep the driver's images (KILN_CACHE_SASS, default 1).
+  /// Whether the JIT keeps the driver's images in entries and loads them
+  /// (KILN_CACHE_SASS=1; off by default, see DiskCache.cpp).
   static bool keepsImages();
 
   /// The entries, most recently used first. Unreadable ones are listed with
