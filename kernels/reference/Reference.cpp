@@ -131,6 +131,20 @@ void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
   }
 }
 
+void ropeTables(int64_t positions, int64_t headDim, HostTensor &cos,
+                HostTensor &sin) {
+  const int64_t half = headDim / 2;
+  if (cos.shape() != std::vector<int64_t>{positions, half} ||
+      sin.shape() != cos.shape())
+    throw Error("ropeTables: cos and sin must be (positions, headDim/2)");
+  for (int64_t p = 0; p < positions; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = double(p) * std::pow(10000.0, -2.0 * i / headDim);
+      cos.flatSet(p * half + i, std::cos(angle));
+      sin.flatSet(p * half + i, std::sin(angle));
+    }
+}
+
 void rmsNormReference(const HostTensor &x, const HostTensor &w, HostTensor &y,
                       double eps) {
   const int64_t R = x.shape()[0], C = x.shape()[1];

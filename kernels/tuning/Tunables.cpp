@@ -2,12 +2,12 @@
 #include "kiln/kernels/Tunables.h"
 #include "kiln/Compiler/Tunable.h"
 #include "kiln/kernels/CrossEntropy.h"
+#include "kiln/kernels/Reference.h"
 #include "kiln/kernels/RmsNorm.h"
 #include "kiln/kernels/Rotary.h"
 #include "kiln/runtime/Cuda.h"
 
 #include <bit>
-#include <cmath>
 
 namespace kiln::kernels {
 
@@ -147,14 +147,9 @@ const RegisterTunable
                p.tensors.emplace("Y", HostTensor(DType::bf16, {H, T, D}));
                HostTensor pos(DType::i32, {T}), cs(DType::f32, {T, D / 2}),
                    sn(DType::f32, {T, D / 2});
-               for (int64_t t = 0; t < T; ++t) {
+               for (int64_t t = 0; t < T; ++t)
                  pos.flatSet(t, double(t));
-                 for (int64_t i = 0; i < D / 2; ++i) {
-                   const double a = t * std::pow(10000.0, -2.0 * i / D);
-                   cs.flatSet(t * D / 2 + i, std::cos(a));
-                   sn.flatSet(t * D / 2 + i, std::sin(a));
-                 }
-               }
+               ropeTables(T, D, cs, sn);
                p.tensors.emplace("Pos", std::move(pos));
                p.tensors.emplace("Cos", std::move(cs));
                p.tensors.emplace("Sin", std::move(sn));

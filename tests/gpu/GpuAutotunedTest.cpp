@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "../unit/TestUtil.h"
+#include "DeviceTensors.h"
 
 #include "kiln/Compiler/Autotuned.h"
 #include "kiln/Reference/CpuExecutor.h"
@@ -74,17 +75,13 @@ TEST(GpuAutotuned, TunesOnFirstLaunchThenUsesTheRecord) {
       y(DType::bf16, {R, C});
   x.fillRandom(1, -3, 3);
   w.fillRandom(2);
-  cuda::Buffer bx(x.storageBytes()), bw(w.storageBytes()), by(y.storageBytes());
-  bx.upload(x.data(), x.storageBytes());
-  bw.upload(w.data(), w.storageBytes());
-  std::map<std::string, TensorRef> t{
-      {"X", x.ref()}, {"W", w.ref()}, {"Y", y.ref()}};
-  t["X"].data = bx.data();
-  t["W"].data = bw.data();
-  t["Y"].data = by.data();
+  test::DeviceTensors dt;
+  dt.add("X", x, false);
+  dt.add("W", w, false);
+  dt.add("Y", y, true);
+  const std::map<std::string, TensorRef> &t = dt.refs;
 
   AutotunedKernel norm = makeNorm(C);
-  by.fill(0xFF);
   norm.launch("cols=4096", t);
   cuda::synchronize();
   EXPECT_EQ(norm.lastSource(), "tuned");
@@ -94,7 +91,7 @@ TEST(GpuAutotuned, TunesOnFirstLaunchThenUsesTheRecord) {
     timed += tt.ms > 0;
   EXPECT_GE(timed, 2) << "every Config that compiles is timed";
   ASSERT_TRUE(norm.chosen("cols=4096"));
-  by.download(y.data(), y.storageBytes());
+  dt.download("Y", y);
   HostTensor ref(DType::f32, {R, C});
   kernels::rmsNormReference(x, w, ref);
   ErrorStats e = compareTensors(y, ref);
@@ -104,12 +101,12 @@ TEST(GpuAutotuned, TunesOnFirstLaunchThenUsesTheRecord) {
   norm.launch("cols=4096", t);
   EXPECT_EQ(norm.lastSource(), "memo");
   AutotunedKernel again = makeNorm(C);
-  by.fill(0xFF);
+  dt.poisonOutputs();
   again.launch("cols=4096", t);
   cuda::synchronize();
   EXPECT_EQ(again.lastSource(), "database");
   EXPECT_EQ(again.chosen("cols=4096"), norm.chosen("cols=4096"));
-  by.download(y.data(), y.storageBytes());
+  dt.download("Y", y);
   EXPECT_LE(compareTensors(y, ref).relative, 1e-2);
 }
 
@@ -125,18 +122,15 @@ TEST(GpuAutotuned, PrunesConfigsThatSpill) {
       "test_spills", {configs[0].name(), configs[1].name()},
       [&](size_t i) { return kernels::rmsNorm(C, configs[i]); },
       {.outputs = {"Y"}, .tolerance = 1e-2});
-  HostTensor x(DType::bf16, {R, C}), w(DType::bf16, {C});
+  HostTensor x(DType::bf16, {R, C}), w(DType::bf16, {C}),
+      y(DType::bf16, {R, C});
   x.fillRandom(1);
   w.fillRandom(2);
-  cuda::Buffer bx(x.storageBytes()), bw(w.storageBytes()), by(x.storageBytes());
-  bx.upload(x.data(), x.storageBytes());
-  bw.upload(w.data(), w.storageBytes());
-  std::map<std::string, TensorRef> t{
-      {"X", x.ref()}, {"W", w.ref()}, {"Y", x.ref()}};
-  t["X"].data = bx.data();
-  t["W"].data = bw.data();
-  t["Y"].data = by.data();
-  norm.launch("cols=16384", t);
+  test::DeviceTensors dt;
+  dt.add("X", x, false);
+  dt.add("W", w, false);
+  dt.add("Y", y, true);
+  norm.launch("cols=16384", dt.refs);
   cuda::synchronize();
   ASSERT_TRUE(norm.lastTuning());
   const auto &timings = norm.lastTuning()->timings;

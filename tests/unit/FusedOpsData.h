@@ -9,6 +9,7 @@
 #ifndef KILN_TESTS_FUSEDOPSDATA_H
 #define KILN_TESTS_FUSEDOPSDATA_H
 
+#include "kiln/kernels/Reference.h"
 #include "kiln/runtime/HostTensor.h"
 
 #include <gtest/gtest.h>
@@ -33,12 +34,7 @@ struct RotaryData {
     x.fillRandom(uint64_t(H * 131 + T * 7 + D), -3, 3);
     for (int64_t t = 0; t < T; ++t)
       pos.flatSet(t, double((uint64_t(t) * 2654435761u + 11) % P));
-    for (int64_t p = 0; p < P; ++p)
-      for (int64_t i = 0; i < D / 2; ++i) {
-        double angle = p * std::pow(10000.0, -2.0 * i / D);
-        cos.flatSet(p * D / 2 + i, std::cos(angle));
-        sin.flatSet(p * D / 2 + i, std::sin(angle));
-      }
+    kernels::ropeTables(P, D, cos, sin);
     y.poison();
   }
   static HostTensor make(int64_t H, int64_t T, int64_t D, bool strided) {

@@ -377,6 +377,19 @@ std::string kernelName(Options &opts) {
   return opts.positional[0];
 }
 
+std::map<std::string, TensorRef>
+uploadTensors(std::map<std::string, HostTensor> &tensors,
+              std::map<std::string, cuda::Buffer> &buffers) {
+  std::map<std::string, TensorRef> refs;
+  for (auto &[n, t] : tensors) {
+    cuda::Buffer &buf = buffers[n] = cuda::Buffer(t.storageBytes());
+    buf.upload(t.data(), t.storageBytes());
+    refs[n] = t.ref();
+    refs[n].data = buf.data();
+  }
+  return refs;
+}
+
 int cmdRun(Options &opts) {
   bool cpu = opts.flag("cpu");
   std::string tolText = opts.string("tolerance", "1e-2");
@@ -415,13 +428,8 @@ int cmdRun(Options &opts) {
   } else {
     const cuda::DeviceInfo &dev = cuda::device();
     std::map<std::string, cuda::Buffer> buffers;
-    std::map<std::string, TensorRef> refs;
-    for (auto &[n, t] : p.tensors) {
-      cuda::Buffer &buf = buffers[n] = cuda::Buffer(t.storageBytes());
-      buf.upload(t.data(), t.storageBytes()); // outputs arrive NaN-poisoned
-      refs[n] = t.ref();
-      refs[n].data = buf.data();
-    }
+    // Outputs arrive NaN-poisoned.
+    std::map<std::string, TensorRef> refs = uploadTensors(p.tensors, buffers);
     for (const Kernel &k : p.sequence) {
       std::map<std::string, TensorRef> mine = k.tensorsIn(refs);
       GpuTarget target =

@@ -107,6 +107,12 @@ Problem makeProblem(const std::string &kernel, Options &opts, bool withData);
 /// The one positional argument: a kernel's name.
 std::string kernelName(Options &opts);
 
+/// Each host tensor copied into a device buffer of its own (in `buffers`);
+/// returns the tensors as device references, by name.
+std::map<std::string, TensorRef>
+uploadTensors(std::map<std::string, HostTensor> &tensors,
+              std::map<std::string, cuda::Buffer> &buffers);
+
 /// --dtype as a float type; an integer option that must be >= 1.
 DType dtypeOption(Options &opts, const char *fallback);
 int64_t positive(Options &opts, const std::string &name, int64_t fallback,

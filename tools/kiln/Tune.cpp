@@ -82,13 +82,7 @@ static int tuneRegistered(Options &opts, const std::string &name) {
     text += " " + size + "=" + std::to_string(v);
   fmt::print("kiln tune {}{} (key '{}')\n", name, text, p.key);
   std::map<std::string, cuda::Buffer> buffers;
-  std::map<std::string, TensorRef> t;
-  for (auto &[arg, h] : p.tensors) {
-    cuda::Buffer &buf = buffers[arg] = cuda::Buffer(h.storageBytes());
-    buf.upload(h.data(), h.storageBytes());
-    t[arg] = h.ref();
-    t[arg].data = buf.data();
-  }
+  std::map<std::string, TensorRef> t = uploadTensors(p.tensors, buffers);
   p.kernel->launch(p.key, t, p.scalars);
   cuda::synchronize();
   const TuneResult &r = *p.kernel->lastTuning();

@@ -32,6 +32,10 @@ void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
                    GemmActivation activation = GemmActivation::None,
                    const HostTensor *residual = nullptr);
 void softmaxReference(const HostTensor &x, HostTensor &y);
+/// RoPE's tables: cos and sin (positions, headDim/2) of p·10000^(-2i/D),
+/// computed in fp64 and stored in their tensors' dtype.
+void ropeTables(int64_t positions, int64_t headDim, HostTensor &cos,
+                HostTensor &sin);
 /// y = x / sqrt(mean(x^2 over a row) + eps) * w in fp64.
 void rmsNormReference(const HostTensor &x, const HostTensor &w, HostTensor &y,
                       double eps = 1e-6);
