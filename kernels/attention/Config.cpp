@@ -126,11 +126,12 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // persistent), causal 169/268/370/524/612/676 against 169/258/356/468/
   // 575/656; causal N=512 174 without overlap. D=64 about even.
   // ... where its shared memory fits: Q, the K/V stages, and V for the dot
-  // after each loop (two loops when causal). Causal's two V buffers leave no
-  // room for O's TMA staging tile, which pays more up to N=2k: same-run H200
-  // bench, causal bf16 TFLOP/s at N=1k/2k/4k/8k without overlap (O by TMA)
-  // 425/524/589/631 against 381/501/599/660 with it (O by st.global); without
-  // TMA stores overlap wins (376/477 at 1k/2k without it).
+  // after each loop (two loops when causal). Causal's two V buffers left no
+  // room for O's TMA staging tile, which paid more up to N=2k; since the
+  // tile gate (persistent CTAs whose buffers do not fit live across tiles)
+  // overlap keeps O's TMA store and still loses up to N=2k: 0.83-0.95x at
+  // N=512..2048, 1.00-1.07x from 2049 (docs/experiments/
+  // 2026-11-24-h200-tile-gate.txt). Without TMA stores overlap wins from 1k.
   const bool hopper = c.wgmma > 0 && c.tma > 0;
   const int64_t causalOverlapFrom = c.tmaStore > 0 ? 2049 : 1024;
   auto fitsOverlapped = [&] {
@@ -227,12 +228,15 @@ int64_t attentionSharedBytes(const AttentionShape &s,
     elements += overlappedLoops(s, c) * bn * D;
   const int64_t bytes =
       elements * int64_t(dtypeSize(s.dtype)) + (c.wgmma > 0 ? 1024 : 0);
-  // Under TMA the compiler stages O for a bulk store where that still fits:
-  // in the bytes of Q and the ring, whose last reader is the loop (they are
-  // live throughout when CTAs are persistent).
+  // Under TMA the compiler stages O for a bulk store: in the bytes of Q and
+  // the ring, whose last reader is the loop; persistent CTAs keep them live
+  // across tiles where the staging tile still fits beside them, else the
+  // producer waits for each tile's end and the staging tile takes Q's bytes.
   const int64_t staging = c.blockM * D * int64_t(dtypeSize(s.dtype));
   const int64_t withStaging =
-      c.persistent > 0 ? bytes + staging : std::max(bytes, 1024 + staging);
+      c.persistent > 0 && bytes + staging <= kHopperSharedBytes
+          ? bytes + staging
+          : std::max(bytes, 1024 + staging);
   const bool tmaStore = c.wgmma > 0 && c.tma != 0 && c.tmaStore != 0 &&
                         dtypeSize(s.dtype) == 2 &&
                         withStaging <= kHopperSharedBytes;

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "../unit/FusedOpsData.h"
+#include "../unit/GemmColumnSums.h"
 #include "../unit/TestUtil.h"
 #include "DeviceTensors.h"
 
@@ -112,5 +113,60 @@ TEST(GpuFusedOps, GemmBiasGeluEveryConfig) {
       ErrorStats e = compareTensors(c, residual ? refR : ref);
       EXPECT_LE(e.relative, 1e-2); // bf16 output, tanh.approx
       EXPECT_EQ(e.nonFinite, 0);
+    }
+}
+
+// Persistent CTAs over more tiles than SMs (352 at 4000x2576), C through a
+// TMA staging tile and column sums through the scratch area: with 3 stages
+// every buffer lives across tiles; with 4 the staging tile and the scratch
+// take the stage ring's bytes and the producer waits for each tile's end
+// (the report says so). Fixed rounds and dynamic tiles; C and S against
+// fp64, S starting from values the sums must keep.
+TEST(GpuFusedOps, PersistentEpilogueSharesTheRing) {
+  REQUIRE_GPU();
+  if (cuda::device().arch() != "sm_90a")
+    GTEST_SKIP() << "wgmma, TMA and a producer warpgroup need sm_90a";
+  // Ragged M and N; K and N in the size class the TMA path needs (div16).
+  const int64_t M = 4000, N = 2576, K = 256;
+  HostTensor a(DType::bf16, {M, K}), b(DType::bf16, {K, N}),
+      c(DType::bf16, {M, N}), s(DType::f32, {N}), ref(DType::f32, {M, N}),
+      refS(DType::f32, {N});
+  a.fillRandom(11);
+  b.fillRandom(12);
+  kernels::gemmReference(a, b, ref);
+  for (int stages : {3, 4})
+    for (bool dynamic : {false, true}) {
+      SCOPED_TRACE(std::to_string(stages) + " stages" +
+                   (dynamic ? ", dynamic tiles" : ""));
+      s.fillRandom(13 + stages, -10, 10);
+      for (int64_t n = 0; n < N; ++n) {
+        double sum = s.flatAt(n);
+        for (int64_t m = 0; m < M; ++m)
+          sum += ref.flatAt(m * N + n);
+        refS.flatSet(n, sum);
+      }
+      DeviceTensors dt;
+      dt.add("A", a, false);
+      dt.add("B", b, false);
+      dt.add("C", c, true);
+      dt.add("S", s, false); // its initial values are part of the result
+      CompiledKernel k = runOnGpu(
+          test::gemmWithColumnSums(true, true, true, stages, dynamic), dt);
+      std::string report;
+      for (const std::string &line : k.report)
+        report += line + "\n";
+      EXPECT_EQ(report.find("placed by liveness within the tile") !=
+                    std::string::npos,
+                stages == 4)
+          << report;
+      EXPECT_NE(report.find("store 128x256: TMA"), std::string::npos) << report;
+      dt.download("C", c);
+      dt.download("S", s);
+      ErrorStats e = compareTensors(c, ref);
+      EXPECT_LE(e.relative, 1e-2); // bf16 output
+      EXPECT_EQ(e.nonFinite, 0);
+      ErrorStats es = compareTensors(s, refS);
+      EXPECT_LE(es.relative, 1e-5);
+      EXPECT_EQ(es.nonFinite, 0);
     }
 }

@@ -1,4 +1,5 @@
 //===- CodegenTest.cpp - what the GPU compiler emits (no GPU needed) ------===//
+#include "GemmColumnSums.h"
 #include "TestUtil.h"
 
 #include "kiln/Compiler/Compile.h"
@@ -553,39 +554,6 @@ TEST(Codegen, JitCacheKeysOnIrAndTarget) {
   EXPECT_EQ(after.misses + after.diskHits - before.misses - before.diskHits, 4);
 }
 
-// A GEMM on the 128x256x64 schedule of `kiln bench gemm` whose epilogue
-// needs shared memory of its own: column sums (partial sums across warps go
-// through the scratch area) and, with `tmaStore`, C through a staging tile.
-static Kernel gemmWithColumnSums(bool sums, bool tmaStore,
-                                 bool persistent = false) {
-  using namespace kiln::dsl;
-  const int64_t BM = 128, BN = 256, BK = 64;
-  KernelBuilder k("gemm_column_sums");
-  Index M = k.scalarArg("M"), N = k.scalarArg("N"), K = k.scalarArg("K");
-  k.setGrid({cdiv(M, BM), cdiv(N, BN)});
-  k.setWarps(8);
-  k.setStages(3);
-  k.setWgmma(true);
-  k.setTma(true);
-  k.setTmaStores(tmaStore);
-  k.setWarpSpecialize(true);
-  k.setPersistent(persistent);
-  auto A = k.tensorArg("A", DType::bf16, {M, K});
-  auto B = k.tensorArg("B", DType::bf16, {K, N});
-  auto C = k.tensorArg("C", DType::bf16, {M, N});
-  auto S = k.tensorArg("S", DType::f32, {N});
-  Index m0 = programId(0) * BM, n0 = programId(1) * BN;
-  Tile acc = zeros({BM, BN}, f32);
-  forRange(0, K, BK, carry(acc), [&](Index k0) {
-    acc = dot(load(A.block({m0, k0}, {BM, BK})),
-              load(B.block({k0, n0}, {BK, BN})), acc);
-  });
-  store(C.block({m0, n0}), acc.to(bf16));
-  if (sums)
-    atomicAdd(S.block({n0}, {BN}), reduceSum(acc, 0));
-  return k.finish();
-}
-
 // Shared memory is placed by liveness: the epilogue's scratch area and TMA
 // staging tile take the stage ring's bytes once the loop is over, so the
 // epilogue needs no more than the main loop had (issue 21; before, the
@@ -593,10 +561,10 @@ static Kernel gemmWithColumnSums(bool sums, bool tmaStore,
 TEST(Codegen, EpilogueReusesThePipelineBuffers) {
   const GpuTarget target = hopperGemmTarget();
   CompiledKernel plain =
-      compileForGpu(gemmWithColumnSums(false, false), target);
+      compileForGpu(test::gemmWithColumnSums(false, false), target);
   for (bool tmaStore : {false, true}) {
     CompiledKernel c =
-        compileForGpu(gemmWithColumnSums(true, tmaStore), target);
+        compileForGpu(test::gemmWithColumnSums(true, tmaStore), target);
     std::string report = reportOf(c);
     EXPECT_EQ(c.sharedBytes, plain.sharedBytes) << report;
     EXPECT_THAT(report, HasSubstr(tmaStore ? "[1024, 66560); scratch "
@@ -610,9 +578,40 @@ TEST(Codegen, EpilogueReusesThePipelineBuffers) {
   // Persistent CTAs run the body again (the producer fetches the next
   // tile's stages during the epilogue): every buffer lives throughout.
   CompiledKernel p =
-      compileForGpu(gemmWithColumnSums(true, false, true), target);
+      compileForGpu(test::gemmWithColumnSums(true, false, true), target);
   EXPECT_EQ(p.sharedBytes, plain.sharedBytes + 8192) << reportOf(p);
   EXPECT_THAT(reportOf(p), Not(HasSubstr("in the bytes of")));
+  EXPECT_THAT(reportOf(p), Not(HasSubstr("placed by liveness within")));
+}
+
+// Persistent with 4 stages (192 KB of ring): the 64 KB staging tile does not
+// fit beside the ring when every buffer lives across tiles, so the producer
+// waits for each tile's end instead and the epilogue takes the ring's bytes:
+// no more shared memory than the main loop, and C still goes out by TMA.
+TEST(Codegen, PersistentEpilogueWaitsRatherThanGrows) {
+  const GpuTarget target = hopperGemmTarget();
+  CompiledKernel plain =
+      compileForGpu(test::gemmWithColumnSums(false, false, true, 4), target);
+  CompiledKernel p =
+      compileForGpu(test::gemmWithColumnSums(true, true, true, 4), target);
+  const std::string report = reportOf(p);
+  EXPECT_EQ(p.sharedBytes, plain.sharedBytes) << report;
+  EXPECT_THAT(report, HasSubstr("persistent: each tile's buffers are placed "
+                                "by liveness within the tile, and the "
+                                "producer fetches a tile's first blocks only "
+                                "once the compute warps are done with the "
+                                "previous tile (an mbarrier): with every "
+                                "buffer live across tiles the kernel needed "
+                                "263168 bytes"));
+  EXPECT_THAT(report, HasSubstr("store 128x256: TMA"));
+  EXPECT_THAT(report, HasSubstr("in the bytes of: stage ring"));
+  // Tiles handed out by a counter wait the same way.
+  CompiledKernel d = compileForGpu(
+      test::gemmWithColumnSums(true, true, true, 4, true), target);
+  EXPECT_EQ(d.sharedBytes, plain.sharedBytes) << reportOf(d);
+  EXPECT_THAT(reportOf(d), HasSubstr("placed by liveness within the tile"));
+  // Where everything fits live across tiles, nothing waits.
+  EXPECT_THAT(reportOf(plain), Not(HasSubstr("placed by liveness within")));
 }
 // A residual tile added in the epilogue is loaded in the accumulator's layout
 // (pairs of columns a thread) rather than loaded blocked and moved through

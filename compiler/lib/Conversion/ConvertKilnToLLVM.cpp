@@ -68,24 +68,37 @@ struct ConvertKilnToLLVM
                                      "wgmma only here: loads use cp.async");
           return lowerer.run(module);
         };
-        auto make = [&] {
-          return std::make_unique<kiln::gpu::Lowerer>(f, int(warps.getInt()),
-                                                      numStages);
-        };
-        std::unique_ptr<kiln::gpu::Lowerer> first = make();
-        int64_t bytes = lower(*first);
-        // The TMA stores' staging tiles were placed before the scratch area
-        // (conversions, reductions) was known: when the sum does not fit,
-        // the kernel is lowered again with plain stores.
-        if (bytes > sharedLimit && !first->tmaStores.empty()) {
+        std::unique_ptr<kiln::gpu::Lowerer> first;
+        auto relower = [&](int64_t gatedFrom, int64_t retriedBytes) {
           for (auto fn :
                llvm::make_early_inc_range(module.getOps<LLVM::LLVMFuncOp>()))
             if (fn.getName() == f.getName())
               fn.erase();
-          first = make();
-          first->retriedBytes = bytes;
-          bytes = lower(*first);
+          first = std::make_unique<kiln::gpu::Lowerer>(f, int(warps.getInt()),
+                                                       numStages);
+          first->gatedFrom = gatedFrom;
+          first->retriedBytes = retriedBytes;
+          return lower(*first);
+        };
+        int64_t bytes = relower(0, 0);
+        // Persistent CTAs keep every buffer live across tiles. Where that
+        // does not fit, or crowds out a TMA store's staging tile, the
+        // producer waits for each tile's end instead and a tile's buffers
+        // share bytes by liveness; kept only where it fits or keeps more
+        // TMA stores (the wait costs the next tile's early fetches).
+        if (!first->persistentGrid.empty() &&
+            (bytes > sharedLimit || first->crowdedPeak)) {
+          const bool fitted = bytes <= sharedLimit;
+          const size_t stores = first->tmaStores.size();
+          bytes = relower(std::max(bytes, first->crowdedPeak), 0);
+          if (fitted && first->tmaStores.size() <= stores)
+            bytes = relower(0, 0);
         }
+        // The TMA stores' staging tiles were placed before the scratch area
+        // (conversions, reductions) was known: when the sum does not fit,
+        // the kernel is lowered again with plain stores.
+        if (bytes > sharedLimit && !first->tmaStores.empty())
+          bytes = relower(first->gatedFrom, bytes);
         kiln::gpu::Lowerer &lowerer = *first;
         shared = std::max(shared, bytes);
         producerWarps = std::max<int64_t>(producerWarps, lowerer.producerWarps);

@@ -107,11 +107,49 @@ void Lowerer::planPersistent(int64_t &top) {
   if (src->hasAttr("kiln.dynamic_tiles") && !producerWarps)
     report.push_back("dynamic tiles: no (the schedule asks for them; no "
                      "producer warpgroup to take them): fixed rounds");
+  if (gatedFrom) {
+    report.push_back(
+        "persistent: each tile's buffers are placed by liveness within the "
+        "tile, and " +
+        std::string(producerWarps
+                        ? "the producer fetches a tile's first blocks only "
+                          "once the compute warps are done with the previous "
+                          "tile (an mbarrier)"
+                        : "the warps meet at a barrier after each tile") +
+        ": with every buffer live across tiles the kernel needed " +
+        std::to_string(gatedFrom) + " bytes of shared memory (limit " +
+        std::to_string(sharedLimit) + ")");
+    if (producerWarps) {
+      top = (top + 7) / 8 * 8;
+      tileGate = top;
+      top += 8;
+    }
+  }
   if (!dynamicTiles)
     return;
   top = (top + 7) / 8 * 8;
   tileRing = top;
   top += 8 + 4 * 8;
+}
+
+void Lowerer::endTile(TileRole role) {
+  if (!gatedFrom || role == TileRole::Producer)
+    return;
+  finishTmaStores(); // the bulk copies have read their staging tiles
+  if (tileGate < 0)
+    return barrier();
+  // The producer's next copies (async proxy) may land where this tile's
+  // epilogue wrote and read through the generic proxy.
+  fenceSharedForAsync();
+  NVVM::MBarrierArriveOp::create(b, loc, Type(), sharedAt(i32(tileGate)),
+                                 Value());
+}
+
+void Lowerer::waitForPreviousTile() {
+  // Tile c waits for the gate's c-th completion (none for the first: a
+  // fresh barrier's previous phase counts as complete).
+  if (tileGate >= 0)
+    waitMbarrier(sharedAt(i32(tileGate)), previousPhase(residentPhase()));
 }
 
 void Lowerer::evaluatePersistentGrid() {
@@ -185,6 +223,7 @@ void Lowerer::forEachTile(llvm::function_ref<void()> body, TileRole role) {
     }
     body();
     waitForAll();
+    endTile(role);
     if (ringSlot)
       scf::YieldOp::create(b, loc, ValueRange{ringSlot, ringPhase});
     tile = tileCount = Value();
@@ -283,6 +322,7 @@ void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
     }
     body();
     waitForAll();
+    endTile(role);
     Value k = arith::AddIOp::create(b, loc, tileCount, i32(1));
     SmallVector<Value> yields{next(k), k};
     if (ringSlot)

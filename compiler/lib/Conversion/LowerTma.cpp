@@ -299,6 +299,9 @@ void Lowerer::initMbarriers() {
       NVVM::MBarrierInitOp::create(b, loc, tileRingMbarrier(i32(s), true),
                                    i32(32 * numWarps), Value());
     }
+    if (tileGate >= 0) // every compute thread arrives at a tile's end
+      NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(tileGate)),
+                                   i32(32 * numWarps), Value());
     for (auto &[v, at] : residentMbarrier) {
       NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(at)), i32(1), Value());
       NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(at + 8)),

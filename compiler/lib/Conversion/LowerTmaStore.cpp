@@ -107,6 +107,8 @@ void Lowerer::planTmaStores() {
         shared.place(sharedBuffer("TMA staging tile " + lineOf(op), bytes,
                                   topIndexOf(op), int(bodyOps.size()) - 1));
     if (shared.peak() > sharedLimit) {
+      if (!persistentGrid.empty() && !gatedFrom)
+        crowdedPeak = std::max(crowdedPeak, shared.peak());
       shared.unplace();
       tmaStoreFallback[op] =
           "its " + std::to_string(bytes / 1024) +

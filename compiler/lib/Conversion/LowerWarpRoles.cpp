@@ -145,6 +145,7 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
     auto leader = scf::IfOp::create(b, loc, isTmaLeader(), false);
     b.setInsertionPoint(leader.thenBlock()->getTerminator());
     auto produce = [&] {
+      waitForPreviousTile();
       for (Operation &op : body.without_terminator()) {
         if (auto f = dyn_cast<scf::ForOp>(op); f && mbarrierBase.count(f))
           lowerProducerLoop(f);

@@ -334,6 +334,16 @@ public:
   /// Shared memory a CTA may take; > 0 in retriedBytes: the first lowering
   /// took that many with TMA stores, over the limit.
   int64_t sharedLimit = 227 * 1024, retriedBytes = 0;
+  /// Persistent CTAs keep every buffer live across tiles (the producer
+  /// fetches the next tile's blocks during this tile's epilogue). > 0: a
+  /// first lowering that did so needed that many bytes (over the limit, or a
+  /// TMA staging tile crowded out): the producer waits for each tile's end
+  /// (the tile gate) and buffers are placed by liveness within a tile.
+  int64_t gatedFrom = 0;
+  /// Without the gate: the bytes a crowded-out TMA staging tile needed.
+  int64_t crowdedPeak = 0;
+  /// The tile gate's mbarrier (every compute thread arrives at a tile's end).
+  int64_t tileGate = -1;
   llvm::DenseMap<mlir::Operation *, TmaStore> tmaStores;
   llvm::DenseMap<mlir::Operation *, std::string> tmaStoreFallback;
   /// Picks the stores TMA can write and places their staging tiles (live
@@ -376,6 +386,11 @@ public:
   /// Emits `body` once per tile of the grid (persistent) or once.
   void forEachTile(llvm::function_ref<void()> body,
                    TileRole role = TileRole::All);
+  /// After a tile's body: with the tile gate, its bulk stores have read
+  /// their staging tiles and the compute warps say the tile is done.
+  void endTile(TileRole role);
+  /// Producer, before a tile's first copy: the previous tile is done.
+  void waitForPreviousTile();
   /// Dynamic tiles: the loop over tiles as they are handed out.
   void forEachDynamicTile(llvm::function_ref<void()> body, TileRole role);
   /// Dynamic tiles: the tile id ring's mbarriers (full; `released`: empty)

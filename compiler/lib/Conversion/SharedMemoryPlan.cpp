@@ -75,8 +75,9 @@ int Lowerer::topIndexOf(Operation *op) const {
 SharedBuffer Lowerer::sharedBuffer(std::string what, int64_t bytes, int first,
                                    int last) const {
   // Persistent CTAs run the body again for the next tile (its producer
-  // fetches ahead into the ring): every buffer lives throughout.
-  if (!persistentGrid.empty())
+  // fetches ahead into the ring): every buffer lives throughout, unless the
+  // producer waits for each tile's end (gatedFrom).
+  if (!persistentGrid.empty() && !gatedFrom)
     first = 0, last = int(bodyOps.size()) - 1;
   return {std::move(what), bytes, first, last};
 }
