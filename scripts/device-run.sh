@@ -12,6 +12,8 @@
 #              and linear+GELU beside torch eager, torch.compile, cuBLASLt)
 #   gpt        examples/gpt/train.py (needs .carry/corpus.bin.xz, from
 #              examples/gpt/make_corpus.py and xz)
+#   gptstep    examples/gpt/step_bench.py: one training step of the GPT per
+#              attention, interleaved, and the attention alone at its shape
 #   jit        kiln bench jit --seqs 1000,4096 (compiles, host time a launch)
 #   gemm       kiln bench gemm, plain and with a bias + GELU epilogue, beside
 #              cuBLAS and cuBLASLt's fused epilogue (scripts/gemm_peers.py)
@@ -46,6 +48,9 @@ for job in "$@"; do
   gpt) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
     timeout 400 python3 examples/gpt/train.py --corpus /tmp/corpus.bin \
       --out "$OUT" > "$OUT/gpt.txt" 2>&1; tail -6 "$OUT/gpt.txt" ;;
+  gptstep) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
+    timeout 300 python3 examples/gpt/step_bench.py --corpus /tmp/corpus.bin \
+      > "$OUT/gptstep.txt" 2>&1; tail -9 "$OUT/gptstep.txt" ;;
   jit) timeout 120 /tmp/k/bin/kiln bench jit --seqs 1000,4096 \
       > "$OUT/jit.txt" 2>&1; tail -6 "$OUT/jit.txt" ;;
   gemm) { /tmp/k/bin/kiln bench gemm --sizes 4096,8192

@@ -7,8 +7,10 @@ memory, and prefill latency of the trained models.
 Model: 6 layers, d_model 768, 12 heads of 64, context 1024, byte-level
 vocabulary (256), learned positions, pre-norm blocks, GELU MLP; bf16 autocast
 over fp32 weights, AdamW (lr 6e-4, warm-up 50 steps, cosine to 10%), batch
-16 x 1024 tokens. Attention takes q, k, v as (B, N, H, D) views of one qkv
-projection: kiln with layout="bshd", SDPA on their (B, H, N, D) transposes.
+16 x 1024 tokens. Attention takes the qkv projection as (B, N, 3, H, D):
+kiln through kiln.attention_qkvpacked (its backward writes one dQKV), or
+kiln.attention on its unbound (B, N, H, D) views ("kiln_unpacked"); SDPA on
+the (B, H, N, D) transposes of those views.
 
 The corpus is any file of bytes; make_corpus.py writes one from Debian's
 Python standard library sources (nothing is downloaded). Writes gpt.json
@@ -30,21 +32,28 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kiln  # noqa: E402
 
 
-def kiln_attention(q, k, v):  # (B, N, H, D) each
+# Each takes the projection's qkv (B, N, 3, H, D) and returns (B, N, H, D).
+def kiln_attention(qkv):
+    return kiln.attention_qkvpacked(qkv, causal=True)
+
+
+def kiln_unpacked(qkv):
+    q, k, v = qkv.unbind(2)
     return kiln.attention(q, k, v, causal=True, layout="bshd")
 
 
 def sdpa_attention(backend):
-    def run(q, k, v):
+    def run(qkv):
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
         with sdpa_kernel(backend):
-            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                               v.transpose(1, 2), is_causal=True)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return o.transpose(1, 2)
     return run
 
 
 BACKENDS = {
     "kiln": kiln_attention,
+    "kiln_unpacked": kiln_unpacked,
     "sdpa_flash": sdpa_attention(SDPBackend.FLASH_ATTENTION),
     "sdpa_cudnn": sdpa_attention(SDPBackend.CUDNN_ATTENTION),
 }
@@ -61,7 +70,7 @@ class Block(nn.Module):
     def forward(self, x):
         B, N, d = x.shape
         qkv = self.qkv(self.ln1(x)).view(B, N, 3, self.heads, d // self.heads)
-        o = self.attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])
+        o = self.attention(qkv)
         x = x + self.proj(o.reshape(B, N, d))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 

@@ -104,6 +104,49 @@ def test_bad_options_are_refused():
             kiln.attention(q, k, v, scale=scale)
 
 
+def packed(B=2, N=100, H=3, D=64, dtype=torch.bfloat16, device=META, grad=False):
+    return torch.empty(B, N, 3, H, D, dtype=dtype, device=device, requires_grad=grad)
+
+
+def test_packed_ops_are_registered_and_trace():
+    fwd = torch.ops.kiln.attention_qkvpacked_forward.default
+    bwd = torch.ops.kiln.attention_qkvpacked_backward.default
+    assert "attention_qkvpacked_forward(Tensor qkv, bool causal, float scale) -> (Tensor, Tensor)" in str(fwd._schema)
+    assert str(bwd._schema).endswith("-> Tensor")
+    x = packed(N=77, D=128, grad=True)
+    o, lse = kiln.attention_qkvpacked(x, causal=True, return_lse=True)
+    assert o.shape == (2, 77, 3, 128) and lse.shape == (2, 3, 77) and not lse.requires_grad
+    o.sum().backward()
+    assert x.grad.shape == x.shape and x.grad.dtype == x.dtype
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    f = torch.compile(lambda x: kiln.attention_qkvpacked(x, causal=True) * 2,
+                      backend=backend, fullgraph=True)
+    assert f(packed()).shape == (2, 100, 3, 64)
+    assert len(graphs) == 1 and "torch.ops.kiln.attention_qkvpacked_forward" in graphs[0].code
+    g = torch.compile(lambda x: kiln.attention_qkvpacked(x), backend="aot_eager", fullgraph=True)
+    y = packed(grad=True)
+    g(y).sum().backward()
+    assert y.grad.shape == y.shape
+
+
+@pytest.mark.parametrize("make,exc,match", [
+    (lambda: "qkv", TypeError, "qkv must be a torch.Tensor, got str"),
+    (lambda: packed()[:, :, :2], ValueError, r"qkv must be \(batch, seq, 3, heads, head_dim\), got shape \(2, 100, 2, 3, 64\)"),
+    (lambda: packed()[..., 0, :], ValueError, r"qkv must be \(batch, seq, 3, heads, head_dim\)"),
+    (lambda: packed(dtype=torch.float32), TypeError, "q has dtype torch.float32"),
+    (lambda: packed(D=80), ValueError, "head_dim 80 is not supported"),
+    (lambda: packed(device="cpu"), ValueError, "q is on cpu"),
+])
+def test_packed_bad_input_is_refused(make, exc, match):
+    with pytest.raises(exc, match=match):
+        kiln.attention_qkvpacked(make())
+
+
 def test_missing_library_is_named():
     # A fresh interpreter, so that no library is loaded yet.
     code = ("import kiln, kiln._lib as l\n"

@@ -1,5 +1,6 @@
-"""kiln.attention on the GPU against torch's math attention in float64:
-outputs and gradients, both layouts, ragged and unequal lengths; the custom
+"""kiln.attention (and kiln.attention_qkvpacked) on the GPU against torch's
+math attention in float64: outputs and gradients, both layouts, ragged and
+unequal lengths; the custom
 ops under torch.library.opcheck and torch.compile, inside a captured CUDA
 graph, on a non-default stream; bitwise-repeatable gradients under
 torch.use_deterministic_algorithms. Outputs are
@@ -82,6 +83,45 @@ def test_matches_float64_math(B, H, Nq, Nk, D, causal, dtype, layout):
         assert torch.isfinite(got).all(), f"{name}: unwritten or non-finite elements"
         tol = 1e-2 if dtype == torch.bfloat16 else 4e-3
         assert rel(got, want) < (tol if name == "o" else 2 * tol), name
+
+
+@pytest.mark.parametrize("B,H,N,D,causal,dtype", [
+    (2, 3, 1000, 64, True, torch.bfloat16), (1, 2, 513, 128, False, torch.float16)])
+def test_qkvpacked_matches_float64_math_and_the_unpacked_op(B, H, N, D, causal, dtype):
+    g = torch.Generator(device=DEV).manual_seed(N + D)
+    qkv = torch.randn(B, N, 3, H, D, device=DEV, dtype=dtype, generator=g).requires_grad_()
+    grad_o = torch.randn(B, N, H, D, device=DEV, dtype=dtype, generator=g)
+    poison_allocator()
+    o = kiln.attention_qkvpacked(qkv, causal=causal)
+    poison_allocator()
+    (dqkv,) = torch.autograd.grad(o, qkv, grad_o)
+    q, k, v = qkv.unbind(2)
+    o_ref, grads_ref = reference(q, k, v, causal, "bshd", grad_o)
+    tol = 1e-2 if dtype == torch.bfloat16 else 4e-3
+    assert o.shape == (B, N, H, D) and dqkv.shape == qkv.shape
+    assert torch.isfinite(o).all() and torch.isfinite(dqkv).all()
+    assert rel(o, o_ref) < tol
+    for i, name in enumerate("qkv"):
+        assert rel(dqkv[:, :, i], grads_ref[i]) < 2 * tol, "d" + name
+    # The unpacked op on the same views runs the same kernels.
+    o2 = kiln.attention(q, k, v, causal=causal, layout="bshd")
+    assert torch.equal(o, o2)
+    grads = torch.autograd.grad(o2, (q, k, v), grad_o)
+    for i in range(3):
+        assert rel(dqkv[:, :, i], grads[i]) < 1e-3
+
+
+def test_qkvpacked_opcheck_and_compile():
+    qkv = torch.randn(1, 300, 3, 2, 64, device=DEV, dtype=torch.bfloat16)
+    torch.library.opcheck(torch.ops.kiln.attention_qkvpacked_forward.default, (qkv, True, 0.125))
+    o, lse = torch.ops.kiln.attention_qkvpacked_forward(qkv, True, 0.125)
+    torch.library.opcheck(torch.ops.kiln.attention_qkvpacked_backward.default,
+                          (torch.randn_like(o), qkv, o, lse, True, 0.125))
+    x = qkv.clone().requires_grad_()
+    f = lambda x: kiln.attention_qkvpacked(x, causal=True).float().square().sum()
+    eager = torch.autograd.grad(f(x), x)[0]
+    compiled = torch.autograd.grad(torch.compile(f, fullgraph=True)(x), x)[0]
+    assert rel(compiled, eager) < 1e-3
 
 
 def test_lse_matches():
