@@ -290,8 +290,6 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
     c.wgmma = 1;
   if (c.tma < 0)
     c.tma = c.wgmma;
-  if (c.warpSpecialize < 0)
-    c.warpSpecialize = 0;
   if (c.staticShapes < 0)
     c.staticShapes = 0;
   if (c.separateDkDv < 0)
@@ -315,6 +313,19 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
     c.warps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.blockN / 16)) : 4;
   if (!c.dqWarps)
     c.dqWarps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.dqBlockM / 16)) : 4;
+  // A producer warpgroup beside one-warpgroup programs, two CTAs per SM
+  // (128 registers at launch, the compute warps raised to 232): same-run
+  // H200 A/B at N 1024-16384, D=64 0-3% faster, causal 8-11%; D=128 causal
+  // 1-6% (despite 200 bytes of spills); D=128 non-causal 2-4% slower: off
+  // (docs/experiments/2026-11-24-h200-backward-producer.txt). Programs of two
+  // warpgroups would keep too few registers at two CTAs per SM.
+  const bool oneWarpgroup =
+      c.warps == 4 && (c.deterministic == 0 || c.dqWarps == 4);
+  if (c.warpSpecialize < 0)
+    c.warpSpecialize = c.wgmma > 0 && c.tma > 0 && oneWarpgroup &&
+                       (s.headDim <= 64 || s.causal);
+  if (c.minBlocksPerSM < 0 && c.warpSpecialize > 0 && oneWarpgroup)
+    c.minBlocksPerSM = 2;
   for (int64_t b : {c.blockM, c.blockN, c.dqBlockM, c.dqBlockN})
     if (b < 16 || (b & (b - 1)))
       throw Error("attention backward: block sizes must be powers of two "

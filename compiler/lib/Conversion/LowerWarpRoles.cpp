@@ -57,10 +57,14 @@ void Lowerer::planWarpRoles() {
   const int64_t ringBase = mbarrierBase.front().second;
   for (auto &[loop, base] : mbarrierBase)
     base = ringBase;
-  // Registers at launch: what ptxas can give every thread of the CTA; the
-  // producer keeps 24 and the consumers share the rest, in steps of 8.
+  // Registers at launch: what ptxas can give every thread of the CTA (of
+  // each of the schedule's CTAs per SM); the producer keeps 24 and the
+  // consumers share the rest, in steps of 8.
   int threads = 32 * (numWarps + producerWarps);
-  int atLaunch = std::min(248, 65536 / threads / 8 * 8);
+  int perSM = 1;
+  if (auto blocks = src->getAttrOfType<IntegerAttr>("kiln.min_blocks_per_sm"))
+    perSM = std::max<int>(1, int(blocks.getInt()));
+  int atLaunch = std::min(248, 65536 / perSM / threads / 8 * 8);
   producerRegisters = 24;
   consumerRegisters =
       std::min(240, (atLaunch * threads - 128 * producerRegisters) /

@@ -11,6 +11,16 @@
 // registers from the producer; one compute warpgroup keeps its launch count
 // (248 at 256 threads: more than the 240 setmaxnreg would raise it to).
 // RUN: kiln-opt %s --kiln-assign-layouts="num-warps=4 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm="wgmma=true" | FileCheck %s
+// Two CTAs per SM (kiln.min_blocks_per_sm = 2): 128 registers a thread at
+// launch, so the compute warpgroup is raised to (128 * 256 - 24 * 128) / 128
+// = 232 and the producer lowered to 24.
+// RUN: sed 's/kiln.warp_specialize}/kiln.warp_specialize, kiln.min_blocks_per_sm = 2 : i64}/' %s | kiln-opt --kiln-assign-layouts="num-warps=4 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm="wgmma=true" | FileCheck %s --check-prefix=TWO
+
+// TWO: "warp roles: warps 4-7 a producer warpgroup (one thread issues the TMA copies; setmaxnreg 24), warps 0-3 compute (setmaxnreg 232)
+// TWO: llvm.func @producer_gemm(
+// TWO-SAME: nvvm.minctasm = 2
+// TWO: nvvm.setmaxregister decrease 24
+// TWO: nvvm.setmaxregister increase 232
 
 // CHECK: kiln.lowering_report = [
 // CHECK-SAME: "warp roles: warps 4-7 a producer warpgroup (one thread issues the TMA copies; setmaxnreg 24), warps 0-3 compute (registers as launched), per stage a full and an empty mbarrier, one ring of 2 stages for all 2 loop(s)"

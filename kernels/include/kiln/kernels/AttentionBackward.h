@@ -43,7 +43,9 @@ struct AttentionBackwardConfig {
   int wgmma = -1;
   /// Q, dO (dK/dV) and K, V (dQ) through TMA under wgmma: -1 yes.
   int tma = -1;
-  /// A producer warpgroup issues the TMA copies: 1 yes, 0 (and -1) no.
+  /// A producer warpgroup issues the TMA copies: 1 yes, 0 no, -1 where
+  /// measured faster (one-warpgroup programs at D=64 and causal D=128, with
+  /// two CTAs per SM).
   int warpSpecialize = -1;
   /// Under the producer warpgroup: the compute warpgroups take turns on
   /// each loop's first dot (KernelBuilder::setPingpong): 1 yes, 0/-1 no.
@@ -51,7 +53,8 @@ struct AttentionBackwardConfig {
   /// Each loop's last dot one iteration behind (kiln-overlap-dots): 1 yes,
   /// 0/-1 no.
   int overlap = -1;
-  /// CTAs per SM ptxas keeps registers for; 0/-1 no hint.
+  /// CTAs per SM ptxas keeps registers for; 0 no hint, -1 2 under the
+  /// default producer warpgroup.
   int minBlocksPerSM = -1;
   /// dK and dV by two kernels (each with one accumulator, fewer registers)
   /// rather than one: 1 yes, 0/-1 no.
