@@ -314,18 +314,17 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   if (!c.dqWarps)
     c.dqWarps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.dqBlockM / 16)) : 4;
   // A producer warpgroup beside one-warpgroup programs, two CTAs per SM
-  // (128 registers at launch, the compute warps raised to 232): same-run
-  // H200 A/B at N 1024-16384, D=64 0-3% faster, causal 8-11%; D=128 causal
-  // 1-6% (despite 200 bytes of spills); D=128 non-causal 2-4% slower, and
-  // D=64's deterministic mode (dQ's own kernel) 5% slower at causal N=1024:
-  // off there (docs/experiments/2026-11-24-h200-backward-producer.txt).
-  // Programs of two warpgroups would keep too few registers at two CTAs per
-  // SM.
-  const bool oneWarpgroup =
-      c.warps == 4 && (c.deterministic == 0 || c.dqWarps == 4);
+  // (128 registers at launch, the compute warps raised to 232), at D=64 with
+  // dQ by atomics: H200, D=64 0-3% faster, causal 5-11% (kiln.bench
+  // --backward). Off elsewhere, as measured: D=128 non-causal 2-4% slower,
+  // causal +1-6% at N=1024-16384 but 8-10% slower at ragged N (1000, 3001,
+  // 4097: 200 bytes of spills), D=64's dQ kernel 5% slower
+  // (docs/experiments/2026-11-24-h200-backward-producer.txt). Programs of two
+  // warpgroups would keep too few registers at two CTAs per SM.
+  const bool oneWarpgroup = c.warps == 4;
   if (c.warpSpecialize < 0)
     c.warpSpecialize = c.wgmma > 0 && c.tma > 0 && oneWarpgroup &&
-                       (s.headDim <= 64 ? c.deterministic == 0 : s.causal);
+                       s.headDim <= 64 && c.deterministic == 0;
   if (c.minBlocksPerSM < 0 && c.warpSpecialize > 0 && oneWarpgroup)
     c.minBlocksPerSM = 2;
   for (int64_t b : {c.blockM, c.blockN, c.dqBlockM, c.dqBlockN})

@@ -44,8 +44,8 @@ struct AttentionBackwardConfig {
   /// Q, dO (dK/dV) and K, V (dQ) through TMA under wgmma: -1 yes.
   int tma = -1;
   /// A producer warpgroup issues the TMA copies: 1 yes, 0 no, -1 where
-  /// measured faster (one-warpgroup programs, two CTAs per SM: D=64 with dQ
-  /// by atomics, causal D=128).
+  /// measured faster (one-warpgroup programs, two CTAs per SM, at D=64 with
+  /// dQ by atomics).
   int warpSpecialize = -1;
   /// Under the producer warpgroup: the compute warpgroups take turns on
   /// each loop's first dot (KernelBuilder::setPingpong): 1 yes, 0/-1 no.
