@@ -37,8 +37,38 @@ struct Entry {
   /// tensor's base alignment, sizes and strides), so that a call like the
   /// last skips working the variant out again.
   std::vector<std::pair<std::vector<int64_t>, GpuKernel *>> last;
+  /// Launches bound for the tensors of recent calls, keyed by each tensor's
+  /// base, sizes and strides: a training step calls one problem once per
+  /// layer, each layer with tensors of its own, the same ones step after
+  /// step (the caching allocator's blocks). A call like one of these skips
+  /// building, checking and binding the arguments.
+  using Launches = std::vector<std::pair<GpuKernel *, std::vector<ArgValue>>>;
+  std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const Launches>>>
+      prepared;
+  size_t nextPrepared = 0;
   int64_t lastUse = 0; ///< the call count when it was last used
 };
+
+constexpr size_t kMaxPrepared = 32;
+
+/// What keys a prepared launch: every tensor's base, sizes and strides (and
+/// the workspace's base).
+std::vector<int64_t> callKey(std::initializer_list<const kiln_c_tensor *> ts,
+                             const void *workspace = nullptr) {
+  std::vector<int64_t> key;
+  key.reserve(ts.size() * 9 + 1);
+  for (const kiln_c_tensor *t : ts) {
+    if (!t) {
+      key.push_back(-1);
+      continue;
+    }
+    key.push_back(int64_t(reinterpret_cast<uintptr_t>(t->data)));
+    key.insert(key.end(), t->sizes, t->sizes + 4);
+    key.insert(key.end(), t->strides, t->strides + 4);
+  }
+  key.push_back(int64_t(reinterpret_cast<uintptr_t>(workspace)));
+  return key;
+}
 
 /// What decides a kernel's variant for these tensors: each one's 16-byte
 /// alignment, sizes and strides.
@@ -165,31 +195,51 @@ GpuKernel &variantFor(Entry &e, size_t i,
 /// Launches every kernel of `e` in order on the options' stream, each bound
 /// to the tensors it takes. Binding all of them first refuses bad input
 /// before anything runs.
-void launchAll(Entry &e, const std::map<std::string, TensorRef> &tensors,
+template <typename F>
+void launchAll(Entry &e, const std::vector<int64_t> &key, F &&tensorsOf,
                const kiln_c_attention_options &o) {
-  std::vector<std::pair<GpuKernel *, std::vector<ArgValue>>> launches;
-  for (size_t i = 0; i < e.kernels.size(); ++i) {
-    std::map<std::string, TensorRef> mine = e.kernels[i].tensorsIn(tensors);
-    launches.emplace_back(&variantFor(e, i, mine, o.device),
-                          e.kernels[i].bind(mine));
+  std::shared_ptr<const Entry::Launches> launches;
+  {
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    for (const auto &[k, l] : e.prepared)
+      if (k == key) {
+        launches = l;
+        break;
+      }
   }
-  for (auto &[g, args] : launches)
-    g->launch(args, {o.stream, o.device});
+  if (!launches) {
+    const std::map<std::string, TensorRef> tensors = tensorsOf();
+    auto made = std::make_shared<Entry::Launches>();
+    for (size_t i = 0; i < e.kernels.size(); ++i) {
+      std::map<std::string, TensorRef> mine = e.kernels[i].tensorsIn(tensors);
+      made->emplace_back(&variantFor(e, i, mine, o.device),
+                         e.kernels[i].bind(mine));
+    }
+    launches = made;
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    if (e.prepared.size() < kMaxPrepared)
+      e.prepared.emplace_back(key, launches);
+    else
+      e.prepared[e.nextPrepared++ % kMaxPrepared] = {key, launches};
+  }
+  for (const auto &[g, args] : *launches)
+    g->launch(args, {o.stream, o.device, o.pointers_checked != 0});
 }
 
 /// What the forward and the backward share: the arguments checked, the
 /// problem's entry, and its kernels launched on `tensors(shape)`.
 template <typename F>
 int runAttention(bool backward, const kiln_c_attention_options *options,
-                 const kiln_c_tensor *q, const kiln_c_tensor *k, char *error,
-                 size_t size, F &&tensors) {
+                 const kiln_c_tensor *q, const kiln_c_tensor *k,
+                 const std::vector<int64_t> &key, char *error, size_t size,
+                 F &&tensors) {
   return guarded(error, size, [&] {
     if (!options || !q || !k)
       throw Error("options, q and k must be given");
     const kernels::AttentionShape s = shapeOf(*options, *q, *k);
     launchAll(
         *entryFor(backward, s, options->device, options->deterministic != 0),
-        tensors(s), *options);
+        key, [&] { return tensors(s); }, *options);
   });
 }
 
@@ -214,8 +264,8 @@ int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              const kiln_c_tensor *v, const kiln_c_tensor *o,
                              const kiln_c_tensor *lse, char *error,
                              size_t error_size) {
-  return runAttention(false, options, q, k, error, error_size,
-                      [&](const kernels::AttentionShape &s) {
+  return runAttention(false, options, q, k, callKey({q, k, v, o, lse}), error,
+                      error_size, [&](const kernels::AttentionShape &s) {
                         return forwardTensors(s, q, k, v, o, lse);
                       });
 }
@@ -235,8 +285,9 @@ int kiln_c_attention_backward(const kiln_c_attention_options *options,
                               const kiln_c_tensor *d_k,
                               const kiln_c_tensor *d_v, char *error,
                               size_t error_size) {
-  return runAttention(true, options, q, k, error, error_size,
-                      [&](const kernels::AttentionShape &s) {
+  return runAttention(true, options, q, k,
+                      callKey({q, k, v, o, d_o, lse, d_q, d_k, d_v}, workspace),
+                      error, error_size, [&](const kernels::AttentionShape &s) {
                         if (!workspace)
                           throw Error("the workspace is missing");
                         const int64_t row = kernels::statsRowLength(s.seqQ);

@@ -47,6 +47,9 @@ typedef struct {
   int device;   /* the tensors' device ordinal */
   int deterministic; /* backward: 1 the same gradients bit for bit on every
                         run (dQ without atomics); 0 the default schedule */
+  int pointers_checked; /* 1: the caller has checked that every tensor is
+                           memory of `device` (the launch asks the driver
+                           about none); 0: each pointer is checked */
 } kiln_c_attention_options;
 
 /* O = softmax(scale Q Kᵀ) V and LSE. q, k, v, o: 4-D; lse: 3-D fp32. */

@@ -27,7 +27,8 @@ class _Tensor(ctypes.Structure):
 class _Options(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_int), ("causal", ctypes.c_int),
                 ("scale", ctypes.c_double), ("stream", ctypes.c_void_p),
-                ("device", ctypes.c_int), ("deterministic", ctypes.c_int)]
+                ("device", ctypes.c_int), ("deterministic", ctypes.c_int),
+                ("pointers_checked", ctypes.c_int)]
 
 
 _lock = threading.Lock()
@@ -124,13 +125,17 @@ def _packed(tensors):
     return buf, [base + i * _TENSOR.size for i in range(len(tensors))]
 
 
-def _options(q, causal, scale, stream):
+def _options(q, causal, scale, stream, checked):
+    """checked: every tensor is known to be a CUDA tensor of q's device (the
+    public entries check q, k and v and allocate the rest there), so the
+    launch need not ask the driver about each pointer."""
     import torch
     # The backward's dQ without atomics when torch is asked for
     # deterministic algorithms (torch.use_deterministic_algorithms).
     return _Options(_F16 if q.dtype == _torch_f16() else _BF16, int(causal),
                     scale, stream, q.device.index,
-                    int(torch.are_deterministic_algorithms_enabled()))
+                    int(torch.are_deterministic_algorithms_enabled()),
+                    int(checked))
 
 
 def _torch_f16():
@@ -158,13 +163,13 @@ def _check(code, buf, what="kiln.attention"):
     raise RuntimeError(what + ": " + message)
 
 
-def forward(q, k, v, o, lse, causal, scale, bshd, stream):
+def forward(q, k, v, o, lse, causal, scale, bshd, stream, checked=False):
     lib = library()
     buf = _error_buffer()
     keep, ptrs = _packed([(q, bshd), (k, bshd), (v, bshd), (o, bshd),
                           (lse, False)])
     code = lib.kiln_c_attention_forward(
-        ctypes.byref(_options(q, causal, scale, stream)), *ptrs, buf, len(buf))
+        ctypes.byref(_options(q, causal, scale, stream, checked)), *ptrs, buf, len(buf))
     del keep
     _check(code, buf)
 
@@ -175,13 +180,13 @@ def workspace_elements(batch, heads, seq_q, head_dim):
 
 
 def backward(q, k, v, o, do, lse, workspace, dq, dk, dv, causal, scale, bshd,
-             stream):
+             stream, checked=False):
     lib = library()
     buf = _error_buffer()
     keep, p = _packed([(q, bshd), (k, bshd), (v, bshd), (o, bshd), (do, bshd),
                        (lse, False), (dq, bshd), (dk, bshd), (dv, bshd)])
     code = lib.kiln_c_attention_backward(
-        ctypes.byref(_options(q, causal, scale, stream)), *p[:6],
+        ctypes.byref(_options(q, causal, scale, stream, checked)), *p[:6],
         workspace.data_ptr(), *p[6:], buf, len(buf))
     del keep
     _check(code, buf)

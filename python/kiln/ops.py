@@ -125,11 +125,13 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     return _forward_body(q, k, v, causal, scale, bshd)
 
 
-def _forward_body(q, k, v, causal, scale, bshd):
+def _forward_body(q, k, v, causal, scale, bshd, checked=False):
+    """checked: q, k and v went through _check (the launch then skips its
+    per-pointer driver queries)."""
     B, H, Nq, _ = _dims(q, bshd)
     o = q.new_empty(q.shape)
     lse = q.new_empty((B, H, Nq), dtype=torch.float32)
-    _lib.forward(q, k, v, o, lse, causal, scale, bshd, _stream(q))
+    _lib.forward(q, k, v, o, lse, causal, scale, bshd, _stream(q), checked)
     return o, lse
 
 
@@ -148,7 +150,8 @@ def _backward(grad_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     return _backward_body(grad_o, q, k, v, o, lse, causal, scale, bshd)
 
 
-def _backward_body(grad_o, q, k, v, o, lse, causal, scale, bshd):
+def _backward_body(grad_o, q, k, v, o, lse, causal, scale, bshd,
+                   checked=False):
     B, H, Nq, D = _dims(q, bshd)
     if grad_o.stride(-1) != 1:  # autograd may hand an expanded gradient
         grad_o = grad_o.contiguous()
@@ -157,7 +160,7 @@ def _backward_body(grad_o, q, k, v, o, lse, causal, scale, bshd):
     ws = torch.empty(_lib.workspace_elements(B, H, Nq, D), dtype=torch.float32,
                      device=q.device)
     _lib.backward(q, k, v, o, grad_o, lse, ws, dq, dk, dv, causal, scale, bshd,
-                  _stream(q))
+                  _stream(q), checked)
     return dq, dk, dv
 
 
@@ -180,9 +183,14 @@ def _autograd_backward(ctx, grad_o, grad_lse):
     q, k, v, o, lse = ctx.saved_tensors
     # Eager autograd (no double backward: the op has none) runs the body
     # directly; traced by torch.compile it stays an op in the graph.
-    op = (_backward_body if type(grad_o) is torch.Tensor and
-          _dispatch_free(q, k, v) else torch.ops.kiln.attention_backward)
-    dq, dk, dv = op(grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bshd)
+    if type(grad_o) is torch.Tensor and _dispatch_free(q, k, v):
+        # Checked at the forward when it came through kiln.attention.
+        dq, dk, dv = _backward_body(grad_o, q, k, v, o, lse, ctx.causal,
+                                    ctx.scale, ctx.bshd,
+                                    getattr(ctx, "checked", False))
+    else:
+        dq, dk, dv = torch.ops.kiln.attention_backward(
+            grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bshd)
     return dq, dk, dv, None, None, None
 
 
@@ -195,9 +203,10 @@ class _EagerAttention(torch.autograd.Function):
     the ops, which torch.compile sees)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, bshd):
-        o, lse = _forward_body(q, k, v, causal, scale, bshd)
+    def forward(ctx, q, k, v, causal, scale, bshd):  # from attention()
+        o, lse = _forward_body(q, k, v, causal, scale, bshd, True)
         _setup_context(ctx, (q, k, v, causal, scale, bshd), (o, lse))
+        ctx.checked = True
         return o, lse
 
     @staticmethod
@@ -227,5 +236,5 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
     elif _needs_grad(q, k, v):
         o, lse = _EagerAttention.apply(q, k, v, causal, s, bshd)
     else:
-        o, lse = _forward_body(q, k, v, causal, s, bshd)
+        o, lse = _forward_body(q, k, v, causal, s, bshd, True)
     return (o, lse) if return_lse else o

@@ -46,7 +46,7 @@ def _backward(grad_o: torch.Tensor, qkv: torch.Tensor, o: torch.Tensor,
     return _backward_body(grad_o, qkv, o, lse, causal, scale)
 
 
-def _backward_body(grad_o, qkv, o, lse, causal, scale):
+def _backward_body(grad_o, qkv, o, lse, causal, scale, checked=False):
     B, N, _, H, D = qkv.shape
     if grad_o.stride(-1) != 1:
         grad_o = grad_o.contiguous()
@@ -55,7 +55,7 @@ def _backward_body(grad_o, qkv, o, lse, causal, scale):
                      device=qkv.device)
     (q, k, v), (dq, dk, dv) = _views(qkv), _views(dqkv)
     _lib.backward(q, k, v, o, grad_o, lse, ws, dq, dk, dv, causal, scale, True,
-                  ops._stream(qkv))
+                  ops._stream(qkv), checked)
     return dqkv
 
 
@@ -74,10 +74,11 @@ def _setup_context(ctx, inputs, output):
 
 def _autograd_backward(ctx, grad_o, grad_lse):
     qkv, o, lse = ctx.saved_tensors
-    op = (_backward_body if type(grad_o) is torch.Tensor and
-          ops._dispatch_free(qkv, qkv, qkv)
-          else torch.ops.kiln.attention_qkvpacked_backward)
-    return op(grad_o, qkv, o, lse, ctx.causal, ctx.scale), None, None
+    if type(grad_o) is torch.Tensor and ops._dispatch_free(qkv, qkv, qkv):
+        return (_backward_body(grad_o, qkv, o, lse, ctx.causal, ctx.scale,
+                               getattr(ctx, "checked", False)), None, None)
+    return (torch.ops.kiln.attention_qkvpacked_backward(
+        grad_o, qkv, o, lse, ctx.causal, ctx.scale), None, None)
 
 
 _forward.register_autograd(_autograd_backward, setup_context=_setup_context)
@@ -87,10 +88,11 @@ class _EagerPacked(torch.autograd.Function):
     """Eager autograd without the dispatcher (as ops._EagerAttention)."""
 
     @staticmethod
-    def forward(ctx, qkv, causal, scale):
+    def forward(ctx, qkv, causal, scale):  # from attention_qkvpacked()
         q, k, v = _views(qkv)
-        o, lse = ops._forward_body(q, k, v, causal, scale, True)
+        o, lse = ops._forward_body(q, k, v, causal, scale, True, True)
         _setup_context(ctx, (qkv, causal, scale), (o, lse))
+        ctx.checked = True
         return o, lse
 
     @staticmethod
@@ -120,5 +122,5 @@ def attention_qkvpacked(qkv, *, causal=False, scale=None, return_lse=False):
     elif torch.is_grad_enabled() and qkv.requires_grad:
         o, lse = _EagerPacked.apply(qkv, causal, s)
     else:
-        o, lse = ops._forward_body(q, k, v, causal, s, True)
+        o, lse = ops._forward_body(q, k, v, causal, s, True, True)
     return (o, lse) if return_lse else o

@@ -256,7 +256,7 @@ void GpuKernel::launch(const std::vector<ArgValue> &args,
   // The device's context current for the checks, the encoding and the
   // launch; the caller's put back after.
   cuda::ContextScope scope(device);
-  for (size_t i = 0; i < args.size(); ++i) {
+  for (size_t i = 0; i < args.size() && !options.pointersChecked; ++i) {
     if (spec_.params[i].kind != ParamInfo::Kind::Pointer)
       continue;
     int on = -1;

@@ -71,6 +71,9 @@ int64_t fallbackLaunches();
 struct LaunchOptions {
   cuda::StreamHandle stream = nullptr;
   int device = -1;
+  /// The caller has checked that every pointer argument is memory of the
+  /// launch's device (PyTorch tensors on it): no driver query per pointer.
+  bool pointersChecked = false;
 };
 
 /// A kernel ready to launch with argument values, loaded on each device it
