@@ -108,11 +108,18 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.tma = c.wgmma;
   if (c.tmaStore < 0)
     c.tmaStore = c.tma > 0;
+  bool wide = s.headDim >= 128;
+  // Causal D=64 below N=2.5k: programs of one warpgroup, 64 queries by
+  // 64-key blocks (no producer). Same-run H200 A/B (kiln bench attention
+  // --ragged, twice): +16% at N=512, +7-9% at 1000-1024, +6% at 2049,
+  // even at 2048, 1-3% slower from 2944 and non-causal
+  // (docs/experiments/2026-11-24-h200-fwd64-small.txt).
+  const bool shortCausal = !wide && s.causal && c.wgmma > 0 &&
+                           c.warpSpecialize <= 0 && s.seqK < 2560;
   if (!c.blockM)
-    c.blockM = 128;
+    c.blockM = shortCausal ? 64 : 128;
   if (!c.warps) // wgmma: a warpgroup per 64 rows
     c.warps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.blockM / 16)) : 4;
-  bool wide = s.headDim >= 128;
   // mma.sync at D=128 causal is register-bound at 128x64; wgmma is not.
   // A producer warpgroup with 128-key blocks for causal D=128: same-run
   // H200 bench, bf16 TFLOP/s at N=1k..16k 233/331/447/542/608 against
@@ -160,8 +167,8 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
                    ? (c.wgmma <= 0           ? 32
                       : c.warpSpecialize > 0 ? 128
                                              : 64)
-               : !wide && c.wgmma > 0 ? 128
-                                      : 64;
+               : !wide && c.wgmma > 0 && !shortCausal ? 128
+                                                      : 64;
   if (!c.blockNDiagonal)
     c.blockNDiagonal =
         !wide && c.wgmma > 0 ? std::min<int64_t>(64, c.blockN) : c.blockN;
