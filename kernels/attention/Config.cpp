@@ -109,13 +109,13 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (c.tmaStore < 0)
     c.tmaStore = c.tma > 0;
   bool wide = s.headDim >= 128;
-  // Causal D=64 below N=2.5k: programs of one warpgroup, 64 queries by
+  // Causal D=64 below N=2k: programs of one warpgroup, 64 queries by
   // 64-key blocks (no producer). Same-run H200 A/B (kiln bench attention
   // --ragged, twice): +16% at N=512, +7-9% at 1000-1024, +6% at 2049,
-  // even at 2048, 1-3% slower from 2944 and non-causal
-  // (docs/experiments/2026-11-24-h200-fwd64-small.txt).
+  // even at 2048 (and 6% slower there in kiln.bench), 1-3% slower from
+  // 2944 and non-causal (docs/experiments/2026-11-24-h200-fwd64-small.txt).
   const bool shortCausal = !wide && s.causal && c.wgmma > 0 &&
-                           c.warpSpecialize <= 0 && s.seqK < 2560;
+                           c.warpSpecialize <= 0 && s.seqK < 2048;
   if (!c.blockM)
     c.blockM = shortCausal ? 64 : 128;
   if (!c.warps) // wgmma: a warpgroup per 64 rows
