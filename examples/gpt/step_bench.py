@@ -24,22 +24,12 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from train import BACKENDS, GPT, batches  # noqa: E402
+from train import BACKENDS, GPT, batches, common_args  # noqa: E402
+from train import train_step as step  # noqa: E402
 from kiln.bench import bench_ms  # noqa: E402
-
-
-def step(model, opt, x, y):
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = F.cross_entropy(model(x).float().view(-1, 256), y.view(-1))
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    return loss
 
 
 def interleaved_steps(data, names, args):
@@ -144,13 +134,8 @@ def median(xs):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--corpus", required=True)
+    common_args(p, "kiln,kiln_unpacked,sdpa_flash,sdpa_cudnn")
     p.add_argument("--rounds", type=int, default=60)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--context", type=int, default=1024)
-    p.add_argument("--lr", type=float, default=6e-4)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--backends", default="kiln,kiln_unpacked,sdpa_flash,sdpa_cudnn")
     p.add_argument("--profile", action="store_true",
                    help="also each backend's kernel time per step (torch.profiler)")
     args = p.parse_args()

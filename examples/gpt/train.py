@@ -107,6 +107,27 @@ def batches(data, steps, batch, context, seed):
         yield x.long(), y.long()
 
 
+def train_step(model, opt, x, y):
+    """One step: bf16 autocast forward, backward, clipping, the optimizer."""
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(x).float().view(-1, 256), y.view(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
+def common_args(p, backends):
+    """The options train.py and step_bench.py share."""
+    p.add_argument("--corpus", required=True)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--backends", default=backends)
+
+
 def train(name, data, args):
     torch.manual_seed(args.seed)
     dev = torch.device("cuda")
@@ -123,12 +144,7 @@ def train(name, data, args):
         x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x).float().view(-1, 256), y.view(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = train_step(model, opt, x, y)
         lr.step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
@@ -167,13 +183,8 @@ def smooth(xs, w=25):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--corpus", required=True)
+    common_args(p, "kiln,sdpa_flash,sdpa_cudnn")
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--context", type=int, default=1024)
-    p.add_argument("--lr", type=float, default=6e-4)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--backends", default="kiln,sdpa_flash,sdpa_cudnn")
     p.add_argument("--prefill", default="100,257,512,1000,1024")
     p.add_argument("--out", default=".")
     args = p.parse_args()
