@@ -63,6 +63,7 @@ struct Common {
     k.setOverlapDots(c.overlap > 0);
     if (c.minBlocksPerSM > 0)
       k.setMinBlocksPerSM(c.minBlocksPerSM);
+    k.setReloadThreadIds(c.reloadThreadIds > 0);
   }
 };
 
@@ -294,13 +295,15 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
     c.staticShapes = 0;
   if (c.separateDkDv < 0)
     c.separateDkDv = 0;
-  // Measured on the H200 (docs/experiments/2026-11-24-h200-atomic-dq.txt):
-  // programs of one warpgroup (64 keys, 64 queries for dQ), two per SM,
-  // beat programs of two; at D = 64 dQ by atomics beats its own kernel, at
-  // D = 128 its own kernel wins (the fused one spills, and with 64 keys it
-  // needs more registers than there are).
+  if (c.reloadThreadIds < 0)
+    c.reloadThreadIds = c.wgmma > 0;
+  // Measured on the H200 (docs/experiments/2026-11-24-h200-atomic-dq.txt,
+  // 2026-11-24-h200-backward-d128.txt): dQ by atomics beats its own kernel
+  // at both head dims; at D = 128 once the loops re-read the thread id (the
+  // hoisted descriptors and addresses spilled before) and a producer
+  // warpgroup feeds programs of 128 keys in two warpgroups.
   if (c.deterministic < 0)
-    c.deterministic = s.headDim > 64 ? 1 : 0;
+    c.deterministic = 0;
   if (!c.blockN)
     c.blockN = c.deterministic == 0 && s.headDim > 64 ? 128 : 64;
   if (!c.blockM)
@@ -313,18 +316,17 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
     c.warps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.blockN / 16)) : 4;
   if (!c.dqWarps)
     c.dqWarps = c.wgmma > 0 ? int(std::max<int64_t>(4, c.dqBlockM / 16)) : 4;
-  // A producer warpgroup beside one-warpgroup programs, two CTAs per SM
-  // (128 registers at launch, the compute warps raised to 232), at D=64 with
-  // dQ by atomics: H200, D=64 0-3% faster, causal 5-11% (kiln.bench
-  // --backward). Off elsewhere, as measured: D=128 non-causal 2-4% slower,
-  // causal +1-6% at N=1024-16384 but 8-10% slower at ragged N (1000, 3001,
-  // 4097: 200 bytes of spills), D=64's dQ kernel 5% slower
-  // (docs/experiments/2026-11-24-h200-backward-producer.txt). Programs of two
-  // warpgroups would keep too few registers at two CTAs per SM.
+  // A producer warpgroup with dQ by atomics: beside one-warpgroup programs,
+  // two CTAs per SM (128 registers at launch, the compute warps raised to
+  // 232) at D = 64 (H200: 0-3% faster, causal 5-11%); beside programs of two
+  // warpgroups, one CTA per SM, at D = 128 (8-18%). Off elsewhere, as
+  // measured: one-warpgroup programs at D = 128 spill, and D = 64's dQ
+  // kernel was 5% slower (docs/experiments/2026-11-24-h200-backward-
+  // producer.txt).
   const bool oneWarpgroup = c.warps == 4;
   if (c.warpSpecialize < 0)
-    c.warpSpecialize = c.wgmma > 0 && c.tma > 0 && oneWarpgroup &&
-                       s.headDim <= 64 && c.deterministic == 0;
+    c.warpSpecialize = c.wgmma > 0 && c.tma > 0 && c.deterministic == 0 &&
+                       (s.headDim <= 64 ? oneWarpgroup : c.warps == 8);
   if (c.minBlocksPerSM < 0 && c.warpSpecialize > 0 && oneWarpgroup)
     c.minBlocksPerSM = 2;
   for (int64_t b : {c.blockM, c.blockN, c.dqBlockM, c.dqBlockN})

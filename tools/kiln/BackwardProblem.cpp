@@ -32,6 +32,7 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   c.staticShapes = opts.int32("static-shapes", -1);
   c.separateDkDv = opts.int32("separate-dk-dv", -1);
   c.deterministic = opts.int32("deterministic", -1);
+  c.reloadThreadIds = opts.int32("reload-ids", -1);
   return c;
 }
 

@@ -136,6 +136,7 @@ kernels and their shape options:
              [--pingpong 0|1] [--overlap 0|1] [--min-blocks-per-sm B]
              [--dq-warps W] [--separate-dk-dv 0|1] [--static-shapes 0|1]
              [--deterministic 0|1] (dQ by its own kernel, or atomics)
+             [--reload-ids 0|1] (thread ids re-read in each loop body)
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
              [--group-m G] [--static-shapes 0|1]

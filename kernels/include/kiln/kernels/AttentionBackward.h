@@ -44,8 +44,8 @@ struct AttentionBackwardConfig {
   /// Q, dO (dK/dV) and K, V (dQ) through TMA under wgmma: -1 yes.
   int tma = -1;
   /// A producer warpgroup issues the TMA copies: 1 yes, 0 no, -1 where
-  /// measured faster (one-warpgroup programs, two CTAs per SM, at D=64 with
-  /// dQ by atomics).
+  /// measured faster (with dQ by atomics: one-warpgroup programs, two CTAs
+  /// per SM, at D=64; programs of two warpgroups at D=128).
   int warpSpecialize = -1;
   /// Under the producer warpgroup: the compute warpgroups take turns on
   /// each loop's first dot (KernelBuilder::setPingpong): 1 yes, 0/-1 no.
@@ -61,11 +61,13 @@ struct AttentionBackwardConfig {
   int separateDkDv = -1;
   /// 1: dQ by a kernel of its own (no atomics: the same bits on every run);
   /// 0: the dK/dV kernel adds dS·K into an fp32 workspace with atomics and a
-  /// last kernel converts it; -1 whichever measured faster for the head dim
-  /// (atomics at D = 64, dQ's own kernel at D = 128).
+  /// last kernel converts it; -1 as 0 (measured faster at D = 64 and 128).
   int deterministic = -1;
   /// 1 compiles B, H, Nq and Nk in; 0 (and -1) run-time arguments.
   int staticShapes = -1;
+  /// The dK/dV and dQ loops re-read the thread id in their bodies
+  /// (KernelBuilder::setReloadThreadIds): 1 yes, 0 no, -1 under wgmma.
+  int reloadThreadIds = -1;
 };
 
 /// The kernels in launch order: attention_bwd_delta, attention_bwd_dkdv
