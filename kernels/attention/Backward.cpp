@@ -169,17 +169,23 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
       dv = dot(pT.to(s.dtype), doTile, dv);
     if (wantDk) {
       Tile dsT = (pT * (dpT - row(load(delta.block({m0}, {BM}))))).to(s.dtype);
+      // dQ's part from these keys, dS·K over the keys of every warp, issued
+      // before dK's dot: its result is read first, and dK's dot runs under
+      // the reduction.
+      Tile dq = dqAccum ? dot(transpose(dsT), kTile) : Tile();
       dk = dot(dsT, qTile, dk);
-      // dQ's part from these keys: dS·K, over the keys of every warp.
       if (dqAccum)
-        atomicAdd((*dqAccum)[b][h].block({m0, 0}), dot(transpose(dsT), kTile));
+        atomicAdd((*dqAccum)[b][h].block({m0, 0}), dq);
     }
   };
   if (s.causal) {
     // Queries before n0 see none of these keys; those in blocks that reach
     // below n0 + BN see some (masked); the rest see all of them.
-    Index first = n0 / BM * BM, split = min(cdiv(n0 + BN, BM) * BM, Nq);
-    forRange(first, split, BM, carried, [&](Index m0) { step(m0, true); });
+    // (split stays a multiple of BM, past Nq or not, so that the loads of
+    // the second loop keep their vector width at any Nq.)
+    Index first = n0 / BM * BM, split = cdiv(n0 + BN, BM) * BM;
+    forRange(first, min(split, Nq), BM, carried,
+             [&](Index m0) { step(m0, true); });
     forRange(split, Nq, BM, carried, [&](Index m0) { step(m0, false); });
   } else {
     forRange(0, Nq, BM, carried, [&](Index m0) { step(m0, false); });

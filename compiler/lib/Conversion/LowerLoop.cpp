@@ -236,8 +236,11 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
           b, loc, newFor.getInductionVar(), scalarOf(forOp.getStep())));
     auto yield = cast<scf::YieldOp>(forOp.getBody()->getTerminator());
     // Carried dot results may arrive in flight from the previous iteration.
+    // A consumer of the producer's ring waits for each dot where its result
+    // is read (the MMAs of the next dots queue behind it meanwhile) and for
+    // all of them before it releases the iteration's buffers.
     bool savedDefer = deferWaits;
-    deferWaits = defer || overlapped;
+    deferWaits = defer || overlapped || consumer;
     if (defer)
       for (auto [arg, y] :
            llvm::zip(forOp.getRegionIterArgs(), yield.getOperands()))
