@@ -131,6 +131,8 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   auto [B, H, Nq, Nk] = cm.sizes(k);
   k.setGrid({cdiv(Nk, BN), B * H});
   cm.schedule(k, cm.c.warps);
+  k.setPersistent(cm.c.persistent > 0);
+  k.setDynamicTiles(cm.c.persistent > 0 && cm.c.dynamicTiles > 0);
   auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
   auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
   auto dO = k.tensorArg("dO", s.dtype, {B, H, Nq, D});

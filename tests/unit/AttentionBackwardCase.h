@@ -27,11 +27,15 @@ struct BackwardCase {
   bool bshd = false;     ///< (B, N, H, D) storage seen as (B, H, N, D)
   int staticShapes = -1; ///< 1: B, H and N compiled in
   int deterministic = -1; ///< AttentionBackwardConfig::deterministic
+  /// 1: dK/dV on persistent CTAs in fixed rounds, 2: tiles from a counter.
+  int persistent = -1;
 
   kernels::AttentionBackwardConfig config() const {
     kernels::AttentionBackwardConfig c;
     c.staticShapes = staticShapes;
     c.deterministic = deterministic;
+    c.persistent = persistent > 0;
+    c.dynamicTiles = persistent > 1;
     return c;
   }
 
@@ -46,7 +50,10 @@ struct BackwardCase {
            (staticShapes > 0 ? "_static" : "") +
            (deterministic > 0    ? "_deterministic"
             : deterministic == 0 ? "_atomic"
-                                 : "");
+                                 : "") +
+           (persistent > 1    ? "_dynamic_tiles"
+            : persistent == 1 ? "_persistent"
+                              : "");
   }
 };
 

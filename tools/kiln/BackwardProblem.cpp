@@ -33,6 +33,8 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   c.separateDkDv = opts.int32("separate-dk-dv", -1);
   c.deterministic = opts.int32("deterministic", -1);
   c.reloadThreadIds = opts.int32("reload-ids", -1);
+  c.persistent = opts.int32("persistent", -1);
+  c.dynamicTiles = opts.int32("dynamic-tiles", -1);
   return c;
 }
 

@@ -137,6 +137,7 @@ kernels and their shape options:
              [--dq-warps W] [--separate-dk-dv 0|1] [--static-shapes 0|1]
              [--deterministic 0|1] (dQ by its own kernel, or atomics)
              [--reload-ids 0|1] (thread ids re-read in each loop body)
+             [--persistent 0|1] [--dynamic-tiles 0|1] (dK/dV on persistent CTAs)
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
              [--group-m G] [--static-shapes 0|1]

@@ -65,6 +65,11 @@ struct AttentionBackwardConfig {
   int deterministic = -1;
   /// 1 compiles B, H, Nq and Nk in; 0 (and -1) run-time arguments.
   int staticShapes = -1;
+  /// dK/dV on persistent CTAs (its producer warpgroup fetches the next
+  /// tile's K and V during this one's end): 1 yes, 0/-1 no (measured slower
+  /// on the H200: docs/experiments/2026-11-24-h200-backward-d128.txt);
+  /// dynamicTiles hands the tiles out from a counter (1), else in rounds.
+  int persistent = -1, dynamicTiles = -1;
   /// The dK/dV and dQ loops re-read the thread id in their bodies
   /// (KernelBuilder::setReloadThreadIds): 1 yes, 0 no, -1 under wgmma.
   int reloadThreadIds = -1;
