@@ -92,12 +92,13 @@ TEST(BackwardOnCpu, ShortWorkspaceIsRefused) {
   std::map<std::string, TensorRef> refs = t.refs();
   refs["Stats"] = shortStats.ref();
   for (const Kernel &k : kernels::attentionBackward(c.shape(), kSmallBlocks))
-    if (k.tensorsIn(refs).count("Stats")) // not dq_convert
+    if (k.tensorsIn(refs).count("Stats")) { // not dq_convert
       EXPECT_THAT(test::errorOf([&] { k.bind(k.tensorsIn(refs)); }),
                   ::testing::HasSubstr(
                       "StatsRow = 96 (from tensor Stats) must be at least Nq = "
                       "100"))
           << k.name();
+    }
 }
 
 } // namespace

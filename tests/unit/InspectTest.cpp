@@ -149,8 +149,9 @@ TEST(Tuning, BackwardSpaceIsWholeSequencesOfBothWaysToDq) {
         kernels::parseBackwardConfigString(c.config);
     EXPECT_EQ(kernels::backwardConfigString(d), c.config);
     (d.deterministic ? own : atomic)++;
-    if (d.blockN == 128 && d.blockM == 128) // dK, dV, Sᵀ, dPᵀ: 256 / thread
+    if (d.blockN == 128 && d.blockM == 128) { // dK, dV, Sᵀ, dPᵀ: 256/thread
       EXPECT_GT(c.registers, 255) << c.config;
+    }
   }
   EXPECT_GT(atomic, 0);
   EXPECT_GT(own, 0);
