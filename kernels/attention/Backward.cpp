@@ -337,6 +337,14 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
                        (s.headDim <= 64 ? oneWarpgroup : c.warps == 8);
   if (c.minBlocksPerSM < 0 && c.warpSpecialize > 0 && oneWarpgroup)
     c.minBlocksPerSM = 2;
+  // Persistent dK/dV CTAs taking tiles from a counter: causal D = 64 up to
+  // 2048 keys, 2-5% faster (H200); slower at longer N and at D = 128, where
+  // the tile loop's values spill (2026-11-24-h200-backward-d128.txt).
+  if (c.persistent < 0)
+    c.persistent =
+        c.warpSpecialize > 0 && s.headDim <= 64 && s.causal && s.seqK <= 2048;
+  if (c.dynamicTiles < 0)
+    c.dynamicTiles = c.persistent > 0;
   for (int64_t b : {c.blockM, c.blockN, c.dqBlockM, c.dqBlockN})
     if (b < 16 || (b & (b - 1)))
       throw Error("attention backward: block sizes must be powers of two "

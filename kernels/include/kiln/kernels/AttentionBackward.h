@@ -66,9 +66,11 @@ struct AttentionBackwardConfig {
   /// 1 compiles B, H, Nq and Nk in; 0 (and -1) run-time arguments.
   int staticShapes = -1;
   /// dK/dV on persistent CTAs (its producer warpgroup fetches the next
-  /// tile's K and V during this one's end): 1 yes, 0/-1 no (measured slower
-  /// on the H200: docs/experiments/2026-11-24-h200-backward-d128.txt);
-  /// dynamicTiles hands the tiles out from a counter (1), else in rounds.
+  /// tile's K and V during this one's end): 1 yes, 0 no, -1 where measured
+  /// faster on the H200 (causal D=64 up to 2048 keys:
+  /// docs/experiments/2026-11-24-h200-backward-d128.txt); dynamicTiles
+  /// hands the tiles out from a counter (1, -1 with persistent), else in
+  /// rounds.
   int persistent = -1, dynamicTiles = -1;
   /// The dK/dV and dQ loops re-read the thread id in their bodies
   /// (KernelBuilder::setReloadThreadIds): 1 yes, 0 no, -1 under wgmma.
