@@ -61,7 +61,8 @@ struct AttentionBackwardConfig {
   int separateDkDv = -1;
   /// 1: dQ by a kernel of its own (no atomics: the same bits on every run);
   /// 0: the dK/dV kernel adds dS·K into an fp32 workspace with atomics and a
-  /// last kernel converts it; -1 as 0 (measured faster at D = 64 and 128).
+  /// last kernel converts it; -1 whichever measured faster (0, but 1 for
+  /// causal D = 128 up to 768 keys).
   int deterministic = -1;
   /// 1 compiles B, H, Nq and Nk in; 0 (and -1) run-time arguments.
   int staticShapes = -1;
