@@ -27,15 +27,18 @@ struct BackwardCase {
   bool bshd = false;     ///< (B, N, H, D) storage seen as (B, H, N, D)
   int staticShapes = -1; ///< 1: B, H and N compiled in
   int deterministic = -1; ///< AttentionBackwardConfig::deterministic
-  /// 1: dK/dV on persistent CTAs in fixed rounds, 2: tiles from a counter.
+  /// 1: dK/dV on persistent CTAs in fixed rounds, 2: tiles from a counter,
+  /// 0: not persistent, -1: the default.
   int persistent = -1;
 
   kernels::AttentionBackwardConfig config() const {
     kernels::AttentionBackwardConfig c;
     c.staticShapes = staticShapes;
     c.deterministic = deterministic;
-    c.persistent = persistent > 0;
-    c.dynamicTiles = persistent > 1;
+    if (persistent >= 0) { // else the default's
+      c.persistent = persistent > 0;
+      c.dynamicTiles = persistent > 1;
+    }
     return c;
   }
 
@@ -53,6 +56,7 @@ struct BackwardCase {
                                  : "") +
            (persistent > 1    ? "_dynamic_tiles"
             : persistent == 1 ? "_persistent"
+            : persistent == 0 ? "_not_persistent"
                               : "");
   }
 };
