@@ -83,21 +83,15 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
   std::string dq = c.deterministic > 0
                        ? fmt::format("dQ kernel {}x{}", c.dqBlockM, c.dqBlockN)
                        : std::string("dQ by atomics");
-  std::string extras;
-  if (c.warpSpecialize > 0)
-    extras += " producer";
-  if (c.minBlocksPerSM > 0)
-    extras += fmt::format(" min-blocks-per-sm={}", c.minBlocksPerSM);
-  if (c.persistent > 0)
-    extras +=
-        c.dynamicTiles > 0 ? " persistent (dynamic tiles)" : " persistent";
   p.summary = fmt::format(
       "attention-backward B={} H={} Nq={} Nk={} D={} {} {} layout={} "
       "dK/dV {}x{} {} warps={} stages={}{}{}",
       s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
       s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockN,
       c.blockM, dq, c.warps, c.stages,
-      c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "", extras);
+      c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",
+      scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
+                       c.minBlocksPerSM, c.persistent, c.dynamicTiles));
   if (!withData)
     return p;
 

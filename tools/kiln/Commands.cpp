@@ -177,6 +177,23 @@ std::vector<int64_t> benchSequenceLengths(std::vector<int64_t> ns, bool quick,
   return ns;
 }
 
+std::string scheduleSwitches(int warpSpecialize, int pingpong, int overlap,
+                             int minBlocksPerSM, int persistent,
+                             int dynamicTiles) {
+  std::string out;
+  if (warpSpecialize > 0)
+    out += " producer";
+  if (pingpong > 0)
+    out += " pingpong";
+  if (overlap > 0)
+    out += " overlap";
+  if (minBlocksPerSM > 0)
+    out += fmt::format(" min-blocks-per-sm={}", minBlocksPerSM);
+  if (persistent > 0)
+    out += dynamicTiles > 0 ? " persistent (dynamic tiles)" : " persistent";
+  return out;
+}
+
 static Problem attentionProblem(Options &opts, bool withData) {
   kernels::AttentionShape s = attentionShapeOptions(opts);
   // The schedule's defaults depend on the choices given (warps on the tile
@@ -232,13 +249,15 @@ static Problem attentionProblem(Options &opts, bool withData) {
   for (const char *name : {"K", "V"})
     noteLayout(p, name, s.dtype, kStrides);
   noteLayout(p, "LSE", DType::f32, lStrides);
-  p.summary =
-      fmt::format("attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
-                  "blockM={} blockN={} warps={} stages={}{}",
-                  s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
-                  s.causal ? "causal" : "non-causal", dtypeName(s.dtype),
-                  layout, c.blockM, c.blockN, c.warps, c.stages,
-                  c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "");
+  p.summary = fmt::format(
+      "attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
+      "blockM={} blockN={} warps={} stages={}{}{}",
+      s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
+      s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockM,
+      c.blockN, c.warps, c.stages,
+      c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",
+      scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
+                       int(c.minBlocksPerSM), c.persistent, c.dynamicTiles));
   if (!withData)
     return p;
   auto q = randomTensor(s.dtype, qShape, seed, qStrides);

@@ -85,6 +85,12 @@ std::vector<int64_t> benchSequenceLengths(std::vector<int64_t> given,
                                           bool quick, bool ragged);
 /// The backward's schedule options (--block-m, --dq-warps, ...), unresolved.
 kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts);
+/// The schedule switches a resolved Config turned on, for a summary line:
+/// " producer pingpong overlap min-blocks-per-sm=2 persistent (dynamic
+/// tiles)" (the ones > 0).
+std::string scheduleSwitches(int warpSpecialize, int pingpong, int overlap,
+                             int minBlocksPerSM, int persistent,
+                             int dynamicTiles);
 
 /// (B,H,N,D) strides: contiguous, or a view of (B,N,H,D) memory.
 std::vector<int64_t> attentionStrides(const std::vector<int64_t> &shape,
