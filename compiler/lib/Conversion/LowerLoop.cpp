@@ -221,6 +221,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     }
     for (LoadOp ld : prefetched)
       prefetchedBase[ld.getResult()] = stageBuffer(ld, slot);
+    Value savedSlot = ringSlotHere;
+    ringSlotHere = consumer ? slot : Value();
     // This iteration's registers of the loads ahead, then the next one's.
     size_t at = aheadFirst;
     for (LoadOp ld : ahead) {
@@ -251,6 +253,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     if (overlapped && !defer)
       waitForAll();
     deferWaits = savedDefer;
+    ringSlotHere = savedSlot;
     if (consumer) { // done reading this iteration's buffers: release them
       waitForAll();
       NVVM::MBarrierArriveOp::create(b, loc, Type(), emptyMbarrier(forOp, slot),

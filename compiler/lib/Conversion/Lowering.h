@@ -223,6 +223,17 @@ public:
   /// Finds the staged operands (their bytes in stagedOperands, until
   /// planSharedMemory places them).
   void planStagedOperands();
+  /// Staged operands in a loop the producer's ring feeds, with a copy per
+  /// stage: the offset of copies 1..numStages-1 (copy 0 at stagedOperands).
+  llvm::DenseMap<mlir::Value, int64_t> stagedCopies;
+  /// Places those copies where they fit (after the TMA staging tiles).
+  void planStagedCopies();
+  static int64_t stagedBytes(mlir::RankedTensorType type);
+  /// Whether `loop` is an scf.for whose blocks come from the producer
+  /// warpgroup's ring (its iterations wait for full stages and release them).
+  bool fedByRing(mlir::Operation *loop);
+  /// Inside such a loop's body: this iteration's stage of the ring.
+  mlir::Value ringSlotHere;
   /// Stages a conversion's source for the dots that read it (their
   /// previous reads waited for, every warp past them).
   void lowerStagedOperand(ConvertLayoutOp op);

@@ -179,6 +179,35 @@ void Lowerer::planSharedMemory() {
                      first, std::max(first, lastReader(*this, v))));
   }
   planTmaStores();
+  planStagedCopies();
+}
+
+void Lowerer::planStagedCopies() {
+  // In a loop the producer's ring feeds, every compute warp finishes an
+  // iteration's MMAs before it releases the iteration's stage, and passes
+  // the barrier after the next iteration's staging only once every warp
+  // did: with a copy per stage, an iteration writes its copy without the
+  // barrier before the staging that waits for the slowest warp to have
+  // read the previous contents. Placed after the TMA staging tiles, and
+  // only where the copies fit.
+  for (auto &[v, offset] : stagedOperands) {
+    Operation *def = v.getDefiningOp();
+    if (numStages < 2 || !fedByRing(def->getParentOp()) ||
+        shared.overlapped(offset))
+      continue;
+    const int first = topIndexOf(def);
+    shared.place(sharedBuffer(
+        "staged operand " + lineOf(def) + " (copies for stages 1-" +
+            std::to_string(numStages - 1) + ")",
+        stagedBytes(cast<RankedTensorType>(v.getType())) * (numStages - 1),
+        first, std::max(first, lastReader(*this, v))));
+    if (shared.peak() > sharedLimit ||
+        shared.overlapped(shared.all().back().offset)) {
+      shared.unplace();
+      continue;
+    }
+    stagedCopies[v] = shared.all().back().offset;
+  }
 }
 
 Value Lowerer::scratchBaseValue() {

@@ -58,9 +58,22 @@ void Lowerer::planStagedOperands() {
     std::optional<SmemTile> t = tileGeometry(from);
     if (!t || t->panelCols != 64 || t->shape[t->rowDim] % 8)
       return; // not a descriptor operand: a conversion to registers
-    stagedOperands[cv.getResult()] =
-        (type.getNumElements() * 2 + 1023) / 1024 * 1024;
+    stagedOperands[cv.getResult()] = stagedBytes(type);
   });
+}
+
+int64_t Lowerer::stagedBytes(RankedTensorType type) {
+  return (type.getNumElements() * 2 + 1023) / 1024 * 1024;
+}
+
+bool Lowerer::fedByRing(Operation *loop) {
+  if (!producerWarps || !isa_and_nonnull<scf::ForOp>(loop))
+    return false;
+  for (Operation &op : cast<scf::ForOp>(loop).getBody()->without_terminator())
+    if (auto ld = dyn_cast<LoadOp>(op);
+        ld && smemBufferBytes.count(ld.getResult()))
+      return tmaLoads.count(ld.getResult()); // lowerFor's `consumer`
+  return false;
 }
 
 void Lowerer::lowerStagedOperand(ConvertLayoutOp op) {
@@ -69,11 +82,26 @@ void Lowerer::lowerStagedOperand(ConvertLayoutOp op) {
   for (Operation *user : op.getResult().getUsers())
     if (llvm::is_contained(inFlight, user->getResult(0)))
       waitFor(user->getResult(0));
-  barrier();
+  Value base = i32(stagedOperands.lookup(op.getResult()));
+  auto copies = stagedCopies.find(op.getResult());
+  if (copies != stagedCopies.end() && ringSlotHere) {
+    // This stage's copy (planStagedCopies): no barrier before.
+    Value other = arith::AddIOp::create(
+        b, loc, i32(copies->second),
+        arith::MulIOp::create(
+            b, loc, arith::SubIOp::create(b, loc, ringSlotHere, i32(1)),
+            i32(stagedBytes(cast<RankedTensorType>(op.getType())))));
+    base = arith::SelectOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, ringSlotHere,
+                              i32(0)),
+        base, other);
+  } else {
+    barrier();
+  }
   Value src = op.getSrc();
   std::optional<SmemTile> t =
-      stage(regsIn(src, layoutOf(src)), elementType(src.getType()),
-            i32(stagedOperands.lookup(op.getResult())));
+      stage(regsIn(src, layoutOf(src)), elementType(src.getType()), base);
   if (!t)
     throw InternalError("GPU lowering: cannot stage a dot operand");
   barrier(); // fenced for wgmma's reads
