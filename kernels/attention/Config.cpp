@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "AttentionLoops.h"
+#include "HeadGroups.h"
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/Attention.h"
@@ -216,13 +217,11 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // 187/265/337/410/450/470 over every head. At most 16: at N=512, groups
   // of 16 ran 264 against 244 in groups of 64 (no fewer bytes fit in L2).
   if (c.headGroup <= 0) {
-    const int64_t kvBytes = 2 * s.seqK * s.headDim * dtypeSize(s.dtype);
     const bool fixedRounds = c.persistent > 0 && c.dynamicTiles <= 0;
-    c.headGroup =
-        fixedRounds
-            ? s.batch * s.heads
-            : std::clamp<int64_t>((int64_t(16) << 20) / kvBytes, 1,
-                                  std::min<int64_t>(16, s.batch * s.heads));
+    c.headGroup = fixedRounds
+                      ? s.batch * s.heads
+                      : headGroupFor(s.seqK, s.headDim * dtypeSize(s.dtype),
+                                     s.batch * s.heads);
   }
   return c;
 }

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "AttentionLoops.h"
+#include "HeadGroups.h"
 
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
@@ -77,23 +78,13 @@ Kernel attentionForward(const AttentionShape &s,
     // With run-time shapes and no group given, G is what has 16 MiB of K/V
     // (resolveConfig's rule, on the device: 1 to 16 pairs).
     Index G = min(Index(c.headGroup), heads);
-    if (runtimeShapes && config.headGroup <= 0) {
-      // resolveConfig's rule with the run-time values: every pair in fixed
-      // rounds, else those that have 16 MiB of K/V, 1 to 16.
-      const int64_t perKey = 2 * D * int64_t(dtypeSize(s.dtype));
+    if (runtimeShapes && config.headGroup <= 0) // resolveConfig's rule
       G = c.persistent > 0 && c.dynamicTiles <= 0
               ? heads
-              : min(max(Index((int64_t(16) << 20) / perKey) / Nk, 1),
-                    min(16, heads));
-    }
-    Index perGroup = G * mBlocks;
-    Index t = programId(0), first = t / perGroup * G;
-    Index rest = heads % G;
-    Index pairs =
-        rest.isConstant() && rest.constant() == 0 ? G : min(G, heads - first);
-    Index inGroup = t % perGroup;
-    mProgram = inGroup / pairs;
-    bh = first + inGroup % pairs;
+              : headGroupFor(Nk, D * int64_t(dtypeSize(s.dtype)), heads);
+    GroupedProgram p = longestFirstProgram(programId(0), G, heads, mBlocks);
+    mProgram = p.rank;
+    bh = p.pair;
   }
   Index b = bh / H, h = bh % H;
   // Causal: the longest rows first, so that the short ones fill the tail.

@@ -106,7 +106,12 @@ INSTANTIATE_TEST_SUITE_P(
         // dK/dV on persistent CTAs (K and V by the producer's TMA; the
         // default for causal D=64 up to 2048 keys) and not.
         BackwardCase{2, 3, 1000, 1000, 64, true, bf16, false, -1, -1, 0},
-        BackwardCase{1, 3, 700, 1100, 128, false, f16, false, -1, -1, 1}),
+        BackwardCase{1, 3, 700, 1100, 128, false, f16, false, -1, -1, 1},
+        // Causal key blocks longest first in groups of 4 of 6 heads (the
+        // last group holds 2), and in the grid's order.
+        BackwardCase{2, 3, 1000, 1000, 128, true, bf16, false, -1, -1, -1, -1,
+                     4},
+        BackwardCase{2, 3, 1000, 1000, 64, true, bf16, false, -1, -1, 0, 0}),
     [](const auto &info) { return info.param.name(); });
 
 // The deterministic mode (no atomics): two runs give the same gradients,

@@ -30,11 +30,17 @@ struct BackwardCase {
   /// 1: dK/dV on persistent CTAs in fixed rounds, 2: tiles from a counter,
   /// 0: not persistent, -1: the default.
   int persistent = -1;
+  /// Causal dK/dV key blocks longest first (AttentionBackwardConfig::
+  /// longestFirst) and its groups of heads (0: the default's).
+  int longestFirst = -1;
+  int64_t headGroup = 0;
 
   kernels::AttentionBackwardConfig config() const {
     kernels::AttentionBackwardConfig c;
     c.staticShapes = staticShapes;
     c.deterministic = deterministic;
+    c.longestFirst = longestFirst;
+    c.headGroup = headGroup;
     if (persistent >= 0) { // else the default's
       c.persistent = persistent > 0;
       c.dynamicTiles = persistent > 1;
@@ -57,7 +63,9 @@ struct BackwardCase {
            (persistent > 1    ? "_dynamic_tiles"
             : persistent == 1 ? "_persistent"
             : persistent == 0 ? "_not_persistent"
-                              : "");
+                              : "") +
+           (longestFirst == 0 ? "_grid_order" : "") +
+           (headGroup > 0 ? "_groups_of_" + std::to_string(headGroup) : "");
   }
 };
 

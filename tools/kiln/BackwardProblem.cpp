@@ -35,6 +35,8 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   c.reloadThreadIds = opts.int32("reload-ids", -1);
   c.persistent = opts.int32("persistent", -1);
   c.dynamicTiles = opts.int32("dynamic-tiles", -1);
+  c.longestFirst = opts.int32("longest-first-globally", -1);
+  c.headGroup = opts.integer("head-group", 0);
   return c;
 }
 
@@ -91,7 +93,8 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
       c.blockM, dq, c.warps, c.stages,
       c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",
       scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
-                       c.minBlocksPerSM, c.persistent, c.dynamicTiles));
+                       c.minBlocksPerSM, c.persistent, c.dynamicTiles,
+                       s.causal ? c.longestFirst : 0, c.headGroup));
   if (!withData)
     return p;
 

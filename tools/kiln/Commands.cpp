@@ -179,7 +179,8 @@ std::vector<int64_t> benchSequenceLengths(std::vector<int64_t> ns, bool quick,
 
 std::string scheduleSwitches(int warpSpecialize, int pingpong, int overlap,
                              int minBlocksPerSM, int persistent,
-                             int dynamicTiles) {
+                             int dynamicTiles, int longestFirst,
+                             int64_t headGroup) {
   std::string out;
   if (warpSpecialize > 0)
     out += " producer";
@@ -191,6 +192,10 @@ std::string scheduleSwitches(int warpSpecialize, int pingpong, int overlap,
     out += fmt::format(" min-blocks-per-sm={}", minBlocksPerSM);
   if (persistent > 0)
     out += dynamicTiles > 0 ? " persistent (dynamic tiles)" : " persistent";
+  if (longestFirst > 0)
+    out += headGroup > 0
+               ? fmt::format(" longest-first (groups of {} heads)", headGroup)
+               : " longest-first";
   return out;
 }
 
@@ -257,7 +262,8 @@ static Problem attentionProblem(Options &opts, bool withData) {
       c.blockN, c.warps, c.stages,
       c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",
       scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
-                       int(c.minBlocksPerSM), c.persistent, c.dynamicTiles));
+                       int(c.minBlocksPerSM), c.persistent, c.dynamicTiles,
+                       s.causal ? c.longestFirstGlobally : 0, c.headGroup));
   if (!withData)
     return p;
   auto q = randomTensor(s.dtype, qShape, seed, qStrides);

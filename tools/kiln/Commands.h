@@ -87,10 +87,12 @@ std::vector<int64_t> benchSequenceLengths(std::vector<int64_t> given,
 kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts);
 /// The schedule switches a resolved Config turned on, for a summary line:
 /// " producer pingpong overlap min-blocks-per-sm=2 persistent (dynamic
-/// tiles)" (the ones > 0).
+/// tiles) longest-first (groups of 4 heads)" (the ones > 0; a group of 0
+/// heads: sized at run time).
 std::string scheduleSwitches(int warpSpecialize, int pingpong, int overlap,
                              int minBlocksPerSM, int persistent,
-                             int dynamicTiles);
+                             int dynamicTiles, int longestFirst,
+                             int64_t headGroup);
 
 /// (B,H,N,D) strides: contiguous, or a view of (B,N,H,D) memory.
 std::vector<int64_t> attentionStrides(const std::vector<int64_t> &shape,

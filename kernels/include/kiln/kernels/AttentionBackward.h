@@ -73,6 +73,12 @@ struct AttentionBackwardConfig {
   /// hands the tiles out from a counter (1, -1 with persistent), else in
   /// rounds.
   int persistent = -1, dynamicTiles = -1;
+  /// Causal dK/dV: the key blocks that see the most queries first, per
+  /// group of headGroup (batch, head) pairs (0: those whose Q and dO take
+  /// 16 MiB, 1 to 16), on a 1-D grid: 1 yes, 0 no, -1 where measured
+  /// faster.
+  int longestFirst = -1;
+  int64_t headGroup = 0;
   /// The dK/dV and dQ loops re-read the thread id in their bodies
   /// (KernelBuilder::setReloadThreadIds): 1 yes, 0 no, -1 under wgmma.
   int reloadThreadIds = -1;

@@ -1,0 +1,38 @@
+//===- HeadGroups.h - causal programs, longest first per group of heads ---===//
+//
+// Internal to kernels/attention. Causal blocks differ in cost (the forward's
+// last row blocks and the backward's first key blocks see the most keys or
+// queries). On a 1-D grid of pairs·blocks programs, each group of G
+// (batch, head) pairs is dispatched together, the costliest block of every
+// pair first, so that the cheap ones fill the tail; a group's pairs share
+// what L2 holds of the tensors every block of a pair streams.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_KERNELS_ATTENTION_HEADGROUPS_H
+#define KILN_KERNELS_ATTENTION_HEADGROUPS_H
+
+#include "kiln/dsl/Dsl.h"
+
+#include <cstdint>
+
+namespace kiln::kernels {
+
+struct GroupedProgram {
+  dsl::Index rank; ///< 0 for the costliest block of its pair
+  dsl::Index pair; ///< batch * heads + head
+};
+/// Program `t`'s block rank and pair, in groups of G of `pairs` pairs of
+/// `blocks` blocks (the last group may hold fewer pairs).
+GroupedProgram longestFirstProgram(dsl::Index t, dsl::Index G, dsl::Index pairs,
+                                   dsl::Index blocks);
+
+/// Pairs per group when none is given: those whose streamed tensors (two of
+/// `rows` rows of `rowBytes` each per pair) take 16 MiB, 1 to 16 (measured
+/// on the H200 for the forward's K/V: Config.cpp).
+int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs);
+/// The same with run-time rows and pairs.
+dsl::Index headGroupFor(dsl::Index rows, int64_t rowBytes, dsl::Index pairs);
+
+} // namespace kiln::kernels
+
+#endif // KILN_KERNELS_ATTENTION_HEADGROUPS_H
