@@ -469,6 +469,10 @@ void KernelBuilder::setReloadThreadIds(bool reload) {
                           state_->builder.getUnitAttr());
 }
 
+void KernelBuilder::setInvariantAInRegisters(bool inRegisters) {
+  setFlag(state_->func, "kiln.invariant_a_in_registers", inRegisters);
+}
+
 void KernelBuilder::setCopyAddressesPerRegister(bool perRegister) {
   setFlag(state_->func, "kiln.copy_addresses_per_register", perRegister);
 }

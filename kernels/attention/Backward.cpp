@@ -137,6 +137,7 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   else
     k.setGrid({nBlocks, pairs});
   cm.schedule(k, cm.c.warps);
+  k.setInvariantAInRegisters(cm.c.kvInRegisters > 0);
   k.setPersistent(cm.c.persistent > 0);
   k.setDynamicTiles(cm.c.persistent > 0 && cm.c.dynamicTiles > 0);
   auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
@@ -361,6 +362,11 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
         c.warpSpecialize > 0 && s.headDim <= 64 && s.causal && s.seqK <= 2048;
   if (c.dynamicTiles < 0)
     c.dynamicTiles = c.persistent > 0;
+  // K and V read into registers for the loop's first two dots: H200 +3-12%
+  // at D=64 non-causal (1k-8k), +1-2% causal; 40% slower at D=128, where
+  // they spill (docs/experiments/2026-11-24-h200-backward-barriers.txt).
+  if (c.kvInRegisters < 0)
+    c.kvInRegisters = c.wgmma > 0 && s.headDim <= 64;
   // Causal key blocks longest first per group of heads: +2-4% on the H200
   // at 2k-8k keys (D=128), +1-3% at 4k-8k (D=64); within the noise at 1k and
   // 16k. Not for persistent CTAs, whose tiles come from a counter in grid

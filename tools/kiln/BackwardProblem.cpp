@@ -36,6 +36,7 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   c.persistent = opts.int32("persistent", -1);
   c.dynamicTiles = opts.int32("dynamic-tiles", -1);
   c.longestFirst = opts.int32("longest-first-globally", -1);
+  c.kvInRegisters = opts.int32("kv-in-registers", -1);
   c.headGroup = opts.integer("head-group", 0);
   return c;
 }
@@ -87,14 +88,15 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
                        : std::string("dQ by atomics");
   p.summary = fmt::format(
       "attention-backward B={} H={} Nq={} Nk={} D={} {} {} layout={} "
-      "dK/dV {}x{} {} warps={} stages={}{}{}",
+      "dK/dV {}x{} {} warps={} stages={}{}{}{}",
       s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
       s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockN,
       c.blockM, dq, c.warps, c.stages,
       c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",
       scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
                        c.minBlocksPerSM, c.persistent, c.dynamicTiles,
-                       s.causal ? c.longestFirst : 0, c.headGroup));
+                       s.causal ? c.longestFirst : 0, c.headGroup),
+      c.kvInRegisters > 0 ? " kv-in-registers" : "");
   if (!withData)
     return p;
 

@@ -51,6 +51,8 @@ struct ConvertKilnToLLVM
       try {
         auto lower = [&](kiln::gpu::Lowerer &lowerer) {
           lowerer.reloadThreadIds = reloadThreadIds;
+          lowerer.invariantAInRegisters =
+              f->hasAttr("kiln.invariant_a_in_registers");
           lowerer.sharedLimit = sharedLimit;
           lowerer.copyAddressesPerRegister =
               f->hasAttr("kiln.copy_addresses_per_register");

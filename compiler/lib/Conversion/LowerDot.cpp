@@ -260,6 +260,35 @@ static void unpackPairs(OpBuilder &b, Location loc, Type elem,
     }
 }
 
+std::optional<SmallVector<Value>>
+Lowerer::invariantFragments(Value a, const SmemTile &t, const Layout &la) {
+  Value base = t.base;
+  if (!currentLoop || !base ||
+      currentLoop->isAncestor(base.getParentBlock()->getParentOp()))
+    return std::nullopt;
+  auto it = hoistedA.find(a);
+  if (it != hoistedA.end())
+    return it->second;
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPoint(currentLoop);
+  Value savedLane = lane, savedWarp = warp;
+  lane = outerLane;
+  warp = outerWarp;
+  SmallVector<Value> out(la.numRegs(), Value());
+  int P = la.reg[0][1] == 1 ? 1 : 0;
+  for (int64_t ki = 0; ki < la.shape[P] / 16; ++ki)
+    loadFragments(t, la, ki, out);
+  unpackPairs(b, loc, elementType(a.getType()), out, *this);
+  lane = savedLane;
+  warp = savedWarp;
+  for (Value v : out)
+    if (!v)
+      throw InternalError(
+          "ldmatrix of a loop-invariant A left a register unset");
+  hoistedA[a] = out;
+  return out;
+}
+
 bool Lowerer::convertToDotOperand(const Regs &in, const Layout &to, Type elem,
                                   SmallVectorImpl<Value> &out) {
   barrier(); // earlier readers of the scratch area are done

@@ -196,6 +196,11 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     // keep the lane-derived address arithmetic inside the loop instead of
     // hoisting dozens of live addresses out of it.
     Value savedLane = lane, savedWarp = warp;
+    Operation *savedLoop = currentLoop;
+    Value savedOuterLane = outerLane, savedOuterWarp = outerWarp;
+    currentLoop = newFor;
+    outerLane = lane;
+    outerWarp = warp;
     if (reloadThreadIds)
       rereadThreadId();
     scalars[srcIv] = newFor.getInductionVar();
@@ -284,6 +289,9 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
       scf::YieldOp::create(b, loc, outs);
     lane = savedLane;
     warp = savedWarp;
+    currentLoop = savedLoop;
+    outerLane = savedOuterLane;
+    outerWarp = savedOuterWarp;
   }
   bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
   if (consumer) {

@@ -123,18 +123,24 @@ std::optional<Regs> Lowerer::lowerDotWgmma(DotOp op, std::string &why) {
   if (!B.kMajor && nW % 64)
     return fail("B is N-major and a warpgroup's N=" + std::to_string(nW) +
                 " is not a multiple of 64");
-  std::optional<DescOperand> A;
-  if (auto aIt = smemTiles.find(op.getA()); aIt != smemTiles.end()) {
-    A = DescOperand{aIt->second, aIt->second.colDim == 1};
-    if (std::string p = descriptorProblem(A->tile, "A"); !p.empty())
-      return fail(p);
-  }
-
   Layout la = Layout::dotOperand(0, M, N, K, numWarps);
   Layout lc = Layout::mma(M, N, numWarps);
+  std::optional<DescOperand> A;
   SmallVector<Value> aRegs;
-  if (!A)
+  if (auto aIt = smemTiles.find(op.getA()); aIt != smemTiles.end()) {
+    std::optional<SmallVector<Value>> hoisted;
+    if (invariantAInRegisters)
+      hoisted = invariantFragments(op.getA(), aIt->second, la);
+    if (hoisted) {
+      aRegs = *hoisted;
+    } else {
+      A = DescOperand{aIt->second, aIt->second.colDim == 1};
+      if (std::string p = descriptorProblem(A->tile, "A"); !p.empty())
+        return fail(p);
+    }
+  } else {
     aRegs = regsIn(op.getA(), la).regs;
+  }
   // A zero accumulator is not read: the first k-step scales it by 0.
   bool zeroAcc = false;
   if (auto it = tiles.find(op.getAcc());

@@ -232,6 +232,19 @@ public:
   /// Whether `loop` is an scf.for whose blocks come from the producer
   /// warpgroup's ring (its iterations wait for full stages and release them).
   bool fedByRing(mlir::Operation *loop);
+  /// Dots in a loop read a loop-invariant A operand from shared memory into
+  /// registers once, before the loop (wgmma's register form): see
+  /// KernelBuilder::setInvariantAInRegisters (kiln.invariant_a_in_registers).
+  bool invariantAInRegisters = false;
+  /// The loop being lowered (its new scf.for) and the thread's lane and warp
+  /// outside it; A fragments read before it, per operand.
+  mlir::Operation *currentLoop = nullptr;
+  mlir::Value outerLane, outerWarp;
+  llvm::DenseMap<mlir::Value, llvm::SmallVector<mlir::Value>> hoistedA;
+  /// `a`'s fragments in layout `la`, read from its shared-memory tile
+  /// before the current loop; nullopt when the tile is not loop-invariant.
+  std::optional<llvm::SmallVector<mlir::Value>>
+  invariantFragments(mlir::Value a, const SmemTile &t, const Layout &la);
   /// Inside such a loop's body: this iteration's stage of the ring.
   mlir::Value ringSlotHere;
   /// Stages a conversion's source for the dots that read it (their

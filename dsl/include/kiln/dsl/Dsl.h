@@ -381,6 +381,12 @@ public:
   /// plus per-register constants (the default). Which allocates better
   /// depends on the kernel's register pressure; it is measured, not derived.
   void setCopyAddressesPerRegister(bool perRegister);
+  /// A dot in a loop whose A operand is a loop-invariant tile in shared
+  /// memory reads it into registers once, before the loop, and takes wgmma's
+  /// register form: the loop's MMAs then read only B from shared memory
+  /// (half the bytes at N = 64), for registers the kernel must have spare
+  /// (kiln.invariant_a_in_registers).
+  void setInvariantAInRegisters(bool inRegisters);
   /// Codegen hint: ptxas keeps each thread's registers low enough for
   /// `blocks` CTAs per SM (PTX .minnctapersm; at 8 warps and 2 blocks, 128
   /// registers), where a kernel meant to run that many at once would

@@ -73,6 +73,11 @@ struct AttentionBackwardConfig {
   /// hands the tiles out from a counter (1, -1 with persistent), else in
   /// rounds.
   int persistent = -1, dynamicTiles = -1;
+  /// dK/dV: K and V, loop-invariant left operands of the loop's first two
+  /// dots, read into registers once (KernelBuilder::setInvariantAInRegisters)
+  /// so that those MMAs read only Q and dO from shared memory: 1 yes, 0 no,
+  /// -1 where measured faster (D = 64; at D = 128 the registers spill).
+  int kvInRegisters = -1;
   /// Causal dK/dV: the key blocks that see the most queries first, per
   /// group of headGroup (batch, head) pairs (0: those whose Q and dO take
   /// 16 MiB, 1 to 16), on a 1-D grid: 1 yes, 0 no, -1 where measured
