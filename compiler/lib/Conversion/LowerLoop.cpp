@@ -96,7 +96,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   int S = numStages;
   // With a producer warpgroup the consumers only wait for full buffers and
   // release them (lowerProducerLoop fetches).
-  const bool consumer = viaTma && producerWarps;
+  const bool consumer = fedByRing(forOp);
   // Another loop may have used these buffers: every warp is past it.
   if (!prefetched.empty() && !consumer)
     barrier();

@@ -1,11 +1,11 @@
 //===- SharedMemoryPlan.cpp - shared-memory buffers placed by liveness ----===//
 //
 // Every buffer the lowering creates in dynamic shared memory (dot operand
-// tiles, the stage ring, staged operands, TMA staging tiles, the scratch
-// area of layout conversions and reductions) is placed by when it holds
-// data, so that a buffer can take the bytes of one whose last reader is
-// done: an epilogue's conversion scratch or TMA staging tile takes the
-// stage ring's bytes once the last pipelined loop is over.
+// tiles, the stage ring, staged operands and their copies per stage, TMA
+// staging tiles, the scratch area of layout conversions and reductions) is
+// placed by when it holds data, so that a buffer can take the bytes of one
+// whose last reader is done: an epilogue's conversion scratch or TMA staging
+// tile takes the stage ring's bytes once the last pipelined loop is over.
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"

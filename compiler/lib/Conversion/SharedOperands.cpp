@@ -72,7 +72,7 @@ bool Lowerer::fedByRing(Operation *loop) {
   for (Operation &op : cast<scf::ForOp>(loop).getBody()->without_terminator())
     if (auto ld = dyn_cast<LoadOp>(op);
         ld && smemBufferBytes.count(ld.getResult()))
-      return tmaLoads.count(ld.getResult()); // lowerFor's `consumer`
+      return tmaLoads.count(ld.getResult()); // planTma decided per loop
   return false;
 }
 
