@@ -40,6 +40,23 @@ template <typename F> int guarded(char *error, size_t size, F &&body) {
   }
 }
 
+/// The DType of a kiln_c dtype code; kiln::Error for an unknown code.
+inline DType dtypeOfCode(int code) {
+  switch (code) {
+  case KILN_C_BF16:
+    return DType::bf16;
+  case KILN_C_F16:
+    return DType::f16;
+  case KILN_C_F32:
+    return DType::f32;
+  case KILN_C_I32:
+    return DType::i32;
+  case KILN_C_I64:
+    return DType::i64;
+  }
+  throw Error("dtype code " + std::to_string(code) + " is not a kiln_c dtype");
+}
+
 /// The first `rank` sizes and strides of `t`, as a tensor of `dtype`.
 inline TensorRef refOf(const kiln_c_tensor *t, DType dtype, int rank,
                        const char *name) {

@@ -94,13 +94,13 @@ std::map<ProblemKey, std::shared_ptr<Entry>> entries;
 int64_t calls = 0;
 int64_t variantCount = 0;
 
+/// Attention's dtypes: the 16-bit ones.
 DType dtypeOf(int code) {
-  if (code == KILN_C_BF16)
-    return DType::bf16;
-  if (code == KILN_C_F16)
-    return DType::f16;
-  throw Error("dtype code " + std::to_string(code) +
-              " is neither bf16 (0) nor fp16 (1)");
+  const DType d = dtypeOfCode(code);
+  if (d != DType::bf16 && d != DType::f16)
+    throw Error("dtype code " + std::to_string(code) +
+                " is neither bf16 (0) nor fp16 (1)");
+  return d;
 }
 
 kernels::AttentionShape shapeOf(const kiln_c_attention_options &o,

@@ -50,22 +50,6 @@ void launch(AutotunedKernel &k, const std::string &key,
   k.launch(key, t, {}, {stream, device});
 }
 
-DType dtypeOfCode(int code) {
-  switch (code) {
-  case KILN_C_BF16:
-    return DType::bf16;
-  case KILN_C_F16:
-    return DType::f16;
-  case KILN_C_F32:
-    return DType::f32;
-  case KILN_C_I32:
-    return DType::i32;
-  case KILN_C_I64:
-    return DType::i64;
-  }
-  throw Error("dtype code " + std::to_string(code) + " is not a kiln_c dtype");
-}
-
 int64_t dim(const std::map<std::string, TensorRef> &t, const char *name,
             size_t d) {
   auto it = t.find(name);
