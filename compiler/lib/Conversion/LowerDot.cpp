@@ -274,18 +274,23 @@ Lowerer::invariantFragments(Value a, const SmemTile &t, const Layout &la) {
   Value savedLane = lane, savedWarp = warp;
   lane = outerLane;
   warp = outerWarp;
-  SmallVector<Value> out(la.numRegs(), Value());
-  int P = la.reg[0][1] == 1 ? 1 : 0;
-  for (int64_t ki = 0; ki < la.shape[P] / 16; ++ki)
-    loadFragments(t, la, ki, out);
-  unpackPairs(b, loc, elementType(a.getType()), out, *this);
+  SmallVector<Value> out = readFragments(t, la, elementType(a.getType()));
   lane = savedLane;
   warp = savedWarp;
+  hoistedA[a] = out;
+  return out;
+}
+
+SmallVector<Value> Lowerer::readFragments(const SmemTile &t, const Layout &to,
+                                          Type elem) {
+  SmallVector<Value> out(to.numRegs(), Value());
+  int P = to.reg[0][1] == 1 ? 1 : 0;
+  for (int64_t ki = 0; ki < to.shape[P] / 16; ++ki)
+    loadFragments(t, to, ki, out);
+  unpackPairs(b, loc, elem, out, *this);
   for (Value v : out)
     if (!v)
-      throw InternalError(
-          "ldmatrix of a loop-invariant A left a register unset");
-  hoistedA[a] = out;
+      throw InternalError("ldmatrix of fragments left a register unset");
   return out;
 }
 
@@ -297,14 +302,8 @@ bool Lowerer::convertToDotOperand(const Regs &in, const Layout &to, Type elem,
     return false;
   smemBytes = std::max(smemBytes, to.numElements() * 2);
   barrier();
-  out.assign(to.numRegs(), Value());
-  int P = to.reg[0][1] == 1 ? 1 : 0;
-  for (int64_t ki = 0; ki < to.shape[P] / 16; ++ki)
-    loadFragments(*t, to, ki, out);
-  unpackPairs(b, loc, elem, out, *this);
-  for (Value v : out)
-    if (!v)
-      throw InternalError("ldmatrix conversion left a register unset");
+  SmallVector<Value> regs = readFragments(*t, to, elem);
+  out.assign(regs.begin(), regs.end());
   return true;
 }
 

@@ -212,6 +212,10 @@ public:
   /// of this warp) into `out`, indexed as registers of `to`.
   void loadFragments(const SmemTile &t, const Layout &to, int64_t ki,
                      llvm::SmallVectorImpl<mlir::Value> &out);
+  /// Every k-slice of `t` by loadFragments, unpacked into one `elem` value
+  /// per register of `to`.
+  llvm::SmallVector<mlir::Value>
+  readFragments(const SmemTile &t, const Layout &to, mlir::Type elem);
   llvm::DenseMap<mlir::Value, SmemTile> smemTiles;
   llvm::DenseSet<mlir::Value> sharedOperands;
   llvm::DenseMap<mlir::Value, int64_t> smemRegion; ///< offsets of staged loads
