@@ -69,9 +69,10 @@ Value recompute(OpBuilder &b, Value v, scf::ForOp loop, IRMapping &map) {
   return copy->getResult(cast<OpResult>(v).getResultNumber());
 }
 
-/// Whether `loop` runs at most once: a constant trip count <= 1, or the
+/// Whether `loop` runs at most once: a constant trip count <= 1, the
 /// remainder loop of a blocked one, for (i = hi / step * step; i < hi;
-/// i += step) with a constant step.
+/// i += step), or for (i = max(a, hi - step); i < hi; i += step), with a
+/// constant step.
 bool runsAtMostOnce(scf::ForOp loop) {
   auto constant = [](Value v) -> std::optional<int64_t> {
     if (auto c = v.getDefiningOp<arith::ConstantIntOp>())
@@ -83,6 +84,13 @@ bool runsAtMostOnce(scf::ForOp loop) {
                          step = constant(loop.getStep());
   if (lo && hi && step && *step > 0)
     return *hi - *lo <= *step;
+  // for (i = max(a, hi - step); i < hi; i += step)
+  if (auto mx = loop.getLowerBound().getDefiningOp<arith::MaxSIOp>(); mx && step)
+    for (Value side : mx->getOperands())
+      if (auto sub = side.getDefiningOp<arith::SubIOp>();
+          sub && sub.getLhs() == loop.getUpperBound() &&
+          constant(sub.getRhs()) == step)
+        return true;
   auto mul = loop.getLowerBound().getDefiningOp<arith::MulIOp>();
   if (!step || *step < 1 || !mul)
     return false;

@@ -131,3 +131,31 @@ func.func @first_reads_acc(%a: !kiln.ptr<bf16>, %o: !kiln.ptr<f32>)
   kiln.store %r, %o[%c0, %c0] shape[%c64, %c64] strides[%c64, %c1] : tensor<64x64xf32>, !kiln.ptr<f32>
   return
 }
+
+// A loop from max(a, hi - step) to hi runs at most once (the attention
+// forward's ragged-end loops): left alone, and the report says why.
+// CHECK-LABEL: func.func @at_most_once
+// CHECK-NOT: kiln.overlapped
+// CHECK: } {kiln.not_overlapped = "the loop runs at most once (nothing to overlap with)"}
+func.func @at_most_once(%a: !kiln.ptr<bf16>, %o: !kiln.ptr<f32>, %lo: i32, %hi: i32)
+    attributes {kiln.kernel, kiln.grid = array<i64: 1, 1, 1>, kiln.overlap_dots} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c32 = arith.constant 32 : i32
+  %c64 = arith.constant 64 : i32
+  %zero = arith.constant dense<0.0> : tensor<64x64xf32>
+  %zs = arith.constant dense<0.0> : tensor<64x32xf32>
+  %at = kiln.load %a[%c0, %c0] shape[%c64, %c64] strides[%c64, %c1] : !kiln.ptr<bf16> -> tensor<64x64xbf16>
+  %back = arith.subi %hi, %c32 : i32
+  %start = arith.maxsi %lo, %back : i32
+  %r = scf.for %j = %start to %hi step %c32 iter_args(%acc = %zero) -> (tensor<64x64xf32>) : i32 {
+    %kt = kiln.load %a[%c0, %j] shape[%c64, %c64] strides[%c64, %c1] : !kiln.ptr<bf16> -> tensor<64x32xbf16>
+    %s = kiln.dot %at, %kt, %zs : tensor<64x64xbf16>, tensor<64x32xbf16> -> tensor<64x32xf32>
+    %pb = kiln.convert %s : tensor<64x32xf32> -> tensor<64x32xbf16>
+    %vt = kiln.load %a[%j, %c0] shape[%c64, %c64] strides[%c64, %c1] : !kiln.ptr<bf16> -> tensor<32x64xbf16>
+    %next = kiln.dot %pb, %vt, %acc : tensor<64x32xbf16>, tensor<32x64xbf16> -> tensor<64x64xf32>
+    scf.yield %next : tensor<64x64xf32>
+  }
+  kiln.store %r, %o[%c0, %c0] shape[%c64, %c64] strides[%c64, %c1] : tensor<64x64xf32>, !kiln.ptr<f32>
+  return
+}
