@@ -10,6 +10,8 @@
 
 #include "kiln/kernels/Attention.h"
 
+#include <vector>
+
 namespace kiln::kernels {
 
 /// Throws kiln::Error unless the resolved config's blocks are powers of two
@@ -38,9 +40,15 @@ int64_t keyBlockMultiple(const AttentionConfig &c);
 /// class has no mask for keys past the end (and refuses other Nk).
 bool wholeKeyBlocks(const AttentionShape &s, const AttentionConfig &c);
 
-/// Key loops of the kernel: 2 when causal; with run-time shapes, 2 when Nk
-/// is not whole key blocks (the whole ones unmasked, the ragged one in a
-/// masked loop of its own); static, 2 where unmaskedKeys splits.
+/// Run-time non-causal Nk that is not whole key blocks: the widths of the
+/// masked end step, widest first (the block's, then narrower ones); the
+/// kernel takes the narrowest that holds the ragged keys.
+std::vector<int64_t> raggedEndBlocks(const AttentionShape &s,
+                                     const AttentionConfig &c);
+/// Key loops of the kernel: 2 when causal; with run-time shapes, 1 + the
+/// ragged end's widths when Nk is not whole key blocks (the whole ones
+/// unmasked, the ragged one in masked loops of their own, one of which
+/// runs); static, 2 where unmaskedKeys splits.
 int keyLoops(const AttentionShape &s, const AttentionConfig &c);
 /// Those of them with P·V one iteration behind under `overlap` (each keeps
 /// a V buffer in shared memory): not a run-time ragged end's, which runs

@@ -75,12 +75,26 @@ int overlappedLoops(const AttentionShape &s, const AttentionConfig &c) {
   return !s.causal && c.staticShapes <= 0 ? 1 : keyLoops(s, c);
 }
 
+std::vector<int64_t> raggedEndBlocks(const AttentionShape &s,
+                                     const AttentionConfig &c) {
+  const int64_t blockN = c.blockN ? c.blockN : 128;
+  // Same-run H200 bench, non-causal D=128 bf16 (median of 4 rounds, TFLOP/s
+  // at N=1000/1023/2049/3001/4097): one 128-key end step 523/553/560/634/
+  // 660; 32 keys where they hold the end 522/541/591/639/672; 64 and 16:
+  // 514/537/586/649/671 (each loop that does not run costs ~1-3% at 1k):
+  // docs/experiments/2026-11-24-h200-session20.txt. At D=64 the one-loop
+  // kernel's 128 registers leave no room.
+  if (c.wgmma > 0 && s.headDim > 64 && blockN > 32)
+    return {blockN, 32};
+  return {blockN};
+}
+
 int keyLoops(const AttentionShape &s, const AttentionConfig &c) {
   const int64_t blockN = c.blockN ? c.blockN : 128;
   if (s.causal)
     return 2;
-  if (c.staticShapes <= 0) // run-time Nk: whole blocks, or a ragged loop
-    return s.seqK % blockN == 0 ? 1 : 2;
+  if (c.staticShapes <= 0) // run-time Nk: whole blocks, or ragged end loops
+    return s.seqK % blockN == 0 ? 1 : 1 + int(raggedEndBlocks(s, c).size());
   const int64_t split = unmaskedKeys(s, blockN);
   return split > 0 && split < s.seqK ? 2 : 1;
 }

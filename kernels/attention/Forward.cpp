@@ -137,14 +137,27 @@ Kernel attentionForward(const AttentionShape &s,
     forRange(0, min(m0 + BM, Nk), BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, true, BN); });
   } else if (runtimeShapes) {
-    // Whole key blocks unmasked; a ragged end in a masked loop of its own,
-    // which runs once (keyLoops).
+    // Whole key blocks unmasked; a ragged end of r keys in one masked step
+    // of the narrowest width of raggedEndBlocks that holds them: one loop
+    // per width, which runs once when r falls in its range (keyLoops).
     Index split = wholeKeys ? Nk : Nk / BN * BN;
     forRange(0, split, BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, false, BN); });
-    if (!wholeKeys)
-      forRange(split, Nk, BN, carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, true, BN); });
+    if (!wholeKeys) {
+      const std::vector<int64_t> widths = raggedEndBlocks(s, c);
+      Index r = Nk - split; // 0 <= r < BN
+      // 1 when r > t, for 0 <= t < BN.
+      auto above = [&](int64_t t) { return (r + (BN - 1 - t)) / BN; };
+      for (size_t i = 0; i < widths.size(); ++i) {
+        const int64_t w = widths[i];
+        Index runs = i + 1 < widths.size() ? above(widths[i + 1]) : Index(1);
+        if (i > 0)
+          runs = runs - above(w);
+        Index end = split + runs * r;
+        forRange(max(split, end - w), end, w, carry(acc, rowMax, rowSum),
+                 [&](Index n0) { step(n0, true, w); });
+      }
+    }
   } else {
     // A ragged end in a masked loop of its own (keyLoops has the figures).
     const int64_t split = unmaskedKeys(s, BN);

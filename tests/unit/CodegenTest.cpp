@@ -321,8 +321,8 @@ TEST(Codegen, UnalignedTensorKeepsOthersOnTheirPaths) {
 // Non-causal with a ragged end: from 16 key blocks on, the unmasked blocks in
 // one loop and the end in a masked one (64-key blocks at D=64, where the
 // kernel asks ptxas for two CTAs per SM); below that, one masked loop.
-// With run-time shapes every ragged Nk takes the two loops (the second runs
-// once, over the ragged block).
+// With run-time shapes every ragged Nk takes those loops (at D=128 a masked
+// end loop per width, 128 or 32 keys, one of which runs once).
 TEST(Codegen, RaggedEndHasALoopOfItsOwn) {
   auto loops = [](const Kernel &k) { return countOf(k.ir(), "scf.for"); };
   const kernels::AttentionConfig exact{.staticShapes = 1};
@@ -338,7 +338,7 @@ TEST(Codegen, RaggedEndHasALoopOfItsOwn) {
         loops(kernels::attentionForward(selfAttention(1023, d, false), exact)),
         1u);
     EXPECT_EQ(loops(kernels::attentionForward(selfAttention(1023, d, false))),
-              2u);
+              d == 64 ? 2u : 3u);
     EXPECT_EQ(loops(kernels::attentionForward(selfAttention(2048, d, false))),
               1u);
     CompiledKernel c = compileForGpu(ragged, {.unalignedTensors = {"LSE"}});

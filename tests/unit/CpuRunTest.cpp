@@ -412,6 +412,35 @@ TEST(CpuExecutor, AttentionRuntimeShapesServeEveryShape) {
   }
 }
 
+// The D=128 wgmma schedule's ragged end: a 128-key step when more than 32
+// keys are left after the whole blocks, else a 32-key one; one kernel, every
+// Nk of the class, against the fp64 reference with poisoned outputs.
+TEST(CpuExecutor, AttentionRaggedEndWidths) {
+  kernels::AttentionShape built{1, 1, 64, 129, 128, false, DType::bf16, 0};
+  Kernel kern = kernels::attentionForward(built, {.wgmma = 1});
+  EXPECT_EQ(test::countOf(kern.ir(), "scf.for"), 3u);
+  for (int64_t nk : {129, 160, 161, 200, 255, 256}) {
+    kernels::AttentionShape s{1, 1, 64, nk, 128, false, DType::bf16, 0};
+    HostTensor q(s.dtype, {1, 1, 64, 128}), k(s.dtype, {1, 1, nk, 128}),
+        v(s.dtype, {1, 1, nk, 128}), o(s.dtype, {1, 1, 64, 128}),
+        lse(DType::f32, {1, 1, 64});
+    q.fillRandom(uint64_t(nk), -2, 2);
+    k.fillRandom(uint64_t(nk + 1), -2, 2);
+    v.fillRandom(uint64_t(nk + 2));
+    o.poison();
+    lse.poison();
+    HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
+    kernels::attentionReference(s, q, k, v, oRef, lseRef);
+    runOnCpu(kern, kern.bind({{"Q", q.ref()},
+                              {"K", k.ref()},
+                              {"V", v.ref()},
+                              {"O", o.ref()},
+                              {"LSE", lse.ref()}}));
+    EXPECT_LE(compareTensors(o, oRef).relative, 1e-2) << "Nk=" << nk;
+    EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5) << "Nk=" << nk;
+  }
+}
+
 // Causal attention with its diagonal blocks smaller than the others, with
 // the general (unsplit) loop when blockN does not divide blockM, with the row
 // blocks launched head by head instead of longest first, and longest first
