@@ -85,7 +85,8 @@ bool runsAtMostOnce(scf::ForOp loop) {
   if (lo && hi && step && *step > 0)
     return *hi - *lo <= *step;
   // for (i = max(a, hi - step); i < hi; i += step)
-  if (auto mx = loop.getLowerBound().getDefiningOp<arith::MaxSIOp>(); mx && step)
+  if (auto mx = loop.getLowerBound().getDefiningOp<arith::MaxSIOp>();
+      mx && step)
     for (Value side : mx->getOperands())
       if (auto sub = side.getDefiningOp<arith::SubIOp>();
           sub && sub.getLhs() == loop.getUpperBound() &&
