@@ -140,6 +140,9 @@ int cmdBench(Options &opts) {
   std::string jsonPath = opts.string("json", "");
   int reps = positive32(opts, "reps", 30);
   std::string onlyD = opts.string("head-dim", "");
+  const std::string seqs = opts.string("seqs", "");
+  const bool onlyCausal = opts.flag("causal"),
+             onlyNonCausal = opts.flag("non-causal");
   kernels::AttentionConfig cfg;
   cfg.blockM = opts.integer("block-m", cfg.blockM);
   cfg.blockN = opts.integer("block-n", cfg.blockN);
@@ -184,7 +187,9 @@ int cmdBench(Options &opts) {
   fmt::print(
       "dtype,B,H,N,D,causal,shapes,ms,tflops,registers,spill_bytes,smem\n");
 
-  const std::vector<int64_t> ns = benchSequenceLengths({}, quick, ragged);
+  const std::vector<int64_t> ns = benchSequenceLengths(
+      seqs.empty() ? std::vector<int64_t>{} : positiveList(seqs, "seqs"), quick,
+      ragged);
   llvm::json::Array rows;
   std::stringstream ds(dtypes);
   for (std::string dn; std::getline(ds, dn, ',');) {
@@ -197,6 +202,8 @@ int cmdBench(Options &opts) {
       for (int64_t N : ns)
         for (bool causal : {false, true})
           for (int mode : shapeModes) {
+            if ((onlyCausal && !causal) || (onlyNonCausal && causal))
+              continue;
             int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
             kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
             kernels::AttentionConfig modeCfg = cfg;

@@ -41,8 +41,8 @@ commands:
   run --cpu <kernel> [shape options]    run on the CPU reference executor and
                                         compare against an fp64 reference;
                                         exits 1 if the relative error > 1e-2
-  bench attention [--quick] [--ragged] [--dtypes bf16,fp16] [--json FILE]
-      [--reps R]
+  bench attention [--quick] [--ragged] [--seqs N,N,...] [--dtypes bf16,fp16]
+      [--json FILE] [--reps R] [--causal | --non-causal]
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--longest-first-globally 0|1]
       [--head-group G] [--dynamic-tiles 0|1]
