@@ -225,7 +225,9 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
     aligned at the top left when Nq != Nk). scale: None for 1/sqrt(D).
     Returns O in q's layout, and with return_lse=True also the fp32
     (B, H, Nq) natural-log logsumexp of each row of scaled scores (not
-    differentiable). Gradients of q, k and v through autograd; deterministic.
+    differentiable). Gradients of q, k and v through autograd; bit for bit the
+    same on every run under torch.use_deterministic_algorithms(True) (dQ
+    then takes a kernel of its own instead of atomics).
     """
     _check(q, k, v, causal, scale, layout)
     D = q.shape[-1]
