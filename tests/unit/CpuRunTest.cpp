@@ -373,6 +373,35 @@ TEST(CpuExecutor, RejectsBadArguments) {
               HasSubstr("argument A must be a pointer"));
 }
 
+/// Runs `kern` on the CPU for shape `s` (random Q, K, V from `seed`, O and
+/// LSE poisoned) and checks both against the fp64 reference.
+static void checkAttentionOnCpu(const Kernel &kern,
+                                const kernels::AttentionShape &s,
+                                uint64_t seed) {
+  const int64_t b = s.batch, h = s.heads, nq = s.seqQ, nk = s.seqK,
+                d = s.headDim;
+  HostTensor q(s.dtype, {b, h, nq, d}), k(s.dtype, {b, h, nk, d}),
+      v(s.dtype, {b, h, nk, d}), o(s.dtype, {b, h, nq, d}),
+      lse(DType::f32, {b, h, nq});
+  q.fillRandom(seed, -2, 2);
+  k.fillRandom(seed + 1, -2, 2);
+  v.fillRandom(seed + 2);
+  o.poison();
+  lse.poison();
+  HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
+  kernels::attentionReference(s, q, k, v, oRef, lseRef);
+  runOnCpu(kern, kern.bind({{"Q", q.ref()},
+                            {"K", k.ref()},
+                            {"V", v.ref()},
+                            {"O", o.ref()},
+                            {"LSE", lse.ref()}}));
+  std::string which = std::to_string(b) + "x" + std::to_string(h) +
+                      " Nq=" + std::to_string(nq) + " Nk=" +
+                      std::to_string(nk) + (s.causal ? " causal" : "");
+  EXPECT_LE(compareTensors(o, oRef).relative, 1e-2) << which;
+  EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5) << which;
+}
+
 // One run-time-shape attention kernel (the default) on shapes of its class:
 // other batch, heads, Nq != Nk, causal and not, each against the fp64
 // reference with poisoned outputs.
@@ -385,60 +414,24 @@ TEST(CpuExecutor, AttentionRuntimeShapesServeEveryShape) {
                                 {2, 1, 77, 77},
                                 {1, 3, 130, 190},
                                 {1, 1, 1, 1},
-                                {2, 2, 200, 129}}) {
-      kernels::AttentionShape s{b, h, nq, nk, 64, causal, DType::bf16, 0};
-      HostTensor q(s.dtype, {b, h, nq, 64}), k(s.dtype, {b, h, nk, 64}),
-          v(s.dtype, {b, h, nk, 64}), o(s.dtype, {b, h, nq, 64}),
-          lse(DType::f32, {b, h, nq});
-      q.fillRandom(uint64_t(nq + 1), -2, 2);
-      k.fillRandom(uint64_t(nk + 2), -2, 2);
-      v.fillRandom(uint64_t(b + h + 3));
-      o.poison();
-      lse.poison();
-      HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
-      kernels::attentionReference(s, q, k, v, oRef, lseRef);
-      runOnCpu(kern, kern.bind({{"Q", q.ref()},
-                                {"K", k.ref()},
-                                {"V", v.ref()},
-                                {"O", o.ref()},
-                                {"LSE", lse.ref()}}));
-      std::string which = std::to_string(b) + "x" + std::to_string(h) +
-                          " Nq=" + std::to_string(nq) +
-                          " Nk=" + std::to_string(nk) +
-                          (causal ? " causal" : "");
-      EXPECT_LE(compareTensors(o, oRef).relative, 1e-2) << which;
-      EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5) << which;
-    }
+                                {2, 2, 200, 129}})
+      checkAttentionOnCpu(
+          kern, {b, h, nq, nk, 64, causal, DType::bf16, 0},
+          uint64_t(nq + nk + b + h));
   }
 }
 
 // The D=128 wgmma schedule's ragged end: a 128-key step when more than 32
 // keys are left after the whole blocks, else a 32-key one; one kernel, every
-// Nk of the class, against the fp64 reference with poisoned outputs.
+// Nk of the class (r = 1, 32, 33, 72, 127 keys past the whole blocks, and
+// none), against the fp64 reference with poisoned outputs.
 TEST(CpuExecutor, AttentionRaggedEndWidths) {
   kernels::AttentionShape built{1, 1, 64, 129, 128, false, DType::bf16, 0};
   Kernel kern = kernels::attentionForward(built, {.wgmma = 1});
   EXPECT_EQ(test::countOf(kern.ir(), "scf.for"), 3u);
-  for (int64_t nk : {129, 160, 161, 200, 255, 256}) {
-    kernels::AttentionShape s{1, 1, 64, nk, 128, false, DType::bf16, 0};
-    HostTensor q(s.dtype, {1, 1, 64, 128}), k(s.dtype, {1, 1, nk, 128}),
-        v(s.dtype, {1, 1, nk, 128}), o(s.dtype, {1, 1, 64, 128}),
-        lse(DType::f32, {1, 1, 64});
-    q.fillRandom(uint64_t(nk), -2, 2);
-    k.fillRandom(uint64_t(nk + 1), -2, 2);
-    v.fillRandom(uint64_t(nk + 2));
-    o.poison();
-    lse.poison();
-    HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
-    kernels::attentionReference(s, q, k, v, oRef, lseRef);
-    runOnCpu(kern, kern.bind({{"Q", q.ref()},
-                              {"K", k.ref()},
-                              {"V", v.ref()},
-                              {"O", o.ref()},
-                              {"LSE", lse.ref()}}));
-    EXPECT_LE(compareTensors(o, oRef).relative, 1e-2) << "Nk=" << nk;
-    EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5) << "Nk=" << nk;
-  }
+  for (int64_t nk : {129, 160, 161, 200, 255, 256})
+    checkAttentionOnCpu(kern, {1, 1, 64, nk, 128, false, DType::bf16, 0},
+                        uint64_t(nk));
 }
 
 // Causal attention with its diagonal blocks smaller than the others, with
