@@ -396,8 +396,8 @@ static void checkAttentionOnCpu(const Kernel &kern,
                             {"O", o.ref()},
                             {"LSE", lse.ref()}}));
   std::string which = std::to_string(b) + "x" + std::to_string(h) +
-                      " Nq=" + std::to_string(nq) + " Nk=" +
-                      std::to_string(nk) + (s.causal ? " causal" : "");
+                      " Nq=" + std::to_string(nq) +
+                      " Nk=" + std::to_string(nk) + (s.causal ? " causal" : "");
   EXPECT_LE(compareTensors(o, oRef).relative, 1e-2) << which;
   EXPECT_LE(compareTensors(lse, lseRef).relative, 1e-5) << which;
 }
@@ -415,9 +415,8 @@ TEST(CpuExecutor, AttentionRuntimeShapesServeEveryShape) {
                                 {1, 3, 130, 190},
                                 {1, 1, 1, 1},
                                 {2, 2, 200, 129}})
-      checkAttentionOnCpu(
-          kern, {b, h, nq, nk, 64, causal, DType::bf16, 0},
-          uint64_t(nq + nk + b + h));
+      checkAttentionOnCpu(kern, {b, h, nq, nk, 64, causal, DType::bf16, 0},
+                          uint64_t(nq + nk + b + h));
   }
 }
 
