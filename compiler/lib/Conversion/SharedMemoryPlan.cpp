@@ -16,10 +16,6 @@ using namespace mlir;
 
 namespace kiln::gpu {
 
-static int64_t alignUp(int64_t v) {
-  return (v + SharedPlan::kAlign - 1) / SharedPlan::kAlign * SharedPlan::kAlign;
-}
-
 int64_t SharedPlan::lowestFree(int64_t bytes,
                                const std::vector<int> &uses) const {
   auto conflicts = [&](const SharedBuffer &o) {
@@ -28,7 +24,7 @@ int64_t SharedPlan::lowestFree(int64_t bytes,
   std::vector<int64_t> candidates{0};
   for (const SharedBuffer &o : buffers)
     if (conflicts(o))
-      candidates.push_back(alignUp(o.offset + o.bytes));
+      candidates.push_back(SharedPlan::alignUp(o.offset + o.bytes));
   llvm::sort(candidates);
   for (int64_t at : candidates)
     if (llvm::none_of(buffers, [&](const SharedBuffer &o) {
@@ -36,7 +32,7 @@ int64_t SharedPlan::lowestFree(int64_t bytes,
                  o.offset < at + bytes;
         }))
       return at;
-  return alignUp(peak()); // not reached: the last candidate is free
+  return SharedPlan::alignUp(peak()); // not reached: the last candidate is free
 }
 
 int64_t SharedPlan::place(SharedBuffer b) {
@@ -121,7 +117,7 @@ void Lowerer::planSharedMemory() {
   // 1 KB alignment keeps every row start's swizzle bits zero, so that an
   // ldmatrix address can move across 16-byte chunks by XOR.
   auto bytesOf = [](LoadOp ld) {
-    return alignUp(ld.getType().getNumElements() * 2);
+    return SharedPlan::alignUp(ld.getType().getNumElements() * 2);
   };
   llvm::MapVector<Operation *, int64_t> loopStage, loopOwn;
   src.walk([&](LoadOp ld) {

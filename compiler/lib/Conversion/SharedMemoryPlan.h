@@ -28,6 +28,10 @@ struct SharedBuffer {
 class SharedPlan {
 public:
   static constexpr int64_t kAlign = 1024;
+  /// `bytes` rounded up to kAlign: what a buffer of them occupies.
+  static int64_t alignUp(int64_t bytes) {
+    return (bytes + kAlign - 1) / kAlign * kAlign;
+  }
   /// Places `b` and keeps it; returns its offset.
   int64_t place(SharedBuffer b);
   /// Removes the buffer placed last.

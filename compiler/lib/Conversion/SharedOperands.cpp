@@ -63,7 +63,7 @@ void Lowerer::planStagedOperands() {
 }
 
 int64_t Lowerer::stagedBytes(RankedTensorType type) {
-  return (type.getNumElements() * 2 + 1023) / 1024 * 1024;
+  return SharedPlan::alignUp(type.getNumElements() * 2);
 }
 
 bool Lowerer::fedByRing(Operation *loop) {
