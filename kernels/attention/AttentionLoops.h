@@ -41,10 +41,9 @@ int64_t keyBlockMultiple(const AttentionConfig &c);
 bool wholeKeyBlocks(const AttentionShape &s, const AttentionConfig &c);
 
 /// Run-time non-causal Nk that is not whole key blocks: the widths of the
-/// masked end step, widest first (the block's, then narrower ones); the
-/// kernel takes the narrowest that holds the ragged keys.
-std::vector<int64_t> raggedEndBlocks(const AttentionShape &s,
-                                     const AttentionConfig &c);
+/// masked end step, widest first (blockN, then blockNRaggedEnd if
+/// narrower); the kernel takes the narrowest that holds the ragged keys.
+std::vector<int64_t> raggedEndBlocks(const AttentionConfig &c);
 /// Key loops of the kernel: 2 when causal; with run-time shapes, 1 + the
 /// ragged end's widths when Nk is not whole key blocks (the whole ones
 /// unmasked, the ragged one in masked loops of their own, one of which

@@ -49,11 +49,15 @@ void checkAttentionShape(const AttentionShape &s) {
 }
 
 void checkConfig(const AttentionConfig &c) {
-  for (int64_t b : {c.blockM, c.blockN, c.blockNDiagonal})
+  for (int64_t b : {c.blockM, c.blockN, c.blockNDiagonal, c.blockNRaggedEnd})
     if (b < 16 || (b & (b - 1)))
-      throw Error("attention: blockM, blockN and blockNDiagonal must be "
-                  "powers of two >= 16, got " +
+      throw Error("attention: blockM, blockN, blockNDiagonal and "
+                  "blockNRaggedEnd must be powers of two >= 16, got " +
                   std::to_string(b));
+  if (c.blockNRaggedEnd > c.blockN)
+    throw Error("attention: blockNRaggedEnd (" +
+                std::to_string(c.blockNRaggedEnd) +
+                ") must not exceed blockN (" + std::to_string(c.blockN) + ")");
 }
 
 int64_t unmaskedKeys(const AttentionShape &s, int64_t blockN) {
@@ -75,17 +79,10 @@ int overlappedLoops(const AttentionShape &s, const AttentionConfig &c) {
   return !s.causal && c.staticShapes <= 0 ? 1 : keyLoops(s, c);
 }
 
-std::vector<int64_t> raggedEndBlocks(const AttentionShape &s,
-                                     const AttentionConfig &c) {
+std::vector<int64_t> raggedEndBlocks(const AttentionConfig &c) {
   const int64_t blockN = c.blockN ? c.blockN : 128;
-  // Same-run H200 bench, non-causal D=128 bf16 (median of 4 rounds, TFLOP/s
-  // at N=1000/1023/2049/3001/4097): one 128-key end step 523/553/560/634/
-  // 660; 32 keys where they hold the end 522/541/591/639/672; 64 and 16:
-  // 514/537/586/649/671 (each loop that does not run costs ~1-3% at 1k):
-  // docs/experiments/2026-11-24-h200-session20.txt. At D=64 the one-loop
-  // kernel's 128 registers leave no room.
-  if (c.wgmma > 0 && s.headDim > 64 && blockN > 32)
-    return {blockN, 32};
+  if (c.blockNRaggedEnd > 0 && c.blockNRaggedEnd < blockN)
+    return {blockN, c.blockNRaggedEnd};
   return {blockN};
 }
 
@@ -94,7 +91,7 @@ int keyLoops(const AttentionShape &s, const AttentionConfig &c) {
   if (s.causal)
     return 2;
   if (c.staticShapes <= 0) // run-time Nk: whole blocks, or ragged end loops
-    return s.seqK % blockN == 0 ? 1 : 1 + int(raggedEndBlocks(s, c).size());
+    return s.seqK % blockN == 0 ? 1 : 1 + int(raggedEndBlocks(c).size());
   const int64_t split = unmaskedKeys(s, blockN);
   return split > 0 && split < s.seqK ? 2 : 1;
 }
@@ -109,6 +106,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (!c.blockM && !c.blockN)
     if (std::optional<AttentionConfig> tuned = tunedAttentionConfig(s)) {
       tuned->blockNDiagonal = c.blockNDiagonal;
+      tuned->blockNRaggedEnd = c.blockNRaggedEnd;
       tuned->longestFirstGlobally = c.longestFirstGlobally;
       tuned->headGroup = c.headGroup;
       tuned->dynamicTiles = c.dynamicTiles;
@@ -187,6 +185,15 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (!c.blockNDiagonal)
     c.blockNDiagonal =
         !wide && c.wgmma > 0 ? std::min<int64_t>(64, c.blockN) : c.blockN;
+  // Same-run H200 bench, non-causal D=128 bf16 (median of 4 rounds, TFLOP/s
+  // at N=1000/1023/2049/3001/4097): one 128-key end step 523/553/560/634/
+  // 660; 32 keys where they hold the end 522/541/591/639/672; 64 and 16:
+  // 514/537/586/649/671 (each end loop that does not run costs ~1-3% at 1k):
+  // docs/experiments/2026-11-24-h200-session20.txt. At D=64 the one-loop
+  // kernel's 128 registers leave no room (not measured with it).
+  if (!c.blockNRaggedEnd)
+    c.blockNRaggedEnd =
+        wide && c.wgmma > 0 ? std::min<int64_t>(32, c.blockN) : c.blockN;
   // Same-run A/B on the H200 under wgmma, D=128 causal: 383 vs 376 TFLOP/s
   // at N=4k, 470 vs 465 at 16k.
   if (c.reloadThreadIds < 0)

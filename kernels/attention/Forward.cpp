@@ -144,7 +144,7 @@ Kernel attentionForward(const AttentionShape &s,
     forRange(0, split, BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, false, BN); });
     if (!wholeKeys) {
-      const std::vector<int64_t> widths = raggedEndBlocks(s, c);
+      const std::vector<int64_t> widths = raggedEndBlocks(c);
       Index r = Nk - split; // 0 <= r < BN
       // 1 when r > t, for 0 <= t < BN.
       auto above = [&](int64_t t) { return (r + (BN - 1 - t)) / BN; };

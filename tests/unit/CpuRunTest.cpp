@@ -428,6 +428,18 @@ TEST(CpuExecutor, AttentionRaggedEndWidths) {
   kernels::AttentionShape built{1, 1, 64, 129, 128, false, DType::bf16, 0};
   Kernel kern = kernels::attentionForward(built, {.wgmma = 1});
   EXPECT_EQ(test::countOf(kern.ir(), "scf.for"), 3u);
+  // AttentionConfig::blockNRaggedEnd: the key block's width (no narrower
+  // step) or a power of two up to it.
+  EXPECT_EQ(test::countOf(kernels::attentionForward(
+                              built, {.blockNRaggedEnd = 128, .wgmma = 1})
+                              .ir(),
+                          "scf.for"),
+            2u);
+  EXPECT_THAT(test::errorOf([&] {
+                kernels::attentionForward(built,
+                                          {.blockNRaggedEnd = 256, .wgmma = 1});
+              }),
+              HasSubstr("blockNRaggedEnd (256) must not exceed blockN (128)"));
   for (int64_t nk : {129, 160, 161, 200, 255, 256})
     checkAttentionOnCpu(kern, {1, 1, 64, nk, 128, false, DType::bf16, 0},
                         uint64_t(nk));

@@ -150,6 +150,7 @@ int cmdBench(Options &opts) {
   cfg.stages = opts.int32("stages", cfg.stages);
   cfg.reloadThreadIds = opts.int32("reload-ids", cfg.reloadThreadIds);
   cfg.blockNDiagonal = opts.integer("block-n-diagonal", cfg.blockNDiagonal);
+  cfg.blockNRaggedEnd = opts.integer("block-n-ragged-end", cfg.blockNRaggedEnd);
   cfg.copyAddressesPerRegister =
       opts.int32("copy-per-register", cfg.copyAddressesPerRegister);
   cfg.longestFirstGlobally =

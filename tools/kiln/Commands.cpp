@@ -211,6 +211,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.blockN = positive(opts, "block-n", c.blockN);
   // 0: decided below from the key block (checkShape rejects bad values).
   c.blockNDiagonal = opts.integer("block-n-diagonal", 0);
+  c.blockNRaggedEnd = opts.integer("block-n-ragged-end", 0);
   c.longestFirstGlobally =
       opts.int32("longest-first-globally", c.longestFirstGlobally);
   c.headGroup = opts.integer("head-group", 0);
@@ -256,10 +257,14 @@ static Problem attentionProblem(Options &opts, bool withData) {
   noteLayout(p, "LSE", DType::f32, lStrides);
   p.summary = fmt::format(
       "attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
-      "blockM={} blockN={} warps={} stages={}{}{}",
+      "blockM={} blockN={}{} warps={} stages={}{}{}",
       s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
       s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockM,
-      c.blockN, c.warps, c.stages,
+      c.blockN,
+      !s.causal && c.blockNRaggedEnd < c.blockN
+          ? fmt::format(" ragged-end={}", c.blockNRaggedEnd)
+          : std::string(),
+      c.warps, c.stages,
       c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",
       scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
                        int(c.minBlocksPerSM), c.persistent, c.dynamicTiles,

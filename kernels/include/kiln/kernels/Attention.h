@@ -30,6 +30,11 @@ struct AttentionConfig {
   /// constants; -1: 1 for non-causal D=128, else 0 (measured on the H200).
   int copyAddressesPerRegister = -1;
   int64_t blockNDiagonal = 0; ///< causal: key block on the diagonal; 0: blockN
+  /// Run-time non-causal Nk that is not whole key blocks: the keys of a
+  /// narrower masked end step, taken (in a loop of its own) when the ragged
+  /// keys fit in it, else one blockN step; 0: default (32 at D=128 under
+  /// wgmma, else blockN: no narrower step).
+  int64_t blockNRaggedEnd = 0;
   /// Causal: launch order of the row blocks. 0: each head's blocks longest
   /// first, one head after another; 1: the longest blocks of every head in
   /// a group of `headGroup` (batch, head) pairs first, one group after
