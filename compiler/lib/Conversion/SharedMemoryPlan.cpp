@@ -24,7 +24,7 @@ int64_t SharedPlan::lowestFree(int64_t bytes,
   std::vector<int64_t> candidates{0};
   for (const SharedBuffer &o : buffers)
     if (conflicts(o))
-      candidates.push_back(SharedPlan::alignUp(o.offset + o.bytes));
+      candidates.push_back(alignUp(o.offset + o.bytes));
   llvm::sort(candidates);
   for (int64_t at : candidates)
     if (llvm::none_of(buffers, [&](const SharedBuffer &o) {
@@ -32,7 +32,7 @@ int64_t SharedPlan::lowestFree(int64_t bytes,
                  o.offset < at + bytes;
         }))
       return at;
-  return SharedPlan::alignUp(peak()); // not reached: the last candidate is free
+  return alignUp(peak()); // not reached: the last candidate is free
 }
 
 int64_t SharedPlan::place(SharedBuffer b) {
