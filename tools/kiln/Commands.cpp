@@ -261,7 +261,9 @@ static Problem attentionProblem(Options &opts, bool withData) {
       s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
       s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockM,
       c.blockN,
-      !s.causal && c.blockNRaggedEnd < c.blockN
+      // The narrow end loop exists for run-time Nk of ragged key blocks.
+      !s.causal && c.staticShapes <= 0 && s.seqK % c.blockN != 0 &&
+              c.blockNRaggedEnd < c.blockN
           ? fmt::format(" ragged-end={}", c.blockNRaggedEnd)
           : std::string(),
       c.warps, c.stages,
