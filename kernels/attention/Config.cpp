@@ -91,7 +91,9 @@ int keyLoops(const AttentionShape &s, const AttentionConfig &c) {
   if (s.causal)
     return 2;
   if (c.staticShapes <= 0) // run-time Nk: whole blocks, or ragged end loops
-    return s.seqK % blockN == 0 ? 1 : 1 + int(raggedEndBlocks(c).size());
+    return s.seqK % blockN == 0 ? 1
+                                : 1 + int(raggedEndBlocks(c).size()) -
+                                      (c.raggedEndInLoop > 0 ? 1 : 0);
   const int64_t split = unmaskedKeys(s, blockN);
   return split > 0 && split < s.seqK ? 2 : 1;
 }
@@ -107,6 +109,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     if (std::optional<AttentionConfig> tuned = tunedAttentionConfig(s)) {
       tuned->blockNDiagonal = c.blockNDiagonal;
       tuned->blockNRaggedEnd = c.blockNRaggedEnd;
+      tuned->raggedEndInLoop = c.raggedEndInLoop;
       tuned->longestFirstGlobally = c.longestFirstGlobally;
       tuned->headGroup = c.headGroup;
       tuned->dynamicTiles = c.dynamicTiles;
@@ -189,11 +192,17 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // at N=1000/1023/2049/3001/4097): one 128-key end step 523/553/560/634/
   // 660; 32 keys where they hold the end 522/541/591/639/672; 64 and 16:
   // 514/537/586/649/671 (each end loop that does not run costs ~1-3% at 1k):
-  // docs/experiments/2026-11-24-h200-session20.txt. At D=64 the one-loop
-  // kernel's 128 registers leave no room (not measured with it).
+  // docs/experiments/2026-11-24-h200-session20.txt. D=64 takes the 128-key
+  // end in its main loop (below), which leaves room for the 32-key loop.
   if (!c.blockNRaggedEnd)
     c.blockNRaggedEnd =
-        wide && c.wgmma > 0 ? std::min<int64_t>(32, c.blockN) : c.blockN;
+        c.wgmma > 0 ? std::min<int64_t>(32, c.blockN) : c.blockN;
+  // The wider end in the main loop: same-run H200 bench, non-causal bf16
+  // (median of 2 rounds, TFLOP/s at N=1000/2049/3001/4097), D=64 409/441/
+  // 483/497 -> 425/463/484/504; D=128 517/582/630/671 -> 509/556/603/634
+  // (docs/experiments/2026-11-24-h200-session21.txt).
+  if (c.raggedEndInLoop < 0)
+    c.raggedEndInLoop = !wide && c.wgmma > 0 && c.warpSpecialize <= 0;
   // Same-run A/B on the H200 under wgmma, D=128 causal: 383 vs 376 TFLOP/s
   // at N=4k, 470 vs 465 at 16k.
   if (c.reloadThreadIds < 0)
@@ -212,7 +221,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (c.dynamicTiles < 0)
     c.dynamicTiles = s.causal && c.persistent > 0 && c.warpSpecialize > 0;
   // Two CTAs of 8 warps per SM at D=64 need 128 registers a thread; the
-  // non-causal kernel with a ragged end's second loop took 129-139 and ran
+  // non-causal kernel with a ragged end's loop(s) took 129-139 and ran
   // one (H200 bench, bf16 TFLOP/s at N=2049/4097/8191: 310/360/390; with
   // the hint 443/496/516). The one-loop kernels take 127-128 without it and
   // slow down with it (ptxas gives N=1000 107 registers: 376 against 443).
@@ -221,7 +230,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (c.minBlocksPerSM < 0)
     c.minBlocksPerSM = !wide && c.wgmma > 0 && c.warpSpecialize <= 0 &&
                                (!s.causal || c.staticShapes <= 0) &&
-                               keyLoops(s, c) == 2
+                               keyLoops(s, c) >= 2
                            ? 2
                            : 0;
   // Longest first over every head makes each round of persistent CTAs read

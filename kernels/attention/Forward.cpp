@@ -139,24 +139,30 @@ Kernel attentionForward(const AttentionShape &s,
   } else if (runtimeShapes) {
     // Whole key blocks unmasked; a ragged end of r keys in one masked step
     // of the narrowest width of raggedEndBlocks that holds them: one loop
-    // per width, which runs once when r falls in its range (keyLoops).
+    // per width, which runs once when r falls in its range (keyLoops). Under
+    // raggedEndInLoop the widest is the main loop's last step instead, and
+    // every step of that loop carries the mask.
     Index split = wholeKeys ? Nk : Nk / BN * BN;
-    forRange(0, split, BN, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, false, BN); });
-    if (!wholeKeys) {
-      const std::vector<int64_t> widths = raggedEndBlocks(c);
-      Index r = Nk - split; // 0 <= r < BN
-      // 1 when r > t, for 0 <= t < BN.
-      auto above = [&](int64_t t) { return (r + (BN - 1 - t)) / BN; };
-      for (size_t i = 0; i < widths.size(); ++i) {
-        const int64_t w = widths[i];
-        Index runs = i + 1 < widths.size() ? above(widths[i + 1]) : Index(1);
-        if (i > 0)
-          runs = runs - above(w);
-        Index end = split + runs * r;
-        forRange(max(split, end - w), end, w, carry(acc, rowMax, rowSum),
-                 [&](Index n0) { step(n0, true, w); });
-      }
+    const std::vector<int64_t> widths = raggedEndBlocks(c);
+    Index r = Nk; // the ragged keys, 0 <= r < BN (computed if any)
+    if (!wholeKeys)
+      r = Nk - split;
+    // 1 when r > t, for 0 <= t < BN.
+    auto above = [&](int64_t t) { return (r + (BN - 1 - t)) / BN; };
+    const bool inLoop = !wholeKeys && c.raggedEndInLoop > 0;
+    Index mainEnd = split;
+    if (inLoop)
+      mainEnd = split + above(widths.size() > 1 ? widths[1] : 0) * BN;
+    forRange(0, mainEnd, BN, carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, inLoop, BN); });
+    for (size_t i = inLoop ? 1 : 0; !wholeKeys && i < widths.size(); ++i) {
+      const int64_t w = widths[i];
+      Index runs = i + 1 < widths.size() ? above(widths[i + 1]) : Index(1);
+      if (i > 0)
+        runs = runs - above(w);
+      Index end = split + runs * r;
+      forRange(max(split, end - w), end, w, carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, true, w); });
     }
   } else {
     // A ragged end in a masked loop of its own (keyLoops has the figures).

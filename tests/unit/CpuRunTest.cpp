@@ -445,6 +445,24 @@ TEST(CpuExecutor, AttentionRaggedEndWidths) {
                         uint64_t(nk));
 }
 
+// The D=64 wgmma schedule takes a ragged end of more than 32 keys as the
+// main loop's last step (AttentionConfig::raggedEndInLoop): that loop masks
+// every step, a 32-key loop takes a narrower end. One kernel, every Nk of the
+// class, against the fp64 reference with poisoned outputs.
+TEST(CpuExecutor, AttentionRaggedEndInMainLoop) {
+  kernels::AttentionShape built{1, 1, 64, 129, 64, false, DType::bf16, 0};
+  Kernel kern = kernels::attentionForward(built, {.wgmma = 1});
+  EXPECT_EQ(test::countOf(kern.ir(), "scf.for"), 2u);
+  EXPECT_EQ(test::countOf(kernels::attentionForward(
+                              built, {.raggedEndInLoop = 0, .wgmma = 1})
+                              .ir(),
+                          "scf.for"),
+            3u);
+  for (int64_t nk : {1, 31, 33, 129, 160, 161, 200, 255, 256, 300})
+    checkAttentionOnCpu(kern, {1, 1, 64, nk, 64, false, DType::bf16, 0},
+                        uint64_t(nk));
+}
+
 // Causal attention with its diagonal blocks smaller than the others, with
 // the general (unsplit) loop when blockN does not divide blockM, with the row
 // blocks launched head by head instead of longest first, and longest first

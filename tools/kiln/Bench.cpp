@@ -151,6 +151,7 @@ int cmdBench(Options &opts) {
   cfg.reloadThreadIds = opts.int32("reload-ids", cfg.reloadThreadIds);
   cfg.blockNDiagonal = opts.integer("block-n-diagonal", cfg.blockNDiagonal);
   cfg.blockNRaggedEnd = opts.integer("block-n-ragged-end", cfg.blockNRaggedEnd);
+  cfg.raggedEndInLoop = opts.int32("ragged-end-in-loop", cfg.raggedEndInLoop);
   cfg.copyAddressesPerRegister =
       opts.int32("copy-per-register", cfg.copyAddressesPerRegister);
   cfg.longestFirstGlobally =

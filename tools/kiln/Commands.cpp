@@ -212,6 +212,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   // 0: decided below from the key block (checkShape rejects bad values).
   c.blockNDiagonal = opts.integer("block-n-diagonal", 0);
   c.blockNRaggedEnd = opts.integer("block-n-ragged-end", 0);
+  c.raggedEndInLoop = opts.int32("ragged-end-in-loop", -1);
   c.longestFirstGlobally =
       opts.int32("longest-first-globally", c.longestFirstGlobally);
   c.headGroup = opts.integer("head-group", 0);
@@ -264,7 +265,8 @@ static Problem attentionProblem(Options &opts, bool withData) {
       // The narrow end loop exists for run-time Nk of ragged key blocks.
       !s.causal && c.staticShapes <= 0 && s.seqK % c.blockN != 0 &&
               c.blockNRaggedEnd < c.blockN
-          ? fmt::format(" ragged-end={}", c.blockNRaggedEnd)
+          ? fmt::format(" ragged-end={}{}", c.blockNRaggedEnd,
+                        c.raggedEndInLoop > 0 ? "+loop" : "")
           : std::string(),
       c.warps, c.stages,
       c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",

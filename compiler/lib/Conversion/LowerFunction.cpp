@@ -356,6 +356,10 @@ void Lowerer::lowerOp(Operation *op) {
     tiles[r] = Regs{l, in.regs, {}};
   } else if (isa<arith::ConstantOp>(op))
     throw Error("GPU lowering: non-splat constant tiles are not supported yet");
+  else if (auto sel = dyn_cast<arith::SelectOp>(op);
+           std::optional<Regs> masked =
+               sel ? lowerMaskedSelect(sel, l) : std::nullopt)
+    tiles[r] = *masked;
   else
     tiles[r] = lowerElementwise(op, l);
 }

@@ -134,6 +134,16 @@ public:
   mlir::Value paddingValue(mlir::Type elem, double padding, int64_t vec);
   /// Rows chosen by an index tile (LowerGather.cpp); elements per load.
   Regs lowerGather(GatherOp op);
+  /// A select whose condition compares index ranges, under a per-thread
+  /// check that skips it where every element passes (LowerMaskedSelect.cpp);
+  /// nullopt for other selects.
+  std::optional<Regs> lowerMaskedSelect(mlir::arith::SelectOp op,
+                                        const Layout &l);
+  /// The lowered tile `v`, or null before it is lowered.
+  const Regs *loweredTile(mlir::Value v) const {
+    auto it = tiles.find(v);
+    return it == tiles.end() ? nullptr : &it->second;
+  }
   int64_t gatherWidth(GatherOp op);
   /// One i32 from memory, the same in every thread.
   mlir::Value lowerLoadIndex(LoadIndexOp op);

@@ -32,9 +32,14 @@ struct AttentionConfig {
   int64_t blockNDiagonal = 0; ///< causal: key block on the diagonal; 0: blockN
   /// Run-time non-causal Nk that is not whole key blocks: the keys of a
   /// narrower masked end step, taken (in a loop of its own) when the ragged
-  /// keys fit in it, else one blockN step; 0: default (32 at D=128 under
-  /// wgmma, else blockN: no narrower step).
+  /// keys fit in it, else one blockN step; 0: default (32 under wgmma, else
+  /// blockN: no narrower step).
   int64_t blockNRaggedEnd = 0;
+  /// There, a ragged end wider than blockNRaggedEnd as the main key loop's
+  /// last step (every step of it masked; a check per thread skips the mask
+  /// where all its keys are in bounds) rather than a loop of its own: 1 yes,
+  /// 0 no, -1 default (yes at D=64 under wgmma without a producer warpgroup).
+  int raggedEndInLoop = -1;
   /// Causal: launch order of the row blocks. 0: each head's blocks longest
   /// first, one head after another; 1: the longest blocks of every head in
   /// a group of `headGroup` (batch, head) pairs first, one group after
