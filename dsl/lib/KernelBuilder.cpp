@@ -477,6 +477,10 @@ void KernelBuilder::setCopyAddressesPerRegister(bool perRegister) {
   setFlag(state_->func, "kiln.copy_addresses_per_register", perRegister);
 }
 
+void KernelBuilder::setSkipPassingMasks(bool skip) {
+  setFlag(state_->func, "kiln.skip_passing_masks", skip);
+}
+
 void KernelBuilder::setWgmma(bool wgmma) {
   if (wgmma)
     state_->func->setAttr("kiln.mma", state_->builder.getStringAttr("wgmma"));

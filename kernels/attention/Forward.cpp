@@ -53,6 +53,9 @@ Kernel attentionForward(const AttentionShape &s,
   if (c.minBlocksPerSM > 0)
     k.setMinBlocksPerSM(int(c.minBlocksPerSM));
   k.setCopyAddressesPerRegister(c.copyAddressesPerRegister > 0);
+  // A main key loop that masks every step for the sake of its last.
+  k.setSkipPassingMasks(runtimeShapes && !wholeKeys && !s.causal &&
+                        c.raggedEndInLoop > 0);
   k.setWgmma(c.wgmma > 0);
   k.setTma(c.wgmma > 0 && c.tma > 0);
   k.setTmaStores(c.wgmma > 0 && c.tma > 0 && c.tmaStore > 0);
@@ -145,16 +148,18 @@ Kernel attentionForward(const AttentionShape &s,
     Index split = wholeKeys ? Nk : Nk / BN * BN;
     const std::vector<int64_t> widths = raggedEndBlocks(c);
     Index r = Nk; // the ragged keys, 0 <= r < BN (computed if any)
-    if (!wholeKeys)
-      r = Nk - split;
     // 1 when r > t, for 0 <= t < BN.
     auto above = [&](int64_t t) { return (r + (BN - 1 - t)) / BN; };
     const bool inLoop = !wholeKeys && c.raggedEndInLoop > 0;
     Index mainEnd = split;
-    if (inLoop)
+    if (inLoop) {
+      r = Nk - split;
       mainEnd = split + above(widths.size() > 1 ? widths[1] : 0) * BN;
+    }
     forRange(0, mainEnd, BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, inLoop, BN); });
+    if (!wholeKeys && !inLoop)
+      r = Nk - split;
     for (size_t i = inLoop ? 1 : 0; !wholeKeys && i < widths.size(); ++i) {
       const int64_t w = widths[i];
       Index runs = i + 1 < widths.size() ? above(widths[i + 1]) : Index(1);

@@ -56,6 +56,7 @@ struct ConvertKilnToLLVM
           lowerer.sharedLimit = sharedLimit;
           lowerer.copyAddressesPerRegister =
               f->hasAttr("kiln.copy_addresses_per_register");
+          lowerer.skipPassingMasks = f->hasAttr("kiln.skip_passing_masks");
           auto mma = f->getAttrOfType<StringAttr>("kiln.mma");
           bool wantWgmma = mma && mma.getValue() == "wgmma";
           lowerer.wgmma = wantWgmma && hasWgmma;

@@ -8,7 +8,8 @@
 // comparison, each thread first compares the ends of the index ranges it
 // holds (a few scalar ops) and takes the select's true operand as it is when
 // every one of its elements is known to pass; only the other threads run the
-// per-element selects.
+// per-element selects. Under kiln.skip_passing_masks (the kernel's choice:
+// where few steps need the mask the branch pays, elsewhere it costs ~1%).
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
@@ -131,7 +132,7 @@ static Value allTrueInThread(Lowerer &L, Value cond) {
 
 std::optional<Regs> Lowerer::lowerMaskedSelect(arith::SelectOp op,
                                                const Layout &l) {
-  if (!isa<RankedTensorType>(op.getCondition().getType()))
+  if (!skipPassingMasks || !isa<RankedTensorType>(op.getCondition().getType()))
     return std::nullopt;
   Value allTrue = allTrueInThread(*this, op.getCondition());
   if (!allTrue)

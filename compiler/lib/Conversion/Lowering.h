@@ -96,6 +96,9 @@ public:
   /// cp.async destinations: a full offset per register (the kernel's
   /// kiln.copy_addresses_per_register), else base plus constants.
   bool copyAddressesPerRegister = false;
+  /// Selects on index-range masks under a per-thread check
+  /// (kiln.skip_passing_masks, LowerMaskedSelect.cpp).
+  bool skipPassingMasks = false;
   mlir::Value lane, warp; ///< i32
   mlir::Value smemBase;   ///< !llvm.ptr<3>
   int64_t smemBytes = 0;

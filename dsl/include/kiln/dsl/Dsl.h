@@ -381,6 +381,12 @@ public:
   /// plus per-register constants (the default). Which allocates better
   /// depends on the kernel's register pressure; it is measured, not derived.
   void setCopyAddressesPerRegister(bool perRegister);
+  /// Codegen: a select whose condition compares index ranges (a bounds or
+  /// causal mask) first checks, per thread, whether every element it holds
+  /// passes, and then keeps the true operand without selecting. It pays in
+  /// a loop that masks every step of which few need it; elsewhere the branch
+  /// costs a little (measured), so it is the kernel's choice.
+  void setSkipPassingMasks(bool skip);
   /// A dot in a loop whose A operand is a loop-invariant tile in shared
   /// memory reads it into registers once, before the loop, and takes wgmma's
   /// register form: the loop's MMAs then read only B from shared memory
