@@ -264,7 +264,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
       c.blockN,
       // The narrow end loop exists for run-time Nk of ragged key blocks.
       !s.causal && c.staticShapes <= 0 && s.seqK % c.blockN != 0 &&
-              c.blockNRaggedEnd < c.blockN
+              (c.blockNRaggedEnd < c.blockN || c.raggedEndInLoop > 0)
           ? fmt::format(" ragged-end={}{}", c.blockNRaggedEnd,
                         c.raggedEndInLoop > 0 ? "+loop" : "")
           : std::string(),
