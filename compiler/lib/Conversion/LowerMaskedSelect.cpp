@@ -44,11 +44,11 @@ static std::optional<ThreadRange> threadRange(Lowerer &L, Value v) {
   auto wide = [&](Value x) {
     return arith::ExtSIOp::create(b, L.loc, b.getI64Type(), x).getResult();
   };
-  Value yes = arith::ConstantIntOp::create(b, L.loc, 1, 1);
+  auto yes = [&] { return arith::ConstantIntOp::create(b, L.loc, 1, 1); };
   Operation *op = v.getDefiningOp();
   if (const Regs *have = L.loweredTile(v); have && !have->layout) {
     Value s = wide(have->scalar); // uniform
-    return ThreadRange{s, s, yes};
+    return ThreadRange{s, s, yes()};
   }
   if (!op)
     return std::nullopt;
@@ -61,7 +61,7 @@ static std::optional<ThreadRange> threadRange(Lowerer &L, Value v) {
     }
     Value t = wide(L.threadCoord(l)[0]);
     return ThreadRange{arith::AddIOp::create(b, L.loc, t, L.i64(lo)),
-                       arith::AddIOp::create(b, L.loc, t, L.i64(hi)), yes};
+                       arith::AddIOp::create(b, L.loc, t, L.i64(hi)), yes()};
   }
   if (isa<ExpandDimsOp, BroadcastOp, TransOp>(op))
     return threadRange(L, op->getOperand(0));
