@@ -147,7 +147,10 @@ Kernel attentionForward(const AttentionShape &s,
     // every step of that loop carries the mask.
     Index split = wholeKeys ? Nk : Nk / BN * BN;
     const std::vector<int64_t> widths = raggedEndBlocks(c);
-    Index r = Nk; // the ragged keys, 0 <= r < BN (computed if any)
+    // The ragged keys, 0 <= r < BN: computed where first needed, before the
+    // main loop when it takes the end, else after it (so that the kernels
+    // with end loops of their own keep the IR, and the PTX, they had).
+    Index r = Nk;
     // 1 when r > t, for 0 <= t < BN.
     auto above = [&](int64_t t) { return (r + (BN - 1 - t)) / BN; };
     const bool inLoop = !wholeKeys && c.raggedEndInLoop > 0;
