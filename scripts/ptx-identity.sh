@@ -22,6 +22,9 @@ cases=(
   "gemm --m 512 --n 512 --k 512"
   "gemm --m 4096 --n 4096 --k 4096"
   "softmax --rows 1024 --cols 1024"
+  "attention-backward --seq 2048 --head-dim 128"
+  "attention-backward --seq 2049 --head-dim 128 --causal"
+  "attention-backward --seq 1000 --head-dim 64 --causal"
 )
 status=0
 for c in "${cases[@]}"; do

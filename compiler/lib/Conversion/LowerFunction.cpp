@@ -251,12 +251,12 @@ void Lowerer::lowerOp(Operation *op) {
   }
   if (auto s = dyn_cast<StoreOp>(op)) {
     if (auto it = tmaStores.find(s); it != tmaStores.end())
-      return lowerTmaStore(s, it->second);
+      return lowerTmaStoreOrFallback(s, it->second, [&] { lowerStore(s); });
     return lowerStore(s);
   }
   if (auto a = dyn_cast<AtomicRMWOp>(op)) {
     if (auto it = tmaStores.find(a); it != tmaStores.end())
-      return lowerTmaStore(a, it->second);
+      return lowerTmaStoreOrFallback(a, it->second, [&] { lowerAtomic(a); });
     return lowerAtomic(a);
   }
   if (op->getNumResults() != 1)

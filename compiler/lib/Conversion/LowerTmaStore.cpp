@@ -210,6 +210,63 @@ void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
   });
 }
 
+/// Whether an index of the kernel's source is >= 0 by construction: constants,
+/// program ids and counts, the induction variables of loops that start at
+/// such a value and count up, and sums, products, quotients and remainders
+/// (by positive constants), minima and maxima of such.
+static bool nonNegative(Value v, int depth = 0) {
+  if (depth > 16)
+    return false;
+  if (auto loop = scf::getForInductionVarOwner(v)) {
+    auto step = loop.getStep().getDefiningOp<arith::ConstantIntOp>();
+    return step && step.value() > 0 &&
+           nonNegative(loop.getLowerBound(), depth + 1);
+  }
+  Operation *def = v.getDefiningOp();
+  if (!def)
+    return false;
+  if (auto c = dyn_cast<arith::ConstantIntOp>(def))
+    return c.value() >= 0;
+  if (isa<ProgramIdOp, NumProgramsOp>(def))
+    return true;
+  auto both = [&] {
+    return nonNegative(def->getOperand(0), depth + 1) &&
+           nonNegative(def->getOperand(1), depth + 1);
+  };
+  if (isa<arith::AddIOp, arith::MulIOp, arith::MinSIOp>(def))
+    return both();
+  if (isa<arith::MaxSIOp>(def))
+    return nonNegative(def->getOperand(0), depth + 1) ||
+           nonNegative(def->getOperand(1), depth + 1);
+  if (isa<arith::DivSIOp, arith::RemSIOp, arith::CeilDivSIOp>(def)) {
+    auto c = def->getOperand(1).getDefiningOp<arith::ConstantIntOp>();
+    return c && c.value() > 0 && nonNegative(def->getOperand(0), depth + 1);
+  }
+  return false;
+}
+
+void Lowerer::lowerTmaStoreOrFallback(Operation *op, const TmaStore &s,
+                                      llvm::function_ref<void()> fallback) {
+  const BlockWrite w = BlockWrite::of(op);
+  Value inRange;
+  for (Value offset : w.offsets) {
+    if (nonNegative(offset))
+      continue;
+    Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                     scalarOf(offset), i32(0));
+    inRange = inRange ? arith::AndIOp::create(b, loc, inRange, ok) : ok;
+  }
+  if (!inRange)
+    return lowerTmaStore(op, s);
+  // The branch is uniform: the offsets are the same in every thread.
+  auto ifOp = scf::IfOp::create(b, loc, inRange, /*withElse=*/true);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+  lowerTmaStore(op, s);
+  b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
+  fallback();
+}
+
 void Lowerer::finishTmaStores() {
   if (tmaStores.empty())
     return;

@@ -391,6 +391,11 @@ public:
   /// from the store on) while they fit in `sharedLimit` bytes.
   void planTmaStores();
   void lowerTmaStore(mlir::Operation *op, const TmaStore &s);
+  /// lowerTmaStore where the block's offsets are >= 0, else `fallback`
+  /// (st.global or atomics from registers): the bulk copy faults on a box at
+  /// a negative coordinate. Unguarded where the offsets cannot be negative.
+  void lowerTmaStoreOrFallback(mlir::Operation *op, const TmaStore &s,
+                               llvm::function_ref<void()> fallback);
   /// The report line of each store.
   void noteStores();
   /// Before the kernel returns: every bulk store has read its staging tile.
