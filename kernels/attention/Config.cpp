@@ -75,8 +75,18 @@ int64_t keyBlockMultiple(const AttentionConfig &c) {
 }
 
 int overlappedLoops(const AttentionShape &s, const AttentionConfig &c) {
-  // A run-time ragged end's loop runs once: kiln-overlap-dots leaves it.
-  return !s.causal && c.staticShapes <= 0 ? 1 : keyLoops(s, c);
+  // A run-time ragged end's loop runs once: kiln-overlap-dots leaves it, and
+  // so the narrow step left of an end-aligned row block's diagonal.
+  if (s.causal)
+    return 2;
+  return c.staticShapes <= 0 ? 1 : keyLoops(s, c);
+}
+
+bool rowsAlignedToEnd(const AttentionShape &s, const AttentionConfig &c) {
+  return s.causal && c.staticShapes <= 0 && c.alignRowsToEnd > 0 &&
+         c.blockN > 0 && c.blockNDiagonal > 0 && !wholeKeyBlocks(s, c) &&
+         c.blockM % c.blockN == 0 && c.blockM % c.blockNDiagonal == 0 &&
+         c.blockNRaggedEnd <= c.blockN;
 }
 
 std::vector<int64_t> raggedEndBlocks(const AttentionConfig &c) {
@@ -89,7 +99,7 @@ std::vector<int64_t> raggedEndBlocks(const AttentionConfig &c) {
 int keyLoops(const AttentionShape &s, const AttentionConfig &c) {
   const int64_t blockN = c.blockN ? c.blockN : 128;
   if (s.causal)
-    return 2;
+    return rowsAlignedToEnd(s, c) ? 3 : 2;
   if (c.staticShapes <= 0) // run-time Nk: whole blocks, or ragged end loops
     return s.seqK % blockN == 0 ? 1
                                 : 1 + int(raggedEndBlocks(c).size()) -
@@ -110,6 +120,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->blockNDiagonal = c.blockNDiagonal;
       tuned->blockNRaggedEnd = c.blockNRaggedEnd;
       tuned->raggedEndInLoop = c.raggedEndInLoop;
+      tuned->alignRowsToEnd = c.alignRowsToEnd;
       tuned->longestFirstGlobally = c.longestFirstGlobally;
       tuned->headGroup = c.headGroup;
       tuned->dynamicTiles = c.dynamicTiles;
@@ -203,6 +214,15 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // (docs/experiments/2026-11-24-h200-session21.txt).
   if (c.raggedEndInLoop < 0)
     c.raggedEndInLoop = !wide && c.wgmma > 0 && c.warpSpecialize <= 0;
+  // Causal row blocks that end at Nq where it is a few rows past a multiple
+  // of blockM (2049, 4097): the extra block then sees one key step, not all.
+  // Same-run H100 bench, causal bf16 TFLOP/s, two rounds, without -> with:
+  // D=128 N=2049 425/425 -> 433/441, 4097 552/549 -> 559/566; D=64 N=4097
+  // 416/417 -> 434/426; even at 2048, 3001, 4096, 8192; the kernel with
+  // the narrow loop costs 64-row blocks (D=64 below 2k) at N=1000 311/312
+  // -> 299/303 (docs/experiments/2026-11-25-h100-session22.txt).
+  if (c.alignRowsToEnd < 0)
+    c.alignRowsToEnd = c.blockNRaggedEnd < c.blockN && c.blockM >= 128;
   // Same-run A/B on the H200 under wgmma, D=128 causal: 383 vs 376 TFLOP/s
   // at N=4k, 470 vs 465 at 16k.
   if (c.reloadThreadIds < 0)

@@ -14,6 +14,7 @@
 #include "kiln/kernels/Attention.h"
 
 #include <cmath>
+#include <optional>
 
 using namespace kiln::dsl;
 
@@ -91,8 +92,23 @@ Kernel attentionForward(const AttentionShape &s,
   }
   Index b = bh / H, h = bh % H;
   // Causal: the longest rows first, so that the short ones fill the tail.
-  Index mBlock = s.causal ? mBlocks - 1 - mProgram : mProgram;
+  // (Clamped at 0, which it never is below, so that the compiler sees that
+  // O's rows start at >= 0: a TMA store that may start at a negative row
+  // takes a branch and a st.global copy, and 1-2% at D=64 on the H100.)
+  Index mBlock = s.causal ? max(mBlocks - 1 - mProgram, Index(0)) : mProgram;
   Index m0 = mBlock * BM;
+  // Causal Nq of 1 to w rows past a multiple of BM: the blocks end at Nq, so
+  // that the short one is the first (rows from -(BM - rho), one key step)
+  // rather than the last (every key).
+  const bool alignEnd = rowsAlignedToEnd(s, c);
+  const int64_t narrowKeys = c.blockNRaggedEnd;
+  if (alignEnd) {
+    Index rho = Nq % BM;
+    // 1 when rho >= t, for 1 <= t <= BM + 1.
+    auto atLeast = [&](int64_t t) { return (rho + (BM - t)) / BM; };
+    Index shifted = atLeast(1) - atLeast(narrowKeys + 1);
+    m0 = m0 - shifted * (BM - rho);
+  }
   auto q = Q[b][h], kv = K[b][h], v = V[b][h];
 
   Tile qTile = load(q.block({m0, 0}, {BM, D}));
@@ -106,11 +122,15 @@ Kernel attentionForward(const AttentionShape &s,
   auto raggedKeys = [&](int64_t BN) {
     return runtimeShapes ? !wholeKeys : s.seqK % BN != 0;
   };
-  // One step of the online softmax over the keys [n0, n0 + BN).
-  auto step = [&](Index n0, bool mask, int64_t BN) {
+  // One step of the online softmax over the keys [n0, n0 + BN); keys from
+  // `bound` on masked out where one is given (keys every row sees).
+  auto step = [&](Index n0, bool mask, int64_t BN,
+                  std::optional<Index> bound = std::nullopt) {
     Tile kTile = load(kv.block({n0, 0}, {BN, D}));
     Tile scores = dot(qTile, transpose(kTile));
-    if (mask) {
+    if (bound) {
+      scores = where(row(arange(BN) + n0) < *bound, scores, -inf);
+    } else if (mask) {
       Tile cols = arange(BN) + n0;
       if (raggedKeys(BN))
         scores = where(row(cols) < Nk, scores, -inf);
@@ -131,11 +151,33 @@ Kernel attentionForward(const AttentionShape &s,
     // Whole key blocks left of the diagonal need no mask; the diagonal ones
     // (and a ragged last block) do, in blocks of their own size; those right
     // of it are skipped.
-    Index split = min(m0, Nk / BN * BN);
-    forRange(0, split, BN, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, false, BN); });
-    forRange(split, min(m0 + BM, Nk), BND, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, true, BND); });
+    if (!alignEnd) {
+      Index split = min(m0, Nk / BN * BN);
+      forRange(0, split, BN, carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, false, BN); });
+      forRange(split, min(m0 + BM, Nk), BND, carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, true, BND); });
+    } else {
+      // A shifted block's first rows start r = m0 - split < BN keys past a
+      // whole block: those keys (every row sees them) in one narrow step
+      // when r <= narrowKeys, of which the loop runs at most once; else
+      // (r past Nk) the diagonal loop starts at split, as unshifted. The
+      // narrow step comes last, as a non-causal ragged end does (between the
+      // two other loops it measured the same on the H100).
+      Index first = max(m0, Index(0));
+      Index split = min(first / BN * BN, Nk / BN * BN);
+      forRange(0, split, BN, carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, false, BN); });
+      Index r = min(first, Nk) - split;
+      // 1 when r > t, for 0 <= t < BN.
+      auto above = [&](int64_t t) { return (r + (BN - 1 - t)) / BN; };
+      Index narrowEnd = split + (above(0) - above(narrowKeys)) * r;
+      forRange(narrowEnd, min(m0 + BM, Nk), BND, carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, true, BND); });
+      forRange(max(split, narrowEnd - narrowKeys), narrowEnd, narrowKeys,
+               carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, true, narrowKeys, narrowEnd); });
+    }
   } else if (s.causal) {
     forRange(0, min(m0 + BM, Nk), BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, true, BN); });

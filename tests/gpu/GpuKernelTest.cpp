@@ -303,6 +303,21 @@ INSTANTIATE_TEST_SUITE_P(
                  .dtype = bf16, .bshd = false, .wgmma = true, .tmaStore = 0}),
     [](const auto &info) { return caseName(info.param); });
 
+// Causal row blocks that end at Nq (AttentionConfig::alignRowsToEnd, the
+// default for 128-row blocks): Nq 1 row past a multiple of the row block
+// (the first block starts at row -127 and stores O by st.global, each other
+// one takes a narrow key step left of its diagonal), 33 rows past (not
+// shifted), D=64 in 64-row blocks below N=2k (not shifted).
+INSTANTIATE_TEST_SUITE_P(
+    RowsAlignedToEnd, AttentionOnGpu,
+    ::testing::Values(AttnCase{2, 4, 2049, 128, true, bf16, false, true},
+                      AttnCase{1, 3, 4097, 128, true, f16, true, true},
+                      AttnCase{2, 4, 2049, 64, true, bf16, false, true},
+                      AttnCase{1, 4, 1025, 64, true, f16, true, true},
+                      AttnCase{3, 2, 161, 128, true, bf16, false, true},
+                      AttnCase{2, 2, 289, 64, true, bf16, false, true}),
+    [](const auto &info) { return caseName(info.param); });
+
 // Exact shapes compiled in (AttentionConfig::staticShapes): the default
 // schedule's kernels with B, H and N constants, ragged and not, causal and
 // not; the suites above run the default, run-time shapes.

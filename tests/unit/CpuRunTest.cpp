@@ -463,6 +463,38 @@ TEST(CpuExecutor, AttentionRaggedEndInMainLoop) {
                         uint64_t(nk));
 }
 
+// Causal row blocks that end at Nq (AttentionConfig::alignRowsToEnd) when
+// Nq is 1 to 32 rows past a multiple of blockM: the first block then starts
+// at a negative row, and each other one takes the keys left of its diagonal
+// in a narrow masked loop. One D=128 kernel, every Nq and Nk of the class
+// (shifted or not, Nq != Nk both ways), against the fp64 reference with
+// poisoned outputs.
+TEST(CpuExecutor, AttentionCausalRowsAlignedToEnd) {
+  kernels::AttentionShape built{1, 1, 129, 129, 128, true, DType::bf16, 0};
+  Kernel kern = kernels::attentionForward(built, {.wgmma = 1});
+  EXPECT_EQ(test::countOf(kern.ir(), "scf.for") -
+                test::countOf(kernels::attentionForward(
+                                  built, {.alignRowsToEnd = 0, .wgmma = 1})
+                                  .ir(),
+                              "scf.for"),
+            1u);
+  for (auto [nq, nk] : {std::array<int64_t, 2>{1, 1},
+                        {31, 31},
+                        {129, 129},
+                        {160, 160},
+                        {161, 161},
+                        {257, 257},
+                        {300, 300},
+                        {129, 300},
+                        {300, 129},
+                        {140, 170},
+                        {170, 140},
+                        {33, 200},
+                        {200, 33}})
+    checkAttentionOnCpu(kern, {2, 1, nq, nk, 128, true, DType::bf16, 0},
+                        uint64_t(nq * 7 + nk));
+}
+
 // Causal attention with its diagonal blocks smaller than the others, with
 // the general (unsplit) loop when blockN does not divide blockM, with the row
 // blocks launched head by head instead of longest first, and longest first

@@ -152,6 +152,7 @@ int cmdBench(Options &opts) {
   cfg.blockNDiagonal = opts.integer("block-n-diagonal", cfg.blockNDiagonal);
   cfg.blockNRaggedEnd = opts.integer("block-n-ragged-end", cfg.blockNRaggedEnd);
   cfg.raggedEndInLoop = opts.int32("ragged-end-in-loop", cfg.raggedEndInLoop);
+  cfg.alignRowsToEnd = opts.int32("align-rows-to-end", cfg.alignRowsToEnd);
   cfg.copyAddressesPerRegister =
       opts.int32("copy-per-register", cfg.copyAddressesPerRegister);
   cfg.longestFirstGlobally =

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <numeric>
 
 namespace kiln::cli {
 
@@ -213,6 +214,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.blockNDiagonal = opts.integer("block-n-diagonal", 0);
   c.blockNRaggedEnd = opts.integer("block-n-ragged-end", 0);
   c.raggedEndInLoop = opts.int32("ragged-end-in-loop", -1);
+  c.alignRowsToEnd = opts.int32("align-rows-to-end", -1);
   c.longestFirstGlobally =
       opts.int32("longest-first-globally", c.longestFirstGlobally);
   c.headGroup = opts.integer("head-group", 0);
@@ -267,6 +269,11 @@ static Problem attentionProblem(Options &opts, bool withData) {
               (c.blockNRaggedEnd < c.blockN || c.raggedEndInLoop > 0)
           ? fmt::format(" ragged-end={}{}", c.blockNRaggedEnd,
                         c.raggedEndInLoop > 0 ? "+loop" : "")
+      // Causal row blocks that end at Nq when it is 1 to N rows past a
+      // multiple of blockM (kernels with the narrow loop for it).
+      : s.causal && c.staticShapes <= 0 && c.alignRowsToEnd > 0 &&
+              s.seqK % std::lcm(c.blockN, c.blockNDiagonal) != 0
+          ? fmt::format(" rows-to-end={}", c.blockNRaggedEnd)
           : std::string(),
       c.warps, c.stages,
       c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",

@@ -40,6 +40,14 @@ struct AttentionConfig {
   /// where all its keys are in bounds) rather than a loop of its own: 1 yes,
   /// 0 no, -1 default (yes at D=64 under wgmma without a producer warpgroup).
   int raggedEndInLoop = -1;
+  /// Causal, run-time shapes, Nk not whole key blocks: when Nq % blockM is
+  /// 1 to blockNRaggedEnd rows, the row blocks end at Nq instead of starting
+  /// at 0, so that the short block is the first (which sees the fewest
+  /// keys) rather than the last (which sees them all); each other block
+  /// then takes the Nq % blockM keys left of its diagonal in one narrow
+  /// masked step. 1 yes, 0 no, -1 default (yes where blockNRaggedEnd <
+  /// blockN and blockM >= 128).
+  int alignRowsToEnd = -1;
   /// Causal: launch order of the row blocks. 0: each head's blocks longest
   /// first, one head after another; 1: the longest blocks of every head in
   /// a group of `headGroup` (batch, head) pairs first, one group after
