@@ -245,13 +245,28 @@ static bool nonNegative(Value v, int depth = 0) {
   return false;
 }
 
+/// The offsets of a block write that may be negative (none: no guard).
+static SmallVector<Value> offsetsMaybeNegative(Operation *op) {
+  SmallVector<Value> out;
+  for (Value offset : BlockWrite::of(op).offsets)
+    if (!nonNegative(offset))
+      out.push_back(offset);
+  return out;
+}
+
+/// The report's words for a guarded bulk store or reduction.
+static std::string guardText(Operation *op, const char *otherwise) {
+  return offsetsMaybeNegative(op).empty()
+             ? std::string()
+             : std::string("; where its offsets are negative (the bulk copy "
+                           "faults there), ") +
+                   otherwise;
+}
+
 void Lowerer::lowerTmaStoreOrFallback(Operation *op, const TmaStore &s,
                                       llvm::function_ref<void()> fallback) {
-  const BlockWrite w = BlockWrite::of(op);
   Value inRange;
-  for (Value offset : w.offsets) {
-    if (nonNegative(offset))
-      continue;
+  for (Value offset : offsetsMaybeNegative(op)) {
     Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
                                      scalarOf(offset), i32(0));
     inRange = inRange ? arith::AndIOp::create(b, loc, inRange, ok) : ok;
@@ -297,7 +312,8 @@ void Lowerer::noteStores() {
       shape += (shape.empty() ? "" : "x") + std::to_string(d);
     if (auto it = tmaStores.find(st); it != tmaStores.end()) {
       note(st, "store " + shape + ": TMA (cp.async.bulk.tensor" +
-                   stagingText(it->second, "copies"));
+                   stagingText(it->second, "copies") +
+                   guardText(st, "st.global from registers"));
       return;
     }
     if (!isAlignedAccess(st.getPtr())) {
@@ -318,7 +334,8 @@ void Lowerer::noteStores() {
     if (auto it = tmaStores.find(a); it != tmaStores.end()) {
       note(a, "atomic sum " + shape +
                   ": TMA reduction (cp.reduce.async.bulk.tensor add" +
-                  stagingText(it->second, "adds"));
+                  stagingText(it->second, "adds") +
+                  guardText(a, "red.global from registers"));
       return;
     }
     std::string why = tmaStoreFallback.lookup(a);

@@ -10,6 +10,10 @@
 // take no branch.
 // RUN: kiln-opt %s --kiln-assign-layouts="num-warps=8 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm="wgmma=true" | FileCheck %s
 
+// The report names both paths where the offsets may be negative.
+// CHECK: kiln.lowering_report = [
+// CHECK-SAME: "convert-kiln-to-llvm-tma-store-negative.mlir:{{[0-9]+}}: store 128x128: TMA (cp.async.bulk.tensor from a 128-byte swizzled staging tile of 32 KB; each warpgroup copies 2 box(es) of 64x64); where its offsets are negative (the bulk copy faults there), st.global from registers"
+// CHECK-SAME: "convert-kiln-to-llvm-tma-store-negative.mlir:{{[0-9]+}}: store 128x128: TMA (cp.async.bulk.tensor from a 128-byte swizzled staging tile of 32 KB; each warpgroup copies 2 box(es) of 64x64)"
 // CHECK-LABEL: llvm.func @shifted_store(
 // CHECK: %[[OK:[a-z0-9_]+]] = arith.cmpi sge, %{{.*}}, %{{.*}} : i32
 // CHECK: scf.if %[[OK]] {
