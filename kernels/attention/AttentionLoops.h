@@ -44,11 +44,6 @@ bool wholeKeyBlocks(const AttentionShape &s, const AttentionConfig &c);
 /// masked end step, widest first (blockN, then blockNRaggedEnd if
 /// narrower); the kernel takes the narrowest that holds the ragged keys.
 std::vector<int64_t> raggedEndBlocks(const AttentionConfig &c);
-/// Causal with run-time shapes, Nk not whole key blocks, under
-/// alignRowsToEnd: the kernel shifts its row blocks to end at Nq when Nq %
-/// blockM is 1 to blockNRaggedEnd (a run-time choice) and has a narrow key
-/// loop for the keys left of each shifted block's diagonal.
-bool rowsAlignedToEnd(const AttentionShape &s, const AttentionConfig &c);
 /// Key loops of the kernel: 2 when causal (3 under rowsAlignedToEnd); with
 /// run-time shapes, 1 + the ragged end's widths when Nk is not whole key blocks
 /// (the whole ones unmasked, the ragged one in masked loops of their own, one

@@ -15,7 +15,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <numeric>
 
 namespace kiln::cli {
 
@@ -271,8 +270,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
                         c.raggedEndInLoop > 0 ? "+loop" : "")
       // Causal row blocks that end at Nq when it is 1 to N rows past a
       // multiple of blockM (kernels with the narrow loop for it).
-      : s.causal && c.staticShapes <= 0 && c.alignRowsToEnd > 0 &&
-              s.seqK % std::lcm(c.blockN, c.blockNDiagonal) != 0
+      : kernels::rowsAlignedToEnd(s, c)
           ? fmt::format(" rows-to-end={}", c.blockNRaggedEnd)
           : std::string(),
       c.warps, c.stages,

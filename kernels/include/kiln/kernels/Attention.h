@@ -119,6 +119,14 @@ AttentionConfig resolveConfig(const AttentionShape &shape,
 int64_t attentionSharedBytes(const AttentionShape &shape,
                              const AttentionConfig &config);
 
+/// Whether the kernel for `shape` under the resolved `config` aligns its
+/// row blocks to the end (AttentionConfig::alignRowsToEnd): causal, run-time
+/// shapes, Nk not whole key blocks. It then shifts them when Nq % blockM is
+/// 1 to blockNRaggedEnd (a run-time choice) and has a narrow key loop for
+/// the keys left of each shifted block's diagonal.
+bool rowsAlignedToEnd(const AttentionShape &shape,
+                      const AttentionConfig &config);
+
 /// Checks the shape (D in {64, 128}, float dtype, positive sizes) and builds
 /// the kernel; throws kiln::Error naming the bad field. With run-time shapes
 /// (the default) the kernel serves every B, H, Nq and Nk of the shape's
