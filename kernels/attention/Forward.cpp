@@ -20,6 +20,12 @@ using namespace kiln::dsl;
 
 namespace kiln::kernels {
 
+/// 1 when r > t, else 0, for 0 <= r < n and t < n: a run-time count turned
+/// into a loop's trip count (0 or 1) without a branch.
+static Index above(Index r, int64_t t, int64_t n) {
+  return (r + (n - 1 - t)) / n;
+}
+
 Kernel attentionForward(const AttentionShape &s,
                         const AttentionConfig &config) {
   const AttentionConfig c = resolveConfig(s, config);
@@ -104,9 +110,7 @@ Kernel attentionForward(const AttentionShape &s,
   const int64_t narrowKeys = c.blockNRaggedEnd;
   if (alignEnd) {
     Index rho = Nq % BM;
-    // 1 when rho >= t, for 1 <= t <= BM + 1.
-    auto atLeast = [&](int64_t t) { return (rho + (BM - t)) / BM; };
-    Index shifted = atLeast(1) - atLeast(narrowKeys + 1);
+    Index shifted = above(rho, 0, BM) - above(rho, narrowKeys, BM);
     m0 = m0 - shifted * (BM - rho);
   }
   auto q = Q[b][h], kv = K[b][h], v = V[b][h];
@@ -169,9 +173,8 @@ Kernel attentionForward(const AttentionShape &s,
       forRange(0, split, BN, carry(acc, rowMax, rowSum),
                [&](Index n0) { step(n0, false, BN); });
       Index r = min(first, Nk) - split;
-      // 1 when r > t, for 0 <= t < BN.
-      auto above = [&](int64_t t) { return (r + (BN - 1 - t)) / BN; };
-      Index narrowEnd = split + (above(0) - above(narrowKeys)) * r;
+      Index narrowEnd =
+          split + (above(r, 0, BN) - above(r, narrowKeys, BN)) * r;
       forRange(narrowEnd, min(m0 + BM, Nk), BND, carry(acc, rowMax, rowSum),
                [&](Index n0) { step(n0, true, BND); });
       forRange(max(split, narrowEnd - narrowKeys), narrowEnd, narrowKeys,
@@ -193,13 +196,12 @@ Kernel attentionForward(const AttentionShape &s,
     // main loop when it takes the end, else after it (so that the kernels
     // with end loops of their own keep the IR, and the PTX, they had).
     Index r = Nk;
-    // 1 when r > t, for 0 <= t < BN.
-    auto above = [&](int64_t t) { return (r + (BN - 1 - t)) / BN; };
+    auto aboveKeys = [&](int64_t t) { return above(r, t, BN); };
     const bool inLoop = !wholeKeys && c.raggedEndInLoop > 0;
     Index mainEnd = split;
     if (inLoop) {
       r = Nk - split;
-      mainEnd = split + above(widths.size() > 1 ? widths[1] : 0) * BN;
+      mainEnd = split + aboveKeys(widths.size() > 1 ? widths[1] : 0) * BN;
     }
     forRange(0, mainEnd, BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, inLoop, BN); });
@@ -207,9 +209,9 @@ Kernel attentionForward(const AttentionShape &s,
       r = Nk - split;
     for (size_t i = inLoop ? 1 : 0; !wholeKeys && i < widths.size(); ++i) {
       const int64_t w = widths[i];
-      Index runs = i + 1 < widths.size() ? above(widths[i + 1]) : Index(1);
+      Index runs = i + 1 < widths.size() ? aboveKeys(widths[i + 1]) : Index(1);
       if (i > 0)
-        runs = runs - above(w);
+        runs = runs - aboveKeys(w);
       Index end = split + runs * r;
       forRange(max(split, end - w), end, w, carry(acc, rowMax, rowSum),
                [&](Index n0) { step(n0, true, w); });
