@@ -174,7 +174,10 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   if (wantDv)
     carried.tiles.push_back(&dv);
 
-  auto step = [&](Index m0, bool mask) {
+  // The scores transposed, Sᵀ = K·Qᵀ: Pᵀ and dSᵀ come out as the left
+  // operands of dV's and dK's dots, from registers; only dSᵀ is staged (for
+  // dQ); a thread's LSE and Delta are one per column of its accumulator.
+  auto stepKeysByQueries = [&](Index m0, bool mask) {
     Tile qTile = load(q.block({m0, 0}, {BM, D}));
     Tile doTile = load(dout.block({m0, 0}, {BM, D}));
     // +inf past Nq makes those columns of Pᵀ zero.
@@ -197,6 +200,34 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
       if (dqAccum)
         atomicAdd((*dqAccum)[b][h].block({m0, 0}), dq);
     }
+  };
+  // The scores as S = Q·Kᵀ: a thread's LSE and Delta are one per row of
+  // its accumulator (2 per 64 queries instead of 32 per 128 in Sᵀ, which
+  // spill beside 128-query steps), dS feeds dQ's dot from registers, and
+  // P and dS are staged for dV's and dK's.
+  auto stepQueriesByKeys = [&](Index m0, bool mask) {
+    Tile qTile = load(q.block({m0, 0}, {BM, D}));
+    Tile doTile = load(dout.block({m0, 0}, {BM, D}));
+    Tile sc = dot(qTile, transpose(kTile));
+    Tile dp = wantDk ? dot(doTile, transpose(vTile)) : Tile();
+    if (mask)
+      sc = where(row(keys) <= column(arange(BM) + m0), sc, -inf);
+    Tile p = exp2(sc * cm.toExp2 - column(load(lse2.block({m0}, {BM}), inf)));
+    if (wantDv)
+      dv = dot(transpose(p.to(s.dtype)), doTile, dv);
+    if (wantDk) {
+      Tile ds = (p * (dp - column(load(delta.block({m0}, {BM}))))).to(s.dtype);
+      Tile dq = dqAccum ? dot(ds, kTile) : Tile();
+      dk = dot(transpose(ds), qTile, dk);
+      if (dqAccum)
+        atomicAdd((*dqAccum)[b][h].block({m0, 0}), dq);
+    }
+  };
+  auto step = [&](Index m0, bool mask) {
+    if (cm.c.scoresByQueries > 0)
+      stepQueriesByKeys(m0, mask);
+    else
+      stepKeysByQueries(m0, mask);
   };
   if (s.causal) {
     // Queries before n0 see none of these keys; those in blocks that reach
@@ -312,6 +343,7 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
       c.dqBlockM = t->dqBlockM;
       c.dqBlockN = t->dqBlockN;
       c.dqWarps = t->dqWarps;
+      c.scoresByQueries = t->scoresByQueries;
     }
   if (c.wgmma < 0)
     c.wgmma = 1;
@@ -332,10 +364,21 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // query blocks per 128 keys to hide the programs' start and end).
   if (c.deterministic < 0)
     c.deterministic = s.headDim > 64 && s.causal && s.seqK <= 768 ? 1 : 0;
+  // Scores by queries in 128x128 steps at D = 64 (two warpgroups beside a
+  // producer, one CTA per SM) against 64-key programs with K and V in
+  // registers, H100: +5-9% non-causal at 512-16k keys; causal +3-7% from 4k,
+  // 2-5% slower up to 1k and even between
+  // (docs/experiments/2026-11-25-h100-session23.txt). In Sᵀ the same steps
+  // spill the LSE and Delta (32 registers each a thread).
+  if (c.scoresByQueries < 0)
+    c.scoresByQueries = c.wgmma > 0 && c.deterministic == 0 &&
+                        s.headDim <= 64 && (!s.causal || s.seqK >= 4096) &&
+                        !c.blockM && !c.blockN && !c.warps;
+  const bool wide = c.scoresByQueries > 0 && s.headDim <= 64;
   if (!c.blockN)
-    c.blockN = c.deterministic == 0 && s.headDim > 64 ? 128 : 64;
+    c.blockN = (c.deterministic == 0 && s.headDim > 64) || wide ? 128 : 64;
   if (!c.blockM)
-    c.blockM = 64;
+    c.blockM = wide ? 128 : 64;
   if (!c.dqBlockM)
     c.dqBlockM = 64;
   if (!c.dqBlockN)
@@ -354,22 +397,22 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   const bool oneWarpgroup = c.warps == 4;
   if (c.warpSpecialize < 0)
     c.warpSpecialize = c.wgmma > 0 && c.tma > 0 && c.deterministic == 0 &&
-                       (s.headDim <= 64 ? oneWarpgroup : c.warps == 8);
+                       (s.headDim <= 64 && !wide ? oneWarpgroup : c.warps == 8);
   if (c.minBlocksPerSM < 0 && c.warpSpecialize > 0 && oneWarpgroup)
     c.minBlocksPerSM = 2;
   // Persistent dK/dV CTAs taking tiles from a counter: causal D = 64 up to
   // 2048 keys, 2-5% faster (H200); slower at longer N and at D = 128, where
   // the tile loop's values spill (2026-11-24-h200-backward-d128.txt).
   if (c.persistent < 0)
-    c.persistent =
-        c.warpSpecialize > 0 && s.headDim <= 64 && s.causal && s.seqK <= 2048;
+    c.persistent = c.warpSpecialize > 0 && oneWarpgroup && s.headDim <= 64 &&
+                   s.causal && s.seqK <= 2048;
   if (c.dynamicTiles < 0)
     c.dynamicTiles = c.persistent > 0;
   // K and V read into registers for the loop's first two dots: H200 +3-12%
   // at D=64 non-causal (1k-8k), +1-2% causal; 40% slower at D=128, where
   // they spill (docs/experiments/2026-11-24-h200-backward-barriers.txt).
   if (c.kvInRegisters < 0)
-    c.kvInRegisters = c.wgmma > 0 && s.headDim <= 64;
+    c.kvInRegisters = c.wgmma > 0 && s.headDim <= 64 && !wide;
   // Causal key blocks longest first per group of heads: +2-4% on the H200
   // at 2k-8k keys (D=128), +1-3% at 4k-8k (D=64); within the noise at 1k and
   // 16k. Not for persistent CTAs, whose tiles come from a counter in grid

@@ -32,7 +32,8 @@ static const ConfigField<AttentionBackwardConfig> kFields[] = {
     {"stages", &AttentionBackwardConfig::stages},
     {"dqBlockM", &AttentionBackwardConfig::dqBlockM},
     {"dqBlockN", &AttentionBackwardConfig::dqBlockN},
-    {"dqWarps", &AttentionBackwardConfig::dqWarps}};
+    {"dqWarps", &AttentionBackwardConfig::dqWarps},
+    {"scoresByQueries", &AttentionBackwardConfig::scoresByQueries}};
 
 std::string backwardConfigString(const AttentionBackwardConfig &c) {
   std::string out;
@@ -59,29 +60,32 @@ attentionBackwardCandidates(const AttentionShape &s) {
       for (int64_t bm : {64, 128})
         for (int stages : {2, 3})
           for (int64_t dqBm :
-               det ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{0}) {
-            AttentionBackwardConfig c;
-            c.deterministic = det;
-            c.blockN = bn;
-            c.blockM = bm;
-            c.stages = stages;
-            c.warps = int(std::max<int64_t>(4, bn / 16));
-            c.dqBlockM = dqBm;
-            c.dqBlockN = det ? 64 : 0;
-            c.dqWarps = det ? int(std::max<int64_t>(4, dqBm / 16)) : 0;
-            const int64_t threads = 32 * c.warps;
-            TuneCandidate t;
-            t.config = backwardConfigString(c);
-            // K and V resident, Q and dO per stage; atomics stage dSᵀ and
-            // the fp32 dQ part.
-            t.sharedBytes = 2 * bn * D * e + stages * 2 * bm * D * e +
-                            (det ? 0 : bm * bn * e + bm * D * 4);
-            // dK and dV, Sᵀ and dPᵀ (fp32), and dQ's part with atomics.
-            t.registers =
-                int((2 * bn * D + 2 * bn * bm + (det ? 0 : bm * D)) / threads);
-            t.buildSequence = [s, c] { return attentionBackward(s, c); };
-            out.push_back(std::move(t));
-          }
+               det ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{0})
+            for (int byQueries : {0, 1}) {
+              AttentionBackwardConfig c;
+              c.scoresByQueries = byQueries;
+              c.deterministic = det;
+              c.blockN = bn;
+              c.blockM = bm;
+              c.stages = stages;
+              c.warps = int(std::max<int64_t>(4, bn / 16));
+              c.dqBlockM = dqBm;
+              c.dqBlockN = det ? 64 : 0;
+              c.dqWarps = det ? int(std::max<int64_t>(4, dqBm / 16)) : 0;
+              const int64_t threads = 32 * c.warps;
+              TuneCandidate t;
+              t.config = backwardConfigString(c);
+              // K and V resident, Q and dO per stage; atomics stage dSᵀ and
+              // the fp32 dQ part; scores by queries stage P and dS.
+              const int64_t staged = byQueries ? 2 : det ? 0 : 1;
+              t.sharedBytes = 2 * bn * D * e + stages * 2 * bm * D * e +
+                              staged * bm * bn * e + (det ? 0 : bm * D * 4);
+              // dK and dV, Sᵀ and dPᵀ (fp32), and dQ's part with atomics.
+              t.registers = int(
+                  (2 * bn * D + 2 * bn * bm + (det ? 0 : bm * D)) / threads);
+              t.buildSequence = [s, c] { return attentionBackward(s, c); };
+              out.push_back(std::move(t));
+            }
   return out;
 }
 

@@ -111,7 +111,20 @@ INSTANTIATE_TEST_SUITE_P(
         // last group holds 2), and in the grid's order.
         BackwardCase{2, 3, 1000, 1000, 128, true, bf16, false, -1, -1, -1, -1,
                      4},
-        BackwardCase{2, 3, 1000, 1000, 64, true, bf16, false, -1, -1, 0, 0}),
+        BackwardCase{2, 3, 1000, 1000, 64, true, bf16, false, -1, -1, 0, 0},
+        // The scores as S = Q·Kᵀ in 128x128 steps (the default at D=64 but
+        // for causal below 4096 keys) and as Sᵀ, each where the other is
+        // the default; with a transposed layout, Nq != Nk, D=128, and dQ by
+        // its own kernel.
+        BackwardCase{2, 3, 1000, 1000, 64, true, bf16, false, -1, -1, -1, -1, 0,
+                     1},
+        BackwardCase{2, 2, 513, 257, 64, true, f16, true, -1, -1, -1, -1, 0, 1},
+        BackwardCase{2, 3, 1000, 1000, 64, false, bf16, false, -1, -1, -1, -1,
+                     0, 0},
+        BackwardCase{1, 2, 700, 1100, 128, false, bf16, false, -1, -1, -1, -1,
+                     0, 1},
+        BackwardCase{1, 2, 300, 700, 64, true, bf16, false, -1, 1, -1, -1, 0,
+                     1}),
     [](const auto &info) { return info.param.name(); });
 
 // The deterministic mode (no atomics): two runs give the same gradients,

@@ -24,8 +24,8 @@ struct BackwardCase {
   int64_t B, H, Nq, Nk, D;
   bool causal;
   DType dtype;
-  bool bshd = false;     ///< (B, N, H, D) storage seen as (B, H, N, D)
-  int staticShapes = -1; ///< 1: B, H and N compiled in
+  bool bshd = false;      ///< (B, N, H, D) storage seen as (B, H, N, D)
+  int staticShapes = -1;  ///< 1: B, H and N compiled in
   int deterministic = -1; ///< AttentionBackwardConfig::deterministic
   /// 1: dK/dV on persistent CTAs in fixed rounds, 2: tiles from a counter,
   /// 0: not persistent, -1: the default.
@@ -34,6 +34,8 @@ struct BackwardCase {
   /// longestFirst) and its groups of heads (0: the default's).
   int longestFirst = -1;
   int64_t headGroup = 0;
+  /// AttentionBackwardConfig::scoresByQueries (-1: the default's).
+  int scoresByQueries = -1;
 
   kernels::AttentionBackwardConfig config() const {
     kernels::AttentionBackwardConfig c;
@@ -41,6 +43,7 @@ struct BackwardCase {
     c.deterministic = deterministic;
     c.longestFirst = longestFirst;
     c.headGroup = headGroup;
+    c.scoresByQueries = scoresByQueries;
     if (persistent >= 0) { // else the default's
       c.persistent = persistent > 0;
       c.dynamicTiles = persistent > 1;
@@ -65,7 +68,10 @@ struct BackwardCase {
             : persistent == 0 ? "_not_persistent"
                               : "") +
            (longestFirst == 0 ? "_grid_order" : "") +
-           (headGroup > 0 ? "_groups_of_" + std::to_string(headGroup) : "");
+           (headGroup > 0 ? "_groups_of_" + std::to_string(headGroup) : "") +
+           (scoresByQueries > 0    ? "_scores_by_queries"
+            : scoresByQueries == 0 ? "_scores_by_keys"
+                                   : "");
   }
 };
 

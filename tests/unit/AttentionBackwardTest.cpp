@@ -38,6 +38,7 @@ TEST_P(BackwardOnCpu, MatchesFp64Reference) {
   kernels::AttentionBackwardConfig config = kSmallBlocks;
   config.staticShapes = c.staticShapes;
   config.deterministic = c.deterministic;
+  config.scoresByQueries = c.scoresByQueries;
   BackwardTensors t(c);
   runBackwardOnCpu(kernels::attentionBackward(c.shape(), config), t);
   t.expectGradientsMatch(c);
@@ -59,7 +60,13 @@ INSTANTIATE_TEST_SUITE_P(
         BackwardCase{1, 2, 130, 130, 64, true, bf16, false, -1, 0},
         BackwardCase{2, 1, 77, 190, 64, false, f16, true, -1, 0},
         BackwardCase{1, 2, 100, 70, 64, true, bf16, false, 1, 0},
-        BackwardCase{1, 2, 130, 130, 64, false, bf16, false, -1, 1}),
+        BackwardCase{1, 2, 130, 130, 64, false, bf16, false, -1, 1},
+        // The scores as S = Q·Kᵀ (P and dS staged for dV's and dK's dots),
+        // with atomics and without.
+        BackwardCase{2, 1, 77, 190, 64, true, bf16, false, -1, 0, -1, -1, 0, 1},
+        BackwardCase{1, 2, 200, 129, 64, false, f16, true, -1, 0, -1, -1, 0, 1},
+        BackwardCase{1, 2, 100, 70, 128, true, bf16, false, -1, 1, -1, -1, 0,
+                     1}),
     [](const auto &info) { return info.param.name(); });
 
 // One run-time-shape build serves other batch, heads and lengths.

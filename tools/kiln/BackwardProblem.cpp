@@ -37,6 +37,7 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   c.dynamicTiles = opts.int32("dynamic-tiles", -1);
   c.longestFirst = opts.int32("longest-first-globally", -1);
   c.kvInRegisters = opts.int32("kv-in-registers", -1);
+  c.scoresByQueries = opts.int32("scores-by-queries", -1);
   c.headGroup = opts.integer("head-group", 0);
   return c;
 }
@@ -88,7 +89,7 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
                        : std::string("dQ by atomics");
   p.summary = fmt::format(
       "attention-backward B={} H={} Nq={} Nk={} D={} {} {} layout={} "
-      "dK/dV {}x{} {} warps={} stages={}{}{}{}",
+      "dK/dV {}x{} {} warps={} stages={}{}{}{}{}",
       s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
       s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockN,
       c.blockM, dq, c.warps, c.stages,
@@ -96,7 +97,8 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
       scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
                        c.minBlocksPerSM, c.persistent, c.dynamicTiles,
                        s.causal ? c.longestFirst : 0, c.headGroup),
-      c.kvInRegisters > 0 ? " kv-in-registers" : "");
+      c.kvInRegisters > 0 ? " kv-in-registers" : "",
+      c.scoresByQueries > 0 ? " scores-by-queries" : "");
   if (!withData)
     return p;
 

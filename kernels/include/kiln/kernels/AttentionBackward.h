@@ -78,6 +78,12 @@ struct AttentionBackwardConfig {
   /// so that those MMAs read only Q and dO from shared memory: 1 yes, 0 no,
   /// -1 where measured faster (D = 64; at D = 128 the registers spill).
   int kvInRegisters = -1;
+  /// dK/dV's scores as S = Q·Kᵀ (a thread's LSE and Delta one per row of
+  /// its accumulator; P and dS staged in shared memory for dV's and dK's
+  /// dots) rather than Sᵀ = K·Qᵀ (one per column; only dSᵀ staged): 1 yes,
+  /// 0 no, -1 where measured faster (D = 64 with dQ by atomics, in 128x128
+  /// steps). With it, blockM and blockN default to 128 at D <= 64.
+  int scoresByQueries = -1;
   /// Causal dK/dV: the key blocks that see the most queries first, per
   /// group of headGroup (batch, head) pairs (0: those whose Q and dO take
   /// 16 MiB, 1 to 16), on a 1-D grid: 1 yes, 0 no, -1 where measured
