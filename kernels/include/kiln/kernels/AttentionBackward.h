@@ -29,8 +29,9 @@ namespace kiln::kernels {
 
 /// Schedule of the backward kernels; zero / -1 pick the defaults.
 struct AttentionBackwardConfig {
-  /// dK/dV: blockN keys per program (0: 64, 128 with atomics at D = 128),
-  /// the queries in steps of blockM (0: 64).
+  /// dK/dV: blockN keys per program (0: 64; 128 with atomics at D = 128 or
+  /// with scoresByQueries at D <= 64), the queries in steps of blockM (0: 64;
+  /// 128 with scoresByQueries at D <= 64).
   int64_t blockM = 0, blockN = 0;
   /// dQ: dqBlockM queries per program (0: 64), the keys in steps of
   /// dqBlockN (0: 64).
