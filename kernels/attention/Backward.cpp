@@ -367,12 +367,12 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // Scores by queries in 128x128 steps at D = 64 (two warpgroups beside a
   // producer, one CTA per SM) against 64-key programs with K and V in
   // registers, H100: +5-9% non-causal at 512-16k keys; causal +3-7% from 4k,
-  // 2-5% slower up to 1k and even between
+  // +1-2% at 2k-3k, 2-5% slower up to 1k
   // (docs/experiments/2026-11-25-h100-session23.txt). In Sᵀ the same steps
   // spill the LSE and Delta (32 registers each a thread).
   if (c.scoresByQueries < 0)
     c.scoresByQueries = c.wgmma > 0 && c.deterministic == 0 &&
-                        s.headDim <= 64 && (!s.causal || s.seqK >= 4096) &&
+                        s.headDim <= 64 && (!s.causal || s.seqK >= 2048) &&
                         !c.blockM && !c.blockN && !c.warps;
   const bool wide = c.scoresByQueries > 0 && s.headDim <= 64;
   if (!c.blockN)
@@ -398,6 +398,10 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   if (c.warpSpecialize < 0)
     c.warpSpecialize = c.wgmma > 0 && c.tma > 0 && c.deterministic == 0 &&
                        (s.headDim <= 64 && !wide ? oneWarpgroup : c.warps == 8);
+  // The two warpgroups of scores by queries take turns on the loop's first
+  // dot: H100 +1-5% non-causal, even causal (same file, section 8).
+  if (c.pingpong < 0)
+    c.pingpong = wide && c.warpSpecialize > 0 && !s.causal;
   if (c.minBlocksPerSM < 0 && c.warpSpecialize > 0 && oneWarpgroup)
     c.minBlocksPerSM = 2;
   // Persistent dK/dV CTAs taking tiles from a counter: causal D = 64 up to

@@ -49,7 +49,8 @@ struct AttentionBackwardConfig {
   /// per SM, at D=64; programs of two warpgroups at D=128).
   int warpSpecialize = -1;
   /// Under the producer warpgroup: the compute warpgroups take turns on
-  /// each loop's first dot (KernelBuilder::setPingpong): 1 yes, 0/-1 no.
+  /// each loop's first dot (KernelBuilder::setPingpong): 1 yes, 0 no, -1
+  /// where measured faster (non-causal scores by queries).
   int pingpong = -1;
   /// Each loop's last dot one iteration behind (kiln-overlap-dots): 1 yes,
   /// 0/-1 no.
@@ -83,7 +84,8 @@ struct AttentionBackwardConfig {
   /// its accumulator; P and dS staged in shared memory for dV's and dK's
   /// dots) rather than Sᵀ = K·Qᵀ (one per column; only dSᵀ staged): 1 yes,
   /// 0 no, -1 where measured faster (D = 64 with dQ by atomics, in 128x128
-  /// steps). With it, blockM and blockN default to 128 at D <= 64.
+  /// steps; causal from 2048 keys). With it, blockM and blockN default to 128
+  /// at D <= 64.
   int scoresByQueries = -1;
   /// Causal dK/dV: the key blocks that see the most queries first, per
   /// group of headGroup (batch, head) pairs (0: those whose Q and dO take
