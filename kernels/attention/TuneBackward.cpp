@@ -80,7 +80,8 @@ attentionBackwardCandidates(const AttentionShape &s) {
               const int64_t staged = byQueries ? 2 : det ? 0 : 1;
               t.sharedBytes = 2 * bn * D * e + stages * 2 * bm * D * e +
                               staged * bm * bn * e + (det ? 0 : bm * D * 4);
-              // dK and dV, Sᵀ and dPᵀ (fp32), and dQ's part with atomics.
+              // dK and dV, the scores and dP (fp32, either way round), and
+              // dQ's part with atomics.
               t.registers = int(
                   (2 * bn * D + 2 * bn * bm + (det ? 0 : bm * D)) / threads);
               t.buildSequence = [s, c] { return attentionBackward(s, c); };

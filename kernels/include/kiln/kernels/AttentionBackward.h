@@ -84,8 +84,9 @@ struct AttentionBackwardConfig {
   /// its accumulator; P and dS staged in shared memory for dV's and dK's
   /// dots) rather than Sᵀ = K·Qᵀ (one per column; only dSᵀ staged): 1 yes,
   /// 0 no, -1 where measured faster (D = 64 with dQ by atomics, in 128x128
-  /// steps; causal from 2048 keys). With it, blockM and blockN default to 128
-  /// at D <= 64.
+  /// steps; causal from 2048 keys; only where blockM, blockN and warps are
+  /// left to the defaults). With it, blockM and blockN default to 128 at
+  /// D <= 64.
   int scoresByQueries = -1;
   /// Causal dK/dV: the key blocks that see the most queries first, per
   /// group of headGroup (batch, head) pairs (0: those whose Q and dO take
