@@ -76,9 +76,11 @@ int64_t keyBlockMultiple(const AttentionConfig &c) {
 
 int overlappedLoops(const AttentionShape &s, const AttentionConfig &c) {
   // A run-time ragged end's loop runs once: kiln-overlap-dots leaves it, and
-  // so the narrow step left of an end-aligned row block's diagonal.
+  // so the narrow step left of an end-aligned row block's diagonal, and the
+  // diagonal's loops where the narrow keys join it in diagonal blocks as
+  // tall as the row block (both then run at most once).
   if (s.causal)
-    return 2;
+    return narrowInDiagonal(s, c) && c.blockNDiagonal == c.blockM ? 1 : 2;
   return c.staticShapes <= 0 ? 1 : keyLoops(s, c);
 }
 
@@ -87,6 +89,10 @@ bool rowsAlignedToEnd(const AttentionShape &s, const AttentionConfig &c) {
          c.blockN > 0 && c.blockNDiagonal > 0 && !wholeKeyBlocks(s, c) &&
          c.blockM % c.blockN == 0 && c.blockM % c.blockNDiagonal == 0 &&
          c.blockNRaggedEnd <= c.blockN;
+}
+
+bool narrowInDiagonal(const AttentionShape &s, const AttentionConfig &c) {
+  return rowsAlignedToEnd(s, c) && c.narrowStepInDiagonal > 0;
 }
 
 std::vector<int64_t> raggedEndBlocks(const AttentionConfig &c) {
@@ -121,6 +127,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->blockNRaggedEnd = c.blockNRaggedEnd;
       tuned->raggedEndInLoop = c.raggedEndInLoop;
       tuned->alignRowsToEnd = c.alignRowsToEnd;
+      tuned->narrowStepInDiagonal = c.narrowStepInDiagonal;
       tuned->longestFirstGlobally = c.longestFirstGlobally;
       tuned->headGroup = c.headGroup;
       tuned->dynamicTiles = c.dynamicTiles;
@@ -223,6 +230,19 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // -> 299/303 (docs/experiments/2026-11-25-h100-session22.txt).
   if (c.alignRowsToEnd < 0)
     c.alignRowsToEnd = c.blockNRaggedEnd < c.blockN && c.blockM >= 128;
+  // The narrow keys in the diagonal's first step, one softmax update for
+  // both tiles: same-run H100 bench, causal bf16 TFLOP/s, two rounds, apart
+  // -> together: D=128 N=2049 429/435 -> 449/451, 3001 518/511 -> 535/532,
+  // 4097 568/562 -> 567/576, 8191 644/646 -> 662/660; D=64 4097 416/414 ->
+  // 423/422, even elsewhere (docs/experiments/2026-11-25-h100-session24.txt).
+  // The ring's stages then hold the narrow K and V too: where three stages
+  // of them do not fit (D=128), the narrow step stays apart.
+  if (c.narrowStepInDiagonal < 0) {
+    AttentionConfig together = c;
+    together.narrowStepInDiagonal = 1;
+    c.narrowStepInDiagonal =
+        attentionSharedBytes(s, together) <= kHopperSharedBytes;
+  }
   // Same-run A/B on the H200 under wgmma, D=128 causal: 383 vs 376 TFLOP/s
   // at N=4k, 470 vs 465 at 16k.
   if (c.reloadThreadIds < 0)
@@ -279,7 +299,11 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
 int64_t attentionSharedBytes(const AttentionShape &s,
                              const AttentionConfig &c) {
   const int64_t D = s.headDim, bn = c.blockN ? c.blockN : 128;
-  int64_t elements = c.blockM * D + 2 * c.stages * bn * D;
+  // A stage holds one loop iteration's K and V: the widest loop's.
+  int64_t stage = 2 * bn * D;
+  if (narrowInDiagonal(s, c))
+    stage = std::max(stage, 2 * (c.blockNDiagonal + c.blockNRaggedEnd) * D);
+  int64_t elements = c.blockM * D + c.stages * stage;
   if (c.overlap > 0)
     elements += overlappedLoops(s, c) * bn * D;
   const int64_t bytes =

@@ -127,11 +127,24 @@ Kernel attentionForward(const AttentionShape &s,
     return runtimeShapes ? !wholeKeys : s.seqK % BN != 0;
   };
   // One step of the online softmax over the keys [n0, n0 + BN); keys from
-  // `bound` on masked out where one is given (keys every row sees).
+  // `bound` on masked out where one is given (keys every row sees). With
+  // `narrow`, also the narrowKeys keys from narrow->start, those from
+  // narrow->end on masked out: one update of the row max and sum for both
+  // tiles, their dots issued back to back.
+  struct Narrow {
+    Index start, end;
+  };
   auto step = [&](Index n0, bool mask, int64_t BN,
-                  std::optional<Index> bound = std::nullopt) {
+                  std::optional<Index> bound = std::nullopt,
+                  std::optional<Narrow> narrow = std::nullopt) {
     Tile kTile = load(kv.block({n0, 0}, {BN, D}));
+    std::optional<Tile> kNarrow;
+    if (narrow)
+      kNarrow = load(kv.block({narrow->start, 0}, {narrowKeys, D}));
     Tile scores = dot(qTile, transpose(kTile));
+    std::optional<Tile> narrowScores;
+    if (narrow)
+      narrowScores = dot(qTile, transpose(*kNarrow));
     if (bound) {
       scores = where(row(arange(BN) + n0) < *bound, scores, -inf);
     } else if (mask) {
@@ -141,13 +154,30 @@ Kernel attentionForward(const AttentionShape &s,
       if (s.causal)
         scores = where(column(rows) >= row(cols), scores, -inf);
     }
-    Tile newMax = max(rowMax, reduceMax(scores, 1));
+    Tile blockMax = reduceMax(scores, 1);
+    if (narrow) {
+      narrowScores =
+          where(row(arange(narrowKeys) + narrow->start) < narrow->end,
+                *narrowScores, -inf);
+      blockMax = max(blockMax, reduceMax(*narrowScores, 1));
+    }
+    Tile newMax = max(rowMax, blockMax);
     Tile scaledMax = newMax * toExp2;
     Tile p = exp2(scores * toExp2 - column(scaledMax));
     Tile alpha = exp2(rowMax * toExp2 - scaledMax);
     rowSum = rowSum * alpha + reduceSum(p, 1);
+    std::optional<Tile> pNarrow;
+    if (narrow) {
+      pNarrow = exp2(*narrowScores * toExp2 - column(scaledMax));
+      rowSum = rowSum + reduceSum(*pNarrow, 1);
+    }
     Tile vTile = load(v.block({n0, 0}, {BN, D}));
+    std::optional<Tile> vNarrow;
+    if (narrow)
+      vNarrow = load(v.block({narrow->start, 0}, {narrowKeys, D}));
     acc = dot(p.to(s.dtype), vTile, acc * column(alpha));
+    if (narrow)
+      acc = dot(pNarrow->to(s.dtype), *vNarrow, acc);
     rowMax = newMax;
   };
   const int64_t BND = c.blockNDiagonal;
@@ -163,23 +193,42 @@ Kernel attentionForward(const AttentionShape &s,
                [&](Index n0) { step(n0, true, BND); });
     } else {
       // A shifted block's first rows start r = m0 - split < BN keys past a
-      // whole block: those keys (every row sees them) in one narrow step
-      // when r <= narrowKeys, of which the loop runs at most once; else
-      // (r past Nk) the diagonal loop starts at split, as unshifted. The
-      // narrow step comes last, as a non-causal ragged end does (between the
-      // two other loops it measured the same on the H100).
+      // whole block: those keys (every row sees them) in narrowKeys-wide
+      // tiles when r <= narrowKeys, either with the diagonal's first step or
+      // in a step of their own after the diagonal (as a non-causal ragged
+      // end; between the other two loops it measured the same on the H100),
+      // each in a loop that runs at most once; else (r past Nk) the diagonal
+      // loop starts at split, as unshifted.
       Index first = max(m0, Index(0));
       Index split = min(first / BN * BN, Nk / BN * BN);
       forRange(0, split, BN, carry(acc, rowMax, rowSum),
                [&](Index n0) { step(n0, false, BN); });
       Index r = min(first, Nk) - split;
-      Index narrowEnd =
-          split + (above(r, 0, BN) - above(r, narrowKeys, BN)) * r;
-      forRange(narrowEnd, min(m0 + BM, Nk), BND, carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, true, BND); });
-      forRange(max(split, narrowEnd - narrowKeys), narrowEnd, narrowKeys,
-               carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, true, narrowKeys, narrowEnd); });
+      Index hasNarrow = above(r, 0, BN) - above(r, narrowKeys, BN);
+      Index narrowEnd = split + hasNarrow * r;
+      Index diagonalEnd = min(m0 + BM, Nk);
+      if (narrowInDiagonal(s, c)) {
+        // The narrow keys [split, narrowEnd) join the diagonal's first
+        // step, a loop that runs hasNarrow times. Both loops are written so
+        // that the compiler sees they run at most once where a diagonal
+        // block is as tall as the row block (for (i = max(a, hi - step);
+        // ...)): no V buffer for an overlapped P·V after them.
+        Index withNarrowEnd = narrowEnd + hasNarrow * BND;
+        Narrow keys{max(split, narrowEnd - narrowKeys), narrowEnd};
+        forRange(max(narrowEnd, withNarrowEnd - BND), withNarrowEnd, BND,
+                 carry(acc, rowMax, rowSum),
+                 [&](Index n0) { step(n0, true, BND, std::nullopt, keys); });
+        forRange(BND == BM ? max(withNarrowEnd, diagonalEnd - BND)
+                           : withNarrowEnd,
+                 diagonalEnd, BND, carry(acc, rowMax, rowSum),
+                 [&](Index n0) { step(n0, true, BND); });
+      } else {
+        forRange(narrowEnd, diagonalEnd, BND, carry(acc, rowMax, rowSum),
+                 [&](Index n0) { step(n0, true, BND); });
+        forRange(max(split, narrowEnd - narrowKeys), narrowEnd, narrowKeys,
+                 carry(acc, rowMax, rowSum),
+                 [&](Index n0) { step(n0, true, narrowKeys, narrowEnd); });
+      }
     }
   } else if (s.causal) {
     forRange(0, min(m0 + BM, Nk), BN, carry(acc, rowMax, rowSum),

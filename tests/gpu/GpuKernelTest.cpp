@@ -60,6 +60,7 @@ struct AttnCase {
   int64_t headGroup = 0;   ///< causal: heads per longest-first group
   int tmaStore = -1;       ///< 0: O by st.global, not staged for TMA
   int staticShapes = -1;   ///< 1: B, H and N compiled in
+  int narrowInDiagonal = -1; ///< 0: rows aligned to the end, narrow step apart
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
@@ -74,7 +75,8 @@ void PrintTo(const AttnCase &c, std::ostream *os) {
       << (c.dynamicTiles > 0 ? " dynamic" : "")
       << (c.headGroup > 0 ? " groups of " + std::to_string(c.headGroup) : "")
       << (c.tmaStore == 0 ? " st.global" : "")
-      << (c.staticShapes > 0 ? " static" : "");
+      << (c.staticShapes > 0 ? " static" : "")
+      << (c.narrowInDiagonal == 0 ? " narrow step apart" : "");
 }
 
 std::string caseName(const AttnCase &c) {
@@ -89,7 +91,8 @@ std::string caseName(const AttnCase &c) {
          (c.dynamicTiles > 0 ? "_dynamic" : "") +
          (c.headGroup > 0 ? "_group" + std::to_string(c.headGroup) : "") +
          (c.tmaStore == 0 ? "_stglobal" : "") +
-         (c.staticShapes > 0 ? "_static" : "");
+         (c.staticShapes > 0 ? "_static" : "") +
+         (c.narrowInDiagonal == 0 ? "_narrowapart" : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -105,6 +108,7 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   config.headGroup = c.headGroup;
   config.tmaStore = c.tmaStore;
   config.staticShapes = c.staticShapes;
+  config.narrowStepInDiagonal = c.narrowInDiagonal;
   if (c.wgmma) {
     if (cuda::device().arch() != "sm_90a")
       GTEST_SKIP() << "SKIPPED: the wgmma schedule needs sm_90a, this GPU is "
@@ -306,13 +310,23 @@ INSTANTIATE_TEST_SUITE_P(
 // Causal row blocks that end at Nq (AttentionConfig::alignRowsToEnd, the
 // default for 128-row blocks): Nq 1 row past a multiple of the row block
 // (the first block starts at row -127 and stores O by st.global, each other
-// one takes a narrow key step left of its diagonal), 33 rows past (not
-// shifted), D=64 in 64-row blocks below N=2k (not shifted).
+// one takes the narrow keys left of its diagonal with the diagonal's first
+// step, or in a step of its own), 33 rows past (not shifted), D=64 in
+// 64-row blocks below N=2k (not shifted).
 INSTANTIATE_TEST_SUITE_P(
     RowsAlignedToEnd, AttentionOnGpu,
     ::testing::Values(AttnCase{2, 4, 2049, 128, true, bf16, false, true},
                       AttnCase{1, 3, 4097, 128, true, f16, true, true},
                       AttnCase{2, 4, 2049, 64, true, bf16, false, true},
+                      AttnCase{.B = 2,
+                               .H = 4,
+                               .N = 2049,
+                               .D = 128,
+                               .causal = true,
+                               .dtype = bf16,
+                               .bshd = false,
+                               .wgmma = true,
+                               .narrowInDiagonal = 0},
                       AttnCase{1, 4, 1025, 64, true, f16, true, true},
                       AttnCase{3, 2, 161, 128, true, bf16, false, true},
                       AttnCase{2, 2, 289, 64, true, bf16, false, true}),

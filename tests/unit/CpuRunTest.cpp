@@ -472,12 +472,29 @@ TEST(CpuExecutor, AttentionRaggedEndInMainLoop) {
 TEST(CpuExecutor, AttentionCausalRowsAlignedToEnd) {
   kernels::AttentionShape built{1, 1, 129, 129, 128, true, DType::bf16, 0};
   Kernel kern = kernels::attentionForward(built, {.wgmma = 1});
-  EXPECT_EQ(test::countOf(kern.ir(), "scf.for") -
-                test::countOf(kernels::attentionForward(
-                                  built, {.alignRowsToEnd = 0, .wgmma = 1})
-                                  .ir(),
-                              "scf.for"),
-            1u);
+  Kernel apart =
+      kernels::attentionForward(built, {.narrowStepInDiagonal = 0, .wgmma = 1});
+  const std::string unaligned =
+      kernels::attentionForward(built, {.alignRowsToEnd = 0, .wgmma = 1}).ir();
+  // One loop more either way; the narrow keys' two dots in the diagonal's
+  // step (the default at D=128 with two stages) or in their own.
+  for (const Kernel *k : {&kern, &apart})
+    EXPECT_EQ(test::countOf(k->ir(), "scf.for") -
+                  test::countOf(unaligned, "scf.for"),
+              1u);
+  EXPECT_EQ(test::countOf(kern.ir(), "kiln.dot") -
+                test::countOf(unaligned, "kiln.dot"),
+            4u);
+  EXPECT_EQ(test::countOf(apart.ir(), "kiln.dot") -
+                test::countOf(unaligned, "kiln.dot"),
+            2u);
+  // D=64 in 64-key diagonal blocks: the narrow keys join the first of two.
+  kernels::AttentionShape built64{1, 1, 129, 129, 64, true, DType::bf16, 0};
+  Kernel kern64 = kernels::attentionForward(
+      built64, {.blockM = 128, .blockN = 128, .wgmma = 1});
+  EXPECT_TRUE(kernels::narrowInDiagonal(
+      built64, kernels::resolveConfig(
+                   built64, {.blockM = 128, .blockN = 128, .wgmma = 1})));
   for (auto [nq, nk] : {std::array<int64_t, 2>{1, 1},
                         {31, 31},
                         {129, 129},
@@ -490,9 +507,14 @@ TEST(CpuExecutor, AttentionCausalRowsAlignedToEnd) {
                         {140, 170},
                         {170, 140},
                         {33, 200},
-                        {200, 33}})
-    checkAttentionOnCpu(kern, {2, 1, nq, nk, 128, true, DType::bf16, 0},
-                        uint64_t(nq * 7 + nk));
+                        {200, 33}}) {
+    const uint64_t seed = uint64_t(nq * 7 + nk);
+    checkAttentionOnCpu(kern, {2, 1, nq, nk, 128, true, DType::bf16, 0}, seed);
+    checkAttentionOnCpu(apart, {2, 1, nq, nk, 128, true, DType::bf16, 0},
+                        seed + 1);
+    checkAttentionOnCpu(kern64, {2, 1, nq, nk, 64, true, DType::bf16, 0},
+                        seed + 2);
+  }
 }
 
 // Causal attention with its diagonal blocks smaller than the others, with

@@ -153,6 +153,8 @@ int cmdBench(Options &opts) {
   cfg.blockNRaggedEnd = opts.integer("block-n-ragged-end", cfg.blockNRaggedEnd);
   cfg.raggedEndInLoop = opts.int32("ragged-end-in-loop", cfg.raggedEndInLoop);
   cfg.alignRowsToEnd = opts.int32("align-rows-to-end", cfg.alignRowsToEnd);
+  cfg.narrowStepInDiagonal =
+      opts.int32("narrow-in-diagonal", cfg.narrowStepInDiagonal);
   cfg.copyAddressesPerRegister =
       opts.int32("copy-per-register", cfg.copyAddressesPerRegister);
   cfg.longestFirstGlobally =

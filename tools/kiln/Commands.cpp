@@ -214,6 +214,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.blockNRaggedEnd = opts.integer("block-n-ragged-end", 0);
   c.raggedEndInLoop = opts.int32("ragged-end-in-loop", -1);
   c.alignRowsToEnd = opts.int32("align-rows-to-end", -1);
+  c.narrowStepInDiagonal = opts.int32("narrow-in-diagonal", -1);
   c.longestFirstGlobally =
       opts.int32("longest-first-globally", c.longestFirstGlobally);
   c.headGroup = opts.integer("head-group", 0);
@@ -269,9 +270,11 @@ static Problem attentionProblem(Options &opts, bool withData) {
           ? fmt::format(" ragged-end={}{}", c.blockNRaggedEnd,
                         c.raggedEndInLoop > 0 ? "+loop" : "")
       // Causal row blocks that end at Nq when it is 1 to N rows past a
-      // multiple of blockM (kernels with the narrow loop for it).
+      // multiple of blockM (kernels with the narrow step for it: "+diagonal"
+      // where it joins the diagonal's first step).
       : kernels::rowsAlignedToEnd(s, c)
-          ? fmt::format(" rows-to-end={}", c.blockNRaggedEnd)
+          ? fmt::format(" rows-to-end={}{}", c.blockNRaggedEnd,
+                        kernels::narrowInDiagonal(s, c) ? "+diagonal" : "")
           : std::string(),
       c.warps, c.stages,
       c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",

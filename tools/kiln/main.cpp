@@ -46,6 +46,7 @@ commands:
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--block-n-ragged-end N]
       [--ragged-end-in-loop 0|1] [--align-rows-to-end 0|1]
+      [--narrow-in-diagonal 0|1]
       [--longest-first-globally 0|1]
       [--head-group G] [--dynamic-tiles 0|1]
       [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--warp-specialize 0|1]

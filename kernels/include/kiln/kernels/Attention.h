@@ -48,6 +48,12 @@ struct AttentionConfig {
   /// masked step. 1 yes, 0 no, -1 default (yes where blockNRaggedEnd <
   /// blockN and blockM >= 128).
   int alignRowsToEnd = -1;
+  /// There, the narrow keys left of a shifted block's diagonal in the
+  /// diagonal's first step (both key tiles' scores in one online-softmax
+  /// update) rather than in a masked step of their own: 1 yes, 0 no, -1
+  /// default (yes where the stage ring, which then holds the narrow K and V
+  /// besides the diagonal's, fits in shared memory).
+  int narrowStepInDiagonal = -1;
   /// Causal: launch order of the row blocks. 0: each head's blocks longest
   /// first, one head after another; 1: the longest blocks of every head in
   /// a group of `headGroup` (batch, head) pairs first, one group after
@@ -125,6 +131,10 @@ int64_t attentionSharedBytes(const AttentionShape &shape,
 /// 1 to blockNRaggedEnd (a run-time choice) and has a narrow key loop for
 /// the keys left of each shifted block's diagonal.
 bool rowsAlignedToEnd(const AttentionShape &shape,
+                      const AttentionConfig &config);
+/// Whether that kernel takes the narrow keys in the diagonal's first step
+/// (AttentionConfig::narrowStepInDiagonal).
+bool narrowInDiagonal(const AttentionShape &shape,
                       const AttentionConfig &config);
 
 /// Checks the shape (D in {64, 128}, float dtype, positive sizes) and builds
