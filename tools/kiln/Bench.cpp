@@ -1,9 +1,10 @@
 //===- Bench.cpp - kiln bench attention: TFLOP/s on the GPU ---------------===//
 //
 // The FlashAttention papers' shapes: B·N = 16k tokens, H·D = 2048. Each
-// shape gets fresh random inputs, a warm-up, and the median of `reps`
-// launches timed with CUDA events. TFLOP/s counts 4·B·H·N²·D (half when
-// causal). With --json, writes rows that ../shared/bench/peers.py reads.
+// shape gets fresh random inputs and is timed as peers.py times its peers
+// (backToBackMs: --reps samples of --batch back-to-back launches). TFLOP/s
+// counts 4·B·H·N²·D (half when causal). With --json, writes rows that
+// ../shared/bench/peers.py reads.
 // --ragged adds sequence lengths that are not multiples of the blocks (nor
 // of 4: LSE's rows are then not 16-byte aligned) and, beside each, the
 // nearest multiple of 128, to compare with.
@@ -28,31 +29,15 @@
 
 namespace kiln::cli {
 
-/// Median milliseconds of `reps` launches timed with CUDA events, after 3
-/// untimed ones.
-static double medianLaunchMs(GpuKernel &g, const std::vector<ArgValue> &args,
-                             int reps) {
-  for (int i = 0; i < 3; ++i)
-    g.launch(args);
-  cuda::synchronize();
-  std::vector<float> times;
-  cuda::Timer t;
-  for (int i = 0; i < reps; ++i) {
-    t.start();
-    g.launch(args);
-    times.push_back(t.stop());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 /// `kiln bench gemm`: C = A·B, bf16 in and out (as torch.matmul, the
-/// cuBLAS row of peers.py), M = N = K = each of --sizes (or --size); median
-/// of --reps launches; --shapes static, runtime or both (back to back).
+/// cuBLAS row of peers.py), M = N = K = each of --sizes (or --size); timed
+/// as peers.py does (backToBackMs); --shapes static, runtime or both (back to
+/// back).
 static int benchGemm(Options &opts) {
   const std::string sizes =
       opts.string("sizes", std::to_string(opts.integer("size", 8192)));
-  int reps = positive32(opts, "reps", 20);
+  int reps = positive32(opts, "reps", 30),
+      batch = positive32(opts, "batch", 10);
   // Measured best on the H200 (same run): 128x256 blocks, a producer
   // warpgroup, 3 stages, 699 TFLOP/s; 256x128 with 16 warps and no producer
   // 675; 128x128 4 stages 666.
@@ -117,7 +102,8 @@ static int benchGemm(Options &opts) {
       CompiledKernel compiled = compileForGpu(
           kernel, variantTarget(kernel, refs, {}, {.arch = dev.arch()}));
       GpuKernel g(compiled.spec());
-      double ms = medianLaunchMs(g, kernel.bind(refs), reps);
+      auto args = kernel.bind(refs);
+      double ms = backToBackMs([&] { g.launch(args); }, reps, batch);
       cuda::FunctionAttributes attr = g.attributes();
       fmt::print("gemm,{},{},{:.3f},{:.1f},{},{},{}\n", n,
                  exact ? "static" : "runtime", ms, 2.0 * n * n * n / ms / 1e9,
@@ -138,7 +124,8 @@ int cmdBench(Options &opts) {
   bool ragged = opts.flag("ragged");
   std::string dtypes = opts.string("dtypes", "bf16");
   std::string jsonPath = opts.string("json", "");
-  int reps = positive32(opts, "reps", 30);
+  int reps = positive32(opts, "reps", 30),
+      batch = positive32(opts, "batch", 10);
   std::string onlyD = opts.string("head-dim", "");
   const std::string seqs = opts.string("seqs", "");
   const bool onlyCausal = opts.flag("causal"),
@@ -185,10 +172,12 @@ int cmdBench(Options &opts) {
   if (!cuda::available(&why))
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
-  fmt::print("# kiln bench attention on {} ({}), blockM={} blockN={} warps={} "
-             "stages={} (0: the head dim's default), median of {} launches\n",
-             dev.name, dev.arch(), cfg.blockM, cfg.blockN, cfg.warps,
-             cfg.stages, reps);
+  fmt::print(
+      "# kiln bench attention on {} ({}), blockM={} blockN={} warps={} "
+      "stages={} (0: the head dim's default), median of {} samples of {} "
+      "back-to-back launches\n",
+      dev.name, dev.arch(), cfg.blockM, cfg.blockN, cfg.warps, cfg.stages, reps,
+      batch);
   fmt::print(
       "dtype,B,H,N,D,causal,shapes,ms,tflops,registers,spill_bytes,smem\n");
 
@@ -236,7 +225,7 @@ int cmdBench(Options &opts) {
             CompiledKernel c = compileForGpu(kernel, target);
             GpuKernel g(c.spec());
             auto args = kernel.bind(refs);
-            double ms = medianLaunchMs(g, args, reps);
+            double ms = backToBackMs([&] { g.launch(args); }, reps, batch);
             double tflops =
                 4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
             cuda::FunctionAttributes a = g.attributes();

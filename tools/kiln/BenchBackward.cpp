@@ -1,12 +1,13 @@
 //===- BenchBackward.cpp - kiln bench attention --backward ----------------===//
 //
-// The backward's kernels (workspace, dK/dV, dQ) timed together: CUDA
-// events around each back-to-back sequence, the median of --reps. Inputs
+// The backward's kernels (workspace, dK/dV, dQ) timed together as peers.py
+// times its peers (backToBackMs: --reps samples of --batch back-to-back
+// backward passes), and each kernel alone the same way. Inputs
 // standard normal (as peers.py's torch.randn); O and LSE from kiln's
 // forward on them, so that P is what training sees. TFLOP/s counts 2.5x
 // the forward's FLOPs, 10·B·H·Nq·Nk·D (half when causal), as the
 // FlashAttention papers and peers.py --backward do. Each row also gives
-// each kernel's own median.
+// each kernel's own time.
 //
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
@@ -23,28 +24,12 @@
 
 namespace kiln::cli {
 
-/// Median milliseconds of `reps` runs of `launches`, CUDA events around
-/// each, after 3 untimed ones.
-static double medianMs(const std::function<void()> &launches, int reps) {
-  for (int i = 0; i < 3; ++i)
-    launches();
-  cuda::synchronize();
-  std::vector<float> times;
-  cuda::Timer t;
-  for (int i = 0; i < reps; ++i) {
-    t.start();
-    launches();
-    times.push_back(t.stop());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 int benchAttentionBackward(Options &opts) {
   const bool quick = opts.flag("quick"), ragged = opts.flag("ragged");
   const std::string dtypes = opts.string("dtypes", "bf16");
   const std::string jsonPath = opts.string("json", "");
-  const int reps = positive32(opts, "reps", 30);
+  const int reps = positive32(opts, "reps", 30),
+            batch = positive32(opts, "batch", 10);
   const std::string onlyD = opts.string("head-dim", "");
   const std::string seqs = opts.string("seqs", "");
   const kernels::AttentionBackwardConfig cfg = backwardConfigOptions(opts);
@@ -56,8 +41,8 @@ int benchAttentionBackward(Options &opts) {
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
   fmt::print("# kiln bench attention --backward on {} ({}), median of {} "
-             "runs of the backward's kernels\n",
-             dev.name, dev.arch(), reps);
+             "samples of {} back-to-back runs of the backward's kernels\n",
+             dev.name, dev.arch(), reps, batch);
   fmt::print("dtype,B,H,N,D,causal,ms,tflops,kernels (name ms "
              "registers/spilled bytes)\n");
 
@@ -135,12 +120,12 @@ int benchAttentionBackward(Options &opts) {
             auto mine = kern.tensorsIn(refs);
             launches.push_back({jitKernel(kern, mine), kern.bind(mine)});
           }
-          const double ms = medianMs(
+          const double ms = backToBackMs(
               [&] {
                 for (Launch &l : launches)
                   l.g->launch(l.args);
               },
-              reps);
+              reps, batch);
           std::string each;
           for (size_t i = 0; i < launches.size(); ++i) {
             Launch &l = launches[i];
@@ -148,8 +133,8 @@ int benchAttentionBackward(Options &opts) {
             each += fmt::format(
                 "{}{} {:.3f} {}/{}", i ? "; " : "",
                 ks[i].name().substr(std::string("attention_bwd_").size()),
-                medianMs([&] { l.g->launch(l.args); }, reps), attr.registers,
-                attr.localBytes);
+                backToBackMs([&] { l.g->launch(l.args); }, reps, batch),
+                attr.registers, attr.localBytes);
           }
           const double tflops =
               10.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;

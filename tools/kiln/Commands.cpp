@@ -93,6 +93,23 @@ cuda::Buffer randomDevice(DType t, size_t n, uint64_t seed) {
   return b;
 }
 
+double backToBackMs(const std::function<void()> &calls, int samples,
+                    int batch) {
+  for (int i = 0; i < 5; ++i)
+    calls();
+  cuda::synchronize();
+  std::vector<float> times;
+  cuda::Timer t;
+  for (int i = 0; i < samples; ++i) {
+    t.start();
+    for (int j = 0; j < batch; ++j)
+      calls();
+    times.push_back(t.stop() / float(batch));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 int64_t positive(Options &opts, const std::string &name, int64_t fallback,
                  int64_t hi) {
   int64_t v =

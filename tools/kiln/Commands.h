@@ -9,6 +9,7 @@
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/HostTensor.h"
 
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -135,6 +136,16 @@ std::vector<int64_t> positiveList(const std::string &text,
 /// straight into device memory, made on the host in chunks (xorshift and
 /// Box-Muller: fast enough for billions of elements).
 cuda::Buffer randomDevice(DType t, size_t n, uint64_t seed);
+
+/// Milliseconds per call of `calls`, timed as ../shared/bench/peers.py and
+/// python3 -m kiln.bench time their peers: 5 untimed calls, then `samples`
+/// samples of `batch` back-to-back calls between CUDA events, the median
+/// sample divided by `batch`. Back to back for a few hundred milliseconds
+/// an H100 reaches its power limit and lowers its clocks (1980 MHz to
+/// 1545-1710 at ~690 W); 20 calls timed one by one stayed at 1980 MHz and
+/// read ~10% faster than the same kernel in PyTorch
+/// (docs/experiments/2026-11-25-h100-session24.txt).
+double backToBackMs(const std::function<void()> &calls, int samples, int batch);
 
 /// --arch, --warps, --stages, --reload-ids.
 GpuTarget targetOptions(Options &opts);
