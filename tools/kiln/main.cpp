@@ -72,6 +72,7 @@ commands:
       [--block-m M] [--block-n N] [--block-k K]
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
       [--persistent 0|1] [--group-m G] [--bias] [--activation none|relu|gelu]
+      [--reps R] [--batch K]
                                         TFLOP/s of the DSL GEMM, bf16, N^3
   tune attention|attention-backward --seq N --head-dim D [--causal]
       [--dtype bf16|fp16]
