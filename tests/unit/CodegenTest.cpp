@@ -5,6 +5,7 @@
 #include "kiln/Compiler/Compile.h"
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
+#include "kiln/kernels/AttentionBackward.h"
 #include "kiln/kernels/Gemm.h"
 #include "kiln/kernels/Softmax.h"
 
@@ -632,4 +633,34 @@ TEST(Codegen, GemmResidualEpilogueMovesNothing) {
                         "register renames): 0"));
   EXPECT_THAT(fused.layouts, HasSubstr("tensor<128x256xbf16, #mma"));
   EXPECT_THAT(reportOf(fused), Not(HasSubstr("scratch of conversions")));
+}
+
+// The causal backward's masked and unmasked loops repeat dQ's bulk reduction
+// and dSᵀ's staging: the two reductions share one staging tile (they run one
+// after the other), and the 32 KB that frees lets dSᵀ take a copy per stage
+// in both loops, so neither loop waits for every warp before staging it.
+TEST(Codegen, SequentialLoopsShareStagingTiles) {
+  kernels::AttentionShape s = selfAttention(4096, 128, true);
+  s.heads = 16;
+  const GpuTarget hopper{"sm_90a", 0};
+  CompiledKernel causal =
+      compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
+  s.causal = false;
+  CompiledKernel full =
+      compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
+  const std::string report = reportOf(causal);
+  EXPECT_EQ(countOf(report, ": TMA reduction (cp.reduce.async.bulk.tensor"),
+            2u);
+  EXPECT_EQ(countOf(report, "; the staging tile is the one of the write at "
+                            "Backward.cpp:"),
+            1u)
+      << report;
+  EXPECT_THAT(report, HasSubstr("(copies for stages 1-1, its 2 loops')"));
+  EXPECT_EQ(causal.sharedBytes, full.sharedBytes) << report;
+  // A loop's step has three barriers over the compute warps (after dSᵀ's
+  // staging, before and after dQ's), none before dSᵀ's staging: the second
+  // loop adds three.
+  EXPECT_EQ(countOf(causal.ptx, "bar.sync \t1, 256"),
+            countOf(full.ptx, "bar.sync \t1, 256") + 3)
+      << reportOf(full);
 }

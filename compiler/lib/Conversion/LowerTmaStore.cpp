@@ -65,6 +65,8 @@ struct BlockWrite {
 void Lowerer::planTmaStores() {
   if (!tma)
     return;
+  SmallVector<Operation *>
+      placed; // the writes with a staging tile of their own
   src.walk([&](Operation *op) {
     if (!isa<StoreOp, AtomicRMWOp>(op))
       return;
@@ -101,6 +103,27 @@ void Lowerer::planTmaStores() {
           std::to_string(sharedLimit) + ")";
       return;
     }
+    s.block = *t;
+    s.block.info.box[s.block.rowDim] = s.groupRows;
+    // The same write in another top-level statement (a loop of its own, as
+    // a causal kernel's masked and unmasked loops repeat their body): they
+    // run one after the other, so they share one staging tile. Its leader
+    // threads are the same, and each waits for all of its bulk copies to
+    // have read the tile before the next staging (lowerTmaStore).
+    for (Operation *other : placed)
+      if (const TmaStore &o = tmaStores[other];
+          o.groupWarps == s.groupWarps && o.groupRows == s.groupRows &&
+          o.block.panels == s.block.panels &&
+          o.block.panelBytes == s.block.panelBytes &&
+          topIndexOf(other) != topIndexOf(op) &&
+          BlockWrite::of(other).value.getType() == w.value.getType() &&
+          layoutOf(BlockWrite::of(other).value) == layoutOf(w.value)) {
+        s.region = o.region;
+        s.sharesTileOf = lineOf(other);
+        s.block.map = tensorMapFor(s.block.info);
+        tmaStores[op] = s;
+        return;
+      }
     // Read by the bulk copy until the kernel's end (finishTmaStores).
     const int64_t before = shared.peak();
     const int64_t at =
@@ -117,11 +140,10 @@ void Lowerer::planTmaStores() {
           std::to_string(sharedLimit / 1024) + " KB)";
       return;
     }
-    s.block = *t;
-    s.block.info.box[s.block.rowDim] = s.groupRows;
     s.block.map = tensorMapFor(s.block.info);
     s.region = at;
     tmaStores[op] = s;
+    placed.push_back(op);
   });
 }
 
@@ -299,7 +321,10 @@ static std::string stagingText(const Lowerer::TmaStore &s, int numWarps,
          (s.groupWarps < numWarps ? "each warpgroup " : "one thread ") + verb +
          " " + std::to_string(s.block.panels) + " box(es) of " +
          std::to_string(s.groupRows) + "x" + std::to_string(s.block.panelCols) +
-         ")";
+         (s.sharesTileOf.empty()
+              ? ")"
+              : "; the staging tile is the one of the write at " +
+                    s.sharesTileOf + " that runs before)");
 }
 
 void Lowerer::noteStores() {

@@ -371,6 +371,8 @@ public:
     int64_t region = 0;     ///< staging tile's offset in shared memory
     int64_t groupWarps = 0; ///< warps per group (one bulk copy each)
     int64_t groupRows = 0;  ///< rows per group's slab
+    /// Non-empty: the staging tile is that earlier write's (its line).
+    std::string sharesTileOf;
   };
   /// Shared memory a CTA may take; > 0 in retriedBytes: the first lowering
   /// took that many with TMA stores, over the limit.

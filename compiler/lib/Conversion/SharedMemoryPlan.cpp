@@ -11,6 +11,7 @@
 #include "Lowering.h"
 
 #include <algorithm>
+#include <climits>
 
 using namespace mlir;
 
@@ -185,24 +186,60 @@ void Lowerer::planStagedCopies() {
   // did: with a copy per stage, an iteration writes its copy without the
   // barrier before the staging that waits for the slowest warp to have
   // read the previous contents. Placed after the TMA staging tiles, and
-  // only where the copies fit.
+  // only where the copies fit. The same operand staged in loops one after
+  // another (a causal kernel's masked and unmasked loops) holds the same
+  // bytes, and the ring's stages run on from one loop into the next: such
+  // a group shares its copies, as if its loops were one.
+  if (numStages < 2)
+    return;
+  llvm::DenseSet<Value> planned;
   for (auto &[v, offset] : stagedOperands) {
-    Operation *def = v.getDefiningOp();
-    if (numStages < 2 || !fedByRing(def->getParentOp()) ||
-        shared.overlapped(offset))
+    if (planned.contains(v))
       continue;
-    const int first = topIndexOf(def);
+    const int64_t bytes = stagedBytes(cast<RankedTensorType>(v.getType()));
+    SmallVector<Value> group;
+    for (auto &[u, at] : stagedOperands)
+      if (at == offset)
+        group.push_back(u);
+    planned.insert(group.begin(), group.end());
+    int first = INT_MAX, last = 0;
+    bool ok = true;
+    for (Value u : group) {
+      Operation *def = u.getDefiningOp();
+      ok = ok && fedByRing(def->getParentOp()) &&
+           stagedBytes(cast<RankedTensorType>(u.getType())) == bytes;
+      first = std::min(first, topIndexOf(def));
+      last = std::max({last, topIndexOf(def), lastReader(*this, u)});
+    }
+    // No other buffer may take these bytes: a warp writes its copy 0 while
+    // others may still read what was there.
+    for (const SharedBuffer &o : shared.all()) {
+      const bool member = o.offset == offset && o.bytes == bytes &&
+                          llvm::any_of(group, [&](Value u) {
+                            const int at = topIndexOf(u.getDefiningOp());
+                            return o.first == at &&
+                                   o.last == std::max(at, lastReader(*this, u));
+                          });
+      if (!member && o.offset < offset + bytes && offset < o.offset + o.bytes)
+        ok = false;
+    }
+    if (!ok)
+      continue;
     shared.place(sharedBuffer(
-        "staged operand " + lineOf(def) + " (copies for stages 1-" +
-            std::to_string(numStages - 1) + ")",
-        stagedBytes(cast<RankedTensorType>(v.getType())) * (numStages - 1),
-        first, std::max(first, lastReader(*this, v))));
+        "staged operand " + lineOf(v.getDefiningOp()) +
+            " (copies for stages 1-" + std::to_string(numStages - 1) +
+            (group.size() > 1
+                 ? ", its " + std::to_string(group.size()) + " loops'"
+                 : std::string()) +
+            ")",
+        bytes * (numStages - 1), first, last));
     if (shared.peak() > sharedLimit ||
         shared.overlapped(shared.all().back().offset)) {
       shared.unplace();
       continue;
     }
-    stagedCopies[v] = shared.all().back().offset;
+    for (Value u : group)
+      stagedCopies[u] = shared.all().back().offset;
   }
 }
 
