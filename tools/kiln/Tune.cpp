@@ -144,7 +144,8 @@ int cmdTune(Options &opts) {
   TuneOptions o;
   o.budgetSeconds = double(opts.integer("budget", 30));
   o.threads = opts.int32("threads", 0);
-  o.reps = opts.int32("reps", 20);
+  o.reps = positive32(opts, "reps", 10);
+  o.backToBack = positive32(opts, "back-to-back", 10);
   o.force = opts.flag("force");
   o.exhaustive = opts.flag("exhaustive");
   opts.checkAllUsed();

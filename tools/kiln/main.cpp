@@ -77,8 +77,10 @@ commands:
   tune attention|attention-backward --seq N --head-dim D [--causal]
       [--dtype bf16|fp16]
       [--batch B] [--heads H] [--budget S] [--threads T] [--force]
-      [--exhaustive]                    autotune on the GPU: every candidate's
-                                        time and the winner, recorded for this
+      [--exhaustive] [--reps R]         autotune on the GPU: every candidate's
+      [--back-to-back K]                time (median of R samples of K back-
+                                        to-back launches) and the winner,
+                                        recorded for this
                                         GPU (KILN_TUNING_DB); the JIT then
                                         uses it; a second run tunes nothing
                                         (the backward: every kernel timed as

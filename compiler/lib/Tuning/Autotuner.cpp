@@ -68,25 +68,32 @@ struct Compiled {
   }
 };
 
-/// Milliseconds of `reps` launches of the kernels in order (after a
-/// warm-up), each on the next buffer set, appended to `times`; returns their
-/// median. args[set][kernel].
+/// Milliseconds per pass of the kernels in order, timed as the peers' and
+/// `kiln bench`'s figures are: `samples` samples of `batch` back-to-back
+/// passes (after a warm-up), each pass on the next buffer set. A sample's
+/// time over its passes is appended to `all`; returns their median. Back to
+/// back an H100 runs at its power limit, ~10% below the boost clock a
+/// single launch sees (docs/performance.md), and the two can rank
+/// candidates differently. args[set][kernel].
 double timeKernels(const std::vector<std::shared_ptr<GpuKernel>> &gs,
                    const std::vector<std::vector<std::vector<ArgValue>>> &args,
-                   int reps, std::vector<float> *all = nullptr) {
-  auto launch = [&](size_t set) {
+                   int samples, int batch, std::vector<float> *all = nullptr) {
+  size_t next = 0;
+  auto launch = [&] {
+    const size_t set = next++ % args.size();
     for (size_t k = 0; k < gs.size(); ++k)
       gs[k]->launch(args[set][k]);
   };
   for (size_t i = 0; i < std::max<size_t>(2, args.size()); ++i)
-    launch(i % args.size()); // warm-up: module load, clocks
+    launch(); // warm-up: module load, clocks
   cuda::synchronize();
   std::vector<float> times;
   cuda::Timer t;
-  for (int i = 0; i < reps; ++i) {
+  for (int i = 0; i < samples; ++i) {
     t.start();
-    launch(size_t(i) % args.size());
-    times.push_back(t.stop());
+    for (int j = 0; j < batch; ++j)
+      launch();
+    times.push_back(t.stop() / float(batch));
   }
   if (all)
     all->insert(all->end(), times.begin(), times.end());
@@ -285,7 +292,7 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
         t.spillBytes += a.localBytes;
       }
       t.ms = timeKernels(compiled[i].loaded, argsFor(i),
-                         o.exhaustive ? 3 * o.reps : o.reps);
+                         o.exhaustive ? 3 * o.reps : o.reps, o.backToBack);
       t.status = "ok";
       say(fmt::format(
           "  {:<56} {:8.3f} ms  {} regs{}", t.config, t.ms, t.registers,
@@ -316,7 +323,7 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
     for (int round = 0; round < 5; ++round)
       for (size_t f = 0; f < finalists.size(); ++f)
         timeKernels(compiled[finalists[f]].loaded, argsFor(finalists[f]),
-                    o.reps, &samples[f]);
+                    o.reps, o.backToBack, &samples[f]);
     best = 0;
     if (o.exhaustive) // the final round is the reference
       result.exhaustiveBestMs = 0;

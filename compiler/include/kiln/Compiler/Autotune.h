@@ -57,7 +57,8 @@ struct TuneHarness {
 struct TuneOptions {
   double budgetSeconds = 30; ///< compiling and timing stop past this
   int threads = 0;           ///< compile threads; 0: the host's cores
-  int reps = 20;             ///< timed launches per candidate (median)
+  int reps = 10;             ///< timed samples per candidate (median)
+  int backToBack = 10; ///< launches per sample, back to back (`kiln bench`)
   bool force = false;        ///< tune even when the database has a record
   /// Time every candidate that compiles, also those the estimates prune,
   /// with 3x the launches: the reference for "within 3% of the best".
