@@ -3,6 +3,7 @@
 #include "TestUtil.h"
 
 #include "kiln/Compiler/Compile.h"
+#include "kiln/Compiler/Toolkit.h"
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionBackward.h"
@@ -663,4 +664,25 @@ TEST(Codegen, SequentialLoopsShareStagingTiles) {
   EXPECT_EQ(countOf(causal.ptx, "bar.sync \t1, 256"),
             countOf(full.ptx, "bar.sync \t1, 256") + 3)
       << reportOf(full);
+}
+
+// The warp index comes from lane 0 through a shuffle, which ptxas takes for
+// warp-uniform: the wgmma descriptors derived from it live in uniform
+// registers. Before, the D=128 backward's dK/dV kernels held them in
+// ordinary registers and spilled 16 (64 causal) bytes in the loop.
+TEST(Codegen, WarpIndexIsWarpUniform) {
+  kernels::AttentionShape s = selfAttention(4096, 128, false);
+  s.heads = 16;
+  const GpuTarget hopper{"sm_90a", 0};
+  for (bool causal : {false, true}) {
+    s.causal = causal;
+    CompiledKernel c =
+        compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
+    EXPECT_GE(countOf(c.ptx, "shfl.sync.idx.b32"), 1u);
+    if (!findCudaTool("ptxas"))
+      GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
+    Assembled a = assembleWithPtxas(c);
+    EXPECT_EQ(a.spillStoreBytes, 0) << (causal ? "causal" : "non-causal");
+    EXPECT_EQ(a.spillLoadBytes, 0) << (causal ? "causal" : "non-causal");
+  }
 }

@@ -81,7 +81,7 @@ int64_t Lowerer::run(ModuleOp module) {
   evaluatePersistentGrid();
   Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
   lane = arith::AndIOp::create(b, loc, tid, i32(31));
-  warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
+  warp = warpIndexOf(tid);
   smemBase = LLVM::AddressOfOp::create(b, loc, ptrType(ctx, 3), "kiln_smem");
   initMbarriers();
   src.walk([&](LoadOp ld) {

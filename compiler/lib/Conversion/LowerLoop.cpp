@@ -329,10 +329,28 @@ Value Lowerer::freshThreadId() {
   return asmOp.getResult(0);
 }
 
+Value Lowerer::warpIndexOf(Value tid) {
+  Value w = arith::ShRUIOp::create(b, loc, tid, i32(5));
+  // What ptxas takes for warp-uniform values goes to its uniform registers
+  // and datapath: wgmma's descriptors from the warpgroup index, above all,
+  // which it otherwise held in ordinary registers (the backward at D=128
+  // spilled them, and reloaded one before dQ's dot: ~5% of its stall
+  // samples). H100, back to back: backward +1-3.6%, forward +1-5%
+  // (docs/experiments/2026-11-25-h100-session25.txt). All lanes are
+  // converged wherever a warp index is taken (kernel entry, loop bodies,
+  // a bulk store's staging).
+  auto asmOp = LLVM::InlineAsmOp::create(
+      b, loc, b.getI32Type(), ValueRange{w},
+      "shfl.sync.idx.b32 $0, $1, 0, 0x1f, 0xffffffff;", "=r,r",
+      /*has_side_effects=*/false, /*is_align_stack=*/false,
+      LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
+  return asmOp.getResult(0);
+}
+
 void Lowerer::rereadThreadId() {
   Value tid = freshThreadId();
   lane = arith::AndIOp::create(b, loc, tid, i32(31));
-  warp = arith::ShRUIOp::create(b, loc, tid, i32(5));
+  warp = warpIndexOf(tid);
 }
 
 } // namespace kiln::gpu

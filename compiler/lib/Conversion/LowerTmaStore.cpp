@@ -157,7 +157,7 @@ void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
   // it live through the loops (causal D=64 on sm_90a: 140 registers instead
   // of 128, one CTA per SM instead of two, 28% slower on the H200).
   Value tid = freshThreadId();
-  Value ownWarp = arith::ShRUIOp::create(b, loc, tid, i32(5)),
+  Value ownWarp = warpIndexOf(tid),
         ownLane = arith::AndIOp::create(b, loc, tid, i32(31));
   Value group =
       perGroup ? arith::ShRUIOp::create(b, loc, ownWarp, i32(2)).getResult()

@@ -130,6 +130,9 @@ public:
   void rereadThreadId();
   /// %tid.x through an opaque read that LLVM cannot merge with others.
   mlir::Value freshThreadId();
+  /// The warp index of thread id `tid`, taken from lane 0 by a shuffle so
+  /// that ptxas knows it is the same in every lane of the warp.
+  mlir::Value warpIndexOf(mlir::Value tid);
   mlir::Value smemPtr(mlir::Value byteOffset);
 
   Regs lowerLoad(LoadOp op);
