@@ -98,16 +98,7 @@ double backToBackMs(const std::function<void()> &calls, int samples,
   for (int i = 0; i < 5; ++i)
     calls();
   cuda::synchronize();
-  std::vector<float> times;
-  cuda::Timer t;
-  for (int i = 0; i < samples; ++i) {
-    t.start();
-    for (int j = 0; j < batch; ++j)
-      calls();
-    times.push_back(t.stop() / float(batch));
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return cuda::backToBackMs(calls, samples, batch);
 }
 
 int64_t positive(Options &opts, const std::string &name, int64_t fallback,

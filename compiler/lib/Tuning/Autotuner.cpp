@@ -87,18 +87,7 @@ double timeKernels(const std::vector<std::shared_ptr<GpuKernel>> &gs,
   for (size_t i = 0; i < std::max<size_t>(2, args.size()); ++i)
     launch(); // warm-up: module load, clocks
   cuda::synchronize();
-  std::vector<float> times;
-  cuda::Timer t;
-  for (int i = 0; i < samples; ++i) {
-    t.start();
-    for (int j = 0; j < batch; ++j)
-      launch();
-    times.push_back(t.stop() / float(batch));
-  }
-  if (all)
-    all->insert(all->end(), times.begin(), times.end());
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return cuda::backToBackMs(launch, samples, batch, all);
 }
 } // namespace
 

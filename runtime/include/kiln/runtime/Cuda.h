@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -241,6 +242,13 @@ private:
 
 /// Waits for all work on the current device.
 void synchronize();
+
+/// Per-call milliseconds of `calls` run back to back, as the peers'
+/// benchmarks time them: `samples` samples of `batch` calls, CUDA events
+/// around each sample. Each sample's time over its calls is appended to
+/// `all`; returns their median. No warm-up: that is the caller's.
+double backToBackMs(const std::function<void()> &calls, int samples, int batch,
+                    std::vector<float> *all = nullptr);
 
 /// Encodes a tiled TMA tensor map (cuTensorMapEncodeTiled) into `out`, 128
 /// bytes aligned to 64: `dims` and `box` innermost first, `strideBytes` for
