@@ -169,8 +169,31 @@ void Lowerer::planSharedMemory() {
       if (!smemBufferBytes.count(v) && outermostLoop(v.getDefiningOp()) == loop)
         off += base;
   }
+  // Persistent CTAs keep every buffer live throughout (sharedBuffer), so
+  // liveness no longer puts the same operand staged in loops one after
+  // another (a causal kernel's masked and unmasked loops) on the same bytes:
+  // it takes them here. The loops run one after the other in every warp and
+  // the ring runs on from one into the next, tile after tile, so the bytes
+  // are handed on as from one iteration to the next of one loop.
+  // (Each placed operand is taken by at most one operand per loop.)
+  llvm::SmallVector<std::pair<Value, llvm::SmallVector<int>>> placedStaged;
   for (auto &[v, bytes] : stagedOperands) {
-    int first = topIndexOf(v.getDefiningOp());
+    Operation *def = v.getDefiningOp();
+    int first = topIndexOf(def);
+    if (!persistentGrid.empty() && !gatedFrom) {
+      auto same = llvm::find_if(placedStaged, [&](const auto &placed) {
+        Operation *o = placed.first.getDefiningOp();
+        return placed.first.getType() == v.getType() &&
+               !llvm::is_contained(placed.second, first) &&
+               fedByRing(o->getParentOp()) && fedByRing(def->getParentOp());
+      });
+      if (same != placedStaged.end()) {
+        same->second.push_back(first);
+        bytes = stagedOperands.lookup(same->first);
+        continue;
+      }
+      placedStaged.push_back({v, {first}});
+    }
     bytes = shared.place(
         sharedBuffer("staged operand " + lineOf(v.getDefiningOp()), bytes,
                      first, std::max(first, lastReader(*this, v))));
@@ -214,12 +237,14 @@ void Lowerer::planStagedCopies() {
     // No other buffer may take these bytes: a warp writes its copy 0 while
     // others may still read what was there.
     for (const SharedBuffer &o : shared.all()) {
-      const bool member = o.offset == offset && o.bytes == bytes &&
-                          llvm::any_of(group, [&](Value u) {
-                            const int at = topIndexOf(u.getDefiningOp());
-                            return o.first == at &&
-                                   o.last == std::max(at, lastReader(*this, u));
-                          });
+      const bool member =
+          o.offset == offset && o.bytes == bytes &&
+          llvm::any_of(group, [&](Value u) {
+            const int at = topIndexOf(u.getDefiningOp());
+            const SharedBuffer own =
+                sharedBuffer("", bytes, at, std::max(at, lastReader(*this, u)));
+            return o.first == own.first && o.last == own.last;
+          });
       if (!member && o.offset < offset + bytes && offset < o.offset + o.bytes)
         ok = false;
     }
