@@ -514,6 +514,10 @@ void KernelBuilder::setDynamicTiles(bool dynamic) {
   setFlag(state_->func, "kiln.dynamic_tiles", dynamic);
 }
 
+void KernelBuilder::setFreshProgramValues(bool fresh) {
+  setFlag(state_->func, "kiln.fresh_program_values", fresh);
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -293,6 +293,11 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     outerLane = savedOuterLane;
     outerWarp = savedOuterWarp;
   }
+  // After a persistent tile's loop, what follows (the tile's stores) takes
+  // fresh ids too: from the tile's, LLVM computed its addresses at the
+  // tile's start and held them across the loops (freshenForTile).
+  if (freshProgramValues && reloadThreadIds && !currentLoop && tile)
+    rereadThreadId();
   bind(newFor.getResults(), [&](size_t i) { return forOp.getResult(i); });
   if (consumer) {
     ringSlot = newFor.getResult(carriedCount);

@@ -91,6 +91,7 @@ void Lowerer::planPersistent(int64_t &top) {
   }
   persistentGrid = extents;
   dynamicTiles = src->hasAttr("kiln.dynamic_tiles") && producerWarps;
+  freshProgramValues = src->hasAttr("kiln.fresh_program_values");
   report.push_back(
       "persistent: the grid's " +
       (tiles > 0 ? std::to_string(tiles) : runtimeGridText(src, extents)) +
@@ -181,6 +182,52 @@ void Lowerer::evaluatePersistentGrid() {
       gridExtentValues[2]);
 }
 
+/// Under kiln.fresh_program_values each tile's body sees the thread id and
+/// the kernel's scalar and pointer arguments as fresh values (an opaque move
+/// per tile), so that LLVM does not hoist the arithmetic of a tile's first
+/// loads and last stores out of the tile loop: held across the inner loops,
+/// it spilled (attention's backward at D=128: 288 bytes non-causal, 392
+/// causal, and 30% slower than one CTA per program; the statements after
+/// the inner loops take fresh ids too, lowerFor). Not by default: the
+/// forward at D=128, whose spills it also removed, ran 3-6% slower at causal
+/// N=1000-2048 (the arithmetic then runs once per tile, not once per CTA).
+Lowerer::FreshValues Lowerer::freshenForTile(TileRole role) {
+  FreshValues saved{lane, warp, {}};
+  if (!freshProgramValues)
+    return saved;
+  if (role != TileRole::Producer) // the producer's one thread: no shuffle
+    rereadThreadId();
+  for (BlockArgument a : src.getArguments()) {
+    Value v = scalars.lookup(a);
+    if (!v)
+      continue;
+    Type t = v.getType();
+    const bool ptr = isa<LLVM::LLVMPointerType>(t);
+    Value x =
+        ptr ? LLVM::PtrToIntOp::create(b, loc, b.getI64Type(), v).getResult()
+            : v;
+    if (!x.getType().isInteger(32) && !x.getType().isInteger(64))
+      continue;
+    const bool wide = x.getType().isInteger(64);
+    auto asmOp = LLVM::InlineAsmOp::create(
+        b, loc, x.getType(), ValueRange{x},
+        wide ? "mov.b64 $0, $1;" : "mov.b32 $0, $1;", wide ? "=l,l" : "=r,r",
+        /*has_side_effects=*/true, /*is_align_stack=*/false,
+        LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr());
+    Value y = asmOp.getResult(0);
+    saved.args.push_back({a, v});
+    scalars[a] = ptr ? LLVM::IntToPtrOp::create(b, loc, t, y).getResult() : y;
+  }
+  return saved;
+}
+
+void Lowerer::restore(const FreshValues &saved) {
+  lane = saved.lane;
+  warp = saved.warp;
+  for (auto [a, v] : saved.args)
+    scalars[a] = v;
+}
+
 void Lowerer::forEachTile(llvm::function_ref<void()> body, TileRole role) {
   if (persistentGrid.empty())
     return body();
@@ -221,9 +268,11 @@ void Lowerer::forEachTile(llvm::function_ref<void()> body, TileRole role) {
       ringSlot = loop.getRegionIterArgs()[0];
       ringPhase = loop.getRegionIterArgs()[1];
     }
+    FreshValues saved = freshenForTile(role);
     body();
     waitForAll();
     endTile(role);
+    restore(saved);
     if (ringSlot)
       scf::YieldOp::create(b, loc, ValueRange{ringSlot, ringPhase});
     tile = tileCount = Value();
@@ -320,11 +369,13 @@ void Lowerer::forEachDynamicTile(llvm::function_ref<void()> body,
       ringSlot = after->getArgument(2);
       ringPhase = after->getArgument(3);
     }
+    FreshValues saved = freshenForTile(role);
     body();
     waitForAll();
     endTile(role);
     Value k = arith::AddIOp::create(b, loc, tileCount, i32(1));
     SmallVector<Value> yields{next(k), k};
+    restore(saved);
     if (ringSlot)
       yields.append({ringSlot, ringPhase});
     scf::YieldOp::create(b, loc, yields);

@@ -435,6 +435,16 @@ public:
   /// and the compute warps receive them.
   enum class TileRole { All, Producer, Consumer };
   /// Emits `body` once per tile of the grid (persistent) or once.
+  /// kiln.fresh_program_values (KernelBuilder::setFreshProgramValues).
+  bool freshProgramValues = false;
+  /// What a persistent tile's body replaced: the lane and warp, and the
+  /// kernel arguments' values (freshenForTile, undone by restore).
+  struct FreshValues {
+    mlir::Value lane, warp;
+    llvm::SmallVector<std::pair<mlir::Value, mlir::Value>> args;
+  };
+  FreshValues freshenForTile(TileRole role);
+  void restore(const FreshValues &saved);
   void forEachTile(llvm::function_ref<void()> body,
                    TileRole role = TileRole::All);
   /// After a tile's body: with the tile gate, its bulk stores have read

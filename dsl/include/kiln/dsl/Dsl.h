@@ -432,6 +432,12 @@ public:
   /// memory) instead of in fixed rounds. Launches of one loaded kernel must
   /// then not overlap (the counter is the module's).
   void setDynamicTiles(bool dynamic);
+  /// Persistent CTAs: each program's body reads the thread id and the
+  /// kernel's arguments afresh (and again after each of its loops), so that
+  /// its first loads' and last stores' address arithmetic is not hoisted out
+  /// of the loop over programs and held across the body's loops. Fewer
+  /// registers live, more arithmetic per program.
+  void setFreshProgramValues(bool fresh);
   /// Under TMA: 16-bit 2-D block stores to tensor arguments are staged in
   /// shared memory and written by TMA bulk copies where the staging tile
   /// fits (the lowering report says where it did not).
