@@ -138,8 +138,11 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
     k.setGrid({nBlocks, pairs});
   cm.schedule(k, cm.c.warps);
   k.setInvariantAInRegisters(cm.c.kvInRegisters > 0);
+  k.setTmaStores(cm.c.tmaStore > 0);
   k.setPersistent(cm.c.persistent > 0);
   k.setDynamicTiles(cm.c.persistent > 0 && cm.c.dynamicTiles > 0);
+  // Without: 288-392 bytes of spills at D=128, 30% slower (H100).
+  k.setFreshProgramValues(cm.c.persistent > 0);
   auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
   auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
   auto dO = k.tensorArg("dO", s.dtype, {B, H, Nq, D});
@@ -405,13 +408,21 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   if (c.minBlocksPerSM < 0 && c.warpSpecialize > 0 && oneWarpgroup)
     c.minBlocksPerSM = 2;
   // Persistent dK/dV CTAs taking tiles from a counter: causal D = 64 up to
-  // 2048 keys, 2-5% faster (H200); slower at longer N and at D = 128, where
-  // the tile loop's values spill (2026-11-24-h200-backward-d128.txt).
+  // 2048 keys, 2-5% faster (H200; 2026-11-24-h200-backward-d128.txt); D =
+  // 128 up to 2048 keys, H100: non-causal +5-6% at 1000, +2-3% at 2048,
+  // causal +7% and +1% (within the noise at 3001, slower beyond:
+  // 2026-11-25-h100-session26.txt).
   if (c.persistent < 0)
-    c.persistent = c.warpSpecialize > 0 && oneWarpgroup && s.headDim <= 64 &&
-                   s.causal && s.seqK <= 2048;
+    c.persistent = c.warpSpecialize > 0 && s.seqK <= 2048 &&
+                   (s.headDim <= 64 ? oneWarpgroup && s.causal : c.warps == 8);
   if (c.dynamicTiles < 0)
     c.dynamicTiles = c.persistent > 0;
+  // dK and dV staged in shared memory and written by TMA (the bulk copies
+  // run under the kernel's end, or the next tile's start): H100 +1-4%
+  // non-causal at D = 128, +2-6% causal, D = 64 +0-1.5% and +2-6.5%
+  // (docs/experiments/2026-11-25-h100-session26.txt).
+  if (c.tmaStore < 0)
+    c.tmaStore = c.wgmma > 0 && c.tma > 0;
   // K and V read into registers for the loop's first two dots: H200 +3-12%
   // at D=64 non-causal (1k-8k), +1-2% causal; 40% slower at D=128, where
   // they spill (docs/experiments/2026-11-24-h200-backward-barriers.txt).

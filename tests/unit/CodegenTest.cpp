@@ -1,4 +1,5 @@
 //===- CodegenTest.cpp - what the GPU compiler emits (no GPU needed) ------===//
+#include "CodegenUtil.h"
 #include "GemmColumnSums.h"
 #include "TestUtil.h"
 
@@ -33,25 +34,9 @@ static std::set<std::string> globalStoreForms(const std::string &ptx) {
   return forms;
 }
 
-/// One batch, one head, N queries and keys of head dim D.
-static kernels::AttentionShape selfAttention(int64_t n, int64_t d,
-                                             bool causal) {
-  kernels::AttentionShape s;
-  s.seqQ = s.seqK = n;
-  s.headDim = d;
-  s.causal = causal;
-  return s;
-}
-
-/// The lowering report as one text, a line per entry.
-static std::string reportOf(const CompiledKernel &c) {
-  std::string text;
-  for (const std::string &line : c.report)
-    text += line + "\n";
-  return text;
-}
-
 using test::countOf;
+using test::reportOf;
+using test::selfAttention;
 
 // Fusion: S and P stay on chip. The attention kernel's only global stores
 // are O (16-bit) and the logsumexp (32-bit), and its dots are tensor-core
@@ -634,55 +619,4 @@ TEST(Codegen, GemmResidualEpilogueMovesNothing) {
                         "register renames): 0"));
   EXPECT_THAT(fused.layouts, HasSubstr("tensor<128x256xbf16, #mma"));
   EXPECT_THAT(reportOf(fused), Not(HasSubstr("scratch of conversions")));
-}
-
-// The causal backward's masked and unmasked loops repeat dQ's bulk reduction
-// and dSᵀ's staging: the two reductions share one staging tile (they run one
-// after the other), and the 32 KB that frees lets dSᵀ take a copy per stage
-// in both loops, so neither loop waits for every warp before staging it.
-TEST(Codegen, SequentialLoopsShareStagingTiles) {
-  kernels::AttentionShape s = selfAttention(4096, 128, true);
-  s.heads = 16;
-  const GpuTarget hopper{"sm_90a", 0};
-  CompiledKernel causal =
-      compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
-  s.causal = false;
-  CompiledKernel full =
-      compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
-  const std::string report = reportOf(causal);
-  EXPECT_EQ(countOf(report, ": TMA reduction (cp.reduce.async.bulk.tensor"),
-            2u);
-  EXPECT_EQ(countOf(report, "; the staging tile is the one of the write at "
-                            "Backward.cpp:"),
-            1u)
-      << report;
-  EXPECT_THAT(report, HasSubstr("(copies for stages 1-1, its 2 loops')"));
-  EXPECT_EQ(causal.sharedBytes, full.sharedBytes) << report;
-  // A loop's step has three barriers over the compute warps (after dSᵀ's
-  // staging, before and after dQ's), none before dSᵀ's staging: the second
-  // loop adds three.
-  EXPECT_EQ(countOf(causal.ptx, "bar.sync \t1, 256"),
-            countOf(full.ptx, "bar.sync \t1, 256") + 3)
-      << reportOf(full);
-}
-
-// The warp index comes from lane 0 through a shuffle, which ptxas takes for
-// warp-uniform: the wgmma descriptors derived from it live in uniform
-// registers. Before, the D=128 backward's dK/dV kernels held them in
-// ordinary registers and spilled 16 (64 causal) bytes in the loop.
-TEST(Codegen, WarpIndexIsWarpUniform) {
-  kernels::AttentionShape s = selfAttention(4096, 128, false);
-  s.heads = 16;
-  const GpuTarget hopper{"sm_90a", 0};
-  for (bool causal : {false, true}) {
-    s.causal = causal;
-    CompiledKernel c =
-        compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
-    EXPECT_GE(countOf(c.ptx, "shfl.sync.idx.b32"), 1u);
-    if (!findCudaTool("ptxas"))
-      GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
-    Assembled a = assembleWithPtxas(c);
-    EXPECT_EQ(a.spillStoreBytes, 0) << (causal ? "causal" : "non-causal");
-    EXPECT_EQ(a.spillLoadBytes, 0) << (causal ? "causal" : "non-causal");
-  }
 }

@@ -38,6 +38,7 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   c.longestFirst = opts.int32("longest-first-globally", -1);
   c.kvInRegisters = opts.int32("kv-in-registers", -1);
   c.scoresByQueries = opts.int32("scores-by-queries", -1);
+  c.tmaStore = opts.int32("tma-store", -1);
   c.headGroup = opts.integer("head-group", 0);
   return c;
 }
@@ -89,7 +90,7 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
                        : std::string("dQ by atomics");
   p.summary = fmt::format(
       "attention-backward B={} H={} Nq={} Nk={} D={} {} {} layout={} "
-      "dK/dV {}x{} {} warps={} stages={}{}{}{}{}",
+      "dK/dV {}x{} {} warps={} stages={}{}{}{}{}{}",
       s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
       s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockN,
       c.blockM, dq, c.warps, c.stages,
@@ -98,7 +99,8 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
                        c.minBlocksPerSM, c.persistent, c.dynamicTiles,
                        s.causal ? c.longestFirst : 0, c.headGroup),
       c.kvInRegisters > 0 ? " kv-in-registers" : "",
-      c.scoresByQueries > 0 ? " scores-by-queries" : "");
+      c.scoresByQueries > 0 ? " scores-by-queries" : "",
+      c.tmaStore > 0 ? " tma-store" : "");
   if (!withData)
     return p;
 

@@ -70,8 +70,8 @@ struct AttentionBackwardConfig {
   int staticShapes = -1;
   /// dK/dV on persistent CTAs (its producer warpgroup fetches the next
   /// tile's K and V during this one's end): 1 yes, 0 no, -1 where measured
-  /// faster on the H200 (causal D=64 up to 2048 keys:
-  /// docs/experiments/2026-11-24-h200-backward-d128.txt); dynamicTiles
+  /// faster (up to 2048 keys: causal D=64, D=128 with a producer
+  /// warpgroup; docs/experiments/2026-11-25-h100-session26.txt); dynamicTiles
   /// hands the tiles out from a counter (1, -1 with persistent), else in
   /// rounds.
   int persistent = -1, dynamicTiles = -1;
@@ -97,6 +97,10 @@ struct AttentionBackwardConfig {
   /// The dK/dV and dQ loops re-read the thread id in their bodies
   /// (KernelBuilder::setReloadThreadIds): 1 yes, 0 no, -1 under wgmma.
   int reloadThreadIds = -1;
+  /// dK/dV written from a staging tile in shared memory by TMA
+  /// (KernelBuilder::setTmaStores) rather than from registers: 1 yes, 0 no,
+  /// -1 under wgmma and TMA.
+  int tmaStore = -1;
 };
 
 /// The kernels in launch order: attention_bwd_delta, attention_bwd_dkdv

@@ -1,0 +1,107 @@
+//===- BackwardCodegenTest.cpp - what the attention backward compiles to --===//
+//
+// The dK/dV kernel's schedule as the GPU compiler lowers it (no GPU needed):
+// shared memory shared between its loops, warp-uniform descriptors, the
+// persistent tile loop without spills, dK and dV by TMA.
+//
+//===----------------------------------------------------------------------===//
+#include "CodegenUtil.h"
+#include "TestUtil.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/Compiler/Toolkit.h"
+#include "kiln/kernels/AttentionBackward.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace kiln;
+using test::countOf;
+using test::reportOf;
+using test::selfAttention;
+using ::testing::HasSubstr;
+
+// The causal backward's masked and unmasked loops repeat dQ's bulk reduction
+// and dSᵀ's staging: the two reductions share one staging tile (they run one
+// after the other), and the 32 KB that frees lets dSᵀ take a copy per stage
+// in both loops, so neither loop waits for every warp before staging it.
+TEST(Codegen, SequentialLoopsShareStagingTiles) {
+  kernels::AttentionShape s = selfAttention(4096, 128, true);
+  s.heads = 16;
+  const GpuTarget hopper{"sm_90a", 0};
+  CompiledKernel causal =
+      compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
+  s.causal = false;
+  CompiledKernel full =
+      compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
+  const std::string report = reportOf(causal);
+  EXPECT_EQ(countOf(report, ": TMA reduction (cp.reduce.async.bulk.tensor"),
+            2u);
+  // (The second: dV's TMA store takes dK's staging tile.)
+  EXPECT_EQ(countOf(report, "; the staging tile is the one of the write at "
+                            "Backward.cpp:"),
+            2u)
+      << report;
+  EXPECT_THAT(report, HasSubstr("(copies for stages 1-1, its 2 loops')"));
+  EXPECT_EQ(causal.sharedBytes, full.sharedBytes) << report;
+  // A loop's step has three barriers over the compute warps (after dSᵀ's
+  // staging, before and after dQ's), none before dSᵀ's staging: the second
+  // loop adds three.
+  EXPECT_EQ(countOf(causal.ptx, "bar.sync \t1, 256"),
+            countOf(full.ptx, "bar.sync \t1, 256") + 3)
+      << reportOf(full);
+}
+
+// The warp index comes from lane 0 through a shuffle, which ptxas takes for
+// warp-uniform: the wgmma descriptors derived from it live in uniform
+// registers. Before, the D=128 backward's dK/dV kernels held them in
+// ordinary registers and spilled 16 (64 causal) bytes in the loop.
+TEST(Codegen, WarpIndexIsWarpUniform) {
+  kernels::AttentionShape s = selfAttention(4096, 128, false);
+  s.heads = 16;
+  const GpuTarget hopper{"sm_90a", 0};
+  for (bool causal : {false, true}) {
+    s.causal = causal;
+    CompiledKernel c =
+        compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
+    EXPECT_GE(countOf(c.ptx, "shfl.sync.idx.b32"), 1u);
+    if (!findCudaTool("ptxas"))
+      GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
+    Assembled a = assembleWithPtxas(c);
+    EXPECT_EQ(a.spillStoreBytes, 0) << (causal ? "causal" : "non-causal");
+    EXPECT_EQ(a.spillLoadBytes, 0) << (causal ? "causal" : "non-causal");
+  }
+}
+
+// Up to 2048 keys at D=128 the dK/dV CTAs are persistent. Each tile reads
+// the thread id and the arguments afresh, so the addresses of its K/V loads
+// and dK/dV stores are not held across its loops (before: 288 bytes of
+// spills non-causal, 392 causal); the causal kernel's two loops share dSᵀ's
+// staging bytes and copies as without persistent CTAs; dK and dV go out by
+// TMA from one staging tile.
+TEST(Codegen, PersistentBackwardTiles) {
+  kernels::AttentionShape s = selfAttention(2048, 128, false);
+  s.heads = 16;
+  const GpuTarget hopper{"sm_90a", 0};
+  CompiledKernel full =
+      compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
+  s.causal = true;
+  CompiledKernel causal =
+      compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
+  for (const CompiledKernel *c : {&full, &causal}) {
+    const std::string report = reportOf(*c);
+    EXPECT_THAT(report, HasSubstr("persistent: the grid's"));
+    EXPECT_EQ(countOf(report, ": TMA (cp.async.bulk.tensor from a 128-byte "
+                              "swizzled staging tile of 32 KB"),
+              2u)
+        << report;
+    EXPECT_THAT(c->ptx, HasSubstr("mov.b64"));
+  }
+  EXPECT_THAT(reportOf(causal),
+              HasSubstr("(copies for stages 1-1, its 2 loops')"));
+  EXPECT_EQ(causal.sharedBytes, full.sharedBytes) << reportOf(causal);
+  if (!findCudaTool("ptxas"))
+    GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
+  EXPECT_LE(assembleWithPtxas(full).spillStoreBytes, 16);
+  EXPECT_EQ(assembleWithPtxas(causal).spillStoreBytes, 0);
+}
