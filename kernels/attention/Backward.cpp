@@ -410,11 +410,15 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // Persistent dK/dV CTAs taking tiles from a counter: causal D = 64 up to
   // 2048 keys, 2-5% faster (H200; 2026-11-24-h200-backward-d128.txt); D =
   // 128 up to 2048 keys, H100: non-causal +5-6% at 1000, +2-3% at 2048,
-  // causal +7% and +1% (within the noise at 3001, slower beyond:
-  // 2026-11-25-h100-session26.txt).
+  // causal +7% and +1% (within the noise at 3001, slower beyond); non-causal
+  // D = 64 (scores by queries) up to 1536 keys: +5% at 1000, +1.5% at 1536,
+  // even at 2048 (2026-11-25-h100-session26.txt).
   if (c.persistent < 0)
-    c.persistent = c.warpSpecialize > 0 && s.seqK <= 2048 &&
-                   (s.headDim <= 64 ? oneWarpgroup && s.causal : c.warps == 8);
+    c.persistent =
+        c.warpSpecialize > 0 &&
+        (s.headDim > 64 ? c.warps == 8 && s.seqK <= 2048
+         : s.causal     ? oneWarpgroup && s.seqK <= 2048
+                        : wide && s.seqK <= 1536);
   if (c.dynamicTiles < 0)
     c.dynamicTiles = c.persistent > 0;
   // dK and dV staged in shared memory and written by TMA (the bulk copies
