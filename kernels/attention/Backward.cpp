@@ -424,9 +424,10 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // dK and dV staged in shared memory and written by TMA (the bulk copies
   // run under the kernel's end, or the next tile's start): H100 +1-4%
   // non-causal at D = 128, +2-6% causal, D = 64 +0-1.5% and +2-6.5%
-  // (docs/experiments/2026-11-25-h100-session26.txt).
+  // (docs/experiments/2026-11-25-h100-session26.txt; with dQ by atomics,
+  // not measured in the deterministic mode).
   if (c.tmaStore < 0)
-    c.tmaStore = c.wgmma > 0 && c.tma > 0;
+    c.tmaStore = c.wgmma > 0 && c.tma > 0 && c.deterministic == 0;
   // K and V read into registers for the loop's first two dots: H200 +3-12%
   // at D=64 non-causal (1k-8k), +1-2% causal; 40% slower at D=128, where
   // they spill (docs/experiments/2026-11-24-h200-backward-barriers.txt).

@@ -100,7 +100,7 @@ struct AttentionBackwardConfig {
   int reloadThreadIds = -1;
   /// dK/dV written from a staging tile in shared memory by TMA
   /// (KernelBuilder::setTmaStores) rather than from registers: 1 yes, 0 no,
-  /// -1 under wgmma and TMA.
+  /// -1 under wgmma and TMA with dQ by atomics.
   int tmaStore = -1;
 };
 
