@@ -434,7 +434,6 @@ public:
   /// Who runs a tile loop: under dynamic tiles the producer takes the tiles
   /// and the compute warps receive them.
   enum class TileRole { All, Producer, Consumer };
-  /// Emits `body` once per tile of the grid (persistent) or once.
   /// kiln.fresh_program_values (KernelBuilder::setFreshProgramValues).
   bool freshProgramValues = false;
   /// What a persistent tile's body replaced: the lane and warp, and the
@@ -445,6 +444,7 @@ public:
   };
   FreshValues freshenForTile(TileRole role);
   void restore(const FreshValues &saved);
+  /// Emits `body` once per tile of the grid (persistent) or once.
   void forEachTile(llvm::function_ref<void()> body,
                    TileRole role = TileRole::All);
   /// After a tile's body: with the tile gate, its bulk stores have read
