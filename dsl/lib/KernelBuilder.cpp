@@ -538,6 +538,8 @@ Kernel KernelBuilder::finish(Loc loc) {
     if (p.multipleOf > 1)
       func.setArgAttr(i, kDivisibilityArgAttr,
                       b.getI64IntegerAttr(p.multipleOf & -p.multipleOf));
+    if (p.atLeastParam >= 0)
+      func.setArgAttr(i, kAtLeastArgAttr, b.getI64IntegerAttr(p.atLeastParam));
   }
   // A tensor's shape on its pointer (its strides are the arguments after it):
   // what a TMA tensor map over the whole tensor needs.

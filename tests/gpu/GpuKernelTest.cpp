@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "../unit/AtomicKernels.h"
+#include "../unit/CodegenUtil.h"
 #include "../unit/GatherKernels.h"
 #include "../unit/IntegerKernel.h"
 #include "../unit/MathKernel.h"
@@ -558,6 +559,37 @@ TEST(GpuKernels, RuntimeIntegerArgumentsServeEveryValue) {
         want += x.at(std::vector<int64_t>{r, c});
       EXPECT_NEAR(y.at(std::vector<int64_t>{r}), want, 1e-3)
           << "n=" << n << " first=" << first << " row " << r;
+    }
+  }
+}
+
+// Blocks proven within their rows (IndexFacts.cpp) load without bounds
+// checks, the loads one iteration ahead clamped to the last iteration: every
+// n from none to the whole row, against the host's sums, outputs poisoned.
+TEST(GpuKernels, BlocksProvenWithinTheirRowsLoadWithoutChecks) {
+  REQUIRE_GPU();
+  constexpr int64_t R = 100, C = 512;
+  Kernel k = test::rowPrefixSums();
+  HostTensor x(DType::f32, {R, C}), y(DType::f32, {R});
+  x.fillRandom(17);
+  DeviceTensors dt;
+  dt.add("X", x, false);
+  dt.add("Y", y, true);
+  CompiledKernel c = compileForGpu(k, {.arch = cuda::device().arch()});
+  ASSERT_THAT(test::reportOf(c), HasSubstr("no bounds checks along"));
+  GpuKernel g(c.spec());
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(64), int64_t(77),
+                    int64_t(448), int64_t(500), C}) {
+    dt.poisonOutputs();
+    g.launch(k.bind(dt.refs, {{"n", n}}));
+    cuda::synchronize();
+    dt.download("Y", y);
+    for (int64_t r = 0; r < R; ++r) {
+      double want = 0;
+      for (int64_t col = 0; col < n; ++col)
+        want += x.at(std::vector<int64_t>{r, col});
+      EXPECT_NEAR(y.at(std::vector<int64_t>{r}), want, 1e-3)
+          << "n=" << n << " row " << r;
     }
   }
 }

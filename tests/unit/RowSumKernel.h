@@ -52,6 +52,32 @@ inline Kernel rowSums() {
   return k.finish();
 }
 
+/// Y[r] = sum of X[r, 0 .. n) for an R x C tensor X whose rows are whole
+/// 64-column blocks (C a run-time multiple of `multipleOf`, at least n when
+/// `atLeast`): programs of 16 rows, 64-column blocks from 0 to n. With both,
+/// a block that starts below n lies within its row (IndexFacts.cpp).
+inline Kernel rowPrefixSums(int64_t multipleOf = 64, bool atLeast = true,
+                            int64_t startColumn = 0) {
+  using namespace kiln::dsl;
+  constexpr int64_t BR = 16, BC = 64;
+  KernelBuilder k("row_prefix_sums");
+  Index R = k.scalarArg("R"), C = k.scalarArg("C", multipleOf),
+        n = k.scalarArg("n");
+  if (atLeast)
+    k.requireAtLeast(C, n);
+  auto X = k.tensorArg("X", f32, {R, C});
+  auto Y = k.tensorArg("Y", f32, {R});
+  k.setGrid({cdiv(R, BR)});
+  Index r0 = programId(0) * BR;
+  Tile acc = zeros({BR}, f32);
+  forRange(startColumn, n, BC, carry(acc), [&](Index c0) {
+    Tile x = load(X.block({r0, c0}, {BR, BC}));
+    acc = acc + reduceSum(where(row(arange(BC) + c0) < n, x, 0.0), 1);
+  });
+  store(Y.block({r0}), acc);
+  return k.finish();
+}
+
 } // namespace kiln::test
 
 #endif // KILN_TESTS_ROWSUMKERNEL_H

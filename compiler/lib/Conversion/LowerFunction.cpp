@@ -88,6 +88,8 @@ int64_t Lowerer::run(ModuleOp module) {
     std::string shape;
     for (int64_t d : ld.getType().getShape())
       shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    const std::string within = boundsChecksText(ld.getOffsets(), ld.getShape(),
+                                                ld.getType().getShape());
     std::string ahead;
     if (smemBufferBytes.count(ld.getResult()))
       ahead =
@@ -115,7 +117,7 @@ int64_t Lowerer::run(ModuleOp module) {
     else if (!sharedOperands.count(ld.getResult()) && loadsAhead(ld))
       note(ld, "load " + shape + ": " +
                    (isAlignedAccess(ld.getPtr()) ? "vector" : "element") +
-                   " loads to registers, 1 iteration ahead" +
+                   " loads to registers, 1 iteration ahead" + within +
                    (isAlignedAccess(ld.getPtr())
                         ? std::string()
                         : "; " + unalignedReason(ld.getPtr())));
@@ -124,16 +126,17 @@ int64_t Lowerer::run(ModuleOp module) {
                    (sharedOperands.count(ld.getResult())
                         ? ", stored to shared memory (not pipelined)"
                         : "") +
-                   "; " + unalignedReason(ld.getPtr()));
+                   within + "; " + unalignedReason(ld.getPtr()));
     else if (sharedOperands.count(ld.getResult()))
       note(ld, "load " + shape +
                    ": vector loads to registers, stored to shared memory "
                    "(not pipelined: outside a loop or not prefetchable)" +
+                   within +
                    (tmaFallback.count(ld.getResult())
                         ? "; not TMA: " + tmaFallback[ld.getResult()]
                         : std::string()));
     else
-      note(ld, "load " + shape + ": vector loads to registers");
+      note(ld, "load " + shape + ": vector loads to registers" + within);
   });
   noteStores();
   mlir::Block &body = src.getBody().front();

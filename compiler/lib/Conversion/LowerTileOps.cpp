@@ -187,6 +187,11 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
                            SmallVectorImpl<Value> &inBounds, int64_t step = 1) {
   SmallVector<Value> tc = L.threadCoord(l);
   OpBuilder &b = L.b;
+  // Dimensions the whole block provably lies in need no compares.
+  SmallVector<bool> within;
+  for (int64_t d = 0; d < l.rank(); ++d)
+    within.push_back(
+        blockWithin(offsets[d], l.shape[d], shape[d], L.ivsOutOfRange));
   for (int64_t r = 0; r < l.numRegs(); ++r) {
     if (r % step) {
       addrs.push_back({});
@@ -200,11 +205,12 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
       Value c = arith::AddIOp::create(
           b, L.loc, L.scalarOf(offsets[d]),
           arith::AddIOp::create(b, L.loc, tc[d], L.i32(rc[d])));
-      Value n = L.scalarOf(shape[d]);
       // Unsigned compare: negative coordinates are out of range too.
-      ok = arith::AndIOp::create(
-          b, L.loc, ok,
-          arith::CmpIOp::create(b, L.loc, arith::CmpIPredicate::ult, c, n));
+      if (!within[d])
+        ok = arith::AndIOp::create(
+            b, L.loc, ok,
+            arith::CmpIOp::create(b, L.loc, arith::CmpIPredicate::ult, c,
+                                  L.scalarOf(shape[d])));
       // 64-bit products cannot overflow for 32-bit coordinates and strides;
       // the one select below gives out-of-range elements the first element's
       // address, which exists.

@@ -341,15 +341,17 @@ void Lowerer::noteStores() {
                    guardText(st, "st.global from registers"));
       return;
     }
+    const std::string within = boundsChecksText(
+        st.getOffsets(), st.getShape(), st.getValue().getType().getShape());
     if (!isAlignedAccess(st.getPtr())) {
       note(st, "store " + shape +
                    ": st.global from registers, one element "
-                   "each; " +
-                   unalignedReason(st.getPtr()));
+                   "each" +
+                   within + "; " + unalignedReason(st.getPtr()));
       return;
     }
     std::string why = tmaStoreFallback.lookup(st);
-    note(st, "store " + shape + ": st.global from registers" +
+    note(st, "store " + shape + ": st.global from registers" + within +
                  (why.empty() ? std::string() : "; not TMA: " + why));
   });
   src.walk([&](AtomicRMWOp a) {

@@ -36,6 +36,20 @@ llvm::DenseSet<mlir::Value> findSharedOperands(mlir::func::FuncOp func);
 int64_t knownDivisor(mlir::Value v);
 /// The value of an integer arith.constant.
 std::optional<int64_t> constantInt(mlir::Value v);
+/// Whether an i32 value of the kiln IR is provably >= 0 (program ids,
+/// constants, sums, products, quotients by constants, loop induction
+/// variables from such a lower bound).
+bool knownNonNegative(mlir::Value v);
+/// Whether a block of `length` elements from `offset` provably lies within
+/// [0, dim): constants, or a loop's induction variable (not one lowered at
+/// an iteration the loop may not run: `ivsOutOfRange`) whose upper bound is
+/// at most `dim`, both multiples of `length` (IndexFacts.cpp).
+bool blockWithin(mlir::Value offset, int64_t length, mlir::Value dim,
+                 const llvm::DenseSet<mlir::Value> &ivsOutOfRange);
+/// What the lowering report adds to a block access through registers: the
+/// dimensions it takes no bounds checks along, if any.
+std::string boundsChecksText(mlir::ValueRange offsets, mlir::ValueRange shape,
+                             llvm::ArrayRef<int64_t> block);
 
 /// A lowered tile: one register per bit pattern of the layout's register
 /// bits, or a single scalar when the tile is uniform.
@@ -207,6 +221,10 @@ public:
   /// Loads whose registers the loop already holds (loaded an iteration
   /// ahead): lowerOp skips them.
   llvm::DenseSet<mlir::Value> loadedAhead;
+  /// Induction variables of the kiln IR being lowered at an iteration the
+  /// loop may not run (a prefetch's, the prologue's): accesses at them keep
+  /// their bounds checks (blockWithin).
+  llvm::DenseSet<mlir::Value> ivsOutOfRange;
   /// cp.async of a load's block into a tile, 16 bytes per copy, zero-filled
   /// outside the tensor.
   void issueAsyncCopy(LoadOp ld, const SmemTile &t);

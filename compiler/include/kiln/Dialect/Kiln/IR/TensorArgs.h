@@ -29,6 +29,9 @@ inline constexpr llvm::StringLiteral kAlignedArgAttr = "kiln.aligned";
 inline constexpr llvm::StringLiteral kContiguousArgAttr = "kiln.contiguous";
 /// On an i32 argument: a power of two its value is a multiple of.
 inline constexpr llvm::StringLiteral kDivisibilityArgAttr = "kiln.divisibility";
+/// On an i32 argument: the number of an i32 argument its value is at least
+/// (the launcher refuses others; KernelBuilder::requireAtLeast).
+inline constexpr llvm::StringLiteral kAtLeastArgAttr = "kiln.at_least";
 
 /// The argument of the enclosing function that a pointer derives from
 /// through kiln.addptr, if it derives from one.
