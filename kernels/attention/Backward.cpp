@@ -70,12 +70,13 @@ struct Common {
 
 /// The workspace the loops read: per row of queries LSE·log2(e) (base-2
 /// units) and Delta = rowsum(dO ∘ O), fp32, as Stats[b][h][0] and [1]. Its
-/// rows are statsRowLength(Nq) long (16-byte multiples, so that every Nq
-/// takes the aligned variant) and contiguous; rows past Nq hold +inf and 0.
+/// rows are statsRowLength(Nq) long (multiples of kStatsRowMultiple) and
+/// contiguous; rows past Nq hold +inf and 0.
 TensorView statsArg(const Common &cm, KernelBuilder &k, Index B, Index H,
                     Index Nq) {
-  Index rowLength = cm.runtimeShapes ? k.scalarArg("StatsRow", 4)
-                                     : Index(statsRowLength(cm.s.seqQ));
+  Index rowLength = cm.runtimeShapes
+                        ? k.scalarArg("StatsRow", kStatsRowMultiple)
+                        : Index(statsRowLength(cm.s.seqQ));
   if (cm.runtimeShapes)
     k.requireAtLeast(rowLength, Nq);
   auto stats = k.tensorArg("Stats", f32, {B, H, 2, rowLength});

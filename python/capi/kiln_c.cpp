@@ -298,7 +298,7 @@ int kiln_c_attention_backward(const kiln_c_attention_options *options,
                                       {s.batch, s.heads, 2, row},
                                       {s.heads * 2 * row, 2 * row, row, 1}};
                         // dQ's fp32 accumulator after the statistics (16-byte
-                        // aligned: rows of a multiple of 4).
+                        // aligned: rows of a multiple of kStatsRowMultiple).
                         const int64_t D = s.headDim, Nq = s.seqQ;
                         t["dQaccum"] = {static_cast<float *>(workspace) +
                                             s.batch * s.heads * 2 * row,

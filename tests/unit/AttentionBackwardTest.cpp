@@ -91,21 +91,29 @@ TEST(BackwardOnCpu, OneBuildServesEveryShape) {
 namespace {
 
 // The workspace must have a row for every query: bind refuses a shorter one
-// (its missing rows would read as padding and the gradients be wrong).
+// (its missing rows would read as padding and the gradients be wrong), and
+// one whose rows are not whole blocks of 128 queries (the kernels read its
+// blocks without bounds checks).
 TEST(BackwardOnCpu, ShortWorkspaceIsRefused) {
-  BackwardCase c{1, 2, 100, 100, 64, false, bf16};
+  BackwardCase c{1, 2, 200, 100, 64, false, bf16};
   BackwardTensors t(c);
-  HostTensor shortStats(DType::f32, {1, 2, 2, 96});
+  HostTensor shortStats(DType::f32, {1, 2, 2, 128}),
+      ragged(DType::f32, {1, 2, 2, 200});
   std::map<std::string, TensorRef> refs = t.refs();
-  refs["Stats"] = shortStats.ref();
-  for (const Kernel &k : kernels::attentionBackward(c.shape(), kSmallBlocks))
-    if (k.tensorsIn(refs).count("Stats")) { // not dq_convert
-      EXPECT_THAT(test::errorOf([&] { k.bind(k.tensorsIn(refs)); }),
-                  ::testing::HasSubstr(
-                      "StatsRow = 96 (from tensor Stats) must be at least Nq = "
-                      "100"))
-          << k.name();
-    }
+  for (const Kernel &k : kernels::attentionBackward(c.shape(), kSmallBlocks)) {
+    refs["Stats"] = shortStats.ref();
+    if (!k.tensorsIn(refs).count("Stats")) // dq_convert
+      continue;
+    EXPECT_THAT(test::errorOf([&] { k.bind(k.tensorsIn(refs)); }),
+                ::testing::HasSubstr("StatsRow = 128 (from tensor Stats) must "
+                                     "be at least Nq = 200"))
+        << k.name();
+    refs["Stats"] = ragged.ref();
+    EXPECT_THAT(test::errorOf([&] { k.bind(k.tensorsIn(refs)); }),
+                ::testing::HasSubstr("(StatsRow) = 200 is not a multiple of "
+                                     "128"))
+        << k.name();
+  }
 }
 
 } // namespace

@@ -114,9 +114,15 @@ struct AttentionBackwardConfig {
 /// ones it takes (Kernel::tensorsIn).
 using AttentionBackwardKernels = std::vector<Kernel>;
 
-/// The length of the workspace's rows for Nq queries: Nq rounded up to a
-/// multiple of 4 (16 bytes), so that its loads are aligned for every Nq.
-inline int64_t statsRowLength(int64_t seqQ) { return (seqQ + 3) / 4 * 4; }
+/// What the workspace's row length is a multiple of: whole blocks of queries
+/// (up to 128), so that a block of statistics at a block of queries that
+/// starts below Nq lies within the row (its loads take no bounds checks),
+/// and 16 bytes, so that they are aligned for every Nq.
+inline constexpr int64_t kStatsRowMultiple = 128;
+/// The length of the workspace's rows for Nq queries.
+inline int64_t statsRowLength(int64_t seqQ) {
+  return (seqQ + kStatsRowMultiple - 1) / kStatsRowMultiple * kStatsRowMultiple;
+}
 
 /// The config with its zero fields filled in for `shape`.
 AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &shape,
