@@ -84,60 +84,7 @@ int64_t Lowerer::run(ModuleOp module) {
   warp = warpIndexOf(tid);
   smemBase = LLVM::AddressOfOp::create(b, loc, ptrType(ctx, 3), "kiln_smem");
   initMbarriers();
-  src.walk([&](LoadOp ld) {
-    std::string shape;
-    for (int64_t d : ld.getType().getShape())
-      shape += (shape.empty() ? "" : "x") + std::to_string(d);
-    const std::string within = boundsChecksText(ld.getOffsets(), ld.getShape(),
-                                                ld.getType().getShape());
-    std::string ahead;
-    if (smemBufferBytes.count(ld.getResult()))
-      ahead =
-          (producerWarps
-               ? "by the producer warpgroup, up to " + std::to_string(numStages)
-               : std::to_string(
-                     prefetchDistance(cast<scf::ForOp>(ld->getParentOp())))) +
-          " iteration(s) ahead (" + std::to_string(numStages) + " buffers)";
-    else if (residentMbarrier.count(ld.getResult()))
-      ahead = "by the producer warpgroup once per tile (a full and an empty "
-              "mbarrier of its own), released after its last reader";
-    if (auto t = tmaLoads.find(ld.getResult()); t != tmaLoads.end())
-      note(ld, "load " + shape + ": TMA (cp.async.bulk.tensor, " +
-                   std::to_string(t->second.panels) + " box(es) of " +
-                   std::to_string(t->second.rows) +
-                   "x64, 128-byte swizzle, mbarrier completion) into shared "
-                   "memory, " +
-                   ahead);
-    else if (smemBufferBytes.count(ld.getResult()))
-      note(ld, "load " + shape + ": cp.async (16 bytes) into shared memory, " +
-                   ahead +
-                   (tmaFallback.count(ld.getResult())
-                        ? "; not TMA: " + tmaFallback[ld.getResult()]
-                        : std::string()));
-    else if (!sharedOperands.count(ld.getResult()) && loadsAhead(ld))
-      note(ld, "load " + shape + ": " +
-                   (isAlignedAccess(ld.getPtr()) ? "vector" : "element") +
-                   " loads to registers, 1 iteration ahead" + within +
-                   (isAlignedAccess(ld.getPtr())
-                        ? std::string()
-                        : "; " + unalignedReason(ld.getPtr())));
-    else if (!isAlignedAccess(ld.getPtr()))
-      note(ld, "load " + shape + ": element loads to registers" +
-                   (sharedOperands.count(ld.getResult())
-                        ? ", stored to shared memory (not pipelined)"
-                        : "") +
-                   within + "; " + unalignedReason(ld.getPtr()));
-    else if (sharedOperands.count(ld.getResult()))
-      note(ld, "load " + shape +
-                   ": vector loads to registers, stored to shared memory "
-                   "(not pipelined: outside a loop or not prefetchable)" +
-                   within +
-                   (tmaFallback.count(ld.getResult())
-                        ? "; not TMA: " + tmaFallback[ld.getResult()]
-                        : std::string()));
-    else
-      note(ld, "load " + shape + ": vector loads to registers" + within);
-  });
+  noteLoads();
   noteStores();
   mlir::Block &body = src.getBody().front();
   if (producerWarps)

@@ -419,6 +419,9 @@ public:
   /// a negative coordinate. Unguarded where the offsets cannot be negative.
   void lowerTmaStoreOrFallback(mlir::Operation *op, const TmaStore &s,
                                llvm::function_ref<void()> fallback);
+  /// The report's line for each load: its path (TMA, cp.async, registers),
+  /// how far ahead, and the bounds checks it takes.
+  void noteLoads();
   /// The report line of each store.
   void noteStores();
   /// Before the kernel returns: every bulk store has read its staging tile.

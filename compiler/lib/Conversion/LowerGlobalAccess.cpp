@@ -1,0 +1,389 @@
+//===- LowerGlobalAccess.cpp - block loads, stores and atomics ------------===//
+//
+// A block of a global tensor read into or written from registers: one
+// address and bounds predicate per register (none along a dimension the
+// block provably lies in), 16-byte vectors where the rows allow; cp.async
+// copies into shared memory; and which loads a loop fetches ahead.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+#include "llvm/ADT/SetVector.h"
+
+using namespace mlir;
+
+namespace kiln::gpu {
+
+/// Addresses and in-bounds predicates of a block access, per register.
+/// For every `step`-th register (the others get null values). Where the
+/// tensor is specialised as aligned (`aligned`) the last dimension's stride is
+/// the constant 1.
+static void blockAddresses(Lowerer &L, const Layout &l, Value base,
+                           bool unitLastStride, ValueRange offsets,
+                           ValueRange shape, ValueRange strides, Type elem,
+                           SmallVectorImpl<Value> &addrs,
+                           SmallVectorImpl<Value> &inBounds, int64_t step = 1) {
+  SmallVector<Value> tc = L.threadCoord(l);
+  OpBuilder &b = L.b;
+  // Dimensions the whole block provably lies in need no compares.
+  SmallVector<bool> within;
+  for (int64_t d = 0; d < l.rank(); ++d)
+    within.push_back(
+        blockWithin(offsets[d], l.shape[d], shape[d], L.ivsOutOfRange));
+  for (int64_t r = 0; r < l.numRegs(); ++r) {
+    if (r % step) {
+      addrs.push_back({});
+      inBounds.push_back({});
+      continue;
+    }
+    Coord rc = l.regCoord(r);
+    Value ok = arith::ConstantIntOp::create(b, L.loc, 1, 1);
+    Value off = L.i64(0);
+    for (int64_t d = 0; d < l.rank(); ++d) {
+      Value c = arith::AddIOp::create(
+          b, L.loc, L.scalarOf(offsets[d]),
+          arith::AddIOp::create(b, L.loc, tc[d], L.i32(rc[d])));
+      // Unsigned compare: negative coordinates are out of range too.
+      if (!within[d])
+        ok = arith::AndIOp::create(
+            b, L.loc, ok,
+            arith::CmpIOp::create(b, L.loc, arith::CmpIPredicate::ult, c,
+                                  L.scalarOf(shape[d])));
+      // 64-bit products cannot overflow for 32-bit coordinates and strides;
+      // the one select below gives out-of-range elements the first element's
+      // address, which exists.
+      Value stride = unitLastStride && d + 1 == l.rank()
+                         ? L.i32(1)
+                         : L.scalarOf(strides[d]);
+      Value term = arith::MulIOp::create(
+          b, L.loc, arith::ExtSIOp::create(b, L.loc, b.getI64Type(), c),
+          arith::ExtSIOp::create(b, L.loc, b.getI64Type(), stride));
+      off = arith::AddIOp::create(b, L.loc, off, term);
+    }
+    Value safeOff = arith::SelectOp::create(b, L.loc, ok, off, L.i64(0));
+    addrs.push_back(LLVM::GEPOp::create(b, L.loc, base.getType(), elem, base,
+                                        ValueRange{safeOff}));
+    inBounds.push_back(ok);
+  }
+}
+
+/// Registers 0..n-1 hold n consecutive elements of the last dimension.
+static int64_t vectorWidth(const Layout &l) {
+  int64_t n = 1;
+  for (const Coord &c : l.reg) {
+    bool next = c.back() == n;
+    for (int64_t d = 0; d + 1 < l.rank(); ++d)
+      next &= c[d] == 0;
+    if (!next)
+      break;
+    n *= 2;
+  }
+  return n;
+}
+
+/// Elements per vector access of a block in layout `l` (1: none): whole
+/// vectors are in or out of bounds when the row length and the block's
+/// offset along it are multiples of the vector width.
+static int64_t accessWidth(bool aligned, const Layout &l, Type elem,
+                           ValueRange shape, ValueRange offsets) {
+  int64_t vec =
+      aligned ? std::min<int64_t>(vectorWidth(l), 16 / byteSize(elem)) : 1;
+  // The row length: a constant, or a run-time dimension of a known class.
+  if (vec > 1 &&
+      (knownDivisor(shape.back()) % vec || knownDivisor(offsets.back()) % vec))
+    vec = 1;
+  return vec;
+}
+
+Value Lowerer::paddingValue(Type elem, double padding, int64_t vec) {
+  // An integer padding is made from the f64 directly: through f32, a large
+  // one (INT32_MAX for a min) would round out of range.
+  Value pad =
+      isa<FloatType>(elem)
+          ? arith::ConstantOp::create(b, loc, b.getFloatAttr(elem, padding))
+                .getResult()
+          : arith::ConstantIntOp::create(b, loc, elem, int64_t(padding))
+                .getResult();
+  if (vec == 1)
+    return pad;
+  Value v = LLVM::UndefOp::create(b, loc, VectorType::get({vec}, elem));
+  for (int64_t i = 0; i < vec; ++i)
+    v = LLVM::InsertElementOp::create(b, loc, v, pad, i32(i));
+  return v;
+}
+
+Regs Lowerer::lowerLoad(LoadOp op) {
+  Layout l = layoutOf(op.getResult());
+  Type elem = op.getType().getElementType();
+  const bool aligned = isAlignedAccess(op.getPtr());
+  int64_t vec = accessWidth(aligned, l, elem, op.getShape(), op.getOffsets());
+  SmallVector<Value> addrs, ok;
+  blockAddresses(*this, l, scalarOf(op.getPtr()),
+                 isContiguousAccess(op.getPtr()), op.getOffsets(),
+                 op.getShape(), op.getStrides(), elem, addrs, ok, vec);
+  Value pad = paddingValue(elem, op.getPadding().convertToDouble(), 1);
+  Regs out{l, {}, {}};
+  if (vec > 1) {
+    auto vt = VectorType::get({vec}, elem);
+    Value padVec = paddingValue(elem, op.getPadding().convertToDouble(), vec);
+    for (int64_t r = 0; r < l.numRegs(); r += vec) {
+      Value v = LLVM::LoadOp::create(b, loc, vt, addrs[r],
+                                     /*alignment=*/vec * byteSize(elem));
+      v = arith::SelectOp::create(b, loc, ok[r], v, padVec);
+      for (int64_t i = 0; i < vec; ++i)
+        out.regs.push_back(LLVM::ExtractElementOp::create(b, loc, v, i32(i)));
+    }
+    return out;
+  }
+  for (int64_t r = 0; r < l.numRegs(); ++r) {
+    Value v = LLVM::LoadOp::create(b, loc, elem, addrs[r]);
+    out.regs.push_back(arith::SelectOp::create(b, loc, ok[r], v, pad));
+  }
+  return out;
+}
+
+bool Lowerer::canPrefetch(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
+  if (!isAlignedAccess(ld.getPtr()) || !sharedOperands.count(ld.getResult()) ||
+      ld.getPadding().convertToDouble() != 0.0)
+    return false; // cp.async fills with zeros only
+  auto forOp = dyn_cast<scf::ForOp>(ld->getParentOp());
+  if (!forOp)
+    return false;
+  const Layout l = layoutOf(ld.getResult());
+  if (vectorWidth(l) < 8 || byteSize(ld.getType().getElementType()) != 2 ||
+      knownDivisor(ld.getShape().back()) % 8 ||
+      knownDivisor(ld.getOffsets().back()) % 8 || !tileGeometry(l))
+    return false;
+  return iterationSlice(ld, slice);
+}
+
+bool Lowerer::loadsAhead(LoadOp ld) {
+  // 16 registers a thread at most: the next iteration's copy is live
+  // through the whole body.
+  constexpr int64_t kMaxRegs = 16;
+  Value r = ld.getResult();
+  return isa_and_nonnull<scf::ForOp>(ld->getParentOp()) &&
+         !smemBufferBytes.count(r) && !sharedOperands.count(r) &&
+         !residentMbarrier.count(r) && layoutOf(r).numRegs() <= kMaxRegs &&
+         iterationSlice(ld, nullptr);
+}
+
+bool Lowerer::iterationSlice(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
+  auto forOp = dyn_cast<scf::ForOp>(ld->getParentOp());
+  if (!forOp)
+    return false;
+  llvm::SetVector<Operation *> ops;
+  bool ok = true;
+  std::function<void(Value)> visit = [&](Value v) {
+    if (!ok || v == forOp.getInductionVar())
+      return;
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      ok &= arg.getOwner() != forOp.getBody();
+      return;
+    }
+    Operation *d = v.getDefiningOp();
+    if (!forOp->isAncestor(d))
+      return;
+    if (d->getBlock() != forOp.getBody() || d->getNumRegions() ||
+        d->getNumResults() != 1 ||
+        isa<RankedTensorType>(d->getResult(0).getType()) ||
+        !(isa<AddPtrOp>(d) || d->getDialect()->getNamespace() == "arith")) {
+      ok = false;
+      return;
+    }
+    if (ops.insert(d))
+      for (Value o : d->getOperands())
+        visit(o);
+  };
+  for (Value o : ld->getOperands())
+    visit(o);
+  if (ok && slice) {
+    SmallVector<Operation *> sorted(ops.begin(), ops.end());
+    llvm::sort(sorted, [](Operation *a, Operation *b) {
+      return a->isBeforeInBlock(b);
+    });
+    slice->append(sorted.begin(), sorted.end());
+  }
+  return ok;
+}
+
+void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
+  Layout l = layoutOf(ld.getResult());
+  Type elem = ld.getType().getElementType();
+  SmallVector<Value> addrs, ok;
+  blockAddresses(*this, l, scalarOf(ld.getPtr()), /*aligned=*/true,
+                 ld.getOffsets(), ld.getShape(), ld.getStrides(), elem, addrs,
+                 ok, 8);
+  SmallVector<Value> ptrs = tilePtrs(t, l, 8, !copyAddressesPerRegister);
+  for (int64_t r = 0; r < l.numRegs(); r += 8) {
+    Value bytes = arith::SelectOp::create(b, loc, ok[r], i32(16), i32(0));
+    NVVM::CpAsyncOp::create(
+        b, loc, ptrs[r / 8], addrs[r], b.getI32IntegerAttr(16),
+        NVVM::LoadCacheModifierKindAttr::get(b.getContext(),
+                                             NVVM::LoadCacheModifierKind::CG),
+        bytes);
+  }
+}
+
+/// Writes a tile's elements to a block of a global tensor (a store or an
+/// atomic): each element once (by the thread that owns it, its first
+/// register), in bounds only, `vec` consecutive registers per access; `write`
+/// emits the access for register r at `addr` under that predicate.
+static void writeBlock(
+    Lowerer &L, Value value, Value ptr, ValueRange offsets, ValueRange shape,
+    ValueRange strides, bool aligned, int64_t vec,
+    llvm::function_ref<void(const Regs &, int64_t r, Value addr)> write) {
+  OpBuilder &b = L.b;
+  Layout l = L.layoutOf(value);
+  Regs in = L.regsIn(value, l);
+  Type elem = cast<RankedTensorType>(value.getType()).getElementType();
+  const int64_t dup = l.duplicateRegMask();
+  SmallVector<Value> addrs, ok;
+  blockAddresses(L, l, L.scalarOf(ptr), aligned || isContiguousAccess(ptr),
+                 offsets, shape, strides, elem, addrs, ok, vec);
+  Value owner = L.isOwner(l);
+  for (int64_t r = 0; r < l.numRegs(); r += vec) {
+    if (r & dup)
+      continue; // another register holds the same element
+    Value pred = arith::AndIOp::create(b, L.loc, ok[r], owner);
+    auto ifOp = scf::IfOp::create(b, L.loc, pred, /*withElse=*/false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    write(in, r, addrs[r]);
+  }
+}
+
+int64_t Lowerer::atomicWidth(AtomicRMWOp op) {
+  Type elem = op.getValue().getType().getElementType();
+  if (!vectorAtomics || !elem.isF32() || op.getKind() != ReduceKind::Sum)
+    return 1;
+  const Layout l = layoutOf(op.getValue());
+  int64_t vec = accessWidth(isAlignedAccess(op.getPtr()), l, elem,
+                            op.getShape(), op.getOffsets());
+  return l.duplicateRegMask() & (vec - 1) ? 1 : vec;
+}
+
+void Lowerer::lowerAtomic(AtomicRMWOp op) {
+  Type elem = op.getValue().getType().getElementType();
+  const LLVM::AtomicBinOp bin =
+      op.getKind() == ReduceKind::Max   ? LLVM::AtomicBinOp::max
+      : op.getKind() == ReduceKind::Min ? LLVM::AtomicBinOp::min
+      : elem.isF32()                    ? LLVM::AtomicBinOp::fadd
+                                        : LLVM::AtomicBinOp::add;
+  const int64_t vec = atomicWidth(op);
+  // red.global.add.v2/v4.f32 (sm_90): the NVVM dialect has no vector form.
+  std::string ptx = "red.global.add.v" + std::to_string(vec) + ".f32 [$0], {";
+  std::string constraints = "l";
+  for (int64_t i = 0; i < vec; ++i) {
+    ptx += (i ? ", $" : "$") + std::to_string(i + 1);
+    constraints += ",f";
+  }
+  ptx += "};";
+  writeBlock(*this, op.getValue(), op.getPtr(), op.getOffsets(), op.getShape(),
+             op.getStrides(), vec > 1, vec,
+             [&](const Regs &in, int64_t r, Value addr) {
+               if (vec == 1) {
+                 LLVM::AtomicRMWOp::create(b, loc, bin, addr, in.regs[r],
+                                           LLVM::AtomicOrdering::monotonic);
+                 return;
+               }
+               SmallVector<Value> operands{
+                   LLVM::PtrToIntOp::create(b, loc, b.getI64Type(), addr)};
+               for (int64_t i = 0; i < vec; ++i)
+                 operands.push_back(in.regs[r + i]);
+               LLVM::InlineAsmOp::create(
+                   b, loc, TypeRange{}, operands, ptx, constraints,
+                   /*has_side_effects=*/true, /*is_align_stack=*/false,
+                   LLVM::TailCallKind::None, LLVM::AsmDialectAttr(),
+                   ArrayAttr());
+             });
+}
+
+void Lowerer::lowerStore(StoreOp op) {
+  Type elem = op.getValue().getType().getElementType();
+  const int64_t dup = layoutOf(op.getValue()).duplicateRegMask();
+  // Consecutive registers along the row go out as one vector store (a
+  // wgmma accumulator's column pairs: one 4-byte bf16x2 store instead of two
+  // 2-byte ones), under the same conditions as vector loads.
+  const bool aligned = isAlignedAccess(op.getPtr());
+  int64_t vec = accessWidth(aligned, layoutOf(op.getValue()), elem,
+                            op.getShape(), op.getOffsets());
+  if (dup & (vec - 1))
+    vec = 1;
+  writeBlock(*this, op.getValue(), op.getPtr(), op.getOffsets(), op.getShape(),
+             op.getStrides(), aligned, vec,
+             [&](const Regs &in, int64_t r, Value addr) {
+               if (vec == 1) {
+                 LLVM::StoreOp::create(b, loc, in.regs[r], addr);
+                 return;
+               }
+               Value packed =
+                   LLVM::UndefOp::create(b, loc, VectorType::get({vec}, elem));
+               for (int64_t i = 0; i < vec; ++i)
+                 packed = LLVM::InsertElementOp::create(b, loc, packed,
+                                                        in.regs[r + i], i32(i));
+               LLVM::StoreOp::create(b, loc, packed, addr,
+                                     /*alignment=*/vec * byteSize(elem));
+             });
+}
+
+void Lowerer::noteLoads() {
+  src.walk([&](LoadOp ld) {
+    std::string shape;
+    for (int64_t d : ld.getType().getShape())
+      shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    const std::string within = boundsChecksText(ld.getOffsets(), ld.getShape(),
+                                                ld.getType().getShape());
+    std::string ahead;
+    if (smemBufferBytes.count(ld.getResult()))
+      ahead =
+          (producerWarps
+               ? "by the producer warpgroup, up to " + std::to_string(numStages)
+               : std::to_string(
+                     prefetchDistance(cast<scf::ForOp>(ld->getParentOp())))) +
+          " iteration(s) ahead (" + std::to_string(numStages) + " buffers)";
+    else if (residentMbarrier.count(ld.getResult()))
+      ahead = "by the producer warpgroup once per tile (a full and an empty "
+              "mbarrier of its own), released after its last reader";
+    if (auto t = tmaLoads.find(ld.getResult()); t != tmaLoads.end())
+      note(ld, "load " + shape + ": TMA (cp.async.bulk.tensor, " +
+                   std::to_string(t->second.panels) + " box(es) of " +
+                   std::to_string(t->second.rows) +
+                   "x64, 128-byte swizzle, mbarrier completion) into shared "
+                   "memory, " +
+                   ahead);
+    else if (smemBufferBytes.count(ld.getResult()))
+      note(ld, "load " + shape + ": cp.async (16 bytes) into shared memory, " +
+                   ahead +
+                   (tmaFallback.count(ld.getResult())
+                        ? "; not TMA: " + tmaFallback[ld.getResult()]
+                        : std::string()));
+    else if (!sharedOperands.count(ld.getResult()) && loadsAhead(ld))
+      note(ld, "load " + shape + ": " +
+                   (isAlignedAccess(ld.getPtr()) ? "vector" : "element") +
+                   " loads to registers, 1 iteration ahead" + within +
+                   (isAlignedAccess(ld.getPtr())
+                        ? std::string()
+                        : "; " + unalignedReason(ld.getPtr())));
+    else if (!isAlignedAccess(ld.getPtr()))
+      note(ld, "load " + shape + ": element loads to registers" +
+                   (sharedOperands.count(ld.getResult())
+                        ? ", stored to shared memory (not pipelined)"
+                        : "") +
+                   within + "; " + unalignedReason(ld.getPtr()));
+    else if (sharedOperands.count(ld.getResult()))
+      note(ld, "load " + shape +
+                   ": vector loads to registers, stored to shared memory "
+                   "(not pipelined: outside a loop or not prefetchable)" +
+                   within +
+                   (tmaFallback.count(ld.getResult())
+                        ? "; not TMA: " + tmaFallback[ld.getResult()]
+                        : std::string()));
+    else
+      note(ld, "load " + shape + ": vector loads to registers" + within);
+  });
+}
+
+} // namespace kiln::gpu
