@@ -101,7 +101,7 @@ public:
   /// it needs.
   int64_t run(mlir::ModuleOp module);
 
-  // Shared with LowerTileOps.cpp.
+  // Shared with the Lower*.cpp files.
   mlir::OpBuilder b;
   mlir::Location loc;
   int numWarps;
