@@ -1,5 +1,8 @@
 //===- IndexFacts.cpp - what the lowering proves of i32 index values ------===//
 //
+// Constants, power-of-two divisors (vector widths, cp.async and TMA need
+// them), signs, and blocks within their tensor.
+//
 // Block accesses compare every element's coordinates against the tensor's
 // dimensions. Where the IR proves a whole block inside a dimension (an offset
 // that is a loop's induction variable, below a bound the dimension is at least,
@@ -33,6 +36,36 @@ bool positiveConstant(Value v) {
   return c && *c > 0;
 }
 } // namespace
+
+std::optional<int64_t> constantInt(Value v) {
+  if (auto c = v.getDefiningOp<arith::ConstantOp>())
+    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
+      return i.getInt();
+  return std::nullopt;
+}
+
+int64_t knownDivisor(Value v) {
+  constexpr int64_t kMax = int64_t(1) << 30;
+  if (std::optional<int64_t> c = constantInt(v)) {
+    const int64_t x = *c < 0 ? -*c : *c;
+    return x == 0 ? kMax : x & -x;
+  }
+  if (auto m = v.getDefiningOp<arith::MulIOp>())
+    return std::min(kMax, knownDivisor(m.getLhs()) * knownDivisor(m.getRhs()));
+  if (auto a = v.getDefiningOp<arith::AddIOp>())
+    return std::min(knownDivisor(a.getLhs()), knownDivisor(a.getRhs()));
+  if (auto a = v.getDefiningOp<arith::MinSIOp>())
+    return std::min(knownDivisor(a.getLhs()), knownDivisor(a.getRhs()));
+  if (scf::ForOp f = loopOf(v))
+    return std::min(knownDivisor(f.getLowerBound()), knownDivisor(f.getStep()));
+  // A run-time integer compiled for values of a class (kiln.divisibility).
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    if (auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+      if (auto d = fn.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
+                                                    kDivisibilityArgAttr))
+        return d.getInt();
+  return 1;
+}
 
 bool knownNonNegative(Value v) {
   if (std::optional<int64_t> c = constantInt(v))

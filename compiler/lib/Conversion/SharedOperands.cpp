@@ -108,39 +108,4 @@ void Lowerer::lowerStagedOperand(ConvertLayoutOp op) {
   smemTiles[op.getResult()] = *t;
 }
 
-std::optional<int64_t> constantInt(Value v) {
-  if (auto c = v.getDefiningOp<arith::ConstantOp>())
-    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
-      return i.getInt();
-  return std::nullopt;
-}
-
-int64_t knownDivisor(Value v) {
-  constexpr int64_t kMax = int64_t(1) << 30;
-  auto pow2 = [](int64_t x) {
-    return x == 0 ? kMax : (x < 0 ? -x : x) & -(x < 0 ? -x : x);
-  };
-  if (auto c = v.getDefiningOp<arith::ConstantOp>())
-    if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
-      return pow2(i.getInt());
-  if (auto m = v.getDefiningOp<arith::MulIOp>())
-    return std::min(kMax, knownDivisor(m.getLhs()) * knownDivisor(m.getRhs()));
-  if (auto a = v.getDefiningOp<arith::AddIOp>())
-    return std::min(knownDivisor(a.getLhs()), knownDivisor(a.getRhs()));
-  if (auto a = v.getDefiningOp<arith::MinSIOp>())
-    return std::min(knownDivisor(a.getLhs()), knownDivisor(a.getRhs()));
-  if (auto arg = dyn_cast<BlockArgument>(v)) {
-    if (auto f = dyn_cast<scf::ForOp>(arg.getOwner()->getParentOp()))
-      if (arg == f.getInductionVar())
-        return std::min(knownDivisor(f.getLowerBound()),
-                        knownDivisor(f.getStep()));
-    // A run-time integer compiled for values of a class (kiln.divisibility).
-    if (auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
-      if (auto d = fn.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
-                                                    kDivisibilityArgAttr))
-        return d.getInt();
-  }
-  return 1;
-}
-
 } // namespace kiln::gpu
