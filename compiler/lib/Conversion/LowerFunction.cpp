@@ -123,6 +123,13 @@ std::string unalignedReason(Value ptr) {
          "rows, other strides multiples of 16 bytes)";
 }
 
+std::string shapeText(ArrayRef<int64_t> shape) {
+  std::string text;
+  for (int64_t d : shape)
+    text += (text.empty() ? "" : "x") + std::to_string(d);
+  return text;
+}
+
 void Lowerer::note(Operation *op, const std::string &what) {
   report.push_back(lineOf(op) + ": " + what);
 }

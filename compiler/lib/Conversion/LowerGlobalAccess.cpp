@@ -331,9 +331,7 @@ void Lowerer::lowerStore(StoreOp op) {
 
 void Lowerer::noteLoads() {
   src.walk([&](LoadOp ld) {
-    std::string shape;
-    for (int64_t d : ld.getType().getShape())
-      shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    const std::string shape = shapeText(ld.getType().getShape());
     const std::string within = boundsChecksText(ld.getOffsets(), ld.getShape(),
                                                 ld.getType().getShape());
     std::string ahead;

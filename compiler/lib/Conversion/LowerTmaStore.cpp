@@ -332,9 +332,7 @@ void Lowerer::noteStores() {
     return kiln::gpu::stagingText(s, numWarps, verb);
   };
   src.walk([&](StoreOp st) {
-    std::string shape;
-    for (int64_t d : st.getValue().getType().getShape())
-      shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    const std::string shape = shapeText(st.getValue().getType().getShape());
     if (auto it = tmaStores.find(st); it != tmaStores.end()) {
       note(st, "store " + shape + ": TMA (cp.async.bulk.tensor" +
                    stagingText(it->second, "copies") +
@@ -355,9 +353,7 @@ void Lowerer::noteStores() {
                  (why.empty() ? std::string() : "; not TMA: " + why));
   });
   src.walk([&](AtomicRMWOp a) {
-    std::string shape;
-    for (int64_t d : a.getValue().getType().getShape())
-      shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    const std::string shape = shapeText(a.getValue().getType().getShape());
     if (auto it = tmaStores.find(a); it != tmaStores.end()) {
       note(a, "atomic sum " + shape +
                   ": TMA reduction (cp.reduce.async.bulk.tensor add" +

@@ -91,6 +91,8 @@ void checkDotOnTensorCores(DotOp op);
 /// Why accesses through `ptr` take no vectors, cp.async or TMA: its tensor
 /// argument is not specialised as aligned (kiln.aligned), for the report.
 std::string unalignedReason(mlir::Value ptr);
+/// A tile's shape as the report writes it: "64x128".
+std::string shapeText(llvm::ArrayRef<int64_t> shape);
 
 class Lowerer {
 public:
