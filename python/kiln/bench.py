@@ -1,11 +1,16 @@
 """kiln beside SDPA's flash and cuDNN backends, on the same tensors, in one
 process: python3 -m kiln.bench [--quick] [--backward] [--dtype bf16|fp16]
-[--seqs N,N,...] [--json FILE].
+[--seqs N,N,...] [--ragged] [--sequential] [--json FILE].
 
 Inputs are standard normal (torch.randn); each figure is the median over 30
 samples of CUDA events around 10 back-to-back calls, divided by 10 (as
 peers.py times its peers), so host overhead between calls is hidden the
-same way for every peer. --backward times torch.autograd.grad of O with
+same way for every peer. The peers' samples are taken in turn (one sample
+of each, the order reversed every round): on a GPU at its power limit the
+clocks follow the last second's load, and one peer timed after another
+reads 3-5% faster when it comes first after a pause
+(docs/experiments/2026-11-25-session28.txt); --sequential times them
+one after another as before. --backward times torch.autograd.grad of O with
 respect to Q, K and V (the forward done once outside the timing), with
 2.5x the forward's FLOPs (the FlashAttention papers' convention). Shapes:
 B·N = 16k tokens, H·D = 2048, the peers.py shapes, plus ragged N.
@@ -26,21 +31,43 @@ STANDARD = (512, 1024, 2048, 4096, 8192, 16384)
 RAGGED = (1000, 3001, 4097)
 
 
+def sample_ms(fn, batch):
+    """Milliseconds per call over `batch` back-to-back calls (CUDA events)."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(batch):
+        fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / batch
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
 def bench_ms(fn, warm=5, reps=30, batch=10):
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(batch):
+    return median([sample_ms(fn, batch) for _ in range(reps)])
+
+
+def bench_interleaved_ms(fns, warm=5, reps=30, batch=10):
+    """bench_ms of each of `fns` (name -> callable), their samples taken in
+    turn (a sample of the first, of the second, ..., then again), so that
+    every peer sees the GPU's clocks and temperature as the others do."""
+    for fn in fns.values():
+        for _ in range(warm):
             fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / batch)
-    times.sort()
-    return times[len(times) // 2]
+    torch.cuda.synchronize()
+    times = {name: [] for name in fns}
+    for r in range(reps):
+        names = list(fns) if r % 2 == 0 else list(reversed(fns))
+        for name in names:
+            times[name].append(sample_ms(fns[name], batch))
+    return {name: median(t) for name, t in times.items()}
 
 
 def sdpa(backend):
@@ -71,6 +98,10 @@ def host_overhead_us(q, k, v):
     return sorted(per)[2]
 
 
+def nearest_multiple(n, m=128):
+    return max(m, (n + m // 2) // m * m)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python3 -m kiln.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="N in 1024, 4096 and the ragged 1000, 4097")
@@ -79,7 +110,18 @@ def main(argv=None):
     p.add_argument("--seqs", default="", help="comma-separated N (default: standard and ragged)")
     p.add_argument("--heads-dims", default="32x64,16x128", help="HxD pairs")
     p.add_argument("--json", default="", help="also write the rows here")
+    p.add_argument("--order", default=",".join(PEERS),
+                   help="the peers, in the order they are timed")
+    p.add_argument("--sequential", action="store_true",
+                   help="time one peer after another (each its 30 samples) instead of "
+                        "taking their samples in turn")
+    p.add_argument("--ragged", action="store_true",
+                   help="for N not a multiple of 128, also time kiln at the nearest "
+                        "multiple of 128 (B = 16384 // that) in the same rotation")
     a = p.parse_args(argv)
+    order = a.order.split(",")
+    if sorted(order) != sorted(PEERS):
+        p.error(f"--order takes each of {', '.join(PEERS)} once")
     if not torch.cuda.is_available():
         print("kiln.bench: no CUDA GPU", file=sys.stderr)
         return 2
@@ -89,45 +131,69 @@ def main(argv=None):
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     print(f"# {props.name}, torch {torch.__version__}, kiln {kiln.version()}, "
-          f"{a.dtype}, {'backward' if a.backward else 'forward'}")
+          f"{a.dtype}, {'backward' if a.backward else 'forward'}, "
+          f"{'one peer after another' if a.sequential else 'samples in turn'}")
     rows = []
+    near_cols = ",kiln@128k_tflops,kiln/kiln@128k" if a.ragged else ""
     print("D,causal,N,B,H," + ",".join(f"{p}_tflops" for p in PEERS) +
-          ",kiln/flash,kiln/cudnn")
+          ",kiln/flash,kiln/cudnn" + near_cols)
     for hd in a.heads_dims.split(","):
         H, D = (int(x) for x in hd.split("x"))
         for causal in (False, True):
             for N in seqs:
                 B = max(1, 16384 // N)
-                g = torch.Generator(device=dev).manual_seed(N + D)
-                q, k, v = (torch.randn(B, H, N, D, device=dev, dtype=dtype, generator=g)
-                           for _ in range(3))
-                flops = 4 * B * H * N * N * D * (0.5 if causal else 1) * (2.5 if a.backward else 1)
-                tf = {}
-                for name, fn in PEERS.items():
+
+                def problem(n):
+                    """(q, k, v, FLOPs) at sequence length n, B = 16384 // n."""
+                    b = max(1, 16384 // n)
+                    g = torch.Generator(device=dev).manual_seed(n + D)
+                    qkv = tuple(torch.randn(b, H, n, D, device=dev, dtype=dtype, generator=g)
+                                for _ in range(3))
+                    return qkv + (4 * b * H * n * n * D * (0.5 if causal else 1) *
+                                  (2.5 if a.backward else 1),)
+
+                def prepare(fn, q, k, v):
+                    """One timed call of fn (raises where it lacks the shape)."""
+                    if not a.backward:
+                        return lambda: fn(q, k, v, causal)
+                    qkv = tuple(t.detach().clone().requires_grad_() for t in (q, k, v))
+                    out = fn(*qkv, causal)
+                    dout = torch.randn_like(out)
+                    return lambda: torch.autograd.grad(out, qkv, dout, retain_graph=True)
+
+                q, k, v, flops = problem(N)
+                work = {name: (PEERS[name], q, k, v, flops) for name in order}
+                near = nearest_multiple(N)
+                if a.ragged and near != N:
+                    work["kiln@128k"] = (PEERS["kiln"],) + problem(near)
+                tf, calls, fl = {n: float("nan") for n in work}, {}, {}
+                for name, (fn, *qkv, f) in work.items():
                     try:
-                        if a.backward:
-                            qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
-                            out = fn(qg, kg, vg, causal)
-                            dout = torch.randn_like(out)
-                            ms = bench_ms(lambda: torch.autograd.grad(
-                                out, (qg, kg, vg), dout, retain_graph=True))
-                            del out, dout, qg, kg, vg
-                        else:
-                            ms = bench_ms(lambda: fn(q, k, v, causal))
-                        tf[name] = flops / ms / 1e9
+                        calls[name], fl[name] = prepare(fn, *qkv), f
+                        if a.sequential:
+                            tf[name] = f / bench_ms(calls.pop(name)) / 1e9
                     except Exception as e:  # a peer without this shape
                         print(f"# {name} N={N} D={D} causal={causal}: "
                               f"{type(e).__name__}: {str(e)[:120]}")
-                        tf[name] = float("nan")
                     torch.cuda.empty_cache()
+                if calls:
+                    for name, t in bench_interleaved_ms(calls).items():
+                        tf[name] = fl[name] / t / 1e9
+                del calls, work, q, k, v
+                torch.cuda.empty_cache()
                 r = dict(D=D, causal=causal, N=N, B=B, H=H, dtype=a.dtype,
                          backward=a.backward, **{f"{n}_tflops": t for n, t in tf.items()})
+                ratio = lambda x, y: tf[x] / tf[y] if tf.get(y, 0) > 0 else float("nan")
+                extra = ""
+                if a.ragged:
+                    r["nearest_128k"] = near
+                    extra = (f",{tf.get('kiln@128k', float('nan')):.0f}"
+                             f",{ratio('kiln', 'kiln@128k'):.3f}")
                 rows.append(r)
-                ratio = lambda p: tf["kiln"] / tf[p] if tf[p] > 0 else float("nan")
                 print(f"{D},{int(causal)},{N},{B},{H}," +
                       ",".join(f"{tf[n]:.0f}" for n in PEERS) +
-                      f",{ratio('sdpa_flash'):.2f},{ratio('sdpa_cudnn'):.2f}", flush=True)
-                del q, k, v
+                      f",{ratio('kiln', 'sdpa_flash'):.2f},{ratio('kiln', 'sdpa_cudnn'):.3f}" +
+                      extra, flush=True)
     q, k, v = (torch.randn(1, 16, 1024, 128, device=dev, dtype=dtype) for _ in range(3))
     host = host_overhead_us(q, k, v)
     print(f"# host time per kiln.attention call (fetched kernel, 1x16x1024x128): {host:.1f} us")

@@ -220,3 +220,24 @@ def test_named_tensors_match_the_struct():
                     ("rank", ctypes.c_int), ("tensor", _lib._Tensor)]
     assert ctypes.sizeof(Named) == _lib._NAMED.size
     assert Named.tensor.offset == 16
+
+
+def test_bench_interleaves_the_peers_samples(monkeypatch):
+    """kiln.bench --interleave: a sample of each peer in turn, the order
+    reversed every round, each peer's figure the median of its own samples."""
+    import kiln.bench as kb
+    taken = []
+    times = {"a": iter([5.0, 1.0, 3.0, 2.0]), "b": iter([9.0, 7.0, 8.0, 6.0])}
+    monkeypatch.setattr(kb, "sample_ms", lambda fn, batch: next(times[fn()]))
+    monkeypatch.setattr(kb.torch.cuda, "synchronize", lambda: None)
+    fns = {n: (lambda n=n: taken.append(n) or n) for n in "ab"}
+    ms = kb.bench_interleaved_ms(fns, warm=0, reps=4)
+    assert "".join(taken) == "abbaabba"
+    assert ms == {"a": 3.0, "b": 8.0}
+
+
+def test_bench_order_names_each_peer_once():
+    import kiln.bench as kb
+    with pytest.raises(SystemExit) as e:
+        kb.main(["--order", "kiln,sdpa_cudnn"])
+    assert e.value.code == 2
