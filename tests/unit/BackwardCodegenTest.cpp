@@ -24,15 +24,16 @@ using test::selfAttention;
 
 /// The D=128 dK/dV kernel for N keys and queries (16 heads), non-causal
 /// and causal, compiled for sm_90a.
-static std::pair<CompiledKernel, CompiledKernel> dkdvKernels(int64_t n) {
+static std::pair<CompiledKernel, CompiledKernel>
+dkdvKernels(int64_t n, const kernels::AttentionBackwardConfig &config = {}) {
   kernels::AttentionShape s = selfAttention(n, 128, false);
   s.heads = 16;
   const GpuTarget hopper{"sm_90a", 0};
   CompiledKernel full =
-      compileForGpu(kernels::attentionBackward(s, {})[1], hopper);
+      compileForGpu(kernels::attentionBackward(s, config)[1], hopper);
   s.causal = true;
   return {std::move(full),
-          compileForGpu(kernels::attentionBackward(s, {})[1], hopper)};
+          compileForGpu(kernels::attentionBackward(s, config)[1], hopper)};
 }
 using ::testing::HasSubstr;
 
@@ -41,7 +42,11 @@ using ::testing::HasSubstr;
 // after the other), and the 32 KB that frees lets dSᵀ take a copy per stage
 // in both loops, so neither loop waits for every warp before staging it.
 TEST(Codegen, SequentialLoopsShareStagingTiles) {
-  auto [full, causal] = dkdvKernels(4096);
+  // Both on CTAs of one program each (the non-causal default is persistent),
+  // so that they differ by the causal kernel's second loop alone.
+  kernels::AttentionBackwardConfig onePerCta;
+  onePerCta.persistent = 0;
+  auto [full, causal] = dkdvKernels(4096, onePerCta);
   const std::string report = reportOf(causal);
   EXPECT_EQ(countOf(report, ": TMA reduction (cp.reduce.async.bulk.tensor"),
             2u);
