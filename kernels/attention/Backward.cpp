@@ -412,11 +412,11 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // 2048 keys, 2-5% faster (H200; 2026-11-24-h200-backward-d128.txt); D =
   // 128 causal up to 2048 keys, H100 +7% at 1000, +1% at 2048 (even at
   // 4096); non-causal D = 128 at every length since the bounds proofs of
-  // session 27, +2-3% at 2048 and, two rounds each, H100 +1.3-3.3% and H200
-  // +1.9-2.8% at 3001-16384 (2026-11-25-session28.txt); non-causal
-  // D = 64 (scores by queries) up to 1536 keys: +5% at 1000, +1.5% at 1536,
-  // even at 2048 (2026-11-25-h100-session26.txt; H200 0.4-2.7% slower at
-  // 2048-4096, session 28).
+  // session 27, +2-3% at 2048 and, two rounds each, H100 +1.3-3.3% at
+  // 3001-16384, H200 +1.9-2.8% at 3001-8192 (2026-11-25-session28.txt);
+  // non-causal D = 64 (scores by queries) up to 1536 keys: +5% at 1000, +1.5%
+  // at 1536, even at 2048 (2026-11-25-h100-session26.txt; H200 0.4-2.7% slower
+  // at 2048-4096, session 28).
   if (c.persistent < 0)
     c.persistent =
         c.warpSpecialize > 0 &&

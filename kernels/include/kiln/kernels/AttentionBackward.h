@@ -72,9 +72,9 @@ struct AttentionBackwardConfig {
   /// tile's K and V during this one's end): 1 yes, 0 no, -1 where measured
   /// faster (non-causal D=128 with a producer warpgroup; up to 2048 keys
   /// causal D=64 and D=128; non-causal D=64 up to 1536;
-  /// docs/experiments/2026-11-25-h100-session26.txt and 2026-11-25-session28.txt); dynamicTiles
-  /// hands the tiles out from a counter (1, -1 with persistent), else in
-  /// rounds.
+  /// docs/experiments/2026-11-25-h100-session26.txt and
+  /// 2026-11-25-session28.txt); dynamicTiles hands the tiles out from a counter
+  /// (1, -1 with persistent), else in rounds.
   int persistent = -1, dynamicTiles = -1;
   /// dK/dV: K and V, loop-invariant left operands of the loop's first two
   /// dots, read into registers once (KernelBuilder::setInvariantAInRegisters)
