@@ -8,7 +8,7 @@ peers.py times its peers), so host overhead between calls is hidden the
 same way for every peer. The peers' samples are taken in turn (one sample
 of each, the order reversed every round): on a GPU at its power limit the
 clocks follow the last second's load, and one peer timed after another
-reads 3-5% faster when it comes first after a pause
+reads 2-5% faster when it comes first after a pause
 (docs/experiments/2026-11-25-session28.txt); --sequential times them
 one after another as before. --backward times torch.autograd.grad of O with
 respect to Q, K and V (the forward done once outside the timing), with
@@ -98,6 +98,25 @@ def host_overhead_us(q, k, v):
     return sorted(per)[2]
 
 
+def tflops_of(work, prepare, sequential, where=""):
+    """TFLOP/s of each entry of `work` (name -> (fn, q, k, v, FLOPs)): its
+    call made by prepare(fn, q, k, v), then timed in turn with the others
+    (or one after another); NaN for a peer that raised, which is named."""
+    tf, calls, flops = {n: float("nan") for n in work}, {}, {}
+    for name, (fn, *qkv, f) in work.items():
+        try:
+            calls[name], flops[name] = prepare(fn, *qkv), f
+            if sequential:
+                tf[name] = f / bench_ms(calls.pop(name)) / 1e9
+        except Exception as e:  # a peer without this shape
+            print(f"# {name} {where}: {type(e).__name__}: {str(e)[:120]}")
+        torch.cuda.empty_cache()
+    if calls:
+        for name, t in bench_interleaved_ms(calls).items():
+            tf[name] = flops[name] / t / 1e9
+    return tf
+
+
 def nearest_multiple(n, m=128):
     return max(m, (n + m // 2) // m * m)
 
@@ -153,33 +172,26 @@ def main(argv=None):
                                   (2.5 if a.backward else 1),)
 
                 def prepare(fn, q, k, v):
-                    """One timed call of fn (raises where it lacks the shape)."""
-                    if not a.backward:
-                        return lambda: fn(q, k, v, causal)
-                    qkv = tuple(t.detach().clone().requires_grad_() for t in (q, k, v))
-                    out = fn(*qkv, causal)
-                    dout = torch.randn_like(out)
-                    return lambda: torch.autograd.grad(out, qkv, dout, retain_graph=True)
+                    """One timed call of fn, called once here, so that a peer
+                    without this shape raises before any timing."""
+                    if a.backward:
+                        qkv = tuple(t.detach().clone().requires_grad_() for t in (q, k, v))
+                        out = fn(*qkv, causal)
+                        dout = torch.randn_like(out)
+                        call = lambda: torch.autograd.grad(out, qkv, dout, retain_graph=True)
+                    else:
+                        call = lambda: fn(q, k, v, causal)
+                    call()
+                    return call
 
                 q, k, v, flops = problem(N)
                 work = {name: (PEERS[name], q, k, v, flops) for name in order}
                 near = nearest_multiple(N)
                 if a.ragged and near != N:
                     work["kiln@128k"] = (PEERS["kiln"],) + problem(near)
-                tf, calls, fl = {n: float("nan") for n in work}, {}, {}
-                for name, (fn, *qkv, f) in work.items():
-                    try:
-                        calls[name], fl[name] = prepare(fn, *qkv), f
-                        if a.sequential:
-                            tf[name] = f / bench_ms(calls.pop(name)) / 1e9
-                    except Exception as e:  # a peer without this shape
-                        print(f"# {name} N={N} D={D} causal={causal}: "
-                              f"{type(e).__name__}: {str(e)[:120]}")
-                    torch.cuda.empty_cache()
-                if calls:
-                    for name, t in bench_interleaved_ms(calls).items():
-                        tf[name] = fl[name] / t / 1e9
-                del calls, work, q, k, v
+                where = f"N={N} D={D} causal={causal}"
+                tf = tflops_of(work, prepare, a.sequential, where)
+                del work, q, k, v
                 torch.cuda.empty_cache()
                 r = dict(D=D, causal=causal, N=N, B=B, H=H, dtype=a.dtype,
                          backward=a.backward, **{f"{n}_tflops": t for n, t in tf.items()})

@@ -241,3 +241,31 @@ def test_bench_order_names_each_peer_once():
     with pytest.raises(SystemExit) as e:
         kb.main(["--order", "kiln,sdpa_cudnn"])
     assert e.value.code == 2
+
+
+def test_bench_names_a_failing_peer_and_times_the_rest(monkeypatch, capsys):
+    """A peer that raises while its call is prepared gets NaN and a line
+    naming it; the others are still timed in turn, each with its FLOPs."""
+    import math
+    import kiln.bench as kb
+    monkeypatch.setattr(kb, "sample_ms", lambda fn, batch: fn())
+    monkeypatch.setattr(kb.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(kb.torch.cuda, "empty_cache", lambda: None)
+
+    def prepare(fn, q, k, v):
+        if fn is None:
+            raise RuntimeError("no kernel for this shape")
+        return fn
+    work = {"a": (lambda: 2.0, 0, 0, 0, 4e9), "b": (None, 0, 0, 0, 4e9),
+            "c": (lambda: 0.5, 0, 0, 0, 1e9)}
+    tf = kb.tflops_of(work, prepare, sequential=False, where="N=7")
+    assert tf["a"] == 2.0 and tf["c"] == 2.0 and math.isnan(tf["b"])
+    assert "# b N=7: RuntimeError: no kernel for this shape" in capsys.readouterr().out
+    tf = kb.tflops_of(work, prepare, sequential=True)
+    assert tf["a"] == 2.0 and math.isnan(tf["b"])
+
+
+def test_bench_nearest_multiple_of_128():
+    import kiln.bench as kb
+    assert [kb.nearest_multiple(n) for n in (1, 1000, 1023, 2049, 3001, 4097, 8191)] == \
+        [128, 1024, 1024, 2048, 2944, 4096, 8192]
