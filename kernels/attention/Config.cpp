@@ -206,21 +206,26 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (!c.blockNDiagonal)
     c.blockNDiagonal =
         !wide && c.wgmma > 0 ? std::min<int64_t>(64, c.blockN) : c.blockN;
-  // Same-run H200 bench, non-causal D=128 bf16 (median of 4 rounds, TFLOP/s
-  // at N=1000/1023/2049/3001/4097): one 128-key end step 523/553/560/634/
-  // 660; 32 keys where they hold the end 522/541/591/639/672; 64 and 16:
-  // 514/537/586/649/671 (each end loop that does not run costs ~1-3% at 1k):
-  // docs/experiments/2026-11-24-h200-session20.txt. D=64 takes the 128-key
-  // end in its main loop (below), which leaves room for the 32-key loop.
-  if (!c.blockNRaggedEnd)
-    c.blockNRaggedEnd =
-        c.wgmma > 0 ? std::min<int64_t>(32, c.blockN) : c.blockN;
   // The wider end in the main loop: same-run H200 bench, non-causal bf16
   // (median of 2 rounds, TFLOP/s at N=1000/2049/3001/4097), D=64 409/441/
   // 483/497 -> 425/463/484/504; D=128 517/582/630/671 -> 509/556/603/634
   // (docs/experiments/2026-11-24-h200-session21.txt).
   if (c.raggedEndInLoop < 0)
     c.raggedEndInLoop = !wide && c.wgmma > 0 && c.warpSpecialize <= 0;
+  // Same-run H200 bench, non-causal D=128 bf16 (median of 4 rounds, TFLOP/s
+  // at N=1000/1023/2049/3001/4097): one 128-key end step 523/553/560/634/
+  // 660; 32 keys where they hold the end 522/541/591/639/672; 64 and 16:
+  // 514/537/586/649/671 (each end loop that does not run costs ~1-3% at 1k):
+  // docs/experiments/2026-11-24-h200-session20.txt. Non-causal with the end
+  // in the main loop (D=64) takes no narrower step: H200, four readings
+  // each, +1.3% at 8191, +2% at 3001, even at 4097, 1.7% slower at 2049
+  // (where the 32-key step runs), 1000/1023 within the noise
+  // (docs/experiments/2026-11-25-session28.txt, section 10). Causal keeps
+  // it for the row blocks that end at Nq (alignRowsToEnd).
+  if (!c.blockNRaggedEnd)
+    c.blockNRaggedEnd = c.wgmma > 0 && (s.causal || c.raggedEndInLoop <= 0)
+                            ? std::min<int64_t>(32, c.blockN)
+                            : c.blockN;
   // Causal row blocks that end at Nq where it is a few rows past a multiple
   // of blockM (2049, 4097): the extra block then sees one key step, not all.
   // Same-run H100 bench, causal bf16 TFLOP/s, two rounds, without -> with:

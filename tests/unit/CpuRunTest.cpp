@@ -445,22 +445,27 @@ TEST(CpuExecutor, AttentionRaggedEndWidths) {
                         uint64_t(nk));
 }
 
-// The D=64 wgmma schedule takes a ragged end of more than 32 keys as the
-// main loop's last step (AttentionConfig::raggedEndInLoop): that loop masks
-// every step, a 32-key loop takes a narrower end. One kernel, every Nk of the
-// class, against the fp64 reference with poisoned outputs.
+// The D=64 wgmma schedule takes a ragged end as the main loop's last step
+// (AttentionConfig::raggedEndInLoop): that loop masks every step; by default
+// nothing else (one loop), or with blockNRaggedEnd = 32 a 32-key loop takes
+// an end that narrow. Each kernel, every Nk of the class, against the fp64
+// reference with poisoned outputs.
 TEST(CpuExecutor, AttentionRaggedEndInMainLoop) {
   kernels::AttentionShape built{1, 1, 64, 129, 64, false, DType::bf16, 0};
   Kernel kern = kernels::attentionForward(built, {.wgmma = 1});
-  EXPECT_EQ(test::countOf(kern.ir(), "scf.for"), 2u);
+  Kernel narrow =
+      kernels::attentionForward(built, {.blockNRaggedEnd = 32, .wgmma = 1});
+  EXPECT_EQ(test::countOf(kern.ir(), "scf.for"), 1u);
+  EXPECT_EQ(test::countOf(narrow.ir(), "scf.for"), 2u);
   EXPECT_EQ(test::countOf(kernels::attentionForward(
                               built, {.raggedEndInLoop = 0, .wgmma = 1})
                               .ir(),
                           "scf.for"),
             3u);
-  for (int64_t nk : {1, 31, 33, 129, 160, 161, 200, 255, 256, 300})
-    checkAttentionOnCpu(kern, {1, 1, 64, nk, 64, false, DType::bf16, 0},
-                        uint64_t(nk));
+  for (const Kernel *k : {&kern, &narrow})
+    for (int64_t nk : {1, 31, 33, 129, 160, 161, 200, 255, 256, 300})
+      checkAttentionOnCpu(*k, {1, 1, 64, nk, 64, false, DType::bf16, 0},
+                          uint64_t(nk));
 }
 
 // Causal row blocks that end at Nq (AttentionConfig::alignRowsToEnd) when

@@ -32,8 +32,8 @@ struct AttentionConfig {
   int64_t blockNDiagonal = 0; ///< causal: key block on the diagonal; 0: blockN
   /// Run-time non-causal Nk that is not whole key blocks: the keys of a
   /// narrower masked end step, taken (in a loop of its own) when the ragged
-  /// keys fit in it, else one blockN step; 0: default (32 under wgmma, else
-  /// blockN: no narrower step).
+  /// keys fit in it, else one blockN step; 0: default (32 under wgmma but
+  /// for a non-causal end in the main loop, else blockN: no narrower step).
   int64_t blockNRaggedEnd = 0;
   /// There, a ragged end wider than blockNRaggedEnd as the main key loop's
   /// last step (every step of it masked; a check per thread skips the mask
