@@ -48,10 +48,8 @@ def median(xs):
 
 
 def bench_ms(fn, warm=5, reps=30, batch=10):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    return median([sample_ms(fn, batch) for _ in range(reps)])
+    """The median of `reps` samples of fn after `warm` calls."""
+    return bench_interleaved_ms({None: fn}, warm, reps, batch)[None]
 
 
 def bench_interleaved_ms(fns, warm=5, reps=30, batch=10):
@@ -160,7 +158,6 @@ def main(argv=None):
         H, D = (int(x) for x in hd.split("x"))
         for causal in (False, True):
             for N in seqs:
-                B = max(1, 16384 // N)
 
                 def problem(n):
                     """(q, k, v, FLOPs) at sequence length n, B = 16384 // n."""
@@ -185,6 +182,7 @@ def main(argv=None):
                     return call
 
                 q, k, v, flops = problem(N)
+                B = q.shape[0]
                 work = {name: (PEERS[name], q, k, v, flops) for name in order}
                 near = nearest_multiple(N)
                 if a.ragged and near != N:

@@ -223,7 +223,7 @@ def test_named_tensors_match_the_struct():
 
 
 def test_bench_interleaves_the_peers_samples(monkeypatch):
-    """kiln.bench --interleave: a sample of each peer in turn, the order
+    """kiln.bench's default: a sample of each peer in turn, the order
     reversed every round, each peer's figure the median of its own samples."""
     import kiln.bench as kb
     taken = []
