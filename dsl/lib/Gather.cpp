@@ -2,7 +2,8 @@
 //
 // gather: a tile whose rows an index tile chooses (embedding lookups, block
 // tables); loadIndex: one i32 from memory as an Index (offsets and loop
-// bounds read at run time). Both check their operands at the user's line.
+// bounds read at run time); arrive: a program's arrival at a counter in
+// memory, as an Index. Each checks its operands at the user's line.
 //
 //===----------------------------------------------------------------------===//
 #include "BuilderState.h"
@@ -56,6 +57,23 @@ Index loadIndex(const TensorView &view, Index i, int64_t padding, Loc loc) {
       b, location(loc), b.getI32Type(), value(view.pointer()), value(i.raw()),
       value(view.dims()[0].raw()), value(view.strides()[0].raw()),
       b.getI64IntegerAttr(padding));
+  return Index::fromRaw(raw(op.getResult()), std::nullopt);
+}
+
+Index arrive(const TensorView &counters, Index i, Loc loc) {
+  const std::string what = "arrive at " + counters.name() + ": ";
+  if (counters.dims().size() != 1)
+    userError(loc, what + "the view must be 1-D, it is " +
+                       std::to_string(counters.dims().size()) +
+                       "-D (index the outer dimensions first)");
+  if (counters.dtype() != DType::i32)
+    userError(loc, what + "the counters must be i32, they are " +
+                       dtypeName(counters.dtype()));
+  OpBuilder &b = builder(loc);
+  auto op = ArriveOp::create(b, location(loc), b.getI32Type(),
+                             value(counters.pointer()), value(i.raw()),
+                             value(counters.dims()[0].raw()),
+                             value(counters.strides()[0].raw()));
   return Index::fromRaw(raw(op.getResult()), std::nullopt);
 }
 

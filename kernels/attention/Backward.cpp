@@ -33,6 +33,8 @@ struct Common {
   bool runtimeShapes;
   /// dQ from the dK/dV kernel's atomics rather than a kernel of its own.
   bool atomicDq;
+  /// ... converted by the last dK/dV program of each (batch, head).
+  bool convertLast;
 
   Common(const AttentionShape &s, const AttentionBackwardConfig &c)
       : s(s), c(c) {
@@ -40,6 +42,7 @@ struct Common {
     toExp2 = scale * log2e;
     runtimeShapes = c.staticShapes <= 0;
     atomicDq = c.deterministic <= 0;
+    convertLast = atomicDq && c.convertDqLast > 0;
   }
 
   struct Sizes {
@@ -93,6 +96,24 @@ TensorView dqAccumArg(const Common &cm, KernelBuilder &k, Index B, Index H,
   return acc;
 }
 
+/// The dK/dV programs' arrival counters, kArrivalStride i32 per (batch,
+/// head), contiguous.
+TensorView arrivalsArg(KernelBuilder &k, Index B, Index H) {
+  auto counts = k.tensorArg("dQarrivals", i32, {B, H, kArrivalStride});
+  k.requireContiguous(counts);
+  return counts;
+}
+
+/// dQ = scale·dQaccum in the tensors' type for the rows [0, end) of one
+/// (batch, head), 64 rows a step.
+void convertDq(const Common &cm, TensorView acc, TensorView dQ, Index end) {
+  const int64_t D = cm.s.headDim, BM = 64;
+  forRange(0, end, BM, [&](Index m0) {
+    store(dQ.block({m0, 0}),
+          (load(acc.block({m0, 0}, {BM, D})) * cm.scale).to(cm.s.dtype));
+  });
+}
+
 /// Fills the workspace, 64 rows per program (to the end of its rows).
 Kernel deltaKernel(const Common &cm) {
   const int64_t D = cm.s.headDim, BM = 64;
@@ -117,6 +138,8 @@ Kernel deltaKernel(const Common &cm) {
   if (cm.atomicDq) // the dK/dV kernel adds its parts of dQ into these rows
     store(dqAccumArg(cm, k, B, H, Nq)[b][h].block({m0, 0}),
           zeros({BM, D}, f32));
+  if (cm.convertLast) // every program of the head: the same zeros
+    store(arrivalsArg(k, B, H)[b][h].block({0}), zeros({kArrivalStride}, i32));
   return k.finish();
 }
 
@@ -252,6 +275,14 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   if (wantDv) {
     auto dV = k.tensorArg("dV", s.dtype, {B, H, Nk, D});
     store(dV[b][h].block({n0, 0}), dv.to(s.dtype));
+  }
+  if (dqAccum && cm.convertLast) {
+    // Every program of the head arrives (those that saw no query too); the
+    // last of the nBlocks, whose count before is nBlocks - 1, converts.
+    Index before = arrive(arrivalsArg(k, B, H)[b][h], 0);
+    Index last = (before + 1) / nBlocks;
+    auto dQ = k.tensorArg("dQ", s.dtype, {B, H, Nq, D});
+    convertDq(cm, (*dqAccum)[b][h], dQ[b][h], last * Nq);
   }
   return k.finish();
 }
@@ -444,6 +475,15 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // docs/experiments/2026-11-24-h200-backward-barriers.txt.
   if (c.longestFirst < 0)
     c.longestFirst = s.causal && c.persistent <= 0;
+  // dQ converted by the last dK/dV program of each head rather than by a
+  // kernel of its own: H200, 2048-4096 keys, 1.5-3% slower at D=128
+  // non-causal, 2-7% causal, 0-2% at D=64. Each arrival (its wait for the
+  // program's bulk copies, barrier and atomic) costs ~2.5 us a tile at
+  // D=128, and one program converting a head's 0.5-1 MB from L2 as much as
+  // the dq_convert kernel does for all (docs/experiments/
+  // 2026-11-26-session29.txt).
+  if (c.convertDqLast < 0)
+    c.convertDqLast = 0;
   for (int64_t b : {c.blockM, c.blockN, c.dqBlockM, c.dqBlockN})
     if (b < 16 || (b & (b - 1)))
       throw Error("attention backward: block sizes must be powers of two "
@@ -464,7 +504,10 @@ attentionBackward(const AttentionShape &shape,
   } else {
     out.push_back(dkdvKernel(cm, true, true));
   }
-  out.push_back(cm.atomicDq ? dqConvertKernel(cm) : dqKernel(cm));
+  if (!cm.atomicDq)
+    out.push_back(dqKernel(cm));
+  else if (!cm.convertLast)
+    out.push_back(dqConvertKernel(cm));
   return out;
 }
 

@@ -112,12 +112,14 @@ struct BackwardBuffers {
                   const std::map<std::string, HostTensor *> &inputs = {}) {
     const std::vector<int64_t> q{s.batch, s.heads, s.seqQ, s.headDim},
         k{s.batch, s.heads, s.seqK, s.headDim}, l{s.batch, s.heads, s.seqQ},
-        st{s.batch, s.heads, 2, statsRowLength(s.seqQ)};
+        st{s.batch, s.heads, 2, statsRowLength(s.seqQ)},
+        arrivals{s.batch, s.heads, kArrivalStride};
     const std::pair<const char *, std::pair<std::vector<int64_t>, DType>>
         all[] = {{"Q", {q, s.dtype}},         {"K", {k, s.dtype}},
                  {"V", {k, s.dtype}},         {"dO", {q, s.dtype}},
                  {"O", {q, s.dtype}},         {"LSE", {l, DType::f32}},
                  {"Stats", {st, DType::f32}}, {"dQaccum", {q, DType::f32}},
+                 {"dQarrivals", {arrivals, DType::i32}},
                  {"dQ", {q, s.dtype}},        {"dK", {k, s.dtype}},
                  {"dV", {k, s.dtype}}};
     for (const auto &[name, spec] : all) {

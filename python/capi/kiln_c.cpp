@@ -272,8 +272,7 @@ int kiln_c_attention_forward(const kiln_c_attention_options *options,
 
 int64_t kiln_c_attention_backward_workspace(int64_t batch, int64_t heads,
                                             int64_t seq_q, int64_t head_dim) {
-  return batch * heads *
-         (2 * kernels::statsRowLength(seq_q) + seq_q * head_dim);
+  return kernels::BackwardWorkspace(batch, heads, seq_q, head_dim).elements;
 }
 
 int kiln_c_attention_backward(const kiln_c_attention_options *options,
@@ -297,14 +296,22 @@ int kiln_c_attention_backward(const kiln_c_attention_options *options,
                                       DType::f32,
                                       {s.batch, s.heads, 2, row},
                                       {s.heads * 2 * row, 2 * row, row, 1}};
-                        // dQ's fp32 accumulator after the statistics (16-byte
-                        // aligned: rows of a multiple of kStatsRowMultiple).
+                        // dQ's fp32 accumulator and its arrival counters
+                        // after the statistics.
                         const int64_t D = s.headDim, Nq = s.seqQ;
+                        const kernels::BackwardWorkspace w(s.batch, s.heads,
+                                                           Nq, D);
                         t["dQaccum"] = {static_cast<float *>(workspace) +
-                                            s.batch * s.heads * 2 * row,
+                                            w.dqAccum,
                                         DType::f32,
                                         {s.batch, s.heads, Nq, D},
                                         {s.heads * Nq * D, Nq * D, D, 1}};
+                        constexpr int64_t A = kernels::kArrivalStride;
+                        t["dQarrivals"] = {static_cast<float *>(workspace) +
+                                               w.arrivals,
+                                           DType::i32,
+                                           {s.batch, s.heads, A},
+                                           {s.heads * A, A, 1}};
                         t["dO"] = refOf(d_o, s.dtype, 4, "grad_out");
                         t["dQ"] = refOf(d_q, s.dtype, 4, "dq");
                         t["dK"] = refOf(d_k, s.dtype, 4, "dk");

@@ -41,11 +41,11 @@ struct OnDevice {
       refs[name].data = b.data();
     }
   }
-  /// Poisons Stats and the gradients, launches the three kernels, and
+  /// Poisons the workspace and the gradients, launches the kernels, and
   /// downloads the gradients into the host tensors. Returns the dK/dV
   /// kernel's lowering report.
   std::string run(const kernels::AttentionBackwardKernels &ks) {
-    for (const char *out : {"Stats", "dQaccum", "dQ", "dK", "dV"})
+    for (const char *out : {"Stats", "dQaccum", "dQarrivals", "dQ", "dK", "dV"})
       buffers.at(out).fill(0xFF);
     std::string report;
     for (const Kernel &k : ks) {
@@ -148,21 +148,48 @@ TEST(BackwardOnGpu, GradientsAreBitwiseRepeatable) {
   t.expectGradientsMatch(c);
 }
 
+// dQ converted by each head's last dK/dV program (kiln::dsl::arrive) rather
+// than a kernel of its own: on persistent CTAs (D=128 non-causal), one-
+// program CTAs (D=64) and causal grids, ragged lengths, Nq != Nk, both
+// layouts. Against fp64, the workspace and gradients poisoned.
+TEST(BackwardOnGpu, LastProgramOfEachHeadConvertsDq) {
+  REQUIRE_GPU();
+  for (BackwardCase c : {BackwardCase{2, 3, 1000, 1000, 128, false, bf16},
+                         BackwardCase{1, 2, 700, 1100, 128, true, bf16},
+                         BackwardCase{2, 3, 1001, 1001, 64, false, bf16},
+                         BackwardCase{2, 2, 513, 257, 64, true, f16, true}}) {
+    SCOPED_TRACE(c.name());
+    BackwardTensors t(c);
+    OnDevice dev(t);
+    kernels::AttentionBackwardConfig config = c.config();
+    config.convertDqLast = 1;
+    kernels::AttentionBackwardKernels ks =
+        kernels::attentionBackward(c.shape(), config);
+    ASSERT_EQ(ks.size(), 2u); // no dq_convert
+    dev.run(ks);
+    t.expectGradientsMatch(c);
+  }
+}
+
 // Run-time shapes: one compile of each kernel serves N = 1000, 1001, 1003.
 TEST(BackwardOnGpu, OneCompileServesRaggedLengths) {
   REQUIRE_GPU();
   const CompileCacheStats before = compileCacheStats();
+  size_t kernelCount = 0;
   for (int64_t n : {1000, 1001, 1003}) {
     BackwardCase c{1, 2, n, n, 64, true, bf16};
     SCOPED_TRACE(c.name());
     BackwardTensors t(c);
     OnDevice dev(t);
-    dev.run(kernels::attentionBackward(c.shape()));
+    kernels::AttentionBackwardKernels ks =
+        kernels::attentionBackward(c.shape());
+    kernelCount = ks.size();
+    dev.run(ks);
     t.expectGradientsMatch(c);
   }
   const CompileCacheStats after = compileCacheStats();
   EXPECT_EQ((after.misses - before.misses) + (after.diskHits - before.diskHits),
-            3)
+            int64_t(kernelCount))
       << "one compile (or disk read) per kernel for the three lengths";
 }
 

@@ -712,6 +712,27 @@ TEST(GpuKernels, GathersAndIndicesFromMemory) {
   }
 }
 
+// Hundreds of CTAs add into one workspace and arrive at a counter; the
+// last finishes the sum: every other's atomics visible to it, each CTA
+// counted once. Against the host's sum; the output poisoned.
+TEST(GpuKernels, LastToArriveFinishesTheSum) {
+  REQUIRE_GPU();
+  Kernel k = test::splitSum();
+  for (auto [P, R] : {std::array<int64_t, 2>{1, 16}, {300, 50}, {1000, 8}}) {
+    SCOPED_TRACE(std::to_string(P) + " programs, " + std::to_string(R));
+    test::SplitSumData d(P, R);
+    DeviceTensors dt;
+    dt.add("X", d.x, false);
+    dt.add("Acc", d.acc, false);
+    dt.add("Count", d.count, false);
+    dt.add("Out", d.out, true);
+    runOnGpu(k, dt);
+    dt.download("Out", d.out);
+    dt.download("Count", d.count);
+    d.check();
+  }
+}
+
 TEST(GpuKernels, IntegerOpsAndCasts) {
   REQUIRE_GPU();
   test::IntegerData d(1000);

@@ -1,9 +1,10 @@
 //===- GatherKernels.h - DSL kernels that read addresses from memory -*- C++
 //-*-===//
 //
-// Shared by the CPU and GPU tests of gather and loadIndex: an embedding
-// lookup (rows chosen by token ids, a token count read from memory) and
-// segment sums whose loop bounds are read from memory (CSR row pointers).
+// Shared by the CPU and GPU tests of gather, loadIndex and arrive: an
+// embedding lookup (rows chosen by token ids, a token count read from
+// memory), segment sums whose loop bounds are read from memory (CSR row
+// pointers), and a split sum that the last program to arrive finishes.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_TESTS_GATHERKERNELS_H
@@ -14,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace kiln::test {
@@ -57,6 +59,64 @@ inline Kernel segmentSums() {
   store(Out.block({p, 0}), acc);
   return k.finish();
 }
+
+/// Every one of P programs adds its R x 64 slice X[p] into the fp32
+/// workspace Acc (atomics, 16 rows a step), then arrives at Count[0]; the
+/// last to arrive writes Out = Acc / 2 in bf16 (run-time P and R).
+inline Kernel splitSum() {
+  using namespace kiln::dsl;
+  KernelBuilder k("split_sum");
+  Index P = k.scalarArg("P"), R = k.scalarArg("R");
+  auto X = k.tensorArg("X", f32, {P, R, 64});
+  auto Acc = k.tensorArg("Acc", f32, {R, 64});
+  auto Count = k.tensorArg("Count", i32, {1});
+  auto Out = k.tensorArg("Out", bf16, {R, 64});
+  k.setGrid({P});
+  Index p = programId(0);
+  forRange(0, R, 16, [&](Index r0) {
+    atomicAdd(Acc.block({r0, 0}), load(X[p].block({r0, 0}, {16, 64})));
+  });
+  Index last = (arrive(Count, 0) + 1) / P;
+  forRange(0, last * R, 16, [&](Index r0) {
+    store(Out.block({r0, 0}),
+          (load(Acc.block({r0, 0}, {16, 64})) * 0.5).to(bf16));
+  });
+  return k.finish();
+}
+
+/// The split sum's tensors: random slices, the workspace and the count
+/// zeroed, the output poisoned.
+struct SplitSumData {
+  HostTensor x, acc, count, out;
+  SplitSumData(int64_t P, int64_t R)
+      : x(DType::f32, {P, R, 64}), acc(DType::f32, {R, 64}),
+        count(DType::i32, {1}), out(DType::bf16, {R, 64}) {
+    x.fillRandom(uint64_t(P * 1000 + R));
+    for (int64_t i = 0; i < acc.numel(); ++i)
+      acc.flatSet(i, 0.0);
+    count.flatSet(0, 0.0);
+    out.poison();
+  }
+  /// Out within bf16's rounding of half the sum, and every program counted.
+  void check() const {
+    const int64_t P = x.shape()[0], R = x.shape()[1];
+    EXPECT_EQ(int64_t(count.flatAt(0)), P);
+    int64_t bad = 0;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < 64; ++c) {
+        double want = 0;
+        for (int64_t p = 0; p < P; ++p)
+          want += x.flatAt((p * R + r) * 64 + c);
+        want *= 0.5;
+        double got = out.flatAt(r * 64 + c);
+        if (!(std::abs(got - want) <= 1e-2 * std::abs(want) + 1e-3) &&
+            bad++ < 5)
+          ADD_FAILURE() << "Out[" << r << ", " << c << "] = " << got
+                        << ", want " << want;
+      }
+    EXPECT_EQ(bad, 0);
+  }
+};
 
 /// The embedding lookup's tensors: a V x D table, T ids (some outside the
 /// table), a count below T, the output poisoned.

@@ -39,6 +39,34 @@ TEST(Gather, LoopBoundsFromMemoryOnTheCpu) {
   }
 }
 
+// The last of P programs (host threads run them in any order) sees every
+// other's atomics and finishes the sum.
+TEST(Arrive, LastProgramFinishesTheSumOnTheCpu) {
+  Kernel k = test::splitSum();
+  for (auto [P, R] : {std::array<int64_t, 2>{1, 16}, {7, 50}, {64, 33}}) {
+    SCOPED_TRACE(std::to_string(P) + " programs, " + std::to_string(R));
+    test::SplitSumData d(P, R);
+    runOnCpu(k, k.bind({{"X", d.x.ref()},
+                        {"Acc", d.acc.ref()},
+                        {"Count", d.count.ref()},
+                        {"Out", d.out.ref()}}));
+    d.check();
+  }
+}
+
+// Every thread waits for its own writes and fences; one thread per program
+// adds to the counter with release and acquire at device scope.
+TEST(Arrive, LowersToOneAtomicPerProgram) {
+  CompiledKernel c = compileForGpu(test::splitSum(), {"sm_90a"});
+  EXPECT_EQ(test::countOf(c.ptx, "atom.add.acq_rel.gpu.global.u32"), 1u);
+  EXPECT_GT(test::countOf(c.ptx, "fence.acq_rel.gpu"), 0u);
+  std::string report;
+  for (const std::string &line : c.report)
+    report += line + "\n";
+  EXPECT_THAT(report, HasSubstr("arrive: each thread waits for its bulk "
+                                "copies"));
+}
+
 TEST(Gather, LowersToVectorLoadsAndAScalarLoad) {
   GpuTarget target{"sm_90a"};
   target.scalarClasses["D"] = ScalarClass::DivisibleBy16;
@@ -89,6 +117,15 @@ TEST(Gather, MisuseNamesTheUsersLine) {
   EXPECT_THAT(error, HasSubstr("GatherTest.cpp:" + std::to_string(line) +
                                ": loadIndex from T: the tensor must hold i32, "
                                "it holds f32"));
+  error = test::errorOf([&] {
+    dsl::KernelBuilder k("bad_arrive", {1});
+    auto T = k.tensorArg("T", dsl::f32, {16});
+    line = __LINE__ + 1;
+    dsl::arrive(T, 0);
+  });
+  EXPECT_THAT(error, HasSubstr("GatherTest.cpp:" + std::to_string(line) +
+                               ": arrive at T: the counters must be i32, "
+                               "they are f32"));
 }
 
 } // namespace

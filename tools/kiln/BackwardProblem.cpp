@@ -39,6 +39,7 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   c.kvInRegisters = opts.int32("kv-in-registers", -1);
   c.scoresByQueries = opts.int32("scores-by-queries", -1);
   c.tmaStore = opts.int32("tma-store", -1);
+  c.convertDqLast = opts.int32("convert-dq-last", -1);
   c.headGroup = opts.integer("head-group", 0);
   return c;
 }
@@ -85,9 +86,12 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
     return true;
   });
   // The schedule the defaults chose, as the user would ask for it.
-  std::string dq = c.deterministic > 0
-                       ? fmt::format("dQ kernel {}x{}", c.dqBlockM, c.dqBlockN)
-                       : std::string("dQ by atomics");
+  std::string dq =
+      c.deterministic > 0
+          ? fmt::format("dQ kernel {}x{}", c.dqBlockM, c.dqBlockN)
+          : std::string(c.convertDqLast > 0
+                            ? "dQ by atomics, converted by each head's last"
+                            : "dQ by atomics");
   p.summary = fmt::format(
       "attention-backward B={} H={} Nq={} Nk={} D={} {} {} layout={} "
       "dK/dV {}x{} {} warps={} stages={}{}{}{}{}{}",
@@ -137,6 +141,11 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
         HostTensor acc(DType::f32, qShape);
         acc.poison(); // the first kernel zeroes it
         p.tensors.emplace(t.name, std::move(acc));
+      } else if (t.name == "dQarrivals" && !p.tensors.count(t.name)) {
+        HostTensor counts(DType::i32,
+                          {s.batch, s.heads, kernels::kArrivalStride});
+        counts.poison(); // the first kernel zeroes them
+        p.tensors.emplace(t.name, std::move(counts));
       }
   for (auto &[name, t] : {std::pair<const char *, HostTensor *>{"Q", &q},
                           {"K", &k},

@@ -79,7 +79,8 @@ int benchAttentionBackward(Options &opts) {
                        v = randomDevice(*dtype, n, seed + 2),
                        dO = randomDevice(*dtype, n, seed + 3), o(n * 2),
                        dq(n * 2), dk(n * 2), dv(n * 2), lse(rowsN * 4),
-                       dqAccum(n * 4), stats(size_t(B * H * 2 * statsRow) * 4);
+                       dqAccum(n * 4), stats(size_t(B * H * 2 * statsRow) * 4),
+                       arrivals(size_t(B * H * kernels::kArrivalStride) * 4);
           const std::vector<int64_t> shape{B, H, N, D},
               st{H * N * D, N * D, D, 1};
           auto ref = [&](cuda::Buffer &b) -> TensorRef {
@@ -101,6 +102,11 @@ int benchAttentionBackward(Options &opts) {
                 {B, H, 2, statsRow},
                 {H * 2 * statsRow, 2 * statsRow, statsRow, 1}}},
               {"dQaccum", {dqAccum.data(), DType::f32, shape, st}},
+              {"dQarrivals",
+               {arrivals.data(),
+                DType::i32,
+                {B, H, kernels::kArrivalStride},
+                {H * kernels::kArrivalStride, kernels::kArrivalStride, 1}}},
               {"dQ", ref(dq)},
               {"dK", ref(dk)},
               {"dV", ref(dv)}};

@@ -152,7 +152,8 @@ kernels and their shape options:
              [--kv-in-registers 0|1] (dK/dV: K and V in registers for the
              loop's first two dots) [--scores-by-queries 0|1] (dK/dV: S = Q·Kᵀ,
              P and dS staged, rather than Sᵀ = K·Qᵀ) [--tma-store 0|1] (dK/dV
-             written by TMA from a staging tile)
+             written by TMA from a staging tile) [--convert-dq-last 0|1]
+             (dQ converted by each head's last dK/dV program, or a kernel)
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
              [--group-m G] [--static-shapes 0|1]

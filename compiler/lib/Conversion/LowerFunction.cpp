@@ -224,6 +224,10 @@ void Lowerer::lowerOp(Operation *op) {
     scalars[r] = lowerLoadIndex(li);
     return;
   }
+  if (auto a = dyn_cast<ArriveOp>(op)) {
+    scalars[r] = lowerArrive(a);
+    return;
+  }
   if (!isTile(r)) { // scalar index arithmetic
     SmallVector<Value> operands;
     for (Value o : op->getOperands())

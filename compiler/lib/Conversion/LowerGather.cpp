@@ -6,12 +6,15 @@
 // same conditions as a block load's (the tensor's aligned specialisation,
 // the row length and starting column multiples of the width).
 // kiln.load_index: one load of the same address in every thread, guarded by
-// the index's range.
+// the index's range. kiln.arrive: one atomic add per program, after every
+// thread's writes, its result handed to all through shared memory.
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
 
 #include "kiln/Dialect/Kiln/IR/TensorArgs.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
 using namespace mlir;
 
@@ -111,6 +114,68 @@ Value Lowerer::lowerLoadIndex(LoadIndexOp op) {
     scf::YieldOp::create(b, loc, pad);
   }
   return ifOp.getResult(0);
+}
+
+Value Lowerer::lowerArrive(ArriveOp op) {
+  // This thread's writes are complete and ordered before the arrival: its
+  // bulk copies (TMA stores and reductions, through the async proxy) and
+  // its st/red.global; then every thread of the program is past that point.
+  NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, b.getI32IntegerAttr(0),
+                                       UnitAttr());
+  NVVM::FenceProxyOp::create(
+      b, loc,
+      NVVM::ProxyKindAttr::get(b.getContext(), NVVM::ProxyKind::async_global),
+      NVVM::SharedSpaceAttr());
+  LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{},
+                            "fence.acq_rel.gpu;", "", /*has_side_effects=*/true,
+                            /*is_align_stack=*/false, LLVM::TailCallKind::None,
+                            LLVM::AsmDialectAttr(), ArrayAttr());
+  barrier();
+  // One thread adds 1 (release: the program's writes; acquire: those of the
+  // programs that arrived before) and hands the old count to the others
+  // through shared memory.
+  smemBytes = std::max<int64_t>(smemBytes, 4);
+  Value slot = smemPtr(i32(0));
+  Value index = scalarOf(op.getIndex());
+  Value first = arith::AndIOp::create(
+      b, loc,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp, i32(0)),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, i32(0)));
+  ifThen(first, [&] {
+    Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, index,
+                                     scalarOf(op.getSize()));
+    auto ifOp = scf::IfOp::create(b, loc, TypeRange{b.getI32Type()}, ok,
+                                  /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      Value off = arith::MulIOp::create(
+          b, loc, arith::ExtSIOp::create(b, loc, b.getI64Type(), index),
+          arith::ExtSIOp::create(b, loc, b.getI64Type(),
+                                 scalarOf(op.getStride())));
+      Value base = scalarOf(op.getPtr());
+      Value addr = LLVM::GEPOp::create(b, loc, base.getType(), b.getI32Type(),
+                                       base, ValueRange{off});
+      Value old =
+          LLVM::InlineAsmOp::create(
+              b, loc, b.getI32Type(), ValueRange{addr},
+              "atom.add.acq_rel.gpu.global.u32 $0, [$1], 1;", "=r,l,~{memory}",
+              /*has_side_effects=*/true, /*is_align_stack=*/false,
+              LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr())
+              .getResult(0);
+      scf::YieldOp::create(b, loc, old);
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      scf::YieldOp::create(b, loc, i32(-1));
+    }
+    LLVM::StoreOp::create(b, loc, ifOp.getResult(0), slot);
+  });
+  barrier();
+  Value count = LLVM::LoadOp::create(b, loc, b.getI32Type(), slot);
+  barrier(); // the slot is free again (scratch of the ops after)
+  note(op, "arrive: each thread waits for its bulk copies, fence.acq_rel.gpu, "
+           "a barrier, then one atom.add.acq_rel.gpu per program, the count "
+           "handed out through shared memory");
+  return count;
 }
 
 } // namespace kiln::gpu

@@ -69,8 +69,7 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
   }
 }
 
-/// Registers 0..n-1 hold n consecutive elements of the last dimension.
-static int64_t vectorWidth(const Layout &l) {
+int64_t vectorWidth(const Layout &l) {
   int64_t n = 1;
   for (const Coord &c : l.reg) {
     bool next = c.back() == n;

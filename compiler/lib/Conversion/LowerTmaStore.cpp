@@ -83,6 +83,17 @@ void Lowerer::planTmaStores() {
       return;
     }
     BlockWrite w = BlockWrite::of(op);
+    // A tile whose threads hold runs of 4 or more elements of a row (a
+    // loaded tile, converted) goes out in vector stores, without a staging
+    // tile's shared memory (under persistent CTAs, bytes of their own beside
+    // every loop's buffers) and its barriers. MMA accumulators hold pairs.
+    if (const int64_t run = vectorWidth(layoutOf(w.value));
+        isa<StoreOp>(op) && run >= 4) {
+      tmaStoreFallback[op] = "its threads hold runs of " +
+                             std::to_string(run) +
+                             " elements of a row (vector st.global)";
+      return;
+    }
     std::string why;
     std::optional<TmaLoad> t =
         matchTmaBlock(w.ptr, w.offsets, w.shape, w.strides, w.value, why);

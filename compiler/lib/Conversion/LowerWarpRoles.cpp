@@ -148,9 +148,19 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
     ringSlot = ringPhase = i32(0);
     auto leader = scf::IfOp::create(b, loc, isTmaLeader(), false);
     b.setInsertionPoint(leader.thenBlock()->getTerminator());
+    // Arrivals at counters are the compute warps' (after their writes), and
+    // so is the scalar code that depends on their counts.
+    llvm::DenseSet<Value> arrivals;
+    for (Operation &op : body.without_terminator())
+      if (isa<ArriveOp>(op) || llvm::any_of(op.getOperands(), [&](Value v) {
+            return arrivals.contains(v);
+          }))
+        arrivals.insert(op.result_begin(), op.result_end());
     auto produce = [&] {
       waitForPreviousTile();
       for (Operation &op : body.without_terminator()) {
+        if (op.getNumResults() == 1 && arrivals.contains(op.getResult(0)))
+          continue;
         if (auto f = dyn_cast<scf::ForOp>(op); f && mbarrierBase.count(f))
           lowerProducerLoop(f);
         else if (auto ld = dyn_cast<LoadOp>(op);

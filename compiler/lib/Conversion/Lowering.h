@@ -88,6 +88,10 @@ struct SmemTile {
 /// anything is lowered.
 void checkDotOnTensorCores(DotOp op);
 
+/// n where registers 0..n-1 of layout `l` hold n consecutive elements of the
+/// last dimension (what one vector access can move).
+int64_t vectorWidth(const Layout &l);
+
 /// Why accesses through `ptr` take no vectors, cp.async or TMA: its tensor
 /// argument is not specialised as aligned (kiln.aligned), for the report.
 std::string unalignedReason(mlir::Value ptr);
@@ -169,6 +173,9 @@ public:
   int64_t gatherWidth(GatherOp op);
   /// One i32 from memory, the same in every thread.
   mlir::Value lowerLoadIndex(LoadIndexOp op);
+  /// The program's arrival at a counter (kiln.arrive): after its writes,
+  /// one atomic add by one thread, the old count in every thread.
+  mlir::Value lowerArrive(ArriveOp op);
   void lowerStore(StoreOp op);
   /// One atomic read-modify-write per element (red/atom.global), masked.
   void lowerAtomic(AtomicRMWOp op);

@@ -233,6 +233,24 @@ private:
                                        ptr.elemType));
       return r;
     }
+    if (auto a = dyn_cast<ArriveOp>(op)) {
+      const RtValue &ptr = *in[0];
+      if (!ptr.ptr)
+        fault(op, "null pointer");
+      int64_t i = scalar(a.getIndex()), n = scalar(a.getSize());
+      auto r = makeValue(rt);
+      r->i[0] = -1;
+      if (i >= 0 && i < n) {
+        char *at = ptr.ptr + i * scalar(a.getStride()) * 4;
+        std::lock_guard<std::mutex> lock(atomicMutex());
+        int32_t old;
+        std::memcpy(&old, at, 4);
+        int32_t next = old + 1;
+        std::memcpy(at, &next, 4);
+        r->i[0] = old;
+      }
+      return r;
+    }
     if (auto s = dyn_cast<StoreOp>(op)) {
       execStore(s, in);
       return std::make_shared<RtValue>();
@@ -396,13 +414,18 @@ private:
   }
 
   /// Programs run on several host threads: one lock makes each
-  /// read-modify-write atomic.
-  void execAtomic(AtomicRMWOp op, ArrayRef<RtRef> in) {
+  /// read-modify-write atomic (and orders a program's writes before its
+  /// arrival at a counter with the reads of the program that arrives after).
+  static std::mutex &atomicMutex() {
     static std::mutex mutex;
+    return mutex;
+  }
+
+  void execAtomic(AtomicRMWOp op, ArrayRef<RtRef> in) {
     const RtValue &val = *in[0], &ptr = *in[1];
     BlockAddr a =
         blockAddr(op, ptr, op.getOffsets(), op.getShape(), op.getStrides());
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> lock(atomicMutex());
     forEachIndex(val.shape, [&](int64_t k, ArrayRef<int64_t> idx) {
       int64_t off = a.byteOffset(idx);
       if (off < 0)

@@ -282,6 +282,14 @@ Tile gather(const TensorView &table, const Tile &rows, Index col, int64_t cols,
 /// is `padding`.
 Index loadIndex(const TensorView &view, Index i, int64_t padding = 0,
                 Loc loc = Loc::current());
+/// Counts this program's arrival at element i of a 1-D i32 view, once per
+/// program and after every global write it made before (stores, atomics)
+/// has completed; returns the count before, the same in every thread. Of n
+/// programs that arrive at one counter, the one that reads n - 1 is the last
+/// and sees every write the others made before arriving: the place to finish
+/// what they accumulated (convert an fp32 workspace). Outside the view it
+/// counts nothing and reads -1.
+Index arrive(const TensorView &counters, Index i, Loc loc = Loc::current());
 
 //===----------------------------------------------------------------------===//
 // Loops

@@ -14,7 +14,9 @@
 // no atomics: the result is the same bit for bit on every run. Otherwise the
 // dK/dV kernel also adds its part of dQ, dS·K, into an fp32 workspace
 // dQaccum (B, H, Nq, D) with atomics (TMA bulk reductions on sm_90a), the
-// first kernel zeroes it and a last one, dq_convert, scales and converts it.
+// first kernel zeroes it and a last one, dq_convert, scales and converts it
+// (or, with convertDqLast, the dK/dV program that finishes last for its
+// (batch, head) converts that head's rows).
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_KERNELS_ATTENTIONBACKWARD_H
@@ -102,16 +104,25 @@ struct AttentionBackwardConfig {
   /// (KernelBuilder::setTmaStores) rather than from registers: 1 yes, 0 no,
   /// -1 under wgmma and TMA with dQ by atomics.
   int tmaStore = -1;
+  /// With dQ by atomics: the dK/dV program that arrives last at its
+  /// (batch, head)'s counter (kiln::dsl::arrive) converts that head's dQ,
+  /// from L2, while other programs still run: 1 yes, 0 a dq_convert kernel
+  /// after the dK/dV kernel, -1 where measured faster (0: 1 was slower at
+  /// every shape measured).
+  int convertDqLast = -1;
 };
 
 /// The kernels in launch order: attention_bwd_delta, attention_bwd_dkdv
 /// (or attention_bwd_dk and attention_bwd_dv), attention_bwd_dq (or, with
-/// atomics, attention_bwd_dq_convert). Their tensors: Q, K, V, O (the
-/// forward's output), dO, LSE (the forward's), Stats (fp32 (B, H, 2,
-/// statsRowLength(Nq)) with a contiguous last dimension, a workspace the
-/// first kernel writes), dQaccum (fp32 (B, H, Nq, D), contiguous, a
-/// workspace; taken only with atomics), dQ, dK, dV; each kernel binds the
-/// ones it takes (Kernel::tensorsIn).
+/// atomics, attention_bwd_dq_convert unless convertDqLast). Their tensors:
+/// Q, K, V, O (the forward's output), dO, LSE (the forward's), Stats (fp32
+/// (B, H, 2, statsRowLength(Nq)) with a contiguous last dimension, a
+/// workspace the first kernel writes), dQaccum (fp32 (B, H, Nq, D),
+/// contiguous, a workspace; taken only with atomics), dQarrivals (i32 (B,
+/// H, kArrivalStride), contiguous, a workspace the first kernel zeroes;
+/// taken only with convertDqLast), dQ, dK, dV; each kernel binds the ones
+/// it takes (Kernel::tensorsIn). backwardWorkspace says where each
+/// workspace goes in one allocation.
 using AttentionBackwardKernels = std::vector<Kernel>;
 
 /// What the workspace's row length is a multiple of: whole blocks of queries
@@ -123,6 +134,20 @@ inline constexpr int64_t kStatsRowMultiple = 128;
 inline int64_t statsRowLength(int64_t seqQ) {
   return (seqQ + kStatsRowMultiple - 1) / kStatsRowMultiple * kStatsRowMultiple;
 }
+
+/// i32 per (batch, head) in dQarrivals (the counter is the first: 64 bytes
+/// apart, no two heads' counters in one L2 sector).
+inline constexpr int64_t kArrivalStride = 16;
+
+/// The backward's workspaces in one allocation of 4-byte elements: Stats,
+/// then dQaccum, then dQarrivals (each 16-byte aligned).
+struct BackwardWorkspace {
+  int64_t stats = 0, dqAccum, arrivals, elements;
+  BackwardWorkspace(int64_t batch, int64_t heads, int64_t seqQ, int64_t headDim)
+      : dqAccum(batch * heads * 2 * statsRowLength(seqQ)),
+        arrivals(dqAccum + (batch * heads * seqQ * headDim + 3) / 4 * 4),
+        elements(arrivals + batch * heads * kArrivalStride) {}
+};
 
 /// The config with its zero fields filled in for `shape`.
 AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &shape,

@@ -147,6 +147,13 @@ LogicalResult LoadIndexOp::verify() {
   return success();
 }
 
+LogicalResult ArriveOp::verify() {
+  Type pointee = cast<PointerType>(getPtr().getType()).getPointeeType();
+  if (!pointee.isInteger(32))
+    return emitOpError() << "counts in an i32 tensor, not " << pointee;
+  return success();
+}
+
 LogicalResult StoreOp::verify() {
   return verifyBlockAccess(*this, getPtr().getType(), getValue().getType(),
                            getOffsets().size(), getShape().size(),

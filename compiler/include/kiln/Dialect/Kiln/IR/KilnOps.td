@@ -167,6 +167,30 @@ def Kiln_AtomicRMWOp : Kiln_Op<"atomic_rmw", [AttrSizedOperandSegments]> {
   let hasVerifier = 1;
 }
 
+def Kiln_ArriveOp : Kiln_Op<"arrive", []> {
+  let summary = "count this program's arrival at an i32 counter in memory";
+  let description = [{
+    Once per program, after every write to global memory the program made
+    before it (stores, atomics, bulk copies) has completed: adds 1 to
+    element `index` of the 1-D i32 global tensor at `ptr` (extent `size`,
+    `stride` in elements) and returns the count before the add, the same in
+    every thread. Of n programs that arrive at one counter, the one that
+    reads n - 1 arrives last, and every write the others made before their
+    arrival is visible to it (release and acquire at device scope): it can
+    finish what they accumulated (convert a workspace, reset the counter).
+    An index outside [0, size) adds nothing and reads -1.
+  }];
+  let arguments = (ins Arg<Kiln_PointerType, "global tensor",
+                           [MemRead, MemWrite]>:$ptr,
+                   I32:$index, I32:$size, I32:$stride);
+  let results = (outs I32:$result);
+  let assemblyFormat = [{
+    $ptr `[` $index `]` `shape` `[` $size `]` `strides` `[` $stride `]`
+    attr-dict `:` qualified(type($ptr))
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Compute
 //===----------------------------------------------------------------------===//
