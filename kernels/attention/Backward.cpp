@@ -445,15 +445,19 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // 4096); non-causal D = 128 at every length since the bounds proofs of
   // session 27, +2-3% at 2048 and, two rounds each, H100 +1.3-3.3% at
   // 3001-16384, H200 +1.9-2.8% at 3001-8192 (2026-11-25-session28.txt);
-  // non-causal D = 64 (scores by queries) up to 1536 keys: +5% at 1000, +1.5%
-  // at 1536, even at 2048 (2026-11-25-h100-session26.txt; H200 0.4-2.7% slower
-  // at 2048-4096, session 28).
+  // non-causal D = 64 (scores by queries) at every length since its
+  // persistent CTAs keep a staged operand's copies (their compute-only
+  // buffers placed by liveness within a tile): H200, A B C C B A, +3% at
+  // 1000, +1.5% at 1536, +2.2% at 2048, +1% at 4096, +0.8% at 8192
+  // (2026-11-26-session29.txt; before, without the copies: H100 +5% at 1000,
+  // even at 2048, 2026-11-25-h100-session26.txt; H200 0.4-2.7% slower at
+  // 2048-4096, session 28).
   if (c.persistent < 0)
     c.persistent =
         c.warpSpecialize > 0 &&
         (s.headDim > 64 ? c.warps == 8 && (!s.causal || s.seqK <= 2048)
          : s.causal     ? oneWarpgroup && s.seqK <= 2048
-                        : wide && s.seqK <= 1536);
+                        : wide);
   if (c.dynamicTiles < 0)
     c.dynamicTiles = c.persistent > 0;
   // dK and dV staged in shared memory and written by TMA (the bulk copies

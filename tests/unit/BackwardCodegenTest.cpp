@@ -111,3 +111,40 @@ TEST(Codegen, PersistentBackwardTiles) {
   EXPECT_LE(assembleWithPtxas(full).spillStoreBytes, 16);
   EXPECT_LE(assembleWithPtxas(causal).spillStoreBytes, 16);
 }
+
+namespace {
+
+// Persistent CTAs keep the producer's buffers live across tiles; where that
+// leaves a staged operand without its copies (D=64's scores by queries: the
+// stage ring, P and dS staged, dQ's reduction tile and dK/dV's staging tile),
+// the compute warps' own buffers are placed by liveness within a tile: the
+// epilogue's staging tile takes a staged operand's bytes and P keeps a copy
+// per stage, in the bytes a one-program CTA has. The report says so.
+TEST(Codegen, PersistentTilesPlaceComputeBuffersWithinATile) {
+  kernels::AttentionShape s = selfAttention(2048, 64, false);
+  s.heads = 32;
+  const GpuTarget hopper{"sm_90a", 0};
+  kernels::AttentionBackwardConfig persistent, onePerCta;
+  persistent.persistent = 1;
+  onePerCta.persistent = 0;
+  CompiledKernel p =
+      compileForGpu(kernels::attentionBackward(s, persistent)[1], hopper);
+  CompiledKernel one =
+      compileForGpu(kernels::attentionBackward(s, onePerCta)[1], hopper);
+  const std::string report = reportOf(p);
+  EXPECT_THAT(report, HasSubstr("persistent: the grid's"));
+  EXPECT_THAT(report, HasSubstr("persistent: the compute warps' own buffers "
+                                "(staged operands, their copies, TMA staging "
+                                "tiles) placed by liveness within a tile"));
+  EXPECT_EQ(countOf(report, "(copies for stages 1-1)"), 1u) << report;
+  EXPECT_EQ(countOf(report, ": TMA (cp.async.bulk.tensor from a 128-byte "),
+            2u)
+      << report; // dK and dV's store (sharing one tile)
+  EXPECT_THAT(report, HasSubstr("TMA reduction (cp.reduce.async.bulk.tensor"));
+  EXPECT_EQ(p.sharedBytes, one.sharedBytes) << report;
+  EXPECT_THAT(reportOf(one), ::testing::Not(HasSubstr("within a tile")));
+  // The non-persistent kernel has the copy too: same buffers, one CTA each.
+  EXPECT_EQ(countOf(reportOf(one), "(copies for stages 1-1)"), 1u);
+}
+
+} // namespace

@@ -72,7 +72,8 @@ struct ConvertKilnToLLVM
           return lowerer.run(module);
         };
         std::unique_ptr<kiln::gpu::Lowerer> first;
-        auto relower = [&](int64_t gatedFrom, int64_t retriedBytes) {
+        auto relower = [&](int64_t gatedFrom, int64_t retriedBytes,
+                           bool tileLocal = false) {
           for (auto fn :
                llvm::make_early_inc_range(module.getOps<LLVM::LLVMFuncOp>()))
             if (fn.getName() == f.getName())
@@ -81,6 +82,7 @@ struct ConvertKilnToLLVM
                                                        numStages);
           first->gatedFrom = gatedFrom;
           first->retriedBytes = retriedBytes;
+          first->tileLocalCompute = tileLocal;
           return lower(*first);
         };
         int64_t bytes = relower(0, 0);
@@ -96,6 +98,23 @@ struct ConvertKilnToLLVM
           bytes = relower(std::max(bytes, first->crowdedPeak), 0);
           if (fitted && first->tmaStores.size() <= stores)
             bytes = relower(0, 0);
+        }
+        // A staged operand without its copies (a barrier in every
+        // iteration) because persistent CTAs keep every buffer live: the
+        // compute warps' own buffers by liveness within a tile instead,
+        // kept where that fits and places more copies and no fewer TMA
+        // stores.
+        if (first->copiesCrowded) {
+          const size_t copies = first->stagedCopies.size(),
+                       stores = first->tmaStores.size();
+          const int64_t gated = first->gatedFrom;
+          int64_t local = relower(gated, 0, /*tileLocal=*/true);
+          if (local <= sharedLimit &&
+              first->stagedCopies.size() > copies &&
+              first->tmaStores.size() >= stores)
+            bytes = local;
+          else
+            bytes = relower(gated, 0);
         }
         // The TMA stores' staging tiles were placed before the scratch area
         // (conversions, reductions) was known: when the sum does not fit,

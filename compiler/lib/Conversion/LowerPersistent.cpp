@@ -134,6 +134,12 @@ void Lowerer::planPersistent(int64_t &top) {
 }
 
 void Lowerer::endTile(TileRole role) {
+  if (tileLocalCompute && role == TileRole::Consumer) {
+    // The next tile's staging may write where this one's bulk copies read
+    // and other warps staged or read: both done first.
+    finishTmaStores();
+    barrier();
+  }
   if (!gatedFrom || role == TileRole::Producer)
     return;
   finishTmaStores(); // the bulk copies have read their staging tiles

@@ -139,7 +139,8 @@ void Lowerer::planTmaStores() {
     const int64_t before = shared.peak();
     const int64_t at =
         shared.place(sharedBuffer("TMA staging tile " + lineOf(op), bytes,
-                                  topIndexOf(op), int(bodyOps.size()) - 1));
+                                  topIndexOf(op), int(bodyOps.size()) - 1,
+                                  /*computeOnly=*/true));
     if (shared.peak() > sharedLimit) {
       if (!persistentGrid.empty() && !gatedFrom)
         crowdedPeak = std::max(crowdedPeak, shared.peak());

@@ -314,7 +314,7 @@ public:
   /// A buffer live from top-level op `first` to `last` (throughout when
   /// CTAs are persistent).
   SharedBuffer sharedBuffer(std::string what, int64_t bytes, int first,
-                            int last) const;
+                            int last, bool computeOnly = false) const;
   /// The index of `op`'s top-level ancestor in the body.
   int topIndexOf(mlir::Operation *op) const;
   /// "file:line" of `op`'s source.
@@ -415,6 +415,13 @@ public:
   int64_t gatedFrom = 0;
   /// Without the gate: the bytes a crowded-out TMA staging tile needed.
   int64_t crowdedPeak = 0;
+  /// Persistent CTAs with a producer warpgroup: the buffers only the compute
+  /// warps write (staged operands and their copies, TMA staging tiles) are
+  /// placed by liveness within a tile, and the compute warps meet at each
+  /// tile's end (their bulk copies done reading): the producer's buffers
+  /// stay live across tiles. Set for a second lowering where the first
+  /// left a staged operand without its copies (copiesCrowded).
+  bool tileLocalCompute = false, copiesCrowded = false;
   /// The tile gate's mbarrier (every compute thread arrives at a tile's end).
   int64_t tileGate = -1;
   llvm::DenseMap<mlir::Operation *, TmaStore> tmaStores;

@@ -70,11 +70,13 @@ int Lowerer::topIndexOf(Operation *op) const {
 }
 
 SharedBuffer Lowerer::sharedBuffer(std::string what, int64_t bytes, int first,
-                                   int last) const {
+                                   int last, bool computeOnly) const {
   // Persistent CTAs run the body again for the next tile (its producer
   // fetches ahead into the ring): every buffer lives throughout, unless the
-  // producer waits for each tile's end (gatedFrom).
-  if (!persistentGrid.empty() && !gatedFrom)
+  // producer waits for each tile's end (gatedFrom) or only the compute
+  // warps write it and they meet at each tile's end (tileLocalCompute).
+  if (!persistentGrid.empty() && !gatedFrom &&
+      !(computeOnly && tileLocalCompute))
     first = 0, last = int(bodyOps.size()) - 1;
   return {std::move(what), bytes, first, last};
 }
@@ -196,10 +198,18 @@ void Lowerer::planSharedMemory() {
     }
     bytes = shared.place(
         sharedBuffer("staged operand " + lineOf(v.getDefiningOp()), bytes,
-                     first, std::max(first, lastReader(*this, v))));
+                     first, std::max(first, lastReader(*this, v)),
+                     /*computeOnly=*/true));
   }
   planTmaStores();
   planStagedCopies();
+  if (tileLocalCompute)
+    report.push_back(
+        "persistent: the compute warps' own buffers (staged operands, their "
+        "copies, TMA staging tiles) placed by liveness within a tile, the "
+        "compute warps meeting at each tile's end (their bulk copies done "
+        "reading): live across tiles, the copies of a staged operand did not "
+        "fit");
 }
 
 void Lowerer::planStagedCopies() {
@@ -235,21 +245,42 @@ void Lowerer::planStagedCopies() {
       last = std::max({last, topIndexOf(def), lastReader(*this, u)});
     }
     // No other buffer may take these bytes: a warp writes its copy 0 while
-    // others may still read what was there.
+    // others may still read what was there. (Within a tile, one that holds
+    // data only outside the loops, such as an epilogue's staging tile, is
+    // behind a barrier of every compute warp on either side: at its first
+    // write, and at the tile's end.)
+    auto apart = [&](const SharedBuffer &o) {
+      return tileLocalCompute && (o.last < first || last < o.first);
+    };
     for (const SharedBuffer &o : shared.all()) {
+      if (apart(o))
+        continue;
       const bool member =
           o.offset == offset && o.bytes == bytes &&
           llvm::any_of(group, [&](Value u) {
             const int at = topIndexOf(u.getDefiningOp());
             const SharedBuffer own =
-                sharedBuffer("", bytes, at, std::max(at, lastReader(*this, u)));
+                sharedBuffer("", bytes, at, std::max(at, lastReader(*this, u)),
+                             /*computeOnly=*/true);
             return o.first == own.first && o.last == own.last;
           });
       if (!member && o.offset < offset + bytes && offset < o.offset + o.bytes)
         ok = false;
     }
-    if (!ok)
+    // Crowded out by buffers that persistent CTAs keep live across tiles:
+    // worth a lowering that places the compute warps' own by liveness.
+    auto crowded = [&] {
+      if (!persistentGrid.empty() && producerWarps && !gatedFrom &&
+          !tileLocalCompute &&
+          llvm::all_of(group, [&](Value u) {
+            return fedByRing(u.getDefiningOp()->getParentOp());
+          }))
+        copiesCrowded = true;
+    };
+    if (!ok) {
+      crowded();
       continue;
+    }
     shared.place(sharedBuffer(
         "staged operand " + lineOf(v.getDefiningOp()) +
             " (copies for stages 1-" + std::to_string(numStages - 1) +
@@ -257,10 +288,16 @@ void Lowerer::planStagedCopies() {
                  ? ", its " + std::to_string(group.size()) + " loops'"
                  : std::string()) +
             ")",
-        bytes * (numStages - 1), first, last));
+        bytes * (numStages - 1), first, last, /*computeOnly=*/true));
+    const SharedBuffer &copies = shared.all().back();
     if (shared.peak() > sharedLimit ||
-        shared.overlapped(shared.all().back().offset)) {
+        llvm::any_of(shared.all(), [&](const SharedBuffer &o) {
+          return &o != &copies && !apart(o) &&
+                 o.offset < copies.offset + copies.bytes &&
+                 copies.offset < o.offset + o.bytes;
+        })) {
       shared.unplace();
+      crowded();
       continue;
     }
     for (Value u : group)
