@@ -91,29 +91,36 @@ Regs Lowerer::lowerGather(GatherOp op) {
   return out;
 }
 
-Value Lowerer::lowerLoadIndex(LoadIndexOp op) {
-  Value index = scalarOf(op.getIndex());
-  Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, index,
-                                   scalarOf(op.getSize()));
-  Value pad = i32(op.getPadding());
+/// `access(address)` of element `index` (stride `stride`) of the i32 tensor
+/// at `ptr` where 0 <= index < size, else `outside`: the value in every
+/// thread that runs it.
+static Value guardedElement(OpBuilder &b, Location loc, Value ptr, Value index,
+                            Value size, Value stride, Value outside,
+                            llvm::function_ref<Value(Value)> access) {
+  Value ok =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, index, size);
   auto ifOp = scf::IfOp::create(b, loc, TypeRange{b.getI32Type()}, ok,
                                 /*withElse=*/true);
-  {
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    Value off = arith::MulIOp::create(
-        b, loc, arith::ExtSIOp::create(b, loc, b.getI64Type(), index),
-        arith::ExtSIOp::create(b, loc, b.getI64Type(),
-                               scalarOf(op.getStride())));
-    Value base = scalarOf(op.getPtr());
-    Value addr = LLVM::GEPOp::create(b, loc, base.getType(), b.getI32Type(),
-                                     base, ValueRange{off});
-    scf::YieldOp::create(
-        b, loc, LLVM::LoadOp::create(b, loc, b.getI32Type(), addr).getResult());
-    b.setInsertionPointToStart(ifOp.elseBlock());
-    scf::YieldOp::create(b, loc, pad);
-  }
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  Value off = arith::MulIOp::create(
+      b, loc, arith::ExtSIOp::create(b, loc, b.getI64Type(), index),
+      arith::ExtSIOp::create(b, loc, b.getI64Type(), stride));
+  Value addr = LLVM::GEPOp::create(b, loc, ptr.getType(), b.getI32Type(), ptr,
+                                   ValueRange{off});
+  scf::YieldOp::create(b, loc, access(addr));
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  scf::YieldOp::create(b, loc, outside);
   return ifOp.getResult(0);
+}
+
+Value Lowerer::lowerLoadIndex(LoadIndexOp op) {
+  return guardedElement(
+      b, loc, scalarOf(op.getPtr()), scalarOf(op.getIndex()),
+      scalarOf(op.getSize()), scalarOf(op.getStride()), i32(op.getPadding()),
+      [&](Value addr) {
+        return LLVM::LoadOp::create(b, loc, b.getI32Type(), addr).getResult();
+      });
 }
 
 Value Lowerer::lowerArrive(ArriveOp op) {
@@ -142,32 +149,18 @@ Value Lowerer::lowerArrive(ArriveOp op) {
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp, i32(0)),
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, i32(0)));
   ifThen(first, [&] {
-    Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, index,
-                                     scalarOf(op.getSize()));
-    auto ifOp = scf::IfOp::create(b, loc, TypeRange{b.getI32Type()}, ok,
-                                  /*withElse=*/true);
-    {
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(ifOp.thenBlock());
-      Value off = arith::MulIOp::create(
-          b, loc, arith::ExtSIOp::create(b, loc, b.getI64Type(), index),
-          arith::ExtSIOp::create(b, loc, b.getI64Type(),
-                                 scalarOf(op.getStride())));
-      Value base = scalarOf(op.getPtr());
-      Value addr = LLVM::GEPOp::create(b, loc, base.getType(), b.getI32Type(),
-                                       base, ValueRange{off});
-      Value old =
-          LLVM::InlineAsmOp::create(
-              b, loc, b.getI32Type(), ValueRange{addr},
-              "atom.add.acq_rel.gpu.global.u32 $0, [$1], 1;", "=r,l,~{memory}",
-              /*has_side_effects=*/true, /*is_align_stack=*/false,
-              LLVM::TailCallKind::None, LLVM::AsmDialectAttr(), ArrayAttr())
+    Value old = guardedElement(
+        b, loc, scalarOf(op.getPtr()), index, scalarOf(op.getSize()),
+        scalarOf(op.getStride()), i32(-1), [&](Value addr) {
+          return LLVM::InlineAsmOp::create(
+                     b, loc, b.getI32Type(), ValueRange{addr},
+                     "atom.add.acq_rel.gpu.global.u32 $0, [$1], 1;",
+                     "=r,l,~{memory}", /*has_side_effects=*/true,
+                     /*is_align_stack=*/false, LLVM::TailCallKind::None,
+                     LLVM::AsmDialectAttr(), ArrayAttr())
               .getResult(0);
-      scf::YieldOp::create(b, loc, old);
-      b.setInsertionPointToStart(ifOp.elseBlock());
-      scf::YieldOp::create(b, loc, i32(-1));
-    }
-    LLVM::StoreOp::create(b, loc, ifOp.getResult(0), slot);
+        });
+    LLVM::StoreOp::create(b, loc, old, slot);
   });
   barrier();
   Value count = LLVM::LoadOp::create(b, loc, b.getI32Type(), slot);
