@@ -452,11 +452,17 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // (2026-11-26-session29.txt; before, without the copies: H100 +5% at 1000,
   // even at 2048, 2026-11-25-h100-session26.txt; H200 0.4-2.7% slower at
   // 2048-4096, session 28).
+  // Causal with two warpgroups, on persistent CTAs that take their tiles
+  // longest first (longestFirst's order is the grid's, which the tile
+  // counter hands out): H200, A B B A, D=128 +1.5% at 1000, +3% at 2048,
+  // +2.4% at 4096, +0.5% at 8192; D=64 +3% at 2048, even at 4096 and 8192
+  // (2026-11-26-session29.txt, section 5).
   if (c.persistent < 0)
     c.persistent =
         c.warpSpecialize > 0 &&
-        (s.headDim > 64 ? c.warps == 8 && (!s.causal || s.seqK <= 2048)
-         : s.causal     ? oneWarpgroup && s.seqK <= 2048
+        (s.headDim > 64 ? c.warps == 8
+         : s.causal     ? (oneWarpgroup ? s.seqK <= 2048
+                                        : wide && s.seqK <= 4096)
                         : wide);
   if (c.dynamicTiles < 0)
     c.dynamicTiles = c.persistent > 0;
@@ -474,11 +480,11 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
     c.kvInRegisters = c.wgmma > 0 && s.headDim <= 64 && !wide;
   // Causal key blocks longest first per group of heads: +2-4% on the H200
   // at 2k-8k keys (D=128), +1-3% at 4k-8k (D=64); within the noise at 1k and
-  // 16k. Not for persistent CTAs, whose tiles come from a counter in grid
-  // order (1-2% slower at causal D=64 1k):
-  // docs/experiments/2026-11-24-h200-backward-barriers.txt.
+  // 16k (docs/experiments/2026-11-24-h200-backward-barriers.txt); on
+  // persistent CTAs of two warpgroups too (above). Not for those of one
+  // warpgroup (causal D=64 below 2048 keys: 1-2% slower at 1k).
   if (c.longestFirst < 0)
-    c.longestFirst = s.causal && c.persistent <= 0;
+    c.longestFirst = s.causal && (c.persistent <= 0 || !oneWarpgroup);
   // dQ converted by the last dK/dV program of each head rather than by a
   // kernel of its own: H200, 2048-4096 keys, 1.5-3% slower at D=128
   // non-causal, 2-7% causal, 0-2% at D=64. Each arrival (its wait for the
