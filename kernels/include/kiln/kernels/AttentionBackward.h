@@ -72,11 +72,11 @@ struct AttentionBackwardConfig {
   int staticShapes = -1;
   /// dK/dV on persistent CTAs (its producer warpgroup fetches the next
   /// tile's K and V during this one's end): 1 yes, 0 no, -1 where measured
-  /// faster (non-causal D=128 with a producer warpgroup; up to 2048 keys
-  /// causal D=64 and D=128; non-causal D=64 up to 1536;
-  /// docs/experiments/2026-11-25-h100-session26.txt and
-  /// 2026-11-25-session28.txt); dynamicTiles hands the tiles out from a counter
-  /// (1, -1 with persistent), else in rounds.
+  /// faster (programs of two warpgroups: D=128 at every length, D=64
+  /// non-causal at every length, D=64 causal up to 4096 keys; one
+  /// warpgroup: causal D=64 up to 2048 keys; docs/experiments/
+  /// 2026-11-26-session29.txt and earlier); dynamicTiles hands the tiles out
+  /// from a counter (1, -1 with persistent), else in rounds.
   int persistent = -1, dynamicTiles = -1;
   /// dK/dV: K and V, loop-invariant left operands of the loop's first two
   /// dots, read into registers once (KernelBuilder::setInvariantAInRegisters)
