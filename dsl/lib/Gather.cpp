@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "BuilderState.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
 using namespace mlir;
 
 namespace kiln::dsl {
@@ -70,6 +72,10 @@ Index arrive(const TensorView &counters, Index i, Loc loc) {
     userError(loc, what + "the counters must be i32, they are " +
                        dtypeName(counters.dtype()));
   OpBuilder &b = builder(loc);
+  // Once per program: in a loop's body it would count every iteration.
+  if (!isa<func::FuncOp>(b.getInsertionBlock()->getParentOp()))
+    userError(loc, what + "must be at the kernel's top level, not inside a "
+                          "loop (each program arrives once)");
   auto op = ArriveOp::create(b, location(loc), b.getI32Type(),
                              value(counters.pointer()), value(i.raw()),
                              value(counters.dims()[0].raw()),

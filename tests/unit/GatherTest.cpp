@@ -126,6 +126,17 @@ TEST(Gather, MisuseNamesTheUsersLine) {
   EXPECT_THAT(error, HasSubstr("GatherTest.cpp:" + std::to_string(line) +
                                ": arrive at T: the counters must be i32, "
                                "they are f32"));
+  error = test::errorOf([&] {
+    dsl::KernelBuilder k("arrive_in_loop", {1});
+    auto T = k.tensorArg("T", dsl::i32, {16});
+    dsl::forRange(0, 4, 1, [&](dsl::Index) {
+      line = __LINE__ + 1;
+      dsl::arrive(T, 0);
+    });
+  });
+  EXPECT_THAT(error, HasSubstr("GatherTest.cpp:" + std::to_string(line) +
+                               ": arrive at T: must be at the kernel's top "
+                               "level, not inside a loop"));
 }
 
 } // namespace

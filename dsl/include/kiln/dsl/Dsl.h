@@ -288,7 +288,8 @@ Index loadIndex(const TensorView &view, Index i, int64_t padding = 0,
 /// programs that arrive at one counter, the one that reads n - 1 is the last
 /// and sees every write the others made before arriving: the place to finish
 /// what they accumulated (convert an fp32 workspace). Outside the view it
-/// counts nothing and reads -1.
+/// counts nothing and reads -1. At the kernel's top level only (not in a
+/// loop's body).
 Index arrive(const TensorView &counters, Index i, Loc loc = Loc::current());
 
 //===----------------------------------------------------------------------===//
