@@ -104,14 +104,19 @@ TensorView arrivalsArg(KernelBuilder &k, Index B, Index H) {
   return counts;
 }
 
-/// dQ = scale·dQaccum in the tensors' type for the rows [0, end) of one
-/// (batch, head), 64 rows a step.
+/// dQ = scale·dQaccum in the tensors' type for the 64 rows from m0 of one
+/// (batch, head).
+constexpr int64_t kConvertRows = 64;
+void convertDqRows(const Common &cm, TensorView acc, TensorView dQ, Index m0) {
+  store(dQ.block({m0, 0}),
+        (load(acc.block({m0, 0}, {kConvertRows, cm.s.headDim})) * cm.scale)
+            .to(cm.s.dtype));
+}
+
+/// ... for the rows [0, end), 64 a step.
 void convertDq(const Common &cm, TensorView acc, TensorView dQ, Index end) {
-  const int64_t D = cm.s.headDim, BM = 64;
-  forRange(0, end, BM, [&](Index m0) {
-    store(dQ.block({m0, 0}),
-          (load(acc.block({m0, 0}, {BM, D})) * cm.scale).to(cm.s.dtype));
-  });
+  forRange(0, end, kConvertRows,
+           [&](Index m0) { convertDqRows(cm, acc, dQ, m0); });
 }
 
 /// Fills the workspace, 64 rows per program (to the end of its rows).
@@ -289,7 +294,7 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
 
 /// dQ = scale·dQaccum in the tensors' type, 64 rows per program.
 Kernel dqConvertKernel(const Common &cm) {
-  const int64_t D = cm.s.headDim, BM = 64;
+  const int64_t D = cm.s.headDim, BM = kConvertRows;
   KernelBuilder k("attention_bwd_dq_convert");
   auto [B, H, Nq, Nk] = cm.sizes(k, /*keys=*/false);
   (void)Nk;
@@ -299,8 +304,7 @@ Kernel dqConvertKernel(const Common &cm) {
   k.setWarps(4);
   Index bh = programId(1), m0 = programId(0) * BM;
   Index b = bh / H, h = bh % H;
-  store(dQ[b][h].block({m0, 0}),
-        (load(acc[b][h].block({m0, 0}, {BM, D})) * cm.scale).to(cm.s.dtype));
+  convertDqRows(cm, acc[b][h], dQ[b][h], m0);
   return k.finish();
 }
 
@@ -461,9 +465,8 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
     c.persistent =
         c.warpSpecialize > 0 &&
         (s.headDim > 64 ? c.warps == 8
-         : s.causal     ? (oneWarpgroup ? s.seqK <= 2048
-                                        : wide && s.seqK <= 4096)
-                        : wide);
+         : s.causal ? (oneWarpgroup ? s.seqK <= 2048 : wide && s.seqK <= 4096)
+                    : wide);
   if (c.dynamicTiles < 0)
     c.dynamicTiles = c.persistent > 0;
   // dK and dV staged in shared memory and written by TMA (the bulk copies

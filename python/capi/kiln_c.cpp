@@ -275,49 +275,43 @@ int64_t kiln_c_attention_backward_workspace(int64_t batch, int64_t heads,
   return kernels::BackwardWorkspace(batch, heads, seq_q, head_dim).elements;
 }
 
-int kiln_c_attention_backward(const kiln_c_attention_options *options,
-                              const kiln_c_tensor *q, const kiln_c_tensor *k,
-                              const kiln_c_tensor *v, const kiln_c_tensor *o,
-                              const kiln_c_tensor *d_o,
-                              const kiln_c_tensor *lse, void *workspace,
-                              const kiln_c_tensor *d_q,
-                              const kiln_c_tensor *d_k,
-                              const kiln_c_tensor *d_v, char *error,
-                              size_t error_size) {
-  return runAttention(true, options, q, k,
-                      callKey({q, k, v, o, d_o, lse, d_q, d_k, d_v}, workspace),
-                      error, error_size, [&](const kernels::AttentionShape &s) {
-                        if (!workspace)
-                          throw Error("the workspace is missing");
-                        const int64_t row = kernels::statsRowLength(s.seqQ);
-                        std::map<std::string, TensorRef> t =
-                            forwardTensors(s, q, k, v, o, lse);
-                        t["Stats"] = {workspace,
-                                      DType::f32,
-                                      {s.batch, s.heads, 2, row},
-                                      {s.heads * 2 * row, 2 * row, row, 1}};
-                        // dQ's fp32 accumulator and its arrival counters
-                        // after the statistics.
-                        const int64_t D = s.headDim, Nq = s.seqQ;
-                        const kernels::BackwardWorkspace w(s.batch, s.heads,
-                                                           Nq, D);
-                        t["dQaccum"] = {static_cast<float *>(workspace) +
-                                            w.dqAccum,
-                                        DType::f32,
-                                        {s.batch, s.heads, Nq, D},
-                                        {s.heads * Nq * D, Nq * D, D, 1}};
-                        constexpr int64_t A = kernels::kArrivalStride;
-                        t["dQarrivals"] = {static_cast<float *>(workspace) +
-                                               w.arrivals,
-                                           DType::i32,
-                                           {s.batch, s.heads, A},
-                                           {s.heads * A, A, 1}};
-                        t["dO"] = refOf(d_o, s.dtype, 4, "grad_out");
-                        t["dQ"] = refOf(d_q, s.dtype, 4, "dq");
-                        t["dK"] = refOf(d_k, s.dtype, 4, "dk");
-                        t["dV"] = refOf(d_v, s.dtype, 4, "dv");
-                        return t;
-                      });
+int kiln_c_attention_backward(
+    const kiln_c_attention_options *options, const kiln_c_tensor *q,
+    const kiln_c_tensor *k, const kiln_c_tensor *v, const kiln_c_tensor *o,
+    const kiln_c_tensor *d_o, const kiln_c_tensor *lse, void *workspace,
+    const kiln_c_tensor *d_q, const kiln_c_tensor *d_k,
+    const kiln_c_tensor *d_v, char *error, size_t error_size) {
+  return runAttention(
+      true, options, q, k,
+      callKey({q, k, v, o, d_o, lse, d_q, d_k, d_v}, workspace), error,
+      error_size, [&](const kernels::AttentionShape &s) {
+        if (!workspace)
+          throw Error("the workspace is missing");
+        const int64_t row = kernels::statsRowLength(s.seqQ);
+        const int64_t D = s.headDim, Nq = s.seqQ;
+        // The statistics, dQ's fp32 accumulator and its
+        // arrival counters, where BackwardWorkspace puts them.
+        const kernels::BackwardWorkspace w(s.batch, s.heads, Nq, D);
+        std::map<std::string, TensorRef> t = forwardTensors(s, q, k, v, o, lse);
+        t["Stats"] = {static_cast<float *>(workspace) + w.stats,
+                      DType::f32,
+                      {s.batch, s.heads, 2, row},
+                      {s.heads * 2 * row, 2 * row, row, 1}};
+        t["dQaccum"] = {static_cast<float *>(workspace) + w.dqAccum,
+                        DType::f32,
+                        {s.batch, s.heads, Nq, D},
+                        {s.heads * Nq * D, Nq * D, D, 1}};
+        constexpr int64_t A = kernels::kArrivalStride;
+        t["dQarrivals"] = {static_cast<float *>(workspace) + w.arrivals,
+                           DType::i32,
+                           {s.batch, s.heads, A},
+                           {s.heads * A, A, 1}};
+        t["dO"] = refOf(d_o, s.dtype, 4, "grad_out");
+        t["dQ"] = refOf(d_q, s.dtype, 4, "dq");
+        t["dK"] = refOf(d_k, s.dtype, 4, "dk");
+        t["dV"] = refOf(d_v, s.dtype, 4, "dv");
+        return t;
+      });
 }
 
 void kiln_c_cache_stats(int64_t *variants, int64_t *compiles) {

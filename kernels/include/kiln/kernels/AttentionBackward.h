@@ -121,7 +121,7 @@ struct AttentionBackwardConfig {
 /// contiguous, a workspace; taken only with atomics), dQarrivals (i32 (B,
 /// H, kArrivalStride), contiguous, a workspace the first kernel zeroes;
 /// taken only with convertDqLast), dQ, dK, dV; each kernel binds the ones
-/// it takes (Kernel::tensorsIn). backwardWorkspace says where each
+/// it takes (Kernel::tensorsIn). BackwardWorkspace says where each
 /// workspace goes in one allocation.
 using AttentionBackwardKernels = std::vector<Kernel>;
 
