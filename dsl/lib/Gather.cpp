@@ -3,7 +3,8 @@
 // gather: a tile whose rows an index tile chooses (embedding lookups, block
 // tables); loadIndex: one i32 from memory as an Index (offsets and loop
 // bounds read at run time); arrive: a program's arrival at a counter in
-// memory, as an Index. Each checks its operands at the user's line.
+// memory, as an Index; waitCount: a wait for a counter to reach a count.
+// Each checks its operands at the user's line.
 //
 //===----------------------------------------------------------------------===//
 #include "BuilderState.h"
@@ -62,8 +63,11 @@ Index loadIndex(const TensorView &view, Index i, int64_t padding, Loc loc) {
   return Index::fromRaw(raw(op.getResult()), std::nullopt);
 }
 
-Index arrive(const TensorView &counters, Index i, Loc loc) {
-  const std::string what = "arrive at " + counters.name() + ": ";
+/// The checks arrive and waitCount share: a 1-D i32 view, at the kernel's
+/// top level (`why` says why not in a loop).
+static OpBuilder &counterBuilder(const TensorView &counters,
+                                 const std::string &what, const char *why,
+                                 Loc loc) {
   if (counters.dims().size() != 1)
     userError(loc, what + "the view must be 1-D, it is " +
                        std::to_string(counters.dims().size()) +
@@ -72,15 +76,32 @@ Index arrive(const TensorView &counters, Index i, Loc loc) {
     userError(loc, what + "the counters must be i32, they are " +
                        dtypeName(counters.dtype()));
   OpBuilder &b = builder(loc);
-  // Once per program: in a loop's body it would count every iteration.
   if (!isa<func::FuncOp>(b.getInsertionBlock()->getParentOp()))
     userError(loc, what + "must be at the kernel's top level, not inside a "
-                          "loop (each program arrives once)");
+                          "loop (" + why + ")");
+  return b;
+}
+
+Index arrive(const TensorView &counters, Index i, Loc loc) {
+  // Once per program: in a loop's body it would count every iteration.
+  OpBuilder &b = counterBuilder(counters, "arrive at " + counters.name() + ": ",
+                                "each program arrives once", loc);
   auto op = ArriveOp::create(b, location(loc), b.getI32Type(),
                              value(counters.pointer()), value(i.raw()),
                              value(counters.dims()[0].raw()),
                              value(counters.strides()[0].raw()));
   return Index::fromRaw(raw(op.getResult()), std::nullopt);
+}
+
+void waitCount(const TensorView &counters, Index i, Index target, Loc loc) {
+  // Before what the program reads: a wait in a loop's body would hold up a
+  // pipelined loop's prefetches, which run ahead of it.
+  OpBuilder &b =
+      counterBuilder(counters, "waitCount on " + counters.name() + ": ",
+                     "a program waits once, before what it reads", loc);
+  WaitCountOp::create(b, location(loc), value(counters.pointer()),
+                      value(i.raw()), value(counters.dims()[0].raw()),
+                      value(counters.strides()[0].raw()), value(target.raw()));
 }
 
 } // namespace kiln::dsl

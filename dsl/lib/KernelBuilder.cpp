@@ -518,6 +518,10 @@ void KernelBuilder::setFreshProgramValues(bool fresh) {
   setFlag(state_->func, "kiln.fresh_program_values", fresh);
 }
 
+void KernelBuilder::overlapPreviousLaunch(bool overlap) {
+  setFlag(state_->func, "kiln.overlap_previous", overlap);
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -35,6 +35,9 @@ struct Common {
   bool atomicDq;
   /// ... converted by the last dK/dV program of each (batch, head).
   bool convertLast;
+  /// ... by dq_convert beside the dK/dV kernel, each head once its
+  /// programs have arrived.
+  bool overlapConvert;
 
   Common(const AttentionShape &s, const AttentionBackwardConfig &c)
       : s(s), c(c) {
@@ -43,6 +46,8 @@ struct Common {
     runtimeShapes = c.staticShapes <= 0;
     atomicDq = c.deterministic <= 0;
     convertLast = atomicDq && c.convertDqLast > 0;
+    overlapConvert = atomicDq && !convertLast && c.overlapDqConvert > 0 &&
+                     c.separateDkDv <= 0;
   }
 
   struct Sizes {
@@ -143,7 +148,7 @@ Kernel deltaKernel(const Common &cm) {
   if (cm.atomicDq) // the dK/dV kernel adds its parts of dQ into these rows
     store(dqAccumArg(cm, k, B, H, Nq)[b][h].block({m0, 0}),
           zeros({BM, D}, f32));
-  if (cm.convertLast) // every program of the head: the same zeros
+  if (cm.convertLast || cm.overlapConvert) // the head's: the same zeros
     store(arrivalsArg(k, B, H)[b][h].block({0}), zeros({kArrivalStride}, i32));
   return k.finish();
 }
@@ -281,6 +286,8 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
     auto dV = k.tensorArg("dV", s.dtype, {B, H, Nk, D});
     store(dV[b][h].block({n0, 0}), dv.to(s.dtype));
   }
+  if (dqAccum && cm.overlapConvert) // dq_convert waits for the head's count
+    arrive(arrivalsArg(k, B, H)[b][h], 0);
   if (dqAccum && cm.convertLast) {
     // Every program of the head arrives (those that saw no query too); the
     // last of the nBlocks, whose count before is nBlocks - 1, converts.
@@ -292,18 +299,24 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   return k.finish();
 }
 
-/// dQ = scale·dQaccum in the tensors' type, 64 rows per program.
+/// dQ = scale·dQaccum in the tensors' type, 64 rows per program. Beside
+/// the dK/dV kernel (overlapConvert) a program first waits for its head's
+/// cdiv(Nk, blockN) dK/dV programs (Nk from K's shape; K is not read).
 Kernel dqConvertKernel(const Common &cm) {
   const int64_t D = cm.s.headDim, BM = kConvertRows;
   KernelBuilder k("attention_bwd_dq_convert");
-  auto [B, H, Nq, Nk] = cm.sizes(k, /*keys=*/false);
-  (void)Nk;
+  auto [B, H, Nq, Nk] = cm.sizes(k, /*keys=*/cm.overlapConvert);
   auto acc = dqAccumArg(cm, k, B, H, Nq);
   auto dQ = k.tensorArg("dQ", cm.s.dtype, {B, H, Nq, D});
   k.setGrid({cdiv(Nq, BM), B * H});
   k.setWarps(4);
   Index bh = programId(1), m0 = programId(0) * BM;
   Index b = bh / H, h = bh % H;
+  if (cm.overlapConvert) {
+    k.tensorArg("K", cm.s.dtype, {B, H, Nk, D});
+    k.overlapPreviousLaunch();
+    waitCount(arrivalsArg(k, B, H)[b][h], 0, cdiv(Nk, cm.c.blockN));
+  }
   convertDqRows(cm, acc[b][h], dQ[b][h], m0);
   return k.finish();
 }
@@ -497,6 +510,8 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // 2026-11-26-session29.txt).
   if (c.convertDqLast < 0)
     c.convertDqLast = 0;
+  if (c.overlapDqConvert < 0)
+    c.overlapDqConvert = 0;
   for (int64_t b : {c.blockM, c.blockN, c.dqBlockM, c.dqBlockN})
     if (b < 16 || (b & (b - 1)))
       throw Error("attention backward: block sizes must be powers of two "

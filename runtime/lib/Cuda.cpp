@@ -63,6 +63,7 @@ namespace {
   X(cuFuncGetAttribute)                                                        \
   X(cuFuncSetAttribute)                                                        \
   X(cuLaunchKernel)                                                            \
+  X(cuLaunchKernelEx)                                                          \
   X(cuEventCreate)                                                             \
   X(cuEventDestroy)                                                            \
   X(cuEventRecord)                                                             \
@@ -544,9 +545,31 @@ void Function::setMaxDynamicShared(int bytes) {
 
 void Function::launch(std::array<unsigned, 3> grid,
                       std::array<unsigned, 3> block, unsigned sharedBytes,
-                      void **args, StreamHandle stream) {
+                      void **args, StreamHandle stream,
+                      bool overlapPrevious) {
   ContextScope scope(device_);
   Driver &d = driver();
+  if (overlapPrevious) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = grid[0];
+    config.gridDimY = grid[1];
+    config.gridDimZ = grid[2];
+    config.blockDimX = block[0];
+    config.blockDimY = block[1];
+    config.blockDimZ = block[2];
+    config.sharedMemBytes = sharedBytes;
+    config.hStream = static_cast<CUstream>(stream);
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    CUresult r = d.cuLaunchKernelEx(&config, static_cast<CUfunction>(fn_),
+                                    args, nullptr);
+    if (r != CUDA_SUCCESS)
+      check(r, "cuLaunchKernelEx", "kernel " + name_);
+    return;
+  }
   CUresult r =
       d.cuLaunchKernel(static_cast<CUfunction>(fn_), grid[0], grid[1], grid[2],
                        block[0], block[1], block[2], sharedBytes,

@@ -322,7 +322,8 @@ void GpuKernel::launch(const std::vector<ArgValue> &args,
   }
   launchGrid_ = gridFor(args, l.resident);
   l.fn.launch(launchGrid_, {unsigned(spec_.threads), 1, 1},
-              unsigned(spec_.sharedBytes), ptrs.data(), options.stream);
+              unsigned(spec_.sharedBytes), ptrs.data(), options.stream,
+              spec_.overlapPrevious);
   if (fallback_)
     ++fallbackCount;
 }

@@ -53,7 +53,7 @@ FunctionAttributes Function::attributes() const { none(); }
 void Function::setMaxDynamicShared(int) { none(); }
 int Function::maxActiveBlocksPerSM(int, int) const { none(); }
 void Function::launch(std::array<unsigned, 3>, std::array<unsigned, 3>,
-                      unsigned, void **, StreamHandle) {
+                      unsigned, void **, StreamHandle, bool) {
   none();
 }
 Module Module::fromPtx(const std::string &, int) { none(); }

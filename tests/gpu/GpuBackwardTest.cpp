@@ -171,6 +171,31 @@ TEST(BackwardOnGpu, LastProgramOfEachHeadConvertsDq) {
   }
 }
 
+// dq_convert launched to overlap the dK/dV kernel, each head converted once
+// its dK/dV programs have arrived (made one program late on persistent
+// CTAs): D=128 and D=64 non-causal (persistent), causal, ragged lengths,
+// Nq != Nk, both layouts. Against fp64, the workspace and gradients
+// poisoned, the three kernels back to back.
+TEST(BackwardOnGpu, DqConvertOverlapsTheDkDvKernel) {
+  REQUIRE_GPU();
+  for (BackwardCase c : {BackwardCase{2, 3, 1000, 1000, 128, false, bf16},
+                         BackwardCase{1, 2, 700, 1100, 128, true, bf16},
+                         BackwardCase{2, 3, 1001, 1001, 64, false, bf16},
+                         BackwardCase{2, 2, 513, 257, 64, true, f16, true},
+                         BackwardCase{3, 4, 2048, 2048, 64, false, bf16}}) {
+    SCOPED_TRACE(c.name());
+    BackwardTensors t(c);
+    OnDevice dev(t);
+    kernels::AttentionBackwardConfig config = c.config();
+    config.overlapDqConvert = 1;
+    kernels::AttentionBackwardKernels ks =
+        kernels::attentionBackward(c.shape(), config);
+    ASSERT_EQ(ks.size(), 3u);
+    dev.run(ks);
+    t.expectGradientsMatch(c);
+  }
+}
+
 // Run-time shapes: one compile of each kernel serves N = 1000, 1001, 1003.
 TEST(BackwardOnGpu, OneCompileServesRaggedLengths) {
   REQUIRE_GPU();

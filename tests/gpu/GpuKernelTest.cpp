@@ -733,6 +733,39 @@ TEST(GpuKernels, LastToArriveFinishesTheSum) {
   }
 }
 
+// A finisher launched to overlap the group sums (programmatic dependent
+// launch) converts each group once its programs have arrived, the arrivals
+// made one program late on persistent CTAs (1000 programs on at most as many
+// CTAs as fit) or where they stand (one program a CTA). Back to back on one
+// stream, no synchronisation between; against the host's sums, the output
+// poisoned.
+TEST(GpuKernels, OverlappedLaunchFinishesEachGroup) {
+  REQUIRE_GPU();
+  Kernel finish = test::groupFinish();
+  for (bool persistent : {true, false})
+    for (auto [P, R, G] : {std::array<int64_t, 3>{1, 16, 1},
+                           {1000, 32, 37},
+                           {3000, 16, 300}}) {
+      SCOPED_TRACE(std::to_string(P) + " programs, " + std::to_string(G) +
+                   (persistent ? " groups, persistent" : " groups"));
+      Kernel sums = test::groupSums(persistent);
+      test::GroupSumData d(P, R, G);
+      DeviceTensors dt;
+      dt.add("X", d.x, false);
+      dt.add("Acc", d.acc, false);
+      dt.add("Count", d.count, false);
+      dt.add("Out", d.out, true);
+      for (const Kernel *k : {&sums, &finish}) {
+        auto mine = k->tensorsIn(dt.refs);
+        jitKernel(*k, mine)->launch(k->bind(mine));
+      }
+      cuda::synchronize();
+      dt.download("Out", d.out);
+      dt.download("Count", d.count);
+      d.check();
+    }
+}
+
 TEST(GpuKernels, IntegerOpsAndCasts) {
   REQUIRE_GPU();
   test::IntegerData d(1000);

@@ -4,7 +4,9 @@
 // Shared by the CPU and GPU tests of gather, loadIndex and arrive: an
 // embedding lookup (rows chosen by token ids, a token count read from
 // memory), segment sums whose loop bounds are read from memory (CSR row
-// pointers), and a split sum that the last program to arrive finishes.
+// pointers), a split sum that the last program to arrive finishes, and
+// group sums that a second kernel, launched to overlap the first, finishes
+// group by group as each group's programs arrive.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_TESTS_GATHERKERNELS_H
@@ -83,6 +85,86 @@ inline Kernel splitSum() {
   });
   return k.finish();
 }
+
+/// Program p of P adds its R x 64 slice X[p] into Acc[p % G] (atomics, 16
+/// rows a step) and arrives at Count[p % G], its count unused: on persistent
+/// CTAs (`persistent`) the arrival is made one program late.
+inline Kernel groupSums(bool persistent) {
+  using namespace kiln::dsl;
+  KernelBuilder k(persistent ? "group_sums_persistent" : "group_sums");
+  Index P = k.scalarArg("P"), R = k.scalarArg("R"), G = k.scalarArg("G");
+  auto X = k.tensorArg("X", f32, {P, R, 64});
+  auto Acc = k.tensorArg("Acc", f32, {G, R, 64});
+  auto Count = k.tensorArg("Count", i32, {G});
+  k.setGrid({P});
+  k.setPersistent(persistent);
+  Index p = programId(0), g = p % G;
+  forRange(0, R, 16, [&](Index r0) {
+    atomicAdd(Acc[g].block({r0, 0}), load(X[p].block({r0, 0}, {16, 64})));
+  });
+  arrive(Count, g);
+  return k.finish();
+}
+
+/// Launched to overlap groupSums: program g waits for group g's programs
+/// (those p < P with p % G = g), then writes Out[g] = Acc[g] / 2 in bf16.
+inline Kernel groupFinish() {
+  using namespace kiln::dsl;
+  KernelBuilder k("group_finish");
+  Index P = k.scalarArg("P"), R = k.scalarArg("R"), G = k.scalarArg("G");
+  auto X = k.tensorArg("X", f32, {P, R, 64}); // for P: not read
+  (void)X;
+  auto Acc = k.tensorArg("Acc", f32, {G, R, 64});
+  auto Count = k.tensorArg("Count", i32, {G});
+  auto Out = k.tensorArg("Out", bf16, {G, R, 64});
+  k.setGrid({G});
+  k.overlapPreviousLaunch();
+  Index g = programId(0);
+  waitCount(Count, g, (P - g + G - 1) / G);
+  forRange(0, R, 16, [&](Index r0) {
+    store(Out[g].block({r0, 0}),
+          (load(Acc[g].block({r0, 0}, {16, 64})) * 0.5).to(bf16));
+  });
+  return k.finish();
+}
+
+/// The group sums' tensors: random slices, the workspace and counts zeroed,
+/// the output poisoned.
+struct GroupSumData {
+  HostTensor x, acc, count, out;
+  GroupSumData(int64_t P, int64_t R, int64_t G)
+      : x(DType::f32, {P, R, 64}), acc(DType::f32, {G, R, 64}),
+        count(DType::i32, {G}), out(DType::bf16, {G, R, 64}) {
+    x.fillRandom(uint64_t(P * 1000 + R * 10 + G));
+    for (int64_t i = 0; i < acc.numel(); ++i)
+      acc.flatSet(i, 0.0);
+    for (int64_t g = 0; g < G; ++g)
+      count.flatSet(g, 0.0);
+    out.poison();
+  }
+  /// Every group's half sum within bf16's rounding; every program counted.
+  void check() const {
+    const int64_t P = x.shape()[0], R = x.shape()[1], G = acc.shape()[0];
+    int64_t bad = 0;
+    for (int64_t g = 0; g < G; ++g) {
+      EXPECT_EQ(int64_t(count.flatAt(g)), (P - g + G - 1) / G)
+          << "group " << g;
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < 64; ++c) {
+          double want = 0;
+          for (int64_t p = g; p < P; p += G)
+            want += x.flatAt((p * R + r) * 64 + c);
+          want *= 0.5;
+          double got = out.flatAt((g * R + r) * 64 + c);
+          if (!(std::abs(got - want) <= 1e-2 * std::abs(want) + 1e-3) &&
+              bad++ < 5)
+            ADD_FAILURE() << "Out[" << g << ", " << r << ", " << c
+                          << "] = " << got << ", want " << want;
+        }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+};
 
 /// The split sum's tensors: random slices, the workspace and the count
 /// zeroed, the output poisoned.

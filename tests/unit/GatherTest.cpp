@@ -67,6 +67,65 @@ TEST(Arrive, LowersToOneAtomicPerProgram) {
                                 "copies"));
 }
 
+// The finisher, run after the group sums, waits for counts they reached.
+TEST(WaitCount, OverlappedFinisherOnTheCpu) {
+  Kernel sums = test::groupSums(true), finish = test::groupFinish();
+  for (auto [P, R, G] : {std::array<int64_t, 3>{1, 16, 1}, {50, 33, 7}}) {
+    SCOPED_TRACE(std::to_string(P) + " programs, " + std::to_string(G));
+    test::GroupSumData d(P, R, G);
+    std::map<std::string, TensorRef> refs{{"X", d.x.ref()},
+                                          {"Acc", d.acc.ref()},
+                                          {"Count", d.count.ref()},
+                                          {"Out", d.out.ref()}};
+    runOnCpu(sums, sums.bind(sums.tensorsIn(refs)));
+    runOnCpu(finish, finish.bind(finish.tensorsIn(refs)));
+    d.check();
+  }
+  // A count no earlier launch reaches: an error, not a hang.
+  test::GroupSumData d(4, 16, 2);
+  std::map<std::string, TensorRef> refs{{"X", d.x.ref()},
+                                        {"Acc", d.acc.ref()},
+                                        {"Count", d.count.ref()},
+                                        {"Out", d.out.ref()}};
+  EXPECT_THAT(test::errorOf([&] {
+                runOnCpu(finish, finish.bind(finish.tensorsIn(refs)));
+              }),
+              HasSubstr("to reach 2; it holds 0 and no launch before this one "
+                        "raises it"));
+}
+
+// On persistent CTAs an unused count is made one program late (a release
+// red, no atom); the kernel lets the next launch start at once. The waiting
+// kernel polls with acquire loads and is launched to overlap (sm_90 only).
+TEST(WaitCount, LowersToADeferredArrivalAndAnOverlappedLaunch) {
+  CompiledKernel sums = compileForGpu(test::groupSums(true), {"sm_90a"});
+  EXPECT_EQ(test::countOf(sums.ptx, "atom.add.acq_rel.gpu"), 0u);
+  EXPECT_EQ(test::countOf(sums.ptx, "red.relaxed.gpu.global.add.u32"), 2u)
+      << "one at each program's end (the previous one's), one at the exit";
+  EXPECT_EQ(test::countOf(sums.ptx, "griddepcontrol.launch_dependents"), 1u);
+  std::string report;
+  for (const std::string &line : sums.report)
+    report += line + "\n";
+  EXPECT_THAT(report, HasSubstr("made one program late"));
+  EXPECT_FALSE(sums.overlapPrevious);
+  // One program per CTA: the arrival where it stands.
+  CompiledKernel once = compileForGpu(test::groupSums(false), {"sm_90a"});
+  EXPECT_EQ(test::countOf(once.ptx, "atom.add.acq_rel.gpu.global.u32"), 1u);
+
+  CompiledKernel finish = compileForGpu(test::groupFinish(), {"sm_90a"});
+  EXPECT_TRUE(finish.overlapPrevious);
+  EXPECT_TRUE(finish.spec().overlapPrevious);
+  EXPECT_EQ(test::countOf(finish.ptx, "ld.acquire.gpu.global.b32"), 1u);
+  EXPECT_EQ(test::countOf(finish.ptx, "griddepcontrol.wait"), 1u);
+  report.clear();
+  for (const std::string &line : finish.report)
+    report += line + "\n";
+  EXPECT_THAT(report, HasSubstr("starts before the previous launch"));
+  CompiledKernel old = compileForGpu(test::groupFinish(), {"sm_80"});
+  EXPECT_FALSE(old.overlapPrevious);
+  EXPECT_EQ(test::countOf(old.ptx, "griddepcontrol"), 0u);
+}
+
 TEST(Gather, LowersToVectorLoadsAndAScalarLoad) {
   GpuTarget target{"sm_90a"};
   target.scalarClasses["D"] = ScalarClass::DivisibleBy16;
@@ -136,6 +195,25 @@ TEST(Gather, MisuseNamesTheUsersLine) {
   });
   EXPECT_THAT(error, HasSubstr("GatherTest.cpp:" + std::to_string(line) +
                                ": arrive at T: must be at the kernel's top "
+                               "level, not inside a loop"));
+  error = test::errorOf([&] {
+    dsl::KernelBuilder k("bad_wait", {1});
+    auto T = k.tensorArg("T", dsl::f32, {16});
+    line = __LINE__ + 1;
+    dsl::waitCount(T, 0, 1);
+  });
+  EXPECT_THAT(error, HasSubstr("GatherTest.cpp:" + std::to_string(line) +
+                               ": waitCount on T: the counters must be i32"));
+  error = test::errorOf([&] {
+    dsl::KernelBuilder k("wait_in_loop", {1});
+    auto T = k.tensorArg("T", dsl::i32, {16});
+    dsl::forRange(0, 4, 1, [&](dsl::Index) {
+      line = __LINE__ + 1;
+      dsl::waitCount(T, 0, 1);
+    });
+  });
+  EXPECT_THAT(error, HasSubstr("GatherTest.cpp:" + std::to_string(line) +
+                               ": waitCount on T: must be at the kernel's top "
                                "level, not inside a loop"));
 }
 

@@ -40,6 +40,7 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   c.scoresByQueries = opts.int32("scores-by-queries", -1);
   c.tmaStore = opts.int32("tma-store", -1);
   c.convertDqLast = opts.int32("convert-dq-last", -1);
+  c.overlapDqConvert = opts.int32("overlap-dq-convert", -1);
   c.headGroup = opts.integer("head-group", 0);
   return c;
 }
@@ -91,6 +92,8 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
           ? fmt::format("dQ kernel {}x{}", c.dqBlockM, c.dqBlockN)
           : std::string(c.convertDqLast > 0
                             ? "dQ by atomics, converted by each head's last"
+                        : c.overlapDqConvert > 0
+                            ? "dQ by atomics, converted beside dK/dV"
                             : "dQ by atomics");
   p.summary = fmt::format(
       "attention-backward B={} H={} Nq={} Nk={} D={} {} {} layout={} "

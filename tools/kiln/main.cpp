@@ -154,6 +154,8 @@ kernels and their shape options:
              P and dS staged, rather than Sᵀ = K·Qᵀ) [--tma-store 0|1] (dK/dV
              written by TMA from a staging tile) [--convert-dq-last 0|1]
              (dQ converted by each head's last dK/dV program, or a kernel)
+             [--overlap-dq-convert 0|1] (dq_convert starts before dK/dV ends,
+             each head once its programs have arrived)
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
              [--group-m G] [--static-shapes 0|1]

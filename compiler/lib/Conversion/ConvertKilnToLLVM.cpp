@@ -39,7 +39,7 @@ struct ConvertKilnToLLVM
     for (auto f : module.getOps<func::FuncOp>())
       kernels.push_back(f);
     int64_t shared = 0, conversions = 0, producerWarps = 0;
-    bool persistent = false, tileCounter = false;
+    bool persistent = false, tileCounter = false, overlapPrevious = false;
     SmallVector<Attribute> report, maps;
     for (func::FuncOp f : kernels) {
       auto warps = f->getAttrOfType<IntegerAttr>("kiln.num_warps");
@@ -61,6 +61,7 @@ struct ConvertKilnToLLVM
           bool wantWgmma = mma && mma.getValue() == "wgmma";
           lowerer.wgmma = wantWgmma && hasWgmma;
           lowerer.vectorAtomics = hasWgmma;
+          lowerer.gridDependencyControl = hasWgmma;
           if (wantWgmma && !hasWgmma)
             lowerer.report.push_back(
                 "schedule asks for wgmma; the target has none (sm_90a only): "
@@ -126,6 +127,7 @@ struct ConvertKilnToLLVM
         producerWarps = std::max<int64_t>(producerWarps, lowerer.producerWarps);
         persistent |= !lowerer.persistentGrid.empty();
         tileCounter |= lowerer.dynamicTiles;
+        overlapPrevious |= lowerer.overlapPrevious;
         for (const kiln::TensorMapInfo &m : lowerer.tensorMaps)
           maps.push_back(StringAttr::get(module.getContext(), m.str()));
         conversions += lowerer.genericConversions;
@@ -181,6 +183,9 @@ struct ConvertKilnToLLVM
     // Dynamic tiles: a tile counter after the tensor maps.
     if (tileCounter)
       module->setAttr("kiln.tile_counter", b.getUnitAttr());
+    // Launched to start before the previous launch ends (sm_90).
+    if (overlapPrevious)
+      module->setAttr("kiln.overlap_previous", b.getUnitAttr());
     if (!maps.empty())
       module->setAttr("kiln.tensor_maps", b.getArrayAttr(maps));
   }

@@ -86,6 +86,19 @@ int64_t Lowerer::run(ModuleOp module) {
   initMbarriers();
   noteLoads();
   noteStores();
+  planDeferredArrivals();
+  overlapPrevious = src->hasAttr("kiln.overlap_previous");
+  if (overlapPrevious && gridDependencyControl)
+    report.push_back("launch: starts before the previous launch on its "
+                     "stream ends (programmatic dependent launch), on SMs "
+                     "that launch's CTAs leave; griddepcontrol.wait at its "
+                     "end, so that the launch after it follows both");
+  else if (overlapPrevious)
+    report.push_back("launch: the kernel asks to overlap the previous "
+                     "launch; the target has no programmatic dependent "
+                     "launch (sm_90): an ordinary launch");
+  overlapPrevious &= gridDependencyControl;
+  startGridDependencies();
   mlir::Block &body = src.getBody().front();
   if (producerWarps)
     lowerSpecialized(body);
@@ -94,6 +107,7 @@ int64_t Lowerer::run(ModuleOp module) {
       for (Operation &op : body.without_terminator())
         lowerOp(&op);
     });
+    flushDeferredArrival();
     lowerOp(body.getTerminator());
   }
   return placeScratch();
@@ -177,6 +191,7 @@ void Lowerer::lowerOp(Operation *op) {
       waitFor(use.get());
   if (isa<func::ReturnOp>(op)) {
     finishTmaStores();
+    endGridDependencies();
     LLVM::ReturnOp::create(b, loc, ValueRange{});
     return;
   }
@@ -216,6 +231,8 @@ void Lowerer::lowerOp(Operation *op) {
       return lowerTmaStoreOrFallback(a, it->second, [&] { lowerAtomic(a); });
     return lowerAtomic(a);
   }
+  if (auto w = dyn_cast<WaitCountOp>(op))
+    return lowerWaitCount(w);
   if (op->getNumResults() != 1)
     throw InternalError("GPU lowering: unexpected op " +
                         op->getName().getStringRef().str());

@@ -6,8 +6,7 @@
 // same conditions as a block load's (the tensor's aligned specialisation,
 // the row length and starting column multiples of the width).
 // kiln.load_index: one load of the same address in every thread, guarded by
-// the index's range. kiln.arrive: one atomic add per program, after every
-// thread's writes, its result handed to all through shared memory.
+// the index's range (LowerArrivals.cpp: counters).
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
@@ -94,7 +93,7 @@ Regs Lowerer::lowerGather(GatherOp op) {
 /// `access(address)` of element `index` (stride `stride`) of the i32 tensor
 /// at `ptr` where 0 <= index < size, else `outside`: the value in every
 /// thread that runs it.
-static Value guardedElement(OpBuilder &b, Location loc, Value ptr, Value index,
+Value guardedElement(OpBuilder &b, Location loc, Value ptr, Value index,
                             Value size, Value stride, Value outside,
                             llvm::function_ref<Value(Value)> access) {
   Value ok =
@@ -121,54 +120,6 @@ Value Lowerer::lowerLoadIndex(LoadIndexOp op) {
       [&](Value addr) {
         return LLVM::LoadOp::create(b, loc, b.getI32Type(), addr).getResult();
       });
-}
-
-Value Lowerer::lowerArrive(ArriveOp op) {
-  // This thread's writes are complete and ordered before the arrival: its
-  // bulk copies (TMA stores and reductions, through the async proxy) and
-  // its st/red.global; then every thread of the program is past that point.
-  NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, b.getI32IntegerAttr(0),
-                                       UnitAttr());
-  NVVM::FenceProxyOp::create(
-      b, loc,
-      NVVM::ProxyKindAttr::get(b.getContext(), NVVM::ProxyKind::async_global),
-      NVVM::SharedSpaceAttr());
-  LLVM::InlineAsmOp::create(b, loc, TypeRange{}, ValueRange{},
-                            "fence.acq_rel.gpu;", "", /*has_side_effects=*/true,
-                            /*is_align_stack=*/false, LLVM::TailCallKind::None,
-                            LLVM::AsmDialectAttr(), ArrayAttr());
-  barrier();
-  // One thread adds 1 (release: the program's writes; acquire: those of the
-  // programs that arrived before) and hands the old count to the others
-  // through shared memory.
-  smemBytes = std::max<int64_t>(smemBytes, 4);
-  Value slot = smemPtr(i32(0));
-  Value index = scalarOf(op.getIndex());
-  Value first = arith::AndIOp::create(
-      b, loc,
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp, i32(0)),
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, i32(0)));
-  ifThen(first, [&] {
-    Value old = guardedElement(
-        b, loc, scalarOf(op.getPtr()), index, scalarOf(op.getSize()),
-        scalarOf(op.getStride()), i32(-1), [&](Value addr) {
-          return LLVM::InlineAsmOp::create(
-                     b, loc, b.getI32Type(), ValueRange{addr},
-                     "atom.add.acq_rel.gpu.global.u32 $0, [$1], 1;",
-                     "=r,l,~{memory}", /*has_side_effects=*/true,
-                     /*is_align_stack=*/false, LLVM::TailCallKind::None,
-                     LLVM::AsmDialectAttr(), ArrayAttr())
-              .getResult(0);
-        });
-    LLVM::StoreOp::create(b, loc, old, slot);
-  });
-  barrier();
-  Value count = LLVM::LoadOp::create(b, loc, b.getI32Type(), slot);
-  barrier(); // the slot is free again (scratch of the ops after)
-  note(op, "arrive: each thread waits for its bulk copies, fence.acq_rel.gpu, "
-           "a barrier, then one atom.add.acq_rel.gpu per program, the count "
-           "handed out through shared memory");
-  return count;
 }
 
 } // namespace kiln::gpu

@@ -241,6 +241,14 @@ void Lowerer::lowerTmaStore(Operation *op, const TmaStore &s) {
             NVVM::TMAStoreMode::TILE, Value());
     }
     NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
+    if (bulkGroupsSince) // counted for arrivals made a program late
+      LLVM::StoreOp::create(
+          b, loc,
+          arith::AddIOp::create(
+              b, loc,
+              LLVM::LoadOp::create(b, loc, b.getI32Type(), bulkGroupsSince),
+              i32(1)),
+          bulkGroupsSince);
   });
 }
 

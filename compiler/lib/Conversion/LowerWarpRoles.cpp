@@ -163,6 +163,8 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
           continue;
         if (auto f = dyn_cast<scf::ForOp>(op); f && mbarrierBase.count(f))
           lowerProducerLoop(f);
+        else if (auto w = dyn_cast<WaitCountOp>(op))
+          lowerWaitCount(w, /*producer=*/true); // before its copies
         else if (auto ld = dyn_cast<LoadOp>(op);
                  ld && residentMbarrier.count(ld.getResult()))
           issueResident(ld);
@@ -208,10 +210,12 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
       }
     };
     forEachTile(compute, TileRole::Consumer);
+    flushDeferredArrival();
     if (!pingpongDots.empty())
       onWarpgroup0([&] { takeTurn(); });
     finishTmaStores();
   }
+  endGridDependencies();
   LLVM::ReturnOp::create(b, loc, ValueRange{});
 }
 

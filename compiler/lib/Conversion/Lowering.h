@@ -97,6 +97,12 @@ int64_t vectorWidth(const Layout &l);
 std::string unalignedReason(mlir::Value ptr);
 /// A tile's shape as the report writes it: "64x128".
 std::string shapeText(llvm::ArrayRef<int64_t> shape);
+/// `access(address)` of element `index` (stride `stride`) of the i32 tensor
+/// at `ptr` where 0 <= index < size, else `outside` (LowerGather.cpp).
+mlir::Value guardedElement(mlir::OpBuilder &b, mlir::Location loc,
+                           mlir::Value ptr, mlir::Value index, mlir::Value size,
+                           mlir::Value stride, mlir::Value outside,
+                           llvm::function_ref<mlir::Value(mlir::Value)> access);
 
 class Lowerer {
 public:
@@ -176,6 +182,31 @@ public:
   /// The program's arrival at a counter (kiln.arrive): after its writes,
   /// one atomic add by one thread, the old count in every thread.
   mlir::Value lowerArrive(ArriveOp op);
+  /// Waits for a counter (kiln.wait_count): one thread polls, then a
+  /// barrier; the producer's thread polls for itself (`producer`).
+  void lowerWaitCount(WaitCountOp op, bool producer = false);
+  /// Arrivals whose count is unused, on persistent CTAs, are made one
+  /// program late (LowerArrivals.cpp): the CTA's pending counter address
+  /// and each thread's bulk groups committed since the last arrival, in
+  /// local variables.
+  bool deferArrivals = false;
+  mlir::Value pendingArrival, bulkGroupsSince;
+  void planDeferredArrivals();
+  void lowerDeferredArrive(ArriveOp op);
+  /// After the CTA's last program: the pending arrival, once its writes
+  /// have completed.
+  void flushDeferredArrival();
+  /// One thread makes the pending arrival (if any).
+  void releasePendingArrival();
+  /// sm_90: griddepcontrol (programmatic dependent launch) and the async
+  /// proxy's fences are available.
+  bool gridDependencyControl = false;
+  /// kiln.overlap_previous on sm_90: the kernel ends with griddepcontrol.wait.
+  bool overlapPrevious = false;
+  /// At the kernel's start and end: launch_dependents where it arrives at
+  /// counters, wait where it overlaps the previous launch.
+  void startGridDependencies();
+  void endGridDependencies();
   void lowerStore(StoreOp op);
   /// One atomic read-modify-write per element (red/atom.global), masked.
   void lowerAtomic(AtomicRMWOp op);

@@ -9,6 +9,7 @@
 #include "llvm/ADT/DenseMap.h"
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -250,6 +251,35 @@ private:
         r->i[0] = old;
       }
       return r;
+    }
+    if (auto w = dyn_cast<WaitCountOp>(op)) {
+      const RtValue &ptr = *in[0];
+      if (!ptr.ptr)
+        fault(op, "null pointer");
+      int64_t i = scalar(w.getIndex()), n = scalar(w.getSize()),
+              target = scalar(w.getTarget());
+      if (i < 0 || i >= n)
+        return std::make_shared<RtValue>();
+      const char *at = ptr.ptr + i * scalar(w.getStride()) * 4;
+      // Launches run one after another here: only this launch's other
+      // programs (on other host threads) can still arrive; a second passes
+      // for a count that is not coming.
+      for (int tries = 0;; ++tries) {
+        int32_t now;
+        {
+          std::lock_guard<std::mutex> lock(atomicMutex());
+          std::memcpy(&now, at, 4);
+        }
+        if (now >= target)
+          break;
+        if (tries == 1000)
+          fault(op, "waits for element " + std::to_string(i) +
+                        " to reach " + std::to_string(target) + "; it holds " +
+                        std::to_string(now) +
+                        " and no launch before this one raises it");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      return std::make_shared<RtValue>();
     }
     if (auto s = dyn_cast<StoreOp>(op)) {
       execStore(s, in);

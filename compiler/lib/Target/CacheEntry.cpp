@@ -94,6 +94,7 @@ std::string encodeCompiledKernel(const CompiledKernel &k,
   w.put("shared_bytes", std::to_string(k.sharedBytes));
   w.put("persistent", k.persistent ? "1" : "0");
   w.put("tile_counter", k.tileCounter ? "1" : "0");
+  w.put("overlap_previous", k.overlapPrevious ? "1" : "0");
   w.put("compile_ms", fmt::format("{:.3f}", k.compileMs));
   for (const ParamInfo &p : k.params)
     w.put("param", p.name + " " +
@@ -196,6 +197,8 @@ CompiledKernel decodeCompiledKernel(std::string_view bytes,
         k.persistent = v == "1";
       else if (tag == "tile_counter")
         k.tileCounter = v == "1";
+      else if (tag == "overlap_previous")
+        k.overlapPrevious = v == "1";
       else if (tag == "compile_ms")
         k.compileMs = std::stod(v);
       else if (tag == "param") {

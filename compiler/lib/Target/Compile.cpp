@@ -475,6 +475,7 @@ CompiledKernel compileForGpu(const Kernel &kernel, const GpuTarget &target,
     out.threads += 32 * int(extra.getInt());
   out.persistent = (*lowered)->hasAttr("kiln.persistent");
   out.tileCounter = (*lowered)->hasAttr("kiln.tile_counter");
+  out.overlapPrevious = (*lowered)->hasAttr("kiln.overlap_previous");
   // What no GPU of the architecture runs is rejected here, with the numbers,
   // not at the first launch.
   const int64_t sharedLimit = options.sharedLimit;

@@ -99,6 +99,7 @@ LaunchSpec CompiledKernel::spec() const {
   LaunchSpec s{name,   ptx,     grid,       threads,   sharedBytes,
                params, tensors, tensorMaps, persistent};
   s.tileCounter = tileCounter;
+  s.overlapPrevious = overlapPrevious;
   s.variant = variantSummary(*this);
   s.report = report;
   if (DiskCache::keepsImages()) // opt-in: see DiskCache::keepsImages

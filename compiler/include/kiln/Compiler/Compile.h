@@ -108,6 +108,9 @@ struct CompiledKernel {
   /// Dynamic tiles: the kernel takes a tile counter last
   /// (LaunchSpec::tileCounter).
   bool tileCounter = false;
+  /// Launched to start before the previous launch ends
+  /// (LaunchSpec::overlapPrevious).
+  bool overlapPrevious = false;
   std::vector<ParamInfo> params;
   /// The kernel's tensors, each with the specialisation it was compiled for
   /// (TensorParamInfo::aligned).

@@ -291,6 +291,16 @@ Index loadIndex(const TensorView &view, Index i, int64_t padding = 0,
 /// counts nothing and reads -1. At the kernel's top level only (not in a
 /// loop's body).
 Index arrive(const TensorView &counters, Index i, Loc loc = Loc::current());
+/// Waits until element i of a 1-D i32 view is at least `target`; then every
+/// write that the programs counted there (arrive) made before arriving is
+/// visible. Outside the view it waits for nothing. With
+/// KernelBuilder::overlapPreviousLaunch, how a kernel reads what the
+/// previous launch wrote as soon as that part is done. At the kernel's top
+/// level only. A count never reached hangs a GPU launch until its watchdog
+/// (about 20 s) ends it with a launch failure; the CPU executor, which runs
+/// launches one after another, reports it at once.
+void waitCount(const TensorView &counters, Index i, Index target,
+               Loc loc = Loc::current());
 
 //===----------------------------------------------------------------------===//
 // Loops
@@ -447,6 +457,14 @@ public:
   /// of the loop over programs and held across the body's loops. Fewer
   /// registers live, more arithmetic per program.
   void setFreshProgramValues(bool fresh);
+  /// The kernel may start while the previous launch on its stream is still
+  /// running (programmatic dependent launch, sm_90): its programs take free
+  /// SMs as that launch's CTAs finish. Whatever it reads of that launch's
+  /// writes it must wait for (waitCount on counters that launch arrives
+  /// at); it must not write what that launch reads. The launch after it
+  /// still starts only once both are done. Elsewhere (sm_80, the CPU) an
+  /// ordinary launch.
+  void overlapPreviousLaunch(bool overlap = true);
   /// Under TMA: 16-bit 2-D block stores to tensor arguments are staged in
   /// shared memory and written by TMA bulk copies where the staging tile
   /// fits (the lowering report says where it did not).

@@ -16,7 +16,9 @@
 // dQaccum (B, H, Nq, D) with atomics (TMA bulk reductions on sm_90a), the
 // first kernel zeroes it and a last one, dq_convert, scales and converts it
 // (or, with convertDqLast, the dK/dV program that finishes last for its
-// (batch, head) converts that head's rows).
+// (batch, head) converts that head's rows). With overlapDqConvert,
+// dq_convert runs beside the dK/dV kernel's last programs, each head's rows
+// once that head's programs are done.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_KERNELS_ATTENTIONBACKWARD_H
@@ -110,6 +112,13 @@ struct AttentionBackwardConfig {
   /// after the dK/dV kernel, -1 where measured faster (0: 1 was slower at
   /// every shape measured).
   int convertDqLast = -1;
+  /// With dQ by atomics and a dq_convert kernel: every dK/dV program arrives
+  /// at its (batch, head)'s counter (on persistent CTAs one program late,
+  /// without waiting for its bulk reductions), and dq_convert starts before
+  /// the dK/dV kernel ends (programmatic dependent launch, sm_90), on the
+  /// SMs its CTAs leave, converting each head once all its programs have
+  /// arrived: 1 yes, 0 after the dK/dV kernel, -1 where measured faster.
+  int overlapDqConvert = -1;
 };
 
 /// The kernels in launch order: attention_bwd_delta, attention_bwd_dkdv
@@ -120,7 +129,8 @@ struct AttentionBackwardConfig {
 /// workspace the first kernel writes), dQaccum (fp32 (B, H, Nq, D),
 /// contiguous, a workspace; taken only with atomics), dQarrivals (i32 (B,
 /// H, kArrivalStride), contiguous, a workspace the first kernel zeroes;
-/// taken only with convertDqLast), dQ, dK, dV; each kernel binds the ones
+/// taken only with convertDqLast or overlapDqConvert, where dq_convert also
+/// takes K for its shape), dQ, dK, dV; each kernel binds the ones
 /// it takes (Kernel::tensorsIn). BackwardWorkspace says where each
 /// workspace goes in one allocation.
 using AttentionBackwardKernels = std::vector<Kernel>;

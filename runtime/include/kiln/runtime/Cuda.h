@@ -182,9 +182,12 @@ public:
   /// Raises the dynamic shared-memory limit (needed past 48 KB).
   void setMaxDynamicShared(int bytes);
   /// Launches on `stream` (of this function's device) and checks the
-  /// launch; `args` points to each parameter's value.
+  /// launch; `args` points to each parameter's value. `overlapPrevious`:
+  /// a programmatic dependent launch (sm_90), which may start before the
+  /// previous launch on the stream ends (LaunchSpec::overlapPrevious).
   void launch(std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-              unsigned sharedBytes, void **args, StreamHandle stream = nullptr);
+              unsigned sharedBytes, void **args, StreamHandle stream = nullptr,
+              bool overlapPrevious = false);
   const std::string &name() const { return name_; }
   int deviceOrdinal() const { return device_; }
 

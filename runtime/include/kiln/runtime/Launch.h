@@ -41,6 +41,10 @@ struct LaunchSpec {
   /// counter per device and stream, so that launches of one kernel on two
   /// streams at once each have their own.
   bool tileCounter = false;
+  /// The kernel may start before the previous launch on its stream ends
+  /// (programmatic dependent launch): it waits itself for what it reads of
+  /// that launch's writes, and at its end for that launch to complete.
+  bool overlapPrevious = false;
   /// Which variant this is, for the user who launches it: the compiler's
   /// one-line summary (tensors' specialisation, each access's path) and its
   /// lowering report.

@@ -154,6 +154,13 @@ LogicalResult ArriveOp::verify() {
   return success();
 }
 
+LogicalResult WaitCountOp::verify() {
+  Type pointee = cast<PointerType>(getPtr().getType()).getPointeeType();
+  if (!pointee.isInteger(32))
+    return emitOpError() << "waits on an i32 tensor, not " << pointee;
+  return success();
+}
+
 LogicalResult StoreOp::verify() {
   return verifyBlockAccess(*this, getPtr().getType(), getValue().getType(),
                            getOffsets().size(), getShape().size(),

@@ -178,7 +178,10 @@ def Kiln_ArriveOp : Kiln_Op<"arrive", []> {
     reads n - 1 arrives last, and every write the others made before their
     arrival is visible to it (release and acquire at device scope): it can
     finish what they accumulated (convert a workspace, reset the counter).
-    An index outside [0, size) adds nothing and reads -1.
+    An index outside [0, size) adds nothing and reads -1. Where the count
+    is not used the add may come later, after the writes have completed
+    without anyone waiting for them: a persistent CTA makes it at the end
+    of its next program (or at its exit).
   }];
   let arguments = (ins Arg<Kiln_PointerType, "global tensor",
                            [MemRead, MemWrite]>:$ptr,
@@ -187,6 +190,29 @@ def Kiln_ArriveOp : Kiln_Op<"arrive", []> {
   let assemblyFormat = [{
     $ptr `[` $index `]` `shape` `[` $size `]` `strides` `[` $stride `]`
     attr-dict `:` qualified(type($ptr))
+  }];
+  let hasVerifier = 1;
+}
+
+// Reads and "writes" all memory: nothing that reads what the counted
+// programs wrote may move above it, and it is never dead.
+def Kiln_WaitCountOp
+    : Kiln_Op<"wait_count", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "wait until an i32 counter in memory reaches a count";
+  let description = [{
+    Every thread of the program waits until element `index` of the 1-D i32
+    global tensor at `ptr` (extent `size`, `stride` in elements) is at least
+    `target`; then every write that the programs counted there made before
+    their arrival (kiln.arrive) is visible to it (acquire at device scope).
+    An index outside [0, size) waits for nothing. With a kernel that starts
+    before the previous launch ends (kiln.overlap_previous), the way to read
+    what that launch wrote as soon as its part is done.
+  }];
+  let arguments = (ins Kiln_PointerType:$ptr, I32:$index, I32:$size,
+                   I32:$stride, I32:$target);
+  let assemblyFormat = [{
+    $ptr `[` $index `]` `shape` `[` $size `]` `strides` `[` $stride `]`
+    `reaches` $target attr-dict `:` qualified(type($ptr))
   }];
   let hasVerifier = 1;
 }
