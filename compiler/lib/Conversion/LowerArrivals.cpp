@@ -93,13 +93,15 @@ Value Lowerer::lowerArrive(ArriveOp op) {
   return count;
 }
 
-void Lowerer::planDeferredArrivals() {
-  deferArrivals = false;
-  if (persistentGrid.empty())
-    return;
+bool Lowerer::hasUnusedArrival() {
   for (Operation &op : src.getBody().front())
     if (auto a = dyn_cast<ArriveOp>(op); a && a.getResult().use_empty())
-      deferArrivals = true;
+      return true;
+  return false;
+}
+
+void Lowerer::planDeferredArrivals() {
+  deferArrivals = !persistentGrid.empty() && hasUnusedArrival();
   if (!deferArrivals)
     return;
   // Locals at the top of the entry block (before any branch the lowering
@@ -114,6 +116,82 @@ void Lowerer::planDeferredArrivals() {
   LLVM::StoreOp::create(b, loc, arith::ConstantIntOp::create(b, loc, 0, 64),
                         pendingArrival);
   LLVM::StoreOp::create(b, loc, i32(0), bulkGroupsSince);
+  if (arrivalRing >= 0) {
+    arrivalMessages =
+        LLVM::AllocaOp::create(b, loc, ptr, b.getI32Type(), i32(1), 4);
+    LLVM::StoreOp::create(b, loc, i32(0), arrivalMessages);
+  }
+}
+
+void Lowerer::sendArrival(Value addr) {
+  // Message k goes to slot k mod 2, its u = k / 2-th use: once the arriving
+  // thread has read the slot's previous message (a fresh barrier's previous
+  // phase counts as done), thread 0 writes the address and every compute
+  // thread arrives (release at CTA scope: its writes, completed).
+  Value k = LLVM::LoadOp::create(b, loc, b.getI32Type(), arrivalMessages);
+  Value s = arith::AndIOp::create(b, loc, k, i32(1));
+  Value phase = arith::AndIOp::create(
+      b, loc, arith::ShRUIOp::create(b, loc, k, i32(1)), i32(1));
+  auto at = [&](int64_t base) {
+    return sharedAt(arith::AddIOp::create(
+        b, loc, i32(arrivalRing + base),
+        arith::MulIOp::create(b, loc, s, i32(8))));
+  };
+  Value first = arith::AndIOp::create(
+      b, loc,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp, i32(0)),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, i32(0)));
+  // Every thread waits (a wait in thread 0's branch alone made ptxas spill
+  // 404 bytes at D=128 attention); it has nearly always completed.
+  waitMbarrier(at(32), previousPhase(phase));
+  ifThen(first, [&] { LLVM::StoreOp::create(b, loc, addr, at(0)); });
+  NVVM::MBarrierArriveOp::create(b, loc, Type(), at(16), Value());
+  LLVM::StoreOp::create(b, loc, arith::AddIOp::create(b, loc, k, i32(1)),
+                        arrivalMessages);
+}
+
+void Lowerer::makeArrivals() {
+  // Message k: wait for the slot's full barrier, read the address, free the
+  // slot; -1 ends the loop, 0 is nothing to count; else a release at device
+  // scope (what the compute threads completed before their arrivals on the
+  // full barrier, which this thread acquired) and the add.
+  Type i32t = b.getI32Type(), i64t = b.getI64Type();
+  auto loop = scf::WhileOp::create(b, loc, TypeRange{i32t, i64t},
+                                   ValueRange{i32(0), arith::ConstantIntOp::create(b, loc, 0, 64)});
+  OpBuilder::InsertionGuard g(b);
+  Block *before = b.createBlock(&loop.getBefore(), {}, {i32t, i64t}, {loc, loc});
+  Value k = before->getArgument(0);
+  Value s = arith::AndIOp::create(b, loc, k, i32(1));
+  Value phase = arith::AndIOp::create(
+      b, loc, arith::ShRUIOp::create(b, loc, k, i32(1)), i32(1));
+  auto at = [&](int64_t base) {
+    return sharedAt(arith::AddIOp::create(
+        b, loc, i32(arrivalRing + base),
+        arith::MulIOp::create(b, loc, s, i32(8))));
+  };
+  waitMbarrier(at(16), phase);
+  Value addr = LLVM::LoadOp::create(b, loc, i64t, at(0));
+  NVVM::MBarrierArriveOp::create(b, loc, Type(), at(32), Value());
+  Value more = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::ne, addr,
+      arith::ConstantIntOp::create(b, loc, -1, 64));
+  scf::ConditionOp::create(b, loc, more, ValueRange{k, addr});
+  Block *after = b.createBlock(&loop.getAfter(), {}, {i32t, i64t}, {loc, loc});
+  Value a = after->getArgument(1);
+  ifThen(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, a,
+                               arith::ConstantIntOp::create(b, loc, 0, 64)),
+         [&] {
+           Value p = LLVM::IntToPtrOp::create(
+               b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), a);
+           asmStatement(b, loc,
+                        "fence.acq_rel.gpu;\n\t"
+                        "red.relaxed.gpu.global.add.u32 [$0], 1;",
+                        ValueRange{p}, "l,~{memory}");
+         });
+  scf::YieldOp::create(
+      b, loc,
+      ValueRange{arith::AddIOp::create(b, loc, after->getArgument(0), i32(1)),
+                 a});
 }
 
 void Lowerer::releasePendingArrival() {
@@ -163,8 +241,12 @@ void Lowerer::lowerDeferredArrive(ArriveOp op) {
   if (gridDependencyControl) // bulk copies: sm_90
     waitOlder(kRecent);
   fenceGlobalForAsync(b, loc, gridDependencyControl);
-  barrier();
-  releasePendingArrival();
+  if (arrivalRing >= 0) {
+    sendArrival(LLVM::LoadOp::create(b, loc, b.getI64Type(), pendingArrival));
+  } else {
+    barrier();
+    releasePendingArrival();
+  }
   LLVM::StoreOp::create(b, loc, i32(0), bulkGroupsSince);
   // This program's counter, made at the next one's end (0: none).
   Value index = scalarOf(op.getIndex());
@@ -188,9 +270,12 @@ void Lowerer::lowerDeferredArrive(ArriveOp op) {
            "the end of the CTA's next program or at its exit, so that no "
            "thread waits for this program's bulk copies to complete: each "
            "thread waits for its groups older than the next program's last " +
-               std::to_string(kRecent) +
-               ", fence.proxy.async.global, a barrier, then one "
-               "fence.acq_rel.gpu and red.add.gpu");
+               std::to_string(kRecent) + ", fence.proxy.async.global, " +
+               (arrivalRing >= 0
+                    ? "then hands the counter to a producer-warpgroup thread "
+                      "(an mbarrier ring in shared memory, no barrier), which "
+                      "makes the fence.acq_rel.gpu and red.add.gpu"
+                    : "a barrier, then one fence.acq_rel.gpu and red.add.gpu"));
 }
 
 void Lowerer::flushDeferredArrival() {
@@ -200,6 +285,11 @@ void Lowerer::flushDeferredArrival() {
     NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, b.getI32IntegerAttr(0),
                                          UnitAttr());
   fenceGlobalForAsync(b, loc, gridDependencyControl);
+  if (arrivalRing >= 0) { // the last program's, then the end
+    sendArrival(LLVM::LoadOp::create(b, loc, b.getI64Type(), pendingArrival));
+    sendArrival(arith::ConstantIntOp::create(b, loc, -1, 64));
+    return;
+  }
   barrier();
   releasePendingArrival();
 }

@@ -126,6 +126,11 @@ void Lowerer::planPersistent(int64_t &top) {
       top += 8;
     }
   }
+  if (producerWarps && hasUnusedArrival()) {
+    top = (top + 7) / 8 * 8;
+    arrivalRing = top;
+    top += 16 + 2 * 16;
+  }
   if (!dynamicTiles)
     return;
   top = (top + 7) / 8 * 8;

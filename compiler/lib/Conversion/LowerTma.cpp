@@ -282,7 +282,8 @@ Value Lowerer::isThreadZero() {
 }
 
 void Lowerer::initMbarriers() {
-  if (mbarrierBase.empty() && residentMbarrier.empty() && tileRing < 0)
+  if (mbarrierBase.empty() && residentMbarrier.empty() && tileRing < 0 &&
+      arrivalRing < 0)
     return;
   auto ifOp = scf::IfOp::create(b, loc, isThreadZero(), /*withElse=*/false);
   {
@@ -298,6 +299,12 @@ void Lowerer::initMbarriers() {
                                    i32(1), Value());
       NVVM::MBarrierInitOp::create(b, loc, tileRingMbarrier(i32(s), true),
                                    i32(32 * numWarps), Value());
+    }
+    for (int s = 0; arrivalRing >= 0 && s < 2; ++s) { // deferred arrivals
+      NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(arrivalRing + 16 + 8 * s)),
+                                   i32(32 * numWarps), Value());
+      NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(arrivalRing + 32 + 8 * s)),
+                                   i32(1), Value());
     }
     if (tileGate >= 0) // every compute thread arrives at a tile's end
       NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(tileGate)),

@@ -175,6 +175,15 @@ void Lowerer::lowerSpecialized(mlir::Block &body) {
     };
     forEachTile(produce, TileRole::Producer);
     scalars = std::move(saved);
+    b.setInsertionPointAfter(leader);
+    if (arrivalRing >= 0) // a thread of the producer's second warp
+      ifThen(arith::AndIOp::create(
+                 b, loc,
+                 arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp,
+                                       i32(numWarps + 1)),
+                 arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane,
+                                       i32(0))),
+             [&] { makeArrivals(); });
   }
   {
     OpBuilder::InsertionGuard g(b);

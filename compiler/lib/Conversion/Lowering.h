@@ -191,6 +191,20 @@ public:
   /// local variables.
   bool deferArrivals = false;
   mlir::Value pendingArrival, bulkGroupsSince;
+  /// With a producer warpgroup, the deferred arrivals are made by one of its
+  /// idle threads: the compute warps hand each program's counter address
+  /// over through a two-slot ring in shared memory (8-byte addresses, then
+  /// two full mbarriers every compute thread arrives on, then two empty ones
+  /// the arriving thread arrives on), so that no compute warp waits.
+  int64_t arrivalRing = -1;
+  mlir::Value arrivalMessages; ///< messages sent so far (a local)
+  /// Whether the kernel has an arrival whose count is unused.
+  bool hasUnusedArrival();
+  /// Compute warps: message `addr` (0: none; -1: the last) to the arriving
+  /// thread.
+  void sendArrival(mlir::Value addr);
+  /// The producer warpgroup's arriving thread: its loop over the messages.
+  void makeArrivals();
   void planDeferredArrivals();
   void lowerDeferredArrive(ArriveOp op);
   /// After the CTA's last program: the pending arrival, once its writes
