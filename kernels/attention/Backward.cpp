@@ -510,10 +510,11 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // 2026-11-26-session29.txt).
   if (c.convertDqLast < 0)
     c.convertDqLast = 0;
-  // dq_convert overlapping the dK/dV kernel: H200, non-causal 1000-8192
-  // keys, 0-1.3% slower: the synchronised arrivals cost what the overlap
-  // gains (3.5% at D=128 N=2048 with them left out, unsafely; nothing at
-  // D=64) (docs/experiments/2026-11-26-session30.txt).
+  // dq_convert overlapping the dK/dV kernel: H200, 1000-8192 keys, causal
+  // and not, -0.9% to +0.5% with the arrivals made by a producer thread
+  // (0-1.3% slower with a barrier per program): the SMs the dK/dV kernel's
+  // last round leaves idle hold half of dq_convert at D=64
+  // (docs/experiments/2026-11-26-session30.txt).
   if (c.overlapDqConvert < 0)
     c.overlapDqConvert = 0;
   for (int64_t b : {c.blockM, c.blockN, c.dqBlockM, c.dqBlockN})

@@ -2,7 +2,8 @@
 //
 // The dK/dV kernel's schedule as the GPU compiler lowers it (no GPU needed):
 // shared memory shared between its loops, warp-uniform descriptors, the
-// persistent tile loop without spills, dK and dV by TMA.
+// persistent tile loop without spills, dK and dV by TMA, arrivals for an
+// overlapped dq_convert.
 //
 //===----------------------------------------------------------------------===//
 #include "CodegenUtil.h"
@@ -145,6 +146,33 @@ TEST(Codegen, PersistentTilesPlaceComputeBuffersWithinATile) {
   EXPECT_THAT(reportOf(one), ::testing::Not(HasSubstr("within a tile")));
   // The non-persistent kernel has the copy too: same buffers, one CTA each.
   EXPECT_EQ(countOf(reportOf(one), "(copies for stages 1-1)"), 1u);
+}
+
+// dq_convert overlapping the dK/dV kernel: the persistent dK/dV CTAs hand
+// each program's arrival to an idle producer thread (one red, no atom, no
+// barrier added on the compute warps), and start with launch_dependents;
+// dq_convert polls its head's counter and is launched to overlap.
+TEST(Codegen, OverlappedDqConvertArrivesFromTheProducer) {
+  kernels::AttentionShape s = selfAttention(2048, 128, false);
+  s.heads = 16;
+  const GpuTarget hopper{"sm_90a", 0};
+  kernels::AttentionBackwardConfig config;
+  config.overlapDqConvert = 1;
+  kernels::AttentionBackwardKernels ks = kernels::attentionBackward(s, config);
+  ASSERT_EQ(ks.size(), 3u);
+  CompiledKernel dkdv = compileForGpu(ks[1], hopper);
+  CompiledKernel convert = compileForGpu(ks[2], hopper);
+  EXPECT_THAT(reportOf(dkdv), HasSubstr("hands the counter to a "
+                                        "producer-warpgroup thread"));
+  EXPECT_EQ(countOf(dkdv.ptx, "red.relaxed.gpu.global.add.u32"), 1u);
+  EXPECT_EQ(countOf(dkdv.ptx, "atom.add.acq_rel"), 0u);
+  EXPECT_EQ(countOf(dkdv.ptx, "griddepcontrol.launch_dependents"), 1u);
+  EXPECT_FALSE(dkdv.overlapPrevious);
+  EXPECT_TRUE(convert.overlapPrevious);
+  EXPECT_EQ(countOf(convert.ptx, "ld.acquire.gpu.global.b32"), 1u);
+  if (!findCudaTool("ptxas"))
+    GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
+  EXPECT_EQ(assembleWithPtxas(dkdv).spillStoreBytes, 0);
 }
 
 } // namespace
