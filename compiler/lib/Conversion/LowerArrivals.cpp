@@ -66,10 +66,7 @@ Value Lowerer::lowerArrive(ArriveOp op) {
   smemBytes = std::max<int64_t>(smemBytes, 4);
   Value slot = smemPtr(i32(0));
   Value index = scalarOf(op.getIndex());
-  Value first = arith::AndIOp::create(
-      b, loc,
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp, i32(0)),
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, i32(0)));
+  Value first = isThreadZero();
   ifThen(first, [&] {
     Value old = guardedElement(
         b, loc, scalarOf(op.getPtr()), index, scalarOf(op.getSize()),
@@ -123,29 +120,43 @@ void Lowerer::planDeferredArrivals() {
   }
 }
 
+Value Lowerer::arrivalSlot(Value k, int64_t base) {
+  return sharedAt(arith::AddIOp::create(
+      b, loc, i32(arrivalRing + base),
+      arith::MulIOp::create(b, loc, arith::AndIOp::create(b, loc, k, i32(1)),
+                            i32(8))));
+}
+
+Value Lowerer::arrivalPhase(Value k) {
+  return arith::AndIOp::create(
+      b, loc, arith::ShRUIOp::create(b, loc, k, i32(1)), i32(1));
+}
+
+void Lowerer::releaseCounter(Value addr) {
+  ifThen(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, addr,
+                               arith::ConstantIntOp::create(b, loc, 0, 64)),
+         [&] {
+           Value p = LLVM::IntToPtrOp::create(
+               b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), addr);
+           asmStatement(b, loc,
+                        "fence.acq_rel.gpu;\n\t"
+                        "red.relaxed.gpu.global.add.u32 [$0], 1;",
+                        ValueRange{p}, "l,~{memory}");
+         });
+}
+
 void Lowerer::sendArrival(Value addr) {
-  // Message k goes to slot k mod 2, its u = k / 2-th use: once the arriving
+  // Message k goes to slot k mod 2, its k / 2-th use: once the arriving
   // thread has read the slot's previous message (a fresh barrier's previous
   // phase counts as done), thread 0 writes the address and every compute
-  // thread arrives (release at CTA scope: its writes, completed).
+  // thread arrives (release at CTA scope: its writes, completed). Every
+  // thread waits (a wait in thread 0's branch alone made ptxas spill 404
+  // bytes at D=128 attention); it has nearly always completed.
   Value k = LLVM::LoadOp::create(b, loc, b.getI32Type(), arrivalMessages);
-  Value s = arith::AndIOp::create(b, loc, k, i32(1));
-  Value phase = arith::AndIOp::create(
-      b, loc, arith::ShRUIOp::create(b, loc, k, i32(1)), i32(1));
-  auto at = [&](int64_t base) {
-    return sharedAt(arith::AddIOp::create(
-        b, loc, i32(arrivalRing + base),
-        arith::MulIOp::create(b, loc, s, i32(8))));
-  };
-  Value first = arith::AndIOp::create(
-      b, loc,
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp, i32(0)),
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, i32(0)));
-  // Every thread waits (a wait in thread 0's branch alone made ptxas spill
-  // 404 bytes at D=128 attention); it has nearly always completed.
-  waitMbarrier(at(32), previousPhase(phase));
-  ifThen(first, [&] { LLVM::StoreOp::create(b, loc, addr, at(0)); });
-  NVVM::MBarrierArriveOp::create(b, loc, Type(), at(16), Value());
+  waitMbarrier(arrivalSlot(k, 32), previousPhase(arrivalPhase(k)));
+  ifThen(isThreadZero(),
+         [&] { LLVM::StoreOp::create(b, loc, addr, arrivalSlot(k, 0)); });
+  NVVM::MBarrierArriveOp::create(b, loc, Type(), arrivalSlot(k, 16), Value());
   LLVM::StoreOp::create(b, loc, arith::AddIOp::create(b, loc, k, i32(1)),
                         arrivalMessages);
 }
@@ -156,63 +167,33 @@ void Lowerer::makeArrivals() {
   // scope (what the compute threads completed before their arrivals on the
   // full barrier, which this thread acquired) and the add.
   Type i32t = b.getI32Type(), i64t = b.getI64Type();
-  auto loop = scf::WhileOp::create(b, loc, TypeRange{i32t, i64t},
-                                   ValueRange{i32(0), arith::ConstantIntOp::create(b, loc, 0, 64)});
+  auto loop = scf::WhileOp::create(
+      b, loc, TypeRange{i32t, i64t},
+      ValueRange{i32(0), arith::ConstantIntOp::create(b, loc, 0, 64)});
   OpBuilder::InsertionGuard g(b);
-  Block *before = b.createBlock(&loop.getBefore(), {}, {i32t, i64t}, {loc, loc});
+  Block *before =
+      b.createBlock(&loop.getBefore(), {}, {i32t, i64t}, {loc, loc});
   Value k = before->getArgument(0);
-  Value s = arith::AndIOp::create(b, loc, k, i32(1));
-  Value phase = arith::AndIOp::create(
-      b, loc, arith::ShRUIOp::create(b, loc, k, i32(1)), i32(1));
-  auto at = [&](int64_t base) {
-    return sharedAt(arith::AddIOp::create(
-        b, loc, i32(arrivalRing + base),
-        arith::MulIOp::create(b, loc, s, i32(8))));
-  };
-  waitMbarrier(at(16), phase);
-  Value addr = LLVM::LoadOp::create(b, loc, i64t, at(0));
-  NVVM::MBarrierArriveOp::create(b, loc, Type(), at(32), Value());
-  Value more = arith::CmpIOp::create(
-      b, loc, arith::CmpIPredicate::ne, addr,
-      arith::ConstantIntOp::create(b, loc, -1, 64));
+  waitMbarrier(arrivalSlot(k, 16), arrivalPhase(k));
+  Value addr = LLVM::LoadOp::create(b, loc, i64t, arrivalSlot(k, 0));
+  NVVM::MBarrierArriveOp::create(b, loc, Type(), arrivalSlot(k, 32), Value());
+  Value more =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, addr,
+                            arith::ConstantIntOp::create(b, loc, -1, 64));
   scf::ConditionOp::create(b, loc, more, ValueRange{k, addr});
   Block *after = b.createBlock(&loop.getAfter(), {}, {i32t, i64t}, {loc, loc});
-  Value a = after->getArgument(1);
-  ifThen(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, a,
-                               arith::ConstantIntOp::create(b, loc, 0, 64)),
-         [&] {
-           Value p = LLVM::IntToPtrOp::create(
-               b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), a);
-           asmStatement(b, loc,
-                        "fence.acq_rel.gpu;\n\t"
-                        "red.relaxed.gpu.global.add.u32 [$0], 1;",
-                        ValueRange{p}, "l,~{memory}");
-         });
+  releaseCounter(after->getArgument(1));
   scf::YieldOp::create(
       b, loc,
       ValueRange{arith::AddIOp::create(b, loc, after->getArgument(0), i32(1)),
-                 a});
+                 after->getArgument(1)});
 }
 
 void Lowerer::releasePendingArrival() {
-  Value first = arith::AndIOp::create(
-      b, loc,
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp, i32(0)),
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, i32(0)));
-  ifThen(first, [&] {
-    Value at = LLVM::LoadOp::create(b, loc, b.getI64Type(), pendingArrival);
-    ifThen(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, at,
-                                 arith::ConstantIntOp::create(b, loc, 0, 64)),
-           [&] {
-             // Release at device scope: the writes every thread of the CTA
-             // completed before the barrier that precedes this.
-             Value p = LLVM::IntToPtrOp::create(
-                 b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), at);
-             asmStatement(b, loc,
-                          "fence.acq_rel.gpu;\n\t"
-                          "red.relaxed.gpu.global.add.u32 [$0], 1;",
-                          ValueRange{p}, "l,~{memory}");
-           });
+  // After a barrier: the writes every thread of the CTA completed before it.
+  ifThen(isThreadZero(), [&] {
+    releaseCounter(
+        LLVM::LoadOp::create(b, loc, b.getI64Type(), pendingArrival));
   });
 }
 
@@ -254,8 +235,7 @@ void Lowerer::lowerDeferredArrive(ArriveOp op) {
                                    scalarOf(op.getSize()));
   Value off = arith::MulIOp::create(
       b, loc, arith::ExtSIOp::create(b, loc, b.getI64Type(), index),
-      arith::ExtSIOp::create(b, loc, b.getI64Type(),
-                             scalarOf(op.getStride())));
+      arith::ExtSIOp::create(b, loc, b.getI64Type(), scalarOf(op.getStride())));
   Value addr = LLVM::PtrToIntOp::create(
       b, loc, b.getI64Type(),
       LLVM::GEPOp::create(b, loc, scalarOf(op.getPtr()).getType(),
@@ -299,36 +279,32 @@ void Lowerer::lowerWaitCount(WaitCountOp op, bool producer) {
   // reads; after ~2^25 reads (tens of seconds) it traps, and the launch
   // fails rather than hangs.
   auto poll = [&] {
-    guardedElement(
-        b, loc, scalarOf(op.getPtr()), scalarOf(op.getIndex()),
-        scalarOf(op.getSize()), scalarOf(op.getStride()), i32(0),
-        [&](Value addr) {
-          asmStatement(b, loc,
-                       "{\n\t.reg .pred p;\n\t.reg .b32 v, n;\n\t"
-                       "mov.b32 n, 0;\n"
-                       "KILN_WAIT_${:uid}:\n\t"
-                       "ld.acquire.gpu.global.b32 v, [$0];\n\t"
-                       "setp.ge.s32 p, v, $1;\n\t"
-                       "@p bra KILN_DONE_${:uid};\n\t"
-                       "nanosleep.u32 128;\n\t"
-                       "add.s32 n, n, 1;\n\t"
-                       "setp.lt.u32 p, n, 33554432;\n\t"
-                       "@p bra KILN_WAIT_${:uid};\n\t"
-                       "trap;\n"
-                       "KILN_DONE_${:uid}:\n\t}",
-                       ValueRange{addr, scalarOf(op.getTarget())},
-                       "l,r,~{memory}");
-          return i32(0);
-        });
+    guardedElement(b, loc, scalarOf(op.getPtr()), scalarOf(op.getIndex()),
+                   scalarOf(op.getSize()), scalarOf(op.getStride()), i32(0),
+                   [&](Value addr) {
+                     asmStatement(b, loc,
+                                  "{\n\t.reg .pred p;\n\t.reg .b32 v, n;\n\t"
+                                  "mov.b32 n, 0;\n"
+                                  "KILN_WAIT_${:uid}:\n\t"
+                                  "ld.acquire.gpu.global.b32 v, [$0];\n\t"
+                                  "setp.ge.s32 p, v, $1;\n\t"
+                                  "@p bra KILN_DONE_${:uid};\n\t"
+                                  "nanosleep.u32 128;\n\t"
+                                  "add.s32 n, n, 1;\n\t"
+                                  "setp.lt.u32 p, n, 33554432;\n\t"
+                                  "@p bra KILN_WAIT_${:uid};\n\t"
+                                  "trap;\n"
+                                  "KILN_DONE_${:uid}:\n\t}",
+                                  ValueRange{addr, scalarOf(op.getTarget())},
+                                  "l,r,~{memory}");
+                     return i32(0);
+                   });
     // What the thread reads next may come through the async proxy (TMA).
     fenceGlobalForAsync(b, loc, gridDependencyControl);
   };
   if (producer) // the producer's one thread
     return poll();
-  Value first = arith::AndIOp::create(
-      b, loc,
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp, i32(0)),
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, i32(0)));
+  Value first = isThreadZero();
   ifThen(first, poll);
   barrier();
   note(op, "wait_count: one thread polls ld.acquire.gpu (nanosleep between "

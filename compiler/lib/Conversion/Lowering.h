@@ -205,6 +205,12 @@ public:
   void sendArrival(mlir::Value addr);
   /// The producer warpgroup's arriving thread: its loop over the messages.
   void makeArrivals();
+  /// Message k's slot in the arrival ring: its byte `base` + 8 (k mod 2)
+  /// (0: address, 16: full, 32: empty), and the phase of its use.
+  mlir::Value arrivalSlot(mlir::Value k, int64_t base);
+  mlir::Value arrivalPhase(mlir::Value k);
+  /// Device-scope release and +1 at the counter at `addr` (an i64; 0: none).
+  void releaseCounter(mlir::Value addr);
   void planDeferredArrivals();
   void lowerDeferredArrive(ArriveOp op);
   /// After the CTA's last program: the pending arrival, once its writes
