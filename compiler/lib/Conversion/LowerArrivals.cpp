@@ -230,22 +230,13 @@ void Lowerer::lowerDeferredArrive(ArriveOp op) {
   }
   LLVM::StoreOp::create(b, loc, i32(0), bulkGroupsSince);
   // This program's counter, made at the next one's end (0: none).
-  Value index = scalarOf(op.getIndex());
-  Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, index,
-                                   scalarOf(op.getSize()));
-  Value off = arith::MulIOp::create(
-      b, loc, arith::ExtSIOp::create(b, loc, b.getI64Type(), index),
-      arith::ExtSIOp::create(b, loc, b.getI64Type(), scalarOf(op.getStride())));
-  Value addr = LLVM::PtrToIntOp::create(
-      b, loc, b.getI64Type(),
-      LLVM::GEPOp::create(b, loc, scalarOf(op.getPtr()).getType(),
-                          b.getI32Type(), scalarOf(op.getPtr()),
-                          ValueRange{off}));
-  LLVM::StoreOp::create(
-      b, loc,
-      arith::SelectOp::create(b, loc, ok, addr,
-                              arith::ConstantIntOp::create(b, loc, 0, 64)),
-      pendingArrival);
+  Value addr = guardedElement(
+      b, loc, scalarOf(op.getPtr()), scalarOf(op.getIndex()),
+      scalarOf(op.getSize()), scalarOf(op.getStride()),
+      arith::ConstantIntOp::create(b, loc, 0, 64), [&](Value at) {
+        return LLVM::PtrToIntOp::create(b, loc, b.getI64Type(), at).getResult();
+      });
+  LLVM::StoreOp::create(b, loc, addr, pendingArrival);
   note(op, "arrive (count unused, persistent CTAs): made one program late, at "
            "the end of the CTA's next program or at its exit, so that no "
            "thread waits for this program's bulk copies to complete: each "

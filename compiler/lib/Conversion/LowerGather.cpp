@@ -91,14 +91,14 @@ Regs Lowerer::lowerGather(GatherOp op) {
 }
 
 /// `access(address)` of element `index` (stride `stride`) of the i32 tensor
-/// at `ptr` where 0 <= index < size, else `outside`: the value in every
-/// thread that runs it.
+/// at `ptr` where 0 <= index < size, else `outside` (of access's type): the
+/// value in every thread that runs it.
 Value guardedElement(OpBuilder &b, Location loc, Value ptr, Value index,
-                            Value size, Value stride, Value outside,
-                            llvm::function_ref<Value(Value)> access) {
+                     Value size, Value stride, Value outside,
+                     llvm::function_ref<Value(Value)> access) {
   Value ok =
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, index, size);
-  auto ifOp = scf::IfOp::create(b, loc, TypeRange{b.getI32Type()}, ok,
+  auto ifOp = scf::IfOp::create(b, loc, TypeRange{outside.getType()}, ok,
                                 /*withElse=*/true);
   OpBuilder::InsertionGuard g(b);
   b.setInsertionPointToStart(ifOp.thenBlock());

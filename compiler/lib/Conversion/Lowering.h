@@ -98,7 +98,8 @@ std::string unalignedReason(mlir::Value ptr);
 /// A tile's shape as the report writes it: "64x128".
 std::string shapeText(llvm::ArrayRef<int64_t> shape);
 /// `access(address)` of element `index` (stride `stride`) of the i32 tensor
-/// at `ptr` where 0 <= index < size, else `outside` (LowerGather.cpp).
+/// at `ptr` where 0 <= index < size, else `outside`, of access's type
+/// (LowerGather.cpp).
 mlir::Value guardedElement(mlir::OpBuilder &b, mlir::Location loc,
                            mlir::Value ptr, mlir::Value index, mlir::Value size,
                            mlir::Value stride, mlir::Value outside,
