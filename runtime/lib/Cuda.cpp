@@ -62,7 +62,6 @@ namespace {
   X(cuModuleGetFunction)                                                       \
   X(cuFuncGetAttribute)                                                        \
   X(cuFuncSetAttribute)                                                        \
-  X(cuLaunchKernel)                                                            \
   X(cuLaunchKernelEx)                                                          \
   X(cuEventCreate)                                                             \
   X(cuEventDestroy)                                                            \
@@ -549,33 +548,25 @@ void Function::launch(std::array<unsigned, 3> grid,
                       bool overlapPrevious) {
   ContextScope scope(device_);
   Driver &d = driver();
-  if (overlapPrevious) {
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig config{};
-    config.gridDimX = grid[0];
-    config.gridDimY = grid[1];
-    config.gridDimZ = grid[2];
-    config.blockDimX = block[0];
-    config.blockDimY = block[1];
-    config.blockDimZ = block[2];
-    config.sharedMemBytes = sharedBytes;
-    config.hStream = static_cast<CUstream>(stream);
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    CUresult r = d.cuLaunchKernelEx(&config, static_cast<CUfunction>(fn_),
-                                    args, nullptr);
-    if (r != CUDA_SUCCESS)
-      check(r, "cuLaunchKernelEx", "kernel " + name_);
-    return;
-  }
+  // One call for both: no attribute is an ordinary launch.
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = grid[0];
+  config.gridDimY = grid[1];
+  config.gridDimZ = grid[2];
+  config.blockDimX = block[0];
+  config.blockDimY = block[1];
+  config.blockDimZ = block[2];
+  config.sharedMemBytes = sharedBytes;
+  config.hStream = static_cast<CUstream>(stream);
+  config.attrs = &attr;
+  config.numAttrs = overlapPrevious ? 1 : 0;
   CUresult r =
-      d.cuLaunchKernel(static_cast<CUfunction>(fn_), grid[0], grid[1], grid[2],
-                       block[0], block[1], block[2], sharedBytes,
-                       static_cast<CUstream>(stream), args, nullptr);
+      d.cuLaunchKernelEx(&config, static_cast<CUfunction>(fn_), args, nullptr);
   if (r != CUDA_SUCCESS)
-    check(r, "cuLaunchKernel", "kernel " + name_);
+    check(r, "cuLaunchKernelEx", "kernel " + name_);
 }
 
 Timer::Timer(StreamHandle stream)
