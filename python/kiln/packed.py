@@ -50,7 +50,7 @@ def _backward_body(grad_o, qkv, o, lse, causal, scale, checked=False):
     B, N, _, H, D = qkv.shape
     if grad_o.stride(-1) != 1:
         grad_o = grad_o.contiguous()
-    dqkv = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
+    dqkv = torch.empty_like(qkv, memory_format=torch.contiguous_format)
     ws = torch.empty(_lib.workspace_elements(B, H, N, D), dtype=torch.float32,
                      device=qkv.device)
     (q, k, v), (dq, dk, dv) = _views(qkv), _views(dqkv)
@@ -73,6 +73,8 @@ def _setup_context(ctx, inputs, output):
 
 
 def _autograd_backward(ctx, grad_o, grad_lse):
+    if grad_o is None:  # O not in the graph (_EagerPacked's grads)
+        return None, None, None
     qkv, o, lse = ctx.saved_tensors
     if type(grad_o) is torch.Tensor and ops._dispatch_free(qkv, qkv, qkv):
         return (_backward_body(grad_o, qkv, o, lse, ctx.causal, ctx.scale,
@@ -93,6 +95,7 @@ class _EagerPacked(torch.autograd.Function):
         o, lse = ops._forward_body(q, k, v, causal, scale, True, True)
         _setup_context(ctx, (qkv, causal, scale), (o, lse))
         ctx.checked = True
+        ctx.set_materialize_grads(False)  # as ops._EagerAttention
         return o, lse
 
     @staticmethod
