@@ -1,16 +1,20 @@
 """kiln beside SDPA's flash and cuDNN backends, on the same tensors, in one
 process: python3 -m kiln.bench [--quick] [--backward] [--dtype bf16|fp16]
-[--seqs N,N,...] [--ragged] [--sequential] [--json FILE].
+[--seqs N,N,...] [--ragged] [--sequential | --sustained S] [--json FILE].
 
 Inputs are standard normal (torch.randn); each figure is the median over 30
 samples of CUDA events around 10 back-to-back calls, divided by 10 (as
 peers.py times its peers), so host overhead between calls is hidden the
-same way for every peer. The peers' samples are taken in turn (one sample
-of each, the order reversed every round): on a GPU at its power limit the
-clocks follow the last second's load, and one peer timed after another
-reads 2-5% faster when it comes first after a pause
-(docs/experiments/2026-11-25-session28.txt); --sequential times them
-one after another as before. --backward times torch.autograd.grad of O with
+same way for every peer, but for the host's time to a sample's first
+kernel (a tenth of it counts per call). The peers' samples are taken in
+turn (one sample of each, the order reversed every round): on a GPU at its
+power limit the clocks follow the last second's load, and one peer timed
+after another reads 2-5% faster when it comes first after a pause
+(docs/experiments/2026-11-25-session28.txt). In turn, every peer runs at
+the clocks of their mixed load, so a peer that draws less power lends the
+others clock headroom; --sustained S runs each peer alone for S seconds
+before its samples (each at its own steady clocks), one after another;
+--sequential times them one after another with 5 calls' warm-up. --backward times torch.autograd.grad of O with
 respect to Q, K and V (the forward done once outside the timing), with
 2.5x the forward's FLOPs (the FlashAttention papers' convention). Shapes:
 B·N = 16k tokens, H·D = 2048, the peers.py shapes, plus ragged N.
@@ -96,16 +100,29 @@ def host_overhead_us(q, k, v):
     return sorted(per)[2]
 
 
-def tflops_of(work, prepare, sequential, where=""):
+def sustain(fn, seconds):
+    """Calls fn back to back for `seconds` (the GPU at its steady clocks
+    under fn's load)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+
+
+def tflops_of(work, prepare, sequential, where="", sustained=0.0):
     """TFLOP/s of each entry of `work` (name -> (fn, q, k, v, FLOPs)): its
     call made by prepare(fn, q, k, v), then timed in turn with the others
-    (or one after another); NaN for a peer that raised, which is named."""
+    (or one after another, each first run alone for `sustained` seconds);
+    NaN for a peer that raised, which is named."""
     tf, calls, flops = {n: float("nan") for n in work}, {}, {}
     for name, (fn, *qkv, f) in work.items():
         try:
             calls[name], flops[name] = prepare(fn, *qkv), f
-            if sequential:
-                tf[name] = f / bench_ms(calls.pop(name)) / 1e9
+            if sequential or sustained:
+                call = calls.pop(name)
+                sustain(call, sustained)
+                tf[name] = f / bench_ms(call, warm=0 if sustained else 5) / 1e9
         except Exception as e:  # a peer without this shape
             print(f"# {name} {where}: {type(e).__name__}: {str(e)[:120]}")
         torch.cuda.empty_cache()
@@ -132,6 +149,10 @@ def main(argv=None):
     p.add_argument("--sequential", action="store_true",
                    help="time one peer after another (each its 30 samples) instead of "
                         "taking their samples in turn")
+    p.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
+                   help="one peer after another, each run alone for SECONDS before its "
+                        "samples (each at its own steady clocks under the power limit; the "
+                        "order reversed every other shape) instead of samples in turn")
     p.add_argument("--ragged", action="store_true",
                    help="for N not a multiple of 128, also time kiln at the nearest "
                         "multiple of 128 (B = 16384 // that) in the same rotation")
@@ -149,7 +170,7 @@ def main(argv=None):
     props = torch.cuda.get_device_properties(dev)
     print(f"# {props.name}, torch {torch.__version__}, kiln {kiln.version()}, "
           f"{a.dtype}, {'backward' if a.backward else 'forward'}, "
-          f"{'one peer after another' if a.sequential else 'samples in turn'}")
+          f"{f'one peer after another, each alone {a.sustained:g} s first' if a.sustained else 'one peer after another' if a.sequential else 'samples in turn'}")
     rows = []
     near_cols = ",kiln@128k_tflops,kiln/kiln@128k" if a.ragged else ""
     print("D,causal,N,B,H," + ",".join(f"{p}_tflops" for p in PEERS) +
@@ -183,12 +204,15 @@ def main(argv=None):
 
                 q, k, v, flops = problem(N)
                 B = q.shape[0]
-                work = {name: (PEERS[name], q, k, v, flops) for name in order}
+                shape_order = order
+                if a.sustained and len(rows) % 2:
+                    shape_order = order[::-1]
+                work = {name: (PEERS[name], q, k, v, flops) for name in shape_order}
                 near = nearest_multiple(N)
                 if a.ragged and near != N:
                     work["kiln@128k"] = (PEERS["kiln"],) + problem(near)
                 where = f"N={N} D={D} causal={causal}"
-                tf = tflops_of(work, prepare, a.sequential, where)
+                tf = tflops_of(work, prepare, a.sequential, where, a.sustained)
                 del work, q, k, v
                 torch.cuda.empty_cache()
                 r = dict(D=D, causal=causal, N=N, B=B, H=H, dtype=a.dtype,
