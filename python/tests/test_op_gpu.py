@@ -209,6 +209,33 @@ def test_gradients_are_bitwise_repeatable_when_asked(D):
         assert rel(a, b) < 1e-2
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_backward_launches_only_its_kernels(packed):
+    # Eager autograd makes no zeros for LSE's unused gradient: the backward
+    # is kiln's delta, dK/dV and dQ-conversion kernels and nothing else.
+    from torch.profiler import ProfilerActivity, profile
+    if packed:
+        g = torch.Generator(device=DEV).manual_seed(5)
+        qkv = torch.randn(1, 300, 3, 2, 64, device=DEV, dtype=torch.bfloat16,
+                          generator=g).requires_grad_()
+        inputs = (qkv,)
+        o = kiln.attention_qkvpacked(qkv)
+    else:
+        inputs = tuple(t.requires_grad_() for t in
+                       make(1, 2, 300, 300, 64, torch.bfloat16, "bhsd", 5))
+        o = kiln.attention(*inputs)
+    grad_o = torch.randn_like(o)
+    torch.autograd.grad(o, inputs, grad_o, retain_graph=True)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.autograd.grad(o, inputs, grad_o)
+        torch.cuda.synchronize()
+    names = sorted(e.name for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    assert names == ["attention_bwd_delta", "attention_bwd_dkdv",
+                     "attention_bwd_dq_convert"], names
+
+
 def test_one_compile_serves_every_length():
     kiln.attention(*make(1, 2, 1000, 1000, 64, torch.bfloat16, "bhsd", 1))
     _, before = kiln.cache_stats()
