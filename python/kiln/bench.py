@@ -14,7 +14,8 @@ after another reads 2-5% faster when it comes first after a pause
 the clocks of their mixed load, so a peer that draws less power lends the
 others clock headroom; --sustained S runs each peer alone for S seconds
 before its samples (each at its own steady clocks), one after another;
---sequential times them one after another with 5 calls' warm-up. --backward times torch.autograd.grad of O with
+--sequential times them one after another with 5 calls' warm-up.
+--backward times torch.autograd.grad of O with
 respect to Q, K and V (the forward done once outside the timing), with
 2.5x the forward's FLOPs (the FlashAttention papers' convention). Shapes:
 B·N = 16k tokens, H·D = 2048, the peers.py shapes, plus ragged N.
@@ -146,13 +147,15 @@ def main(argv=None):
     p.add_argument("--json", default="", help="also write the rows here")
     p.add_argument("--order", default=",".join(PEERS),
                    help="the peers, in the order they are timed")
-    p.add_argument("--sequential", action="store_true",
-                   help="time one peer after another (each its 30 samples) instead of "
-                        "taking their samples in turn")
-    p.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
-                   help="one peer after another, each run alone for SECONDS before its "
-                        "samples (each at its own steady clocks under the power limit; the "
-                        "order reversed every other shape) instead of samples in turn")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--sequential", action="store_true",
+                        help="time one peer after another (each its 30 samples) instead "
+                             "of taking their samples in turn")
+    how.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
+                        help="one peer after another, each run alone for SECONDS before "
+                             "its samples (each at its own steady clocks under the power "
+                             "limit; the order reversed every other shape) instead of "
+                             "samples in turn")
     p.add_argument("--ragged", action="store_true",
                    help="for N not a multiple of 128, also time kiln at the nearest "
                         "multiple of 128 (B = 16384 // that) in the same rotation")
@@ -168,9 +171,11 @@ def main(argv=None):
             (1000, 1024, 4096, 4097) if a.quick else sorted(STANDARD + RAGGED))
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
+    timing = (f"one peer after another, each alone {a.sustained:g} s first"
+              if a.sustained else
+              "one peer after another" if a.sequential else "samples in turn")
     print(f"# {props.name}, torch {torch.__version__}, kiln {kiln.version()}, "
-          f"{a.dtype}, {'backward' if a.backward else 'forward'}, "
-          f"{f'one peer after another, each alone {a.sustained:g} s first' if a.sustained else 'one peer after another' if a.sequential else 'samples in turn'}")
+          f"{a.dtype}, {'backward' if a.backward else 'forward'}, {timing}")
     rows = []
     near_cols = ",kiln@128k_tflops,kiln/kiln@128k" if a.ragged else ""
     print("D,causal,N,B,H," + ",".join(f"{p}_tflops" for p in PEERS) +

@@ -181,7 +181,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _autograd_backward(ctx, grad_o, grad_lse):
-    if grad_o is None:  # O not in the graph (_EagerAttention's grads)
+    if grad_o is None:  # not materialized: O took no part in the loss
         return None, None, None, None, None, None
     q, k, v, o, lse = ctx.saved_tensors
     # Eager autograd (no double backward: the op has none) runs the body

@@ -73,7 +73,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _autograd_backward(ctx, grad_o, grad_lse):
-    if grad_o is None:  # O not in the graph (_EagerPacked's grads)
+    if grad_o is None:  # not materialized: O took no part in the loss
         return None, None, None
     qkv, o, lse = ctx.saved_tensors
     if type(grad_o) is torch.Tensor and ops._dispatch_free(qkv, qkv, qkv):

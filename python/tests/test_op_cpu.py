@@ -265,6 +265,28 @@ def test_bench_names_a_failing_peer_and_times_the_rest(monkeypatch, capsys):
     assert tf["a"] == 2.0 and math.isnan(tf["b"])
 
 
+def test_bench_sustained_runs_each_peer_alone_before_its_samples(monkeypatch):
+    """--sustained: a peer's calls for the given seconds, then its own
+    samples, before the next peer's first call; not with --sequential."""
+    import itertools
+    import kiln.bench as kb
+    calls = []
+    monkeypatch.setattr(kb, "sample_ms", lambda fn, batch: fn())
+    monkeypatch.setattr(kb.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(kb.torch.cuda, "empty_cache", lambda: None)
+    clock = itertools.count(0.0, 0.2)
+    monkeypatch.setattr(kb.time, "perf_counter", lambda: next(clock))
+    work = {n: (lambda n=n: calls.append(n) or 1.0, 0, 0, 0, 1e9) for n in "ab"}
+    tf = kb.tflops_of(work, lambda fn, q, k, v: fn, sequential=False, sustained=0.5)
+    assert tf == {"a": 1.0, "b": 1.0}
+    # 20 calls alone (two rounds of 10 before the clock passes 0.5 s), then
+    # 30 samples, one peer after the other.
+    assert "".join(calls) == "a" * 50 + "b" * 50
+    with pytest.raises(SystemExit) as e:
+        kb.main(["--sequential", "--sustained", "2"])
+    assert e.value.code == 2
+
+
 def test_bench_nearest_multiple_of_128():
     import kiln.bench as kb
     assert [kb.nearest_multiple(n) for n in (1, 1000, 1023, 2049, 3001, 4097, 8191)] == \
