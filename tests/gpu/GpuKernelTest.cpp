@@ -466,8 +466,10 @@ TEST(GpuKernels, GemmMatchesFp64) {
         std::tuple{513, 257, 129, bf16}, std::tuple{2000, 1544, 136, bf16}}) {
     // mma.sync; wgmma with cp.async; with TMA; with a producer warpgroup;
     // and persistent CTAs (208 output tiles on 132 SMs at 2000x1544); wgmma
-    // in groups of 3 row blocks, persistent in groups of 8
-    for (int path : {0, 1, 2, 3, 4}) {
+    // in groups of 3 row blocks, persistent in groups of 8; 64x64 tiles on
+    // two warpgroups, 32 columns each of the N-major B (m64n32k16, the
+    // second's descriptor 64 bytes into B's swizzled rows)
+    for (int path : {0, 1, 2, 3, 4, 5}) {
       bool wgmma = path > 0;
       if (wgmma && cuda::device().arch() != "sm_90a")
         continue;
@@ -482,6 +484,13 @@ TEST(GpuKernels, GemmMatchesFp64) {
                   .warpSpecialize = path >= 3,
                   .persistent = path == 4,
                   .groupM = path == 4 ? 8 : 3};
+      if (path == 5)
+        config = {.blockM = 64,
+                  .blockN = 64,
+                  .blockK = 64,
+                  .warps = 8,
+                  .wgmma = true,
+                  .tma = true};
       Kernel k = kernels::gemm({M, N, K, t, DType::f32}, config);
       HostTensor a(t, {M, K}), b(t, {K, N}), c(DType::f32, {M, N}),
           ref(DType::f32, {M, N});
@@ -491,7 +500,13 @@ TEST(GpuKernels, GemmMatchesFp64) {
       dt.add("A", a, false);
       dt.add("B", b, false);
       dt.add("C", c, true);
-      runOnGpu(k, dt);
+      CompiledKernel compiled = runOnGpu(k, dt);
+      if (path == 5) {
+        std::string report;
+        for (const std::string &line : compiled.report)
+          report += line + "\n";
+        EXPECT_THAT(report, HasSubstr("wgmma m64n32k16")) << report;
+      }
       dt.download("C", c);
       kernels::gemmReference(a, b, ref);
       ErrorStats e = compareTensors(c, ref);

@@ -120,9 +120,12 @@ std::optional<Regs> Lowerer::lowerDotWgmma(DotOp op, std::string &why) {
   DescOperand B{bIt->second, bIt->second.colDim == 0};
   if (std::string p = descriptorProblem(B.tile, "B"); !p.empty())
     return fail(p);
-  if (!B.kMajor && nW % 64)
+  // N-major: a warpgroup's columns are whole 64-wide panels, or a part of
+  // one that starts 2·column bytes into its swizzled 128-byte rows (the
+  // swizzle is of the address, as for a K-major operand's k-steps).
+  if (!B.kMajor && nW % 64 && 64 % nW)
     return fail("B is N-major and a warpgroup's N=" + std::to_string(nW) +
-                " is not a multiple of 64");
+                " is neither a multiple nor a divisor of 64");
   Layout la = Layout::dotOperand(0, M, N, K, numWarps);
   Layout lc = Layout::mma(M, N, numWarps);
   std::optional<DescOperand> A;
@@ -174,15 +177,22 @@ std::optional<Regs> Lowerer::lowerDotWgmma(DotOp op, std::string &why) {
       return k / 64 * t.panelBytes() + mn * 128 + k % 64 * 2;
     return mn / 64 * t.panelBytes() + k * 128;
   };
-  auto dynamicPart = [&](const DescOperand &o, Value mn) -> Value {
+  auto dynamicPart = [&](const DescOperand &o, Value mn,
+                         int64_t perWarpgroup) -> Value {
     if (o.kMajor)
       return arith::MulIOp::create(b, loc, mn, i32(128));
-    return arith::MulIOp::create(b, loc,
-                                 arith::ShRUIOp::create(b, loc, mn, i32(6)),
-                                 i32(o.tile.panelBytes()));
+    Value panel = arith::MulIOp::create(
+        b, loc, arith::ShRUIOp::create(b, loc, mn, i32(6)),
+        i32(o.tile.panelBytes()));
+    if (perWarpgroup % 64 == 0)
+      return panel;
+    return arith::AddIOp::create(
+        b, loc, panel,
+        arith::MulIOp::create(
+            b, loc, arith::AndIOp::create(b, loc, mn, i32(63)), i32(2)));
   };
-  Value descA = A ? descriptor(*A, dynamicPart(*A, wgRow)) : Value();
-  Value descB = descriptor(B, dynamicPart(B, wgCol));
+  Value descA = A ? descriptor(*A, dynamicPart(*A, wgRow, 64)) : Value();
+  Value descB = descriptor(B, dynamicPart(B, wgCol, nW));
 
   MLIRContext *ctx = b.getContext();
   Type f32 = b.getF32Type(), i32Ty = b.getI32Type();
