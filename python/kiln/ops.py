@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from . import _lib
+from . import _cpp, _lib
 
 _LAYOUTS = {"bhsd": "(batch, heads, seq, head_dim)",
             "bshd": "(batch, seq, heads, head_dim)"}
@@ -241,6 +241,8 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
     bshd = layout == "bshd"
     if not _eager(q, k, v):
         o, lse = torch.ops.kiln.attention_forward(q, k, v, causal, s, bshd)
+    elif (cpp := _cpp.module()) is not None:  # the same launches, from C++
+        o, lse = cpp.attention(q, k, v, causal, s, bshd)
     elif _needs_grad(q, k, v):
         o, lse = _EagerAttention.apply(q, k, v, causal, s, bshd)
     else:

@@ -168,6 +168,20 @@ def test_library_loads_without_a_gpu():
     assert variants == 0 and compiles == 0
 
 
+def test_cpp_autograd_builds_and_binds():
+    # The eager path's C++ autograd Function, built against this torch (no
+    # GPU needed to build it; it calls libkiln_c only when it launches).
+    if os.environ.get("KILN_CPP_AUTOGRAD") == "0":
+        pytest.skip("SKIPPED: KILN_CPP_AUTOGRAD=0 keeps the Python Function")
+    if not any(os.path.exists(p) for p in
+               [os.environ.get("KILN_LIBRARY", "")] + kiln._lib._candidates()[:2]):
+        pytest.skip("SKIPPED: libkiln_c.so is not built")
+    from kiln import _cpp
+    m = _cpp.module()
+    assert m is not None, "the C++ autograd path did not build (see stderr)"
+    assert callable(m.attention) and callable(m.bind)
+
+
 def test_packed_tensors_match_the_struct():
     # The packed buffer holds, per tensor, exactly what kiln_c_tensor does.
     import ctypes

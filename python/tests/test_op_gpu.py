@@ -236,6 +236,45 @@ def test_backward_launches_only_its_kernels(packed):
                      "attention_bwd_dq_convert"], names
 
 
+def test_eager_autograd_runs_from_cpp():
+    # The eager path records a C++ autograd node: its backward runs in
+    # autograd's device thread without Python.
+    from kiln import _cpp
+    assert _cpp.module() is not None, "the C++ autograd path did not build"
+    q, k, v = (t.requires_grad_() for t in
+               make(1, 2, 300, 300, 64, torch.bfloat16, "bhsd", 6))
+    o = kiln.attention(q, k, v)
+    assert "CppNode" in o.grad_fn.name(), o.grad_fn.name()
+
+
+@pytest.mark.parametrize("layout,causal,dtype", [
+    ("bhsd", False, torch.bfloat16), ("bshd", True, torch.float16),
+    ("bhsd", True, torch.bfloat16)])
+def test_cpp_and_python_autograd_agree_bit_for_bit(layout, causal, dtype):
+    # The same launches from C++ and from the Python Function: O and the
+    # gradients equal bit for bit (deterministic dQ, no atomics' order).
+    from kiln import ops
+    q, k, v = make(2, 3, 333, 517, 64 if layout == "bhsd" else 128, dtype,
+                   layout, 7)
+    grad_o = torch.randn_like(q)
+    scale, bshd = 1.0 / math.sqrt(q.shape[-1]), layout == "bshd"
+    torch.use_deterministic_algorithms(True)
+    try:
+        results = []
+        for run in (lambda *t: kiln.attention(*t, causal=causal, layout=layout),
+                    lambda *t: ops._EagerAttention.apply(*t, causal, scale,
+                                                         bshd)[0]):
+            poison_allocator()
+            qkv = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+            o = run(*qkv)
+            results.append([o, *torch.autograd.grad(o, qkv, grad_o)])
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for name, a, b in zip(("o", "dq", "dk", "dv"), *results):
+        assert torch.isfinite(a).all(), name
+        assert torch.equal(a, b), name
+
+
 def test_one_compile_serves_every_length():
     kiln.attention(*make(1, 2, 1000, 1000, 64, torch.bfloat16, "bhsd", 1))
     _, before = kiln.cache_stats()
