@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from . import _lib, ops
+from . import _cpp, _lib, ops
 
 
 def _views(qkv):
@@ -122,6 +122,8 @@ def attention_qkvpacked(qkv, *, causal=False, scale=None, return_lse=False):
     s = float(scale) if scale is not None else 1.0 / math.sqrt(qkv.shape[-1])
     if not ops._eager(qkv, qkv, qkv):
         o, lse = torch.ops.kiln.attention_qkvpacked_forward(qkv, causal, s)
+    elif (cpp := _cpp.module()) is not None:  # the same launches, from C++
+        o, lse = cpp.attention_qkvpacked(qkv, causal, s)
     elif torch.is_grad_enabled() and qkv.requires_grad:
         o, lse = _EagerPacked.apply(qkv, causal, s)
     else:

@@ -236,15 +236,44 @@ def test_backward_launches_only_its_kernels(packed):
                      "attention_bwd_dq_convert"], names
 
 
-def test_eager_autograd_runs_from_cpp():
+@pytest.mark.parametrize("packed", [False, True])
+def test_eager_autograd_runs_from_cpp(packed):
     # The eager path records a C++ autograd node: its backward runs in
     # autograd's device thread without Python.
     from kiln import _cpp
     assert _cpp.module() is not None, "the C++ autograd path did not build"
-    q, k, v = (t.requires_grad_() for t in
-               make(1, 2, 300, 300, 64, torch.bfloat16, "bhsd", 6))
-    o = kiln.attention(q, k, v)
+    if packed:
+        o = kiln.attention_qkvpacked(torch.randn(
+            1, 300, 3, 2, 64, device=DEV, dtype=torch.bfloat16,
+            requires_grad=True))
+    else:
+        o = kiln.attention(*(t.requires_grad_() for t in make(
+            1, 2, 300, 300, 64, torch.bfloat16, "bhsd", 6)))
     assert "CppNode" in o.grad_fn.name(), o.grad_fn.name()
+
+
+def test_cpp_and_python_packed_autograd_agree_bit_for_bit():
+    from kiln import packed
+    g = torch.Generator(device=DEV).manual_seed(8)
+    qkv = torch.randn(2, 421, 3, 3, 128, device=DEV, dtype=torch.bfloat16,
+                      generator=g)
+    grad_o = torch.randn(2, 421, 3, 128, device=DEV, dtype=torch.bfloat16,
+                         generator=g)
+    torch.use_deterministic_algorithms(True)
+    try:
+        results = []
+        for run in (lambda t: kiln.attention_qkvpacked(t, causal=True),
+                    lambda t: packed._EagerPacked.apply(
+                        t, True, 1.0 / math.sqrt(128))[0]):
+            poison_allocator()
+            x = qkv.detach().clone().requires_grad_()
+            o = run(x)
+            results.append([o, *torch.autograd.grad(o, x, grad_o)])
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for name, a, b in zip(("o", "dqkv"), *results):
+        assert torch.isfinite(a).all(), name
+        assert torch.equal(a, b), name
 
 
 @pytest.mark.parametrize("layout,causal,dtype", [

@@ -1,14 +1,15 @@
 //===- attention_autograd.cpp - kiln.attention's eager autograd in C++ ----===//
 //
-// The eager path of kiln.attention as a torch::autograd::Function: autograd's
-// device thread runs kiln's backward here without the GIL or the
-// interpreter (a Python Function's backward took 100-190 us of host time
-// there before its first kernel, docs/experiments/2026-11-26-session31.txt,
-// section 11). Built by python/kiln/_cpp.py with torch.utils.cpp_extension
-// against the installed torch, once per torch version; it calls libkiln_c
-// through the function addresses the ctypes binding hands to bind(), so it
-// links no kiln and every launch stays the C API's (the same kernels, the
-// same checks, the same bits as the Python path).
+// The eager paths of kiln.attention and kiln.attention_qkvpacked as
+// torch::autograd::Functions: autograd's device thread runs kiln's backward
+// here without the GIL or the interpreter (a Python Function's backward took
+// 100-190 us of host time there before its first kernel,
+// docs/experiments/2026-11-26-session31.txt, section 11). Built by
+// python/kiln/_cpp.py with torch.utils.cpp_extension against the installed
+// torch, once per torch version; it calls libkiln_c through the function
+// addresses the ctypes binding hands to bind(), so it links no kiln and every
+// launch stays the C API's (the same kernels, the same checks, the same bits as
+// the Python path).
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_c.h"
@@ -85,8 +86,7 @@ struct Attention : torch::autograd::Function<Attention> {
                   to = view(o, bshd), tl = view(lse, false);
     kiln_c_attention_options opt = options(q, causal, scale);
     char error[1024] = "";
-    check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl, error, sizeof error),
-          error);
+    check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl, error, sizeof error), error);
     ctx->save_for_backward({q, k, v, o, lse});
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["scale"] = scale;
@@ -108,16 +108,16 @@ struct Attention : torch::autograd::Function<Attention> {
     if (gradO.stride(-1) != 1) // autograd may hand an expanded gradient
       gradO = gradO.contiguous();
     torch::autograd::variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2],
-                     &o = saved[3], &lse = saved[4];
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3],
+                     &lse = saved[4];
     const bool causal = ctx->saved_data["causal"].toBool(),
                bshd = ctx->saved_data["bshd"].toBool();
     const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t B = q.size(0), H = q.size(bshd ? 2 : 1),
                   N = q.size(bshd ? 1 : 2), D = q.size(3);
     at::Tensor dq = emptyLike(q), dk = emptyLike(k), dv = emptyLike(v);
-    at::Tensor ws = at::empty({workspaceFn(B, H, N, D)},
-                              q.options().dtype(at::kFloat));
+    at::Tensor ws =
+        at::empty({workspaceFn(B, H, N, D)}, q.options().dtype(at::kFloat));
     kiln_c_tensor tq = view(q, bshd), tk = view(k, bshd), tv = view(v, bshd),
                   to = view(o, bshd), tdo = view(gradO, bshd),
                   tl = view(lse, false), tdq = view(dq, bshd),
@@ -128,6 +128,64 @@ struct Attention : torch::autograd::Function<Attention> {
                      &tdk, &tdv, error, sizeof error),
           error);
     return {dq, dk, dv, none, none, none};
+  }
+};
+
+/// kiln.attention_qkvpacked: q, k and v views of one (B, N, 3, H, D) tensor
+/// (the "bshd" layout), and its gradient one tensor of that shape.
+struct AttentionPacked : torch::autograd::Function<AttentionPacked> {
+  static torch::autograd::variable_list
+  forward(torch::autograd::AutogradContext *ctx, const at::Tensor &qkv,
+          bool causal, double scale) {
+    const at::Tensor q = qkv.select(2, 0);
+    const int64_t B = q.size(0), N = q.size(1), H = q.size(2);
+    at::Tensor o = emptyLike(q);
+    at::Tensor lse = at::empty({B, H, N}, q.options().dtype(at::kFloat));
+    kiln_c_tensor tq = view(q, true), tk = view(qkv.select(2, 1), true),
+                  tv = view(qkv.select(2, 2), true), to = view(o, true),
+                  tl = view(lse, false);
+    kiln_c_attention_options opt = options(q, causal, scale);
+    char error[1024] = "";
+    check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl, error, sizeof error), error);
+    ctx->save_for_backward({qkv, o, lse});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["scale"] = scale;
+    ctx->mark_non_differentiable({lse});
+    ctx->set_materialize_grads(false);
+    return {o, lse};
+  }
+
+  static torch::autograd::variable_list
+  backward(torch::autograd::AutogradContext *ctx,
+           torch::autograd::variable_list grads) {
+    const at::Tensor none;
+    at::Tensor gradO = grads[0];
+    if (!gradO.defined())
+      return {none, none, none};
+    if (gradO.stride(-1) != 1)
+      gradO = gradO.contiguous();
+    torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &qkv = saved[0], &o = saved[1], &lse = saved[2];
+    const bool causal = ctx->saved_data["causal"].toBool();
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const int64_t B = qkv.size(0), N = qkv.size(1), H = qkv.size(3),
+                  D = qkv.size(4);
+    at::Tensor dqkv = emptyLike(qkv);
+    at::Tensor ws =
+        at::empty({workspaceFn(B, H, N, D)}, qkv.options().dtype(at::kFloat));
+    kiln_c_tensor tq = view(qkv.select(2, 0), true),
+                  tk = view(qkv.select(2, 1), true),
+                  tv = view(qkv.select(2, 2), true), to = view(o, true),
+                  tdo = view(gradO, true), tl = view(lse, false),
+                  tdq = view(dqkv.select(2, 0), true),
+                  tdk = view(dqkv.select(2, 1), true),
+                  tdv = view(dqkv.select(2, 2), true);
+    kiln_c_attention_options opt = options(qkv, causal, scale);
+    char error[1024] = "";
+    check(backwardFn(&opt, &tq, &tk, &tv, &to, &tdo, &tl, ws.data_ptr(), &tdq,
+                     &tdk, &tdv, error, sizeof error),
+          error);
+    return {dqkv, none, none};
   }
 };
 
@@ -143,6 +201,14 @@ std::vector<at::Tensor> attention(const at::Tensor &q, const at::Tensor &k,
   return {r[0], r[1]};
 }
 
+std::vector<at::Tensor> attentionPacked(const at::Tensor &qkv, bool causal,
+                                        double scale) {
+  TORCH_CHECK(forwardFn && backwardFn && workspaceFn,
+              "kiln.attention: the C++ path is not bound to libkiln_c");
+  torch::autograd::variable_list r = AttentionPacked::apply(qkv, causal, scale);
+  return {r[0], r[1]};
+}
+
 /// The addresses of libkiln_c's functions (ctypes: the library loaded once).
 void bind(int64_t forward, int64_t backward, int64_t workspace) {
   forwardFn = reinterpret_cast<ForwardFn>(forward);
@@ -154,5 +220,6 @@ void bind(int64_t forward, int64_t backward, int64_t workspace) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &attention);
+  m.def("attention_qkvpacked", &attentionPacked);
   m.def("bind", &bind);
 }
