@@ -73,60 +73,91 @@ at::Tensor emptyLike(const at::Tensor &t) {
   return at::empty_like(t, t.options(), at::MemoryFormat::Contiguous);
 }
 
+/// O and LSE of q, k and v (views of one tensor or three).
+torch::autograd::variable_list forwardOf(const at::Tensor &q,
+                                         const at::Tensor &k,
+                                         const at::Tensor &v, bool causal,
+                                         double scale, bool bshd) {
+  const int64_t B = q.size(0), H = q.size(bshd ? 2 : 1),
+                N = q.size(bshd ? 1 : 2);
+  at::Tensor o = emptyLike(q);
+  at::Tensor lse = at::empty({B, H, N}, q.options().dtype(at::kFloat));
+  kiln_c_tensor tq = view(q, bshd), tk = view(k, bshd), tv = view(v, bshd),
+                to = view(o, bshd), tl = view(lse, false);
+  kiln_c_attention_options opt = options(q, causal, scale);
+  char error[1024] = "";
+  check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl, error, sizeof error), error);
+  return {o, lse};
+}
+
+/// Saves what the backward reads. Gradients flow through O only (LSE is for
+/// inspection), and none is made for LSE's: no allocation and fill kernel
+/// each backward.
+void saveForBackward(torch::autograd::AutogradContext *ctx,
+                     torch::autograd::variable_list tensors, bool causal,
+                     double scale, bool bshd) {
+  const at::Tensor lse = tensors.back();
+  ctx->save_for_backward(std::move(tensors));
+  ctx->saved_data["causal"] = causal;
+  ctx->saved_data["scale"] = scale;
+  ctx->saved_data["bshd"] = bshd;
+  ctx->mark_non_differentiable({lse});
+  ctx->set_materialize_grads(false);
+}
+
+/// O's gradient as the kernels take it; undefined where O took no part in
+/// the loss.
+at::Tensor gradientOfO(const torch::autograd::variable_list &grads) {
+  at::Tensor g = grads[0];
+  if (g.defined() && g.stride(-1) != 1) // autograd may hand it expanded
+    g = g.contiguous();
+  return g;
+}
+
+/// dQ, dK and dV (views of one tensor or three) of the saved forward.
+void backwardInto(torch::autograd::AutogradContext *ctx, const at::Tensor &q,
+                  const at::Tensor &k, const at::Tensor &v, const at::Tensor &o,
+                  const at::Tensor &lse, const at::Tensor &gradO,
+                  const at::Tensor &dq, const at::Tensor &dk,
+                  const at::Tensor &dv) {
+  const bool causal = ctx->saved_data["causal"].toBool(),
+             bshd = ctx->saved_data["bshd"].toBool();
+  const double scale = ctx->saved_data["scale"].toDouble();
+  const int64_t B = q.size(0), H = q.size(bshd ? 2 : 1),
+                N = q.size(bshd ? 1 : 2), D = q.size(3);
+  at::Tensor ws =
+      at::empty({workspaceFn(B, H, N, D)}, q.options().dtype(at::kFloat));
+  kiln_c_tensor tq = view(q, bshd), tk = view(k, bshd), tv = view(v, bshd),
+                to = view(o, bshd), tdo = view(gradO, bshd),
+                tl = view(lse, false), tdq = view(dq, bshd),
+                tdk = view(dk, bshd), tdv = view(dv, bshd);
+  kiln_c_attention_options opt = options(q, causal, scale);
+  char error[1024] = "";
+  check(backwardFn(&opt, &tq, &tk, &tv, &to, &tdo, &tl, ws.data_ptr(), &tdq,
+                   &tdk, &tdv, error, sizeof error),
+        error);
+}
+
 struct Attention : torch::autograd::Function<Attention> {
   static torch::autograd::variable_list
   forward(torch::autograd::AutogradContext *ctx, const at::Tensor &q,
           const at::Tensor &k, const at::Tensor &v, bool causal, double scale,
           bool bshd) {
-    const int64_t B = q.size(0), H = q.size(bshd ? 2 : 1),
-                  N = q.size(bshd ? 1 : 2);
-    at::Tensor o = emptyLike(q);
-    at::Tensor lse = at::empty({B, H, N}, q.options().dtype(at::kFloat));
-    kiln_c_tensor tq = view(q, bshd), tk = view(k, bshd), tv = view(v, bshd),
-                  to = view(o, bshd), tl = view(lse, false);
-    kiln_c_attention_options opt = options(q, causal, scale);
-    char error[1024] = "";
-    check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl, error, sizeof error), error);
-    ctx->save_for_backward({q, k, v, o, lse});
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["scale"] = scale;
-    ctx->saved_data["bshd"] = bshd;
-    // Gradients flow through O only (LSE is for inspection), and none is
-    // made for LSE's: no allocation and fill kernel each backward.
-    ctx->mark_non_differentiable({lse});
-    ctx->set_materialize_grads(false);
-    return {o, lse};
+    torch::autograd::variable_list out =
+        forwardOf(q, k, v, causal, scale, bshd);
+    saveForBackward(ctx, {q, k, v, out[0], out[1]}, causal, scale, bshd);
+    return out;
   }
 
   static torch::autograd::variable_list
   backward(torch::autograd::AutogradContext *ctx,
            torch::autograd::variable_list grads) {
-    const at::Tensor none;
-    at::Tensor gradO = grads[0];
-    if (!gradO.defined()) // O took no part in the loss
+    const at::Tensor none, gradO = gradientOfO(grads);
+    if (!gradO.defined())
       return {none, none, none, none, none, none};
-    if (gradO.stride(-1) != 1) // autograd may hand an expanded gradient
-      gradO = gradO.contiguous();
-    torch::autograd::variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3],
-                     &lse = saved[4];
-    const bool causal = ctx->saved_data["causal"].toBool(),
-               bshd = ctx->saved_data["bshd"].toBool();
-    const double scale = ctx->saved_data["scale"].toDouble();
-    const int64_t B = q.size(0), H = q.size(bshd ? 2 : 1),
-                  N = q.size(bshd ? 1 : 2), D = q.size(3);
-    at::Tensor dq = emptyLike(q), dk = emptyLike(k), dv = emptyLike(v);
-    at::Tensor ws =
-        at::empty({workspaceFn(B, H, N, D)}, q.options().dtype(at::kFloat));
-    kiln_c_tensor tq = view(q, bshd), tk = view(k, bshd), tv = view(v, bshd),
-                  to = view(o, bshd), tdo = view(gradO, bshd),
-                  tl = view(lse, false), tdq = view(dq, bshd),
-                  tdk = view(dk, bshd), tdv = view(dv, bshd);
-    kiln_c_attention_options opt = options(q, causal, scale);
-    char error[1024] = "";
-    check(backwardFn(&opt, &tq, &tk, &tv, &to, &tdo, &tl, ws.data_ptr(), &tdq,
-                     &tdk, &tdv, error, sizeof error),
-          error);
+    torch::autograd::variable_list s = ctx->get_saved_variables();
+    at::Tensor dq = emptyLike(s[0]), dk = emptyLike(s[1]), dv = emptyLike(s[2]);
+    backwardInto(ctx, s[0], s[1], s[2], s[3], s[4], gradO, dq, dk, dv);
     return {dq, dk, dv, none, none, none};
   }
 };
@@ -137,54 +168,25 @@ struct AttentionPacked : torch::autograd::Function<AttentionPacked> {
   static torch::autograd::variable_list
   forward(torch::autograd::AutogradContext *ctx, const at::Tensor &qkv,
           bool causal, double scale) {
-    const at::Tensor q = qkv.select(2, 0);
-    const int64_t B = q.size(0), N = q.size(1), H = q.size(2);
-    at::Tensor o = emptyLike(q);
-    at::Tensor lse = at::empty({B, H, N}, q.options().dtype(at::kFloat));
-    kiln_c_tensor tq = view(q, true), tk = view(qkv.select(2, 1), true),
-                  tv = view(qkv.select(2, 2), true), to = view(o, true),
-                  tl = view(lse, false);
-    kiln_c_attention_options opt = options(q, causal, scale);
-    char error[1024] = "";
-    check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl, error, sizeof error), error);
-    ctx->save_for_backward({qkv, o, lse});
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["scale"] = scale;
-    ctx->mark_non_differentiable({lse});
-    ctx->set_materialize_grads(false);
-    return {o, lse};
+    torch::autograd::variable_list out =
+        forwardOf(qkv.select(2, 0), qkv.select(2, 1), qkv.select(2, 2), causal,
+                  scale, /*bshd=*/true);
+    saveForBackward(ctx, {qkv, out[0], out[1]}, causal, scale, true);
+    return out;
   }
 
   static torch::autograd::variable_list
   backward(torch::autograd::AutogradContext *ctx,
            torch::autograd::variable_list grads) {
-    const at::Tensor none;
-    at::Tensor gradO = grads[0];
+    const at::Tensor none, gradO = gradientOfO(grads);
     if (!gradO.defined())
       return {none, none, none};
-    if (gradO.stride(-1) != 1)
-      gradO = gradO.contiguous();
-    torch::autograd::variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &qkv = saved[0], &o = saved[1], &lse = saved[2];
-    const bool causal = ctx->saved_data["causal"].toBool();
-    const double scale = ctx->saved_data["scale"].toDouble();
-    const int64_t B = qkv.size(0), N = qkv.size(1), H = qkv.size(3),
-                  D = qkv.size(4);
+    torch::autograd::variable_list s = ctx->get_saved_variables();
+    const at::Tensor &qkv = s[0];
     at::Tensor dqkv = emptyLike(qkv);
-    at::Tensor ws =
-        at::empty({workspaceFn(B, H, N, D)}, qkv.options().dtype(at::kFloat));
-    kiln_c_tensor tq = view(qkv.select(2, 0), true),
-                  tk = view(qkv.select(2, 1), true),
-                  tv = view(qkv.select(2, 2), true), to = view(o, true),
-                  tdo = view(gradO, true), tl = view(lse, false),
-                  tdq = view(dqkv.select(2, 0), true),
-                  tdk = view(dqkv.select(2, 1), true),
-                  tdv = view(dqkv.select(2, 2), true);
-    kiln_c_attention_options opt = options(qkv, causal, scale);
-    char error[1024] = "";
-    check(backwardFn(&opt, &tq, &tk, &tv, &to, &tdo, &tl, ws.data_ptr(), &tdq,
-                     &tdk, &tdv, error, sizeof error),
-          error);
+    backwardInto(ctx, qkv.select(2, 0), qkv.select(2, 1), qkv.select(2, 2),
+                 s[1], s[2], gradO, dqkv.select(2, 0), dqkv.select(2, 1),
+                 dqkv.select(2, 2));
     return {dqkv, none, none};
   }
 };
