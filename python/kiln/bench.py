@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kiln
+from kiln import _cpp
 
 STANDARD = (512, 1024, 2048, 4096, 8192, 16384)
 RAGGED = (1000, 3001, 4097)
@@ -174,8 +175,10 @@ def main(argv=None):
     timing = (f"one peer after another, each alone {a.sustained:g} s first"
               if a.sustained else
               "one peer after another" if a.sequential else "samples in turn")
+    autograd = "C++" if _cpp.module() is not None else "Python"
     print(f"# {props.name}, torch {torch.__version__}, kiln {kiln.version()}, "
-          f"{a.dtype}, {'backward' if a.backward else 'forward'}, {timing}")
+          f"{a.dtype}, {'backward' if a.backward else 'forward'}, {timing}, "
+          f"kiln's eager autograd in {autograd}")
     rows = []
     near_cols = ",kiln@128k_tflops,kiln/kiln@128k" if a.ragged else ""
     print("D,causal,N,B,H," + ",".join(f"{p}_tflops" for p in PEERS) +
