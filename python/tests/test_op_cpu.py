@@ -182,6 +182,16 @@ def test_cpp_autograd_builds_and_binds():
     assert callable(m.attention) and callable(m.bind)
 
 
+def test_cpp_autograd_can_be_switched_off():
+    code = "from kiln import _cpp\nprint(_cpp.module())\n"
+    env = dict(os.environ, KILN_CPP_AUTOGRAD="0")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=here,
+                         capture_output=True, text=True)
+    assert out.stdout.strip() == "None", out.stdout + out.stderr
+    assert "building" not in out.stderr
+
+
 def test_packed_tensors_match_the_struct():
     # The packed buffer holds, per tensor, exactly what kiln_c_tensor does.
     import ctypes
