@@ -304,6 +304,38 @@ def test_cpp_and_python_autograd_agree_bit_for_bit(layout, causal, dtype):
         assert torch.equal(a, b), name
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_compiled_autograd_takes_the_eager_node(packed):
+    # torch dynamo's compiled autograd over an eager forward: the same
+    # gradients as autograd's own engine (deterministic dQ).
+    import torch._dynamo.compiled_autograd as ca
+    enable = getattr(ca, "_enable", None) or getattr(ca, "enable")
+    g = torch.Generator(device=DEV).manual_seed(9)
+    if packed:
+        inputs = [torch.randn(2, 300, 3, 4, 64, device=DEV,
+                              dtype=torch.bfloat16, generator=g)]
+        run = lambda x: kiln.attention_qkvpacked(x[0], causal=True)
+    else:
+        inputs = make(2, 4, 300, 300, 64, torch.bfloat16, "bhsd", 9)
+        run = lambda x: kiln.attention(*x, causal=True)
+    torch.use_deterministic_algorithms(True)
+    try:
+        grads = []
+        for compiled in (False, True):
+            x = [t.detach().clone().requires_grad_() for t in inputs]
+            loss = (run(x).float() ** 2).sum()
+            if compiled:
+                with enable(torch.compile(backend="eager")):
+                    loss.backward()
+            else:
+                loss.backward()
+            grads.append([t.grad for t in x])
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for a, b in zip(*grads):
+        assert torch.isfinite(a).all() and torch.equal(a, b)
+
+
 def test_one_compile_serves_every_length():
     kiln.attention(*make(1, 2, 1000, 1000, 64, torch.bfloat16, "bhsd", 1))
     _, before = kiln.cache_stats()

@@ -73,35 +73,38 @@ at::Tensor emptyLike(const at::Tensor &t) {
   return at::empty_like(t, t.options(), at::MemoryFormat::Contiguous);
 }
 
-/// O and LSE of q, k and v (views of one tensor or three).
-torch::autograd::variable_list forwardOf(const at::Tensor &q,
-                                         const at::Tensor &k,
-                                         const at::Tensor &v, bool causal,
-                                         double scale, bool bshd) {
-  const int64_t B = q.size(0), H = q.size(bshd ? 2 : 1),
-                N = q.size(bshd ? 1 : 2);
+/// LSE's tensor, fp32 (B, H, Nq). It is not an output of the Functions
+/// (the entries allocate it, the forward writes it): it carries no gradient,
+/// as the Python path's non-differentiable output does, and compiled
+/// autograd takes the node (it asserts on outputs marked non-differentiable
+/// in a C++ Function).
+at::Tensor lseFor(const at::Tensor &q, bool bshd) {
+  return at::empty({q.size(0), q.size(bshd ? 2 : 1), q.size(bshd ? 1 : 2)},
+                   q.options().dtype(at::kFloat));
+}
+
+/// O of q, k and v (views of one tensor or three); LSE into `lse`.
+at::Tensor forwardOf(const at::Tensor &q, const at::Tensor &k,
+                     const at::Tensor &v, const at::Tensor &lse, bool causal,
+                     double scale, bool bshd) {
   at::Tensor o = emptyLike(q);
-  at::Tensor lse = at::empty({B, H, N}, q.options().dtype(at::kFloat));
   kiln_c_tensor tq = view(q, bshd), tk = view(k, bshd), tv = view(v, bshd),
                 to = view(o, bshd), tl = view(lse, false);
   kiln_c_attention_options opt = options(q, causal, scale);
   char error[1024] = "";
   check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl, error, sizeof error), error);
-  return {o, lse};
+  return o;
 }
 
-/// Saves what the backward reads. Gradients flow through O only (LSE is for
-/// inspection), and none is made for LSE's: no allocation and fill kernel
-/// each backward.
+/// Saves what the backward reads; no zeros are made for an unused O's
+/// gradient.
 void saveForBackward(torch::autograd::AutogradContext *ctx,
                      torch::autograd::variable_list tensors, bool causal,
                      double scale, bool bshd) {
-  const at::Tensor lse = tensors.back();
   ctx->save_for_backward(std::move(tensors));
   ctx->saved_data["causal"] = causal;
   ctx->saved_data["scale"] = scale;
   ctx->saved_data["bshd"] = bshd;
-  ctx->mark_non_differentiable({lse});
   ctx->set_materialize_grads(false);
 }
 
@@ -141,12 +144,11 @@ void backwardInto(torch::autograd::AutogradContext *ctx, const at::Tensor &q,
 struct Attention : torch::autograd::Function<Attention> {
   static torch::autograd::variable_list
   forward(torch::autograd::AutogradContext *ctx, const at::Tensor &q,
-          const at::Tensor &k, const at::Tensor &v, bool causal, double scale,
-          bool bshd) {
-    torch::autograd::variable_list out =
-        forwardOf(q, k, v, causal, scale, bshd);
-    saveForBackward(ctx, {q, k, v, out[0], out[1]}, causal, scale, bshd);
-    return out;
+          const at::Tensor &k, const at::Tensor &v, const at::Tensor &lse,
+          bool causal, double scale, bool bshd) {
+    at::Tensor o = forwardOf(q, k, v, lse, causal, scale, bshd);
+    saveForBackward(ctx, {q, k, v, o, lse}, causal, scale, bshd);
+    return {o};
   }
 
   static torch::autograd::variable_list
@@ -154,11 +156,11 @@ struct Attention : torch::autograd::Function<Attention> {
            torch::autograd::variable_list grads) {
     const at::Tensor none, gradO = gradientOfO(grads);
     if (!gradO.defined())
-      return {none, none, none, none, none, none};
+      return {none, none, none, none, none, none, none};
     torch::autograd::variable_list s = ctx->get_saved_variables();
     at::Tensor dq = emptyLike(s[0]), dk = emptyLike(s[1]), dv = emptyLike(s[2]);
     backwardInto(ctx, s[0], s[1], s[2], s[3], s[4], gradO, dq, dk, dv);
-    return {dq, dk, dv, none, none, none};
+    return {dq, dk, dv, none, none, none, none};
   }
 };
 
@@ -167,12 +169,12 @@ struct Attention : torch::autograd::Function<Attention> {
 struct AttentionPacked : torch::autograd::Function<AttentionPacked> {
   static torch::autograd::variable_list
   forward(torch::autograd::AutogradContext *ctx, const at::Tensor &qkv,
-          bool causal, double scale) {
-    torch::autograd::variable_list out =
-        forwardOf(qkv.select(2, 0), qkv.select(2, 1), qkv.select(2, 2), causal,
-                  scale, /*bshd=*/true);
-    saveForBackward(ctx, {qkv, out[0], out[1]}, causal, scale, true);
-    return out;
+          const at::Tensor &lse, bool causal, double scale) {
+    at::Tensor o = forwardOf(qkv.select(2, 0), qkv.select(2, 1),
+                             qkv.select(2, 2), lse, causal, scale,
+                             /*bshd=*/true);
+    saveForBackward(ctx, {qkv, o, lse}, causal, scale, true);
+    return {o};
   }
 
   static torch::autograd::variable_list
@@ -180,14 +182,14 @@ struct AttentionPacked : torch::autograd::Function<AttentionPacked> {
            torch::autograd::variable_list grads) {
     const at::Tensor none, gradO = gradientOfO(grads);
     if (!gradO.defined())
-      return {none, none, none};
+      return {none, none, none, none};
     torch::autograd::variable_list s = ctx->get_saved_variables();
     const at::Tensor &qkv = s[0];
     at::Tensor dqkv = emptyLike(qkv);
     backwardInto(ctx, qkv.select(2, 0), qkv.select(2, 1), qkv.select(2, 2),
                  s[1], s[2], gradO, dqkv.select(2, 0), dqkv.select(2, 1),
                  dqkv.select(2, 2));
-    return {dqkv, none, none};
+    return {dqkv, none, none, none};
   }
 };
 
@@ -198,17 +200,16 @@ std::vector<at::Tensor> attention(const at::Tensor &q, const at::Tensor &k,
                                   double scale, bool bshd) {
   TORCH_CHECK(forwardFn && backwardFn && workspaceFn,
               "kiln.attention: the C++ path is not bound to libkiln_c");
-  torch::autograd::variable_list r =
-      Attention::apply(q, k, v, causal, scale, bshd);
-  return {r[0], r[1]};
+  at::Tensor lse = lseFor(q, bshd);
+  return {Attention::apply(q, k, v, lse, causal, scale, bshd)[0], lse};
 }
 
 std::vector<at::Tensor> attentionPacked(const at::Tensor &qkv, bool causal,
                                         double scale) {
   TORCH_CHECK(forwardFn && backwardFn && workspaceFn,
               "kiln.attention: the C++ path is not bound to libkiln_c");
-  torch::autograd::variable_list r = AttentionPacked::apply(qkv, causal, scale);
-  return {r[0], r[1]};
+  at::Tensor lse = lseFor(qkv.select(2, 0), /*bshd=*/true);
+  return {AttentionPacked::apply(qkv, lse, causal, scale)[0], lse};
 }
 
 /// The addresses of libkiln_c's functions (ctypes: the library loaded once).
