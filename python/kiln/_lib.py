@@ -4,7 +4,10 @@ Why ctypes and a C ABI rather than a compiled extension: libkiln_c is built
 with the rest of kiln by CMake and links no Python or torch, so one build
 serves every Python and torch version (3.11 here, 3.12 + torch 2.11 on the GPU
 machines); torch only ever passes pointers, sizes, strides and a stream
-handle across, which ctypes does in a few microseconds.
+handle across, which ctypes does in a few microseconds. The one part built
+against torch, the eager autograd in C++ (_cpp.py), calls this library
+through the function addresses ctypes gives it, and is built on the machine
+for the torch installed there.
 
 The library is looked for at $KILN_LIBRARY, next to this package (lib/), in
 the source tree's build folder (build/python/, or $KILN_BUILD_DIR/python/),
