@@ -190,6 +190,9 @@ def test_cpp_autograd_can_be_switched_off():
                          capture_output=True, text=True)
     assert out.stdout.strip() == "None", out.stdout + out.stderr
     assert "building" not in out.stderr
+    out = subprocess.run([sys.executable, "-m", "kiln.build_cpp"], env=env,
+                         cwd=here, capture_output=True, text=True)
+    assert out.returncode == 0 and "nothing built" in out.stdout, out.stderr
 
 
 def test_packed_tensors_match_the_struct():
