@@ -6,6 +6,7 @@ graph, on a non-default stream; bitwise-repeatable gradients under
 torch.use_deterministic_algorithms. Outputs are
 written into memory the caching allocator has just had filled with NaN.
 Skipped, loudly, without a GPU."""
+import contextlib
 import math
 
 import pytest
@@ -26,6 +27,18 @@ def poison_allocator(nbytes=256 << 20):
     allocations (the op's outputs) reuse: an unwritten element stays NaN."""
     x = torch.full((nbytes // 4,), float("nan"), device=DEV)
     del x
+
+
+@contextlib.contextmanager
+def deterministic():
+    """torch.use_deterministic_algorithms(True) for the block, then the mode
+    as it was (dQ by its own kernel: the same bits on every run)."""
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was)
 
 
 def make(B, H, Nq, Nk, D, dtype, layout, seed):
@@ -195,13 +208,9 @@ def test_gradients_are_bitwise_repeatable_when_asked(D):
         t.requires_grad_()
     o = kiln.attention(q, k, v, causal=True)
     grad_o = torch.randn_like(o)
-    was = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic():
         first = torch.autograd.grad(o, (q, k, v), grad_o, retain_graph=True)
         second = torch.autograd.grad(o, (q, k, v), grad_o, retain_graph=True)
-    finally:
-        torch.use_deterministic_algorithms(was)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
     atomic = torch.autograd.grad(o, (q, k, v), grad_o)
@@ -252,6 +261,15 @@ def test_eager_autograd_runs_from_cpp(packed):
     assert "CppNode" in o.grad_fn.name(), o.grad_fn.name()
 
 
+def o_and_grads(run, inputs, grad_o):
+    """O = run(*leaves) on fresh leaves cloned from `inputs`, and its
+    gradients with respect to them, written into poisoned memory."""
+    poison_allocator()
+    x = [t.detach().clone().requires_grad_() for t in inputs]
+    o = run(*x)
+    return [o, *torch.autograd.grad(o, x, grad_o)]
+
+
 def test_cpp_and_python_packed_autograd_agree_bit_for_bit():
     from kiln import packed
     g = torch.Generator(device=DEV).manual_seed(8)
@@ -259,18 +277,11 @@ def test_cpp_and_python_packed_autograd_agree_bit_for_bit():
                       generator=g)
     grad_o = torch.randn(2, 421, 3, 128, device=DEV, dtype=torch.bfloat16,
                          generator=g)
-    torch.use_deterministic_algorithms(True)
-    try:
-        results = []
-        for run in (lambda t: kiln.attention_qkvpacked(t, causal=True),
-                    lambda t: packed._EagerPacked.apply(
-                        t, True, 1.0 / math.sqrt(128))[0]):
-            poison_allocator()
-            x = qkv.detach().clone().requires_grad_()
-            o = run(x)
-            results.append([o, *torch.autograd.grad(o, x, grad_o)])
-    finally:
-        torch.use_deterministic_algorithms(False)
+    with deterministic():
+        results = [o_and_grads(run, [qkv], grad_o) for run in (
+            lambda t: kiln.attention_qkvpacked(t, causal=True),
+            lambda t: packed._EagerPacked.apply(t, True,
+                                                1.0 / math.sqrt(128))[0])]
     for name, a, b in zip(("o", "dqkv"), *results):
         assert torch.isfinite(a).all(), name
         assert torch.equal(a, b), name
@@ -287,18 +298,10 @@ def test_cpp_and_python_autograd_agree_bit_for_bit(layout, causal, dtype):
                    layout, 7)
     grad_o = torch.randn_like(q)
     scale, bshd = 1.0 / math.sqrt(q.shape[-1]), layout == "bshd"
-    torch.use_deterministic_algorithms(True)
-    try:
-        results = []
-        for run in (lambda *t: kiln.attention(*t, causal=causal, layout=layout),
-                    lambda *t: ops._EagerAttention.apply(*t, causal, scale,
-                                                         bshd)[0]):
-            poison_allocator()
-            qkv = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-            o = run(*qkv)
-            results.append([o, *torch.autograd.grad(o, qkv, grad_o)])
-    finally:
-        torch.use_deterministic_algorithms(False)
+    with deterministic():
+        results = [o_and_grads(run, (q, k, v), grad_o) for run in (
+            lambda *t: kiln.attention(*t, causal=causal, layout=layout),
+            lambda *t: ops._EagerAttention.apply(*t, causal, scale, bshd)[0])]
     for name, a, b in zip(("o", "dq", "dk", "dv"), *results):
         assert torch.isfinite(a).all(), name
         assert torch.equal(a, b), name
@@ -318,9 +321,8 @@ def test_compiled_autograd_takes_the_eager_node(packed):
     else:
         inputs = make(2, 4, 300, 300, 64, torch.bfloat16, "bhsd", 9)
         run = lambda x: kiln.attention(*x, causal=True)
-    torch.use_deterministic_algorithms(True)
-    try:
-        grads = []
+    grads = []
+    with deterministic():
         for compiled in (False, True):
             x = [t.detach().clone().requires_grad_() for t in inputs]
             loss = (run(x).float() ** 2).sum()
@@ -330,8 +332,6 @@ def test_compiled_autograd_takes_the_eager_node(packed):
             else:
                 loss.backward()
             grads.append([t.grad for t in x])
-    finally:
-        torch.use_deterministic_algorithms(False)
     for a, b in zip(*grads):
         assert torch.isfinite(a).all() and torch.equal(a, b)
 
