@@ -290,13 +290,15 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // hands out the CTAs of a launch that is not persistent in the same way:
   // D=64 causal 197/289/364/418/451/454 in groups of 32 heads at 2k against
   // 187/265/337/410/450/470 over every head. At most 16: at N=512, groups
-  // of 16 ran 264 against 244 in groups of 64 (no fewer bytes fit in L2).
+  // of 16 ran 264 against 244 in groups of 64 (no fewer bytes fit in L2);
+  // at most 8 at D=128 (forwardMaxHeadGroup has the figures).
   if (c.headGroup <= 0) {
     const bool fixedRounds = c.persistent > 0 && c.dynamicTiles <= 0;
+    const int64_t rowBytes = s.headDim * dtypeSize(s.dtype);
     c.headGroup = fixedRounds
                       ? s.batch * s.heads
-                      : headGroupFor(s.seqK, s.headDim * dtypeSize(s.dtype),
-                                     s.batch * s.heads);
+                      : headGroupFor(s.seqK, rowBytes, s.batch * s.heads,
+                                     forwardMaxHeadGroup(rowBytes));
   }
   return c;
 }

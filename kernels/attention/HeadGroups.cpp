@@ -7,7 +7,7 @@ using namespace kiln::dsl;
 
 namespace kiln::kernels {
 
-static constexpr int64_t kGroupBytes = int64_t(16) << 20, kMaxGroup = 16;
+static constexpr int64_t kGroupBytes = int64_t(16) << 20;
 
 GroupedProgram longestFirstProgram(Index t, Index G, Index pairs,
                                    Index blocks) {
@@ -19,14 +19,26 @@ GroupedProgram longestFirstProgram(Index t, Index G, Index pairs,
   return {at / inGroup, first + at % inGroup};
 }
 
-int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs) {
+int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs,
+                     int64_t maxGroup) {
   return std::clamp<int64_t>(kGroupBytes / (2 * rows * rowBytes), 1,
-                             std::min(kMaxGroup, pairs));
+                             std::min(maxGroup, pairs));
 }
 
-Index headGroupFor(Index rows, int64_t rowBytes, Index pairs) {
+Index headGroupFor(Index rows, int64_t rowBytes, Index pairs,
+                   int64_t maxGroup) {
   return min(max(Index(kGroupBytes / (2 * rowBytes)) / rows, 1),
-             min(kMaxGroup, pairs));
+             min(maxGroup, pairs));
+}
+
+int64_t forwardMaxHeadGroup(int64_t rowBytes) {
+  // Causal D=128 (256-byte rows) in groups of 8 rather than 16 where 16 MiB
+  // holds more: H100, kiln bench attention --causal, A B B A A B B A, mean
+  // TFLOP/s 16 -> 8 at N=1000 405 -> 411, 1023 422 -> 428, 2049 472 -> 491,
+  // 3001 545 -> 552, even at 512 and 2048 (another call); at D=64 groups of
+  // 8 were even to 1.6% slower (docs/experiments/2026-11-26-session34.txt,
+  // section 8).
+  return rowBytes >= 256 ? 8 : 16;
 }
 
 } // namespace kiln::kernels

@@ -27,11 +27,15 @@ GroupedProgram longestFirstProgram(dsl::Index t, dsl::Index G, dsl::Index pairs,
                                    dsl::Index blocks);
 
 /// Pairs per group when none is given: those whose streamed tensors (two of
-/// `rows` rows of `rowBytes` each per pair) take 16 MiB, 1 to 16 (measured
-/// on the H200 for the forward's K/V: Config.cpp).
-int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs);
+/// `rows` rows of `rowBytes` each per pair) take 16 MiB, 1 to `maxGroup`
+/// (measured on the H200 for the forward's K/V: Config.cpp).
+int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs,
+                     int64_t maxGroup = 16);
 /// The same with run-time rows and pairs.
-dsl::Index headGroupFor(dsl::Index rows, int64_t rowBytes, dsl::Index pairs);
+dsl::Index headGroupFor(dsl::Index rows, int64_t rowBytes, dsl::Index pairs,
+                        int64_t maxGroup = 16);
+/// The forward's `maxGroup` for K/V rows of `rowBytes`.
+int64_t forwardMaxHeadGroup(int64_t rowBytes);
 
 } // namespace kiln::kernels
 

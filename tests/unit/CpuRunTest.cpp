@@ -522,6 +522,22 @@ TEST(CpuExecutor, AttentionCausalRowsAlignedToEnd) {
   }
 }
 
+// The causal forward's default head groups: the pairs whose K/V take 16
+// MiB, at most 8 for 256-byte rows (D=128 in 16 bits) and 16 otherwise; the
+// kernel built with them over 10 pairs (groups of 8 and 2) is exact.
+TEST(CpuExecutor, AttentionCausalHeadGroups) {
+  auto group = [](int64_t D, int64_t n) {
+    return kernels::resolveConfig({16, 16, n, n, D, true, DType::bf16, 0}, {})
+        .headGroup;
+  };
+  EXPECT_EQ(group(128, 1000), 8);
+  EXPECT_EQ(group(128, 8192), 4);
+  EXPECT_EQ(group(64, 1000), 16);
+  EXPECT_EQ(group(64, 8192), 8);
+  const kernels::AttentionShape s{2, 5, 130, 130, 128, true, DType::bf16, 0};
+  checkAttentionOnCpu(kernels::attentionForward(s), s, 77);
+}
+
 // Causal attention with its diagonal blocks smaller than the others, with
 // the general (unsplit) loop when blockN does not divide blockM, with the row
 // blocks launched head by head instead of longest first, and longest first
