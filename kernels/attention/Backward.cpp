@@ -183,7 +183,8 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   if (longestFirst) { // key block 0 sees every query
     Index G = cm.c.headGroup > 0
                   ? min(Index(cm.c.headGroup), pairs)
-                  : headGroupFor(Nq, D * int64_t(dtypeSize(s.dtype)), pairs);
+                  : headGroupFor(Nq, D * int64_t(dtypeSize(s.dtype)), pairs,
+                                 maxHeadGroup(D * dtypeSize(s.dtype)));
     GroupedProgram p = longestFirstProgram(programId(0), G, pairs, nBlocks);
     bh = p.pair;
     // Clamped at 0, which it never is below, so that the compiler sees that

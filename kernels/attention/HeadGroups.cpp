@@ -31,13 +31,15 @@ Index headGroupFor(Index rows, int64_t rowBytes, Index pairs,
              min(maxGroup, pairs));
 }
 
-int64_t forwardMaxHeadGroup(int64_t rowBytes) {
+int64_t maxHeadGroup(int64_t rowBytes) {
   // Causal D=128 (256-byte rows) in groups of 8 rather than 16 where 16 MiB
-  // holds more: H100, kiln bench attention --causal, A B B A A B B A, mean
-  // TFLOP/s 16 -> 8 at N=1000 405 -> 411, 1023 422 -> 428, 2049 472 -> 491,
-  // 3001 545 -> 552, even at 512 and 2048 (another call); at D=64 groups of
-  // 8 were even to 1.6% slower (docs/experiments/2026-11-26-session34.txt,
-  // section 8).
+  // holds more. Forward, H100, kiln bench attention --causal, A B B A A B B
+  // A, mean TFLOP/s 16 -> 8 at N=1000 405 -> 411, 1023 422 -> 428, 2049
+  // 472 -> 491, 3001 545 -> 552, even at 512 and 2048 (another call); at
+  // D=64 groups of 8 were even to 1.6% slower. Backward (--head-group 8
+  // against the default, four readings each): 1000 281 -> 286, 2048 389 ->
+  // 393, 3001 429 -> 433 (docs/experiments/2026-11-26-session34.txt,
+  // sections 8 and 10).
   return rowBytes >= 256 ? 8 : 16;
 }
 

@@ -34,8 +34,9 @@ int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs,
 /// The same with run-time rows and pairs.
 dsl::Index headGroupFor(dsl::Index rows, int64_t rowBytes, dsl::Index pairs,
                         int64_t maxGroup = 16);
-/// The forward's `maxGroup` for K/V rows of `rowBytes`.
-int64_t forwardMaxHeadGroup(int64_t rowBytes);
+/// `maxGroup` for streamed rows of `rowBytes` (the forward's K/V, the
+/// backward's Q/dO).
+int64_t maxHeadGroup(int64_t rowBytes);
 
 } // namespace kiln::kernels
 

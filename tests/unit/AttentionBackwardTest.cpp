@@ -66,7 +66,10 @@ INSTANTIATE_TEST_SUITE_P(
         BackwardCase{2, 1, 77, 190, 64, true, bf16, false, -1, 0, -1, -1, 0, 1},
         BackwardCase{1, 2, 200, 129, 64, false, f16, true, -1, 0, -1, -1, 0, 1},
         BackwardCase{1, 2, 100, 70, 128, true, bf16, false, -1, 1, -1, -1, 0,
-                     1}),
+                     1},
+        // Ten heads at D=128, causal: key blocks longest first in the
+        // default's groups of 8 and 2.
+        BackwardCase{2, 5, 70, 70, 128, true, bf16}),
     [](const auto &info) { return info.param.name(); });
 
 // One run-time-shape build serves other batch, heads and lengths.
