@@ -84,8 +84,9 @@ struct AttentionConfig {
   int persistent = -1;
   /// Causal, longest first: (batch, head) pairs per group; the CTAs running
   /// at once then read the K/V of fewer heads, which L2 can hold. 0: as many
-  /// as have 16 MiB of K/V (1 to 16) where blocks are handed out as CTAs
-  /// free up (dynamic tiles, or not persistent), else every pair.
+  /// as have 16 MiB of K/V (1 to 16, to 8 at D=128 in 16 bits) where blocks
+  /// are handed out as CTAs free up (dynamic tiles, or not persistent), else
+  /// every pair.
   int64_t headGroup = 0;
   /// Persistent with the producer warpgroup: row blocks handed out to CTAs
   /// as they become free (KernelBuilder::setDynamicTiles) rather than in
