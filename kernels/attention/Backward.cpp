@@ -183,8 +183,7 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   if (longestFirst) { // key block 0 sees every query
     Index G = cm.c.headGroup > 0
                   ? min(Index(cm.c.headGroup), pairs)
-                  : headGroupFor(Nq, D * int64_t(dtypeSize(s.dtype)), pairs,
-                                 maxHeadGroup(D * dtypeSize(s.dtype)));
+                  : headGroupFor(Nq, D * int64_t(dtypeSize(s.dtype)), pairs);
     GroupedProgram p = longestFirstProgram(programId(0), G, pairs, nBlocks);
     bh = p.pair;
     // Clamped at 0, which it never is below, so that the compiler sees that

@@ -291,14 +291,13 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // D=64 causal 197/289/364/418/451/454 in groups of 32 heads at 2k against
   // 187/265/337/410/450/470 over every head. At most 16: at N=512, groups
   // of 16 ran 264 against 244 in groups of 64 (no fewer bytes fit in L2);
-  // at most 8 at D=128 (maxHeadGroup has the figures).
+  // at most 8 at D=128 (HeadGroups.cpp has the figures).
   if (c.headGroup <= 0) {
     const bool fixedRounds = c.persistent > 0 && c.dynamicTiles <= 0;
-    const int64_t rowBytes = s.headDim * dtypeSize(s.dtype);
     c.headGroup = fixedRounds
                       ? s.batch * s.heads
-                      : headGroupFor(s.seqK, rowBytes, s.batch * s.heads,
-                                     maxHeadGroup(rowBytes));
+                      : headGroupFor(s.seqK, s.headDim * dtypeSize(s.dtype),
+                                     s.batch * s.heads);
   }
   return c;
 }

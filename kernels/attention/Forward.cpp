@@ -86,13 +86,12 @@ Kernel attentionForward(const AttentionShape &s,
     // Program t: row block (t mod G·mBlocks) / G of the group's pair
     // (t mod G·mBlocks) mod G, where the last group may hold fewer pairs.
     // With run-time shapes and no group given, G is what has 16 MiB of K/V
-    // (resolveConfig's rule, on the device: 1 to maxHeadGroup pairs).
+    // (resolveConfig's rule, on the device: 1 to 16 pairs, 8 at D=128).
     Index G = min(Index(c.headGroup), heads);
     if (runtimeShapes && config.headGroup <= 0) // resolveConfig's rule
       G = c.persistent > 0 && c.dynamicTiles <= 0
               ? heads
-              : headGroupFor(Nk, D * int64_t(dtypeSize(s.dtype)), heads,
-                             maxHeadGroup(D * dtypeSize(s.dtype)));
+              : headGroupFor(Nk, D * int64_t(dtypeSize(s.dtype)), heads);
     GroupedProgram p = longestFirstProgram(programId(0), G, heads, mBlocks);
     mProgram = p.rank;
     bh = p.pair;

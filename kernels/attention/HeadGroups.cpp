@@ -19,19 +19,8 @@ GroupedProgram longestFirstProgram(Index t, Index G, Index pairs,
   return {at / inGroup, first + at % inGroup};
 }
 
-int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs,
-                     int64_t maxGroup) {
-  return std::clamp<int64_t>(kGroupBytes / (2 * rows * rowBytes), 1,
-                             std::min(maxGroup, pairs));
-}
-
-Index headGroupFor(Index rows, int64_t rowBytes, Index pairs,
-                   int64_t maxGroup) {
-  return min(max(Index(kGroupBytes / (2 * rowBytes)) / rows, 1),
-             min(maxGroup, pairs));
-}
-
-int64_t maxHeadGroup(int64_t rowBytes) {
+/// The most pairs a group holds for rows of `rowBytes`.
+static int64_t maxGroupFor(int64_t rowBytes) {
   // Causal D=128 (256-byte rows) in groups of 8 rather than 16 where 16 MiB
   // holds more. Forward, H100, kiln bench attention --causal, A B B A A B B
   // A, mean TFLOP/s 16 -> 8 at N=1000 405 -> 411, 1023 422 -> 428, 2049
@@ -41,6 +30,16 @@ int64_t maxHeadGroup(int64_t rowBytes) {
   // 393, 3001 429 -> 433 (docs/experiments/2026-11-26-session34.txt,
   // sections 8 and 10).
   return rowBytes >= 256 ? 8 : 16;
+}
+
+int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs) {
+  return std::clamp<int64_t>(kGroupBytes / (2 * rows * rowBytes), 1,
+                             std::min(maxGroupFor(rowBytes), pairs));
+}
+
+Index headGroupFor(Index rows, int64_t rowBytes, Index pairs) {
+  return min(max(Index(kGroupBytes / (2 * rowBytes)) / rows, 1),
+             min(maxGroupFor(rowBytes), pairs));
 }
 
 } // namespace kiln::kernels

@@ -27,16 +27,12 @@ GroupedProgram longestFirstProgram(dsl::Index t, dsl::Index G, dsl::Index pairs,
                                    dsl::Index blocks);
 
 /// Pairs per group when none is given: those whose streamed tensors (two of
-/// `rows` rows of `rowBytes` each per pair) take 16 MiB, 1 to `maxGroup`
-/// (measured on the H200 for the forward's K/V: Config.cpp).
-int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs,
-                     int64_t maxGroup);
+/// `rows` rows of `rowBytes` each per pair) take 16 MiB, 1 to 16, to 8 for
+/// 256-byte rows (measured for the forward's K/V and the backward's Q/dO:
+/// Config.cpp, HeadGroups.cpp).
+int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs);
 /// The same with run-time rows and pairs.
-dsl::Index headGroupFor(dsl::Index rows, int64_t rowBytes, dsl::Index pairs,
-                        int64_t maxGroup);
-/// `maxGroup` for streamed rows of `rowBytes` (the forward's K/V, the
-/// backward's Q/dO).
-int64_t maxHeadGroup(int64_t rowBytes);
+dsl::Index headGroupFor(dsl::Index rows, int64_t rowBytes, dsl::Index pairs);
 
 } // namespace kiln::kernels
 
