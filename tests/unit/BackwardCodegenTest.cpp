@@ -148,6 +148,37 @@ TEST(Codegen, PersistentTilesPlaceComputeBuffersWithinATile) {
   EXPECT_EQ(countOf(reportOf(one), "(copies for stages 1-1)"), 1u);
 }
 
+// The causal kernel's two loops stage P in the same bytes: placed by
+// liveness within a tile, those bytes stay taken through the second loop
+// (before, the plan ended them with the first loop's last reader, so that a
+// buffer placed later could take them while the second loop staged P).
+TEST(Codegen, StagedOperandOfTwoLoopsLivesThroughBoth) {
+  kernels::AttentionShape s = selfAttention(2048, 64, true);
+  s.heads = 32;
+  kernels::AttentionBackwardConfig config;
+  config.persistent = 1;
+  config.scoresByQueries = 1;
+  const std::string report = reportOf(
+      compileForGpu(kernels::attentionBackward(s, config)[1], {"sm_90a", 0}));
+  ASSERT_THAT(report, HasSubstr("placed by liveness within a tile"));
+  // "staged operand Backward.cpp:L [a, b) until Backward.cpp:U;" for P, and
+  // its copies "(copies for stages 1-1, its 2 loops') [c, d) until ...U;".
+  auto untilOf = [&](const std::string &prefix) {
+    size_t at = report.find(prefix);
+    if (at == std::string::npos)
+      return std::string("missing: ") + prefix;
+    size_t from = report.find(" until ", at), end = report.find(';', at);
+    return from < end ? report.substr(from, end - from) : std::string("none");
+  };
+  const size_t copies = report.find(" (copies for stages 1-1, its 2 loops')");
+  ASSERT_NE(copies, std::string::npos) << report;
+  const size_t line = report.rfind("staged operand Backward.cpp:", copies);
+  const std::string p = report.substr(line, copies - line) + " [";
+  EXPECT_EQ(untilOf(p), untilOf(p.substr(0, p.size() - 2) +
+                                " (copies for stages 1-1, its 2 loops')"))
+      << report;
+}
+
 // dq_convert overlapping the dK/dV kernel: the persistent dK/dV CTAs hand
 // each program's arrival to an idle producer thread (one red, no atom, no
 // barrier added on the compute warps), and start with launch_dependents;

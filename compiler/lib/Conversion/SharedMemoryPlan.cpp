@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
 
+#include "kiln/runtime/Error.h"
+
 #include <algorithm>
 #include <climits>
 
@@ -53,6 +55,21 @@ bool SharedPlan::overlapped(int64_t offset) const {
            return &o != &*it && o.offset < it->offset + it->bytes &&
                   it->offset < o.offset + o.bytes;
          });
+}
+
+void SharedPlan::extend(const std::string &what, int last) {
+  auto it = llvm::find_if(
+      buffers, [&](const SharedBuffer &b) { return b.what == what; });
+  if (it == buffers.end())
+    throw InternalError("shared memory plan: no buffer to extend");
+  const int from = it->last + 1;
+  it->last = std::max(it->last, last);
+  for (const SharedBuffer &o : buffers)
+    for (int op = from; &o != &*it && op <= it->last; ++op)
+      if (o.liveAt(op) && o.offset < it->offset + it->bytes &&
+          it->offset < o.offset + o.bytes)
+        throw InternalError("shared memory plan: " + it->what +
+                            " extended over " + o.what);
 }
 
 int64_t SharedPlan::peak() const {
@@ -192,6 +209,8 @@ void Lowerer::planSharedMemory() {
       if (same != placedStaged.end()) {
         same->second.push_back(first);
         bytes = stagedOperands.lookup(same->first);
+        shared.extend("staged operand " + lineOf(same->first.getDefiningOp()),
+                      std::max(first, lastReader(*this, v)));
         continue;
       }
       placedStaged.push_back({v, {first}});
@@ -262,7 +281,9 @@ void Lowerer::planStagedCopies() {
             const SharedBuffer own =
                 sharedBuffer("", bytes, at, std::max(at, lastReader(*this, u)),
                              /*computeOnly=*/true);
-            return o.first == own.first && o.last == own.last;
+            // (Its last op may be a later loop's: SharedPlan::extend.)
+            return o.first == own.first && o.last >= own.last &&
+                   o.what == "staged operand " + lineOf(u.getDefiningOp());
           });
       if (!member && o.offset < offset + bytes && offset < o.offset + o.bytes)
         ok = false;

@@ -36,6 +36,10 @@ public:
   int64_t place(SharedBuffer b);
   /// Removes the buffer placed last.
   void unplace() { buffers.pop_back(); }
+  /// Keeps the buffer `what` live to op `last` (a later loop holds its
+  /// bytes too); throws kiln::InternalError where another buffer live then
+  /// shares them.
+  void extend(const std::string &what, int last);
   /// The lowest offset for `bytes` bytes used at each op of `uses` (-1: at
   /// an op that cannot be told, overlapping every buffer).
   int64_t lowestFree(int64_t bytes, const std::vector<int> &uses) const;
