@@ -123,6 +123,15 @@ Regs Lowerer::lowerLoad(LoadOp op) {
                  isContiguousAccess(op.getPtr()), op.getOffsets(),
                  op.getShape(), op.getStrides(), elem, addrs, ok, vec);
   Value pad = paddingValue(elem, op.getPadding().convertToDouble(), 1);
+  bool unpadded = loadingFirstAhead;
+  for (int64_t d = 0; unpadded && d < l.rank(); ++d)
+    unpadded = blockWithin(op.getOffsets()[d], l.shape[d], op.getShape()[d],
+                           /*ivsOutOfRange=*/{});
+  auto padded = [&](Value inBounds, Value v, Value padding) {
+    return unpadded ? v
+                    : arith::SelectOp::create(b, loc, inBounds, v, padding)
+                          .getResult();
+  };
   Regs out{l, {}, {}};
   if (vec > 1) {
     auto vt = VectorType::get({vec}, elem);
@@ -130,7 +139,7 @@ Regs Lowerer::lowerLoad(LoadOp op) {
     for (int64_t r = 0; r < l.numRegs(); r += vec) {
       Value v = LLVM::LoadOp::create(b, loc, vt, addrs[r],
                                      /*alignment=*/vec * byteSize(elem));
-      v = arith::SelectOp::create(b, loc, ok[r], v, padVec);
+      v = padded(ok[r], v, padVec);
       for (int64_t i = 0; i < vec; ++i)
         out.regs.push_back(LLVM::ExtractElementOp::create(b, loc, v, i32(i)));
     }
@@ -138,7 +147,7 @@ Regs Lowerer::lowerLoad(LoadOp op) {
   }
   for (int64_t r = 0; r < l.numRegs(); ++r) {
     Value v = LLVM::LoadOp::create(b, loc, elem, addrs[r]);
-    out.regs.push_back(arith::SelectOp::create(b, loc, ok[r], v, pad));
+    out.regs.push_back(padded(ok[r], v, pad));
   }
   return out;
 }

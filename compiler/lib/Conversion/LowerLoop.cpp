@@ -159,8 +159,15 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
          llvm::zip(ld.getOffsets(), ld.getShape(), ld.getType().getShape()))
       clampAhead |= blockWithin(off, len, dim, {}) &&
                     !blockWithin(off, len, dim, {srcIv});
+  // Padded only where the block may leave its tensor at an iteration that
+  // runs: the padding's select, the load's first consumer, waited for its
+  // whole latency before the loop (the backward's dK/dV kernels at each
+  // tile's start; H100, causal D=128 +2-3% at 2048-4096,
+  // docs/experiments/2026-11-26-session36.txt).
+  loadingFirstAhead = true;
   SmallVector<Value> firstAhead =
       loadAhead(scalarOf(forOp.getLowerBound()), /*inRange=*/false);
+  loadingFirstAhead = false;
   // The last iteration's induction variable, lb + (ub - lb - 1) / step * step
   // (only read where the loop runs). A min with it rather than a select on
   // next < ub: the D=128 backward's persistent loop then keeps its registers

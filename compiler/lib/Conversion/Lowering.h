@@ -286,6 +286,11 @@ public:
   /// loop may not run (a prefetch's, the prologue's): accesses at them keep
   /// their bounds checks (blockWithin).
   llvm::DenseSet<mlir::Value> ivsOutOfRange;
+  /// Set while a loop's prologue loads the first iteration's registers
+  /// ahead: they are read only if the loop runs, so a block that lies within
+  /// its tensor at every iteration that runs needs no padding (its
+  /// addresses stay clamped to ones that exist).
+  bool loadingFirstAhead = false;
   /// cp.async of a load's block into a tile, 16 bytes per copy, zero-filled
   /// outside the tensor.
   void issueAsyncCopy(LoadOp ld, const SmemTile &t);

@@ -10,10 +10,15 @@
 // CHECK: "convert-kiln-to-llvm-bounds-proof.mlir:{{[0-9]+}}: load 64: vector loads to registers, 1 iteration ahead; within its tensor (no bounds checks)"
 // CHECK: "convert-kiln-to-llvm-bounds-proof.mlir:{{[0-9]+}}: load 64: vector loads to registers, 1 iteration ahead"
 // The prologue's load (of an iteration the loop may not run) keeps its
-// check; the loop's, of the next iteration clamped to the last, has none.
+// check for its address; the loop's, of the next iteration clamped to the
+// last, has none. The prologue's value is read only if the loop runs, where
+// the block lies in the row: no padding select waits for it before the loop
+// (without kiln.at_least it keeps one).
 // CHECK-LABEL: llvm.func @row_within(
 // CHECK-SAME: %{{[a-z0-9]+}}: i32, %[[LEN:[a-z0-9]+]]: i32
 // CHECK: arith.cmpi ult, %{{.*}}, %[[LEN]]
+// CHECK: llvm.load {{.*}} -> vector<4xf32>
+// CHECK-NOT: arith.select {{.*}} : vector<4xf32>
 // CHECK: scf.for
 // CHECK-NEXT: arith.addi
 // CHECK-NEXT: arith.minsi
@@ -21,6 +26,8 @@
 // CHECK: llvm.return
 // CHECK-LABEL: llvm.func @row_unbounded(
 // CHECK-SAME: %{{[a-z0-9]+}}: i32, %[[LEN2:[a-z0-9]+]]: i32
+// CHECK: llvm.load {{.*}} -> vector<4xf32>
+// CHECK-NEXT: arith.select {{.*}} : vector<4xf32>
 // CHECK: scf.for
 // CHECK-NOT: arith.minsi
 // CHECK: arith.cmpi ult, %{{.*}}, %[[LEN2]]
