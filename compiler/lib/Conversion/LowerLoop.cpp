@@ -162,8 +162,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   // Padded only where the block may leave its tensor at an iteration that
   // runs: the padding's select, the load's first consumer, waited for its
   // whole latency before the loop (the backward's dK/dV kernels at each
-  // tile's start; H100, causal D=128 +2-3% at 2048-4096,
-  // docs/experiments/2026-11-26-session36.txt).
+  // tile's start; H100: +1.4-3.5% at D=128 and causal D=64, 0.4% slower at
+  // non-causal D=64, docs/experiments/2026-11-26-session36.txt).
   loadingFirstAhead = true;
   SmallVector<Value> firstAhead =
       loadAhead(scalarOf(forOp.getLowerBound()), /*inRange=*/false);
