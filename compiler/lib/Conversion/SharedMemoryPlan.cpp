@@ -79,6 +79,12 @@ int64_t SharedPlan::peak() const {
   return top;
 }
 
+/// The name a staged operand's buffer is placed under (and found by, to
+/// extend it, or to tell its copies' bytes from another buffer's).
+static std::string stagedOperandName(const Lowerer &L, Value v) {
+  return "staged operand " + L.lineOf(v.getDefiningOp());
+}
+
 int Lowerer::topIndexOf(Operation *op) const {
   if (bodyOps.empty())
     return -1;
@@ -209,16 +215,15 @@ void Lowerer::planSharedMemory() {
       if (same != placedStaged.end()) {
         same->second.push_back(first);
         bytes = stagedOperands.lookup(same->first);
-        shared.extend("staged operand " + lineOf(same->first.getDefiningOp()),
+        shared.extend(stagedOperandName(*this, same->first),
                       std::max(first, lastReader(*this, v)));
         continue;
       }
       placedStaged.push_back({v, {first}});
     }
-    bytes = shared.place(
-        sharedBuffer("staged operand " + lineOf(v.getDefiningOp()), bytes,
-                     first, std::max(first, lastReader(*this, v)),
-                     /*computeOnly=*/true));
+    bytes = shared.place(sharedBuffer(stagedOperandName(*this, v), bytes, first,
+                                      std::max(first, lastReader(*this, v)),
+                                      /*computeOnly=*/true));
   }
   planTmaStores();
   planStagedCopies();
@@ -283,7 +288,7 @@ void Lowerer::planStagedCopies() {
                              /*computeOnly=*/true);
             // (Its last op may be a later loop's: SharedPlan::extend.)
             return o.first == own.first && o.last >= own.last &&
-                   o.what == "staged operand " + lineOf(u.getDefiningOp());
+                   o.what == stagedOperandName(*this, u);
           });
       if (!member && o.offset < offset + bytes && offset < o.offset + o.bytes)
         ok = false;
@@ -303,8 +308,8 @@ void Lowerer::planStagedCopies() {
       continue;
     }
     shared.place(sharedBuffer(
-        "staged operand " + lineOf(v.getDefiningOp()) +
-            " (copies for stages 1-" + std::to_string(numStages - 1) +
+        stagedOperandName(*this, v) + " (copies for stages 1-" +
+            std::to_string(numStages - 1) +
             (group.size() > 1
                  ? ", its " + std::to_string(group.size()) + " loops'"
                  : std::string()) +
