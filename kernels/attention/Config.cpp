@@ -292,13 +292,9 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // 187/265/337/410/450/470 over every head. At most 16: at N=512, groups
   // of 16 ran 264 against 244 in groups of 64 (no fewer bytes fit in L2);
   // at most 8 at D=128 (HeadGroups.cpp has the figures).
-  if (c.headGroup <= 0) {
-    const bool fixedRounds = c.persistent > 0 && c.dynamicTiles <= 0;
-    c.headGroup = fixedRounds
-                      ? s.batch * s.heads
-                      : headGroupFor(s.seqK, s.headDim * dtypeSize(s.dtype),
-                                     s.batch * s.heads);
-  }
+  if (c.headGroup <= 0)
+    c.headGroup = forwardHeadGroup(c, s.seqK, s.headDim * dtypeSize(s.dtype),
+                                   s.batch * s.heads);
   return c;
 }
 

@@ -89,9 +89,7 @@ Kernel attentionForward(const AttentionShape &s,
     // (resolveConfig's rule, on the device: 1 to 16 pairs, 8 at D=128).
     Index G = min(Index(c.headGroup), heads);
     if (runtimeShapes && config.headGroup <= 0) // resolveConfig's rule
-      G = c.persistent > 0 && c.dynamicTiles <= 0
-              ? heads
-              : headGroupFor(Nk, D * int64_t(dtypeSize(s.dtype)), heads);
+      G = forwardHeadGroup(c, Nk, D * int64_t(dtypeSize(s.dtype)), heads);
     GroupedProgram p = longestFirstProgram(programId(0), G, heads, mBlocks);
     mProgram = p.rank;
     bh = p.pair;

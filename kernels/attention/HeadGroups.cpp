@@ -42,4 +42,18 @@ Index headGroupFor(Index rows, int64_t rowBytes, Index pairs) {
              min(maxGroupFor(rowBytes), pairs));
 }
 
+static bool fixedRounds(const AttentionConfig &c) {
+  return c.persistent > 0 && c.dynamicTiles <= 0;
+}
+
+int64_t forwardHeadGroup(const AttentionConfig &c, int64_t keys,
+                         int64_t rowBytes, int64_t pairs) {
+  return fixedRounds(c) ? pairs : headGroupFor(keys, rowBytes, pairs);
+}
+
+Index forwardHeadGroup(const AttentionConfig &c, Index keys, int64_t rowBytes,
+                       Index pairs) {
+  return fixedRounds(c) ? pairs : headGroupFor(keys, rowBytes, pairs);
+}
+
 } // namespace kiln::kernels

@@ -12,6 +12,7 @@
 #define KILN_KERNELS_ATTENTION_HEADGROUPS_H
 
 #include "kiln/dsl/Dsl.h"
+#include "kiln/kernels/Attention.h"
 
 #include <cstdint>
 
@@ -33,6 +34,15 @@ GroupedProgram longestFirstProgram(dsl::Index t, dsl::Index G, dsl::Index pairs,
 int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs);
 /// The same with run-time rows and pairs.
 dsl::Index headGroupFor(dsl::Index rows, int64_t rowBytes, dsl::Index pairs);
+
+/// The forward's pairs per group where its Config gives none: every pair
+/// where persistent CTAs take their tiles in fixed rounds, else headGroupFor
+/// over its `keys` (Config.cpp has the figures). resolveConfig's for the
+/// shape it is given; the kernel's, on the device, for run-time Nk.
+int64_t forwardHeadGroup(const AttentionConfig &c, int64_t keys,
+                         int64_t rowBytes, int64_t pairs);
+dsl::Index forwardHeadGroup(const AttentionConfig &c, dsl::Index keys,
+                            int64_t rowBytes, dsl::Index pairs);
 
 } // namespace kiln::kernels
 
