@@ -9,6 +9,7 @@
 // register tile.
 //
 //===----------------------------------------------------------------------===//
+#include "FoldedStats.h"
 #include "HeadGroups.h"
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/AttentionBackward.h"
@@ -36,6 +37,8 @@ struct Common {
   /// ... by dq_convert beside the dK/dV kernel, each head once its
   /// programs have arrived.
   bool overlapConvert;
+  /// LSE and Delta added by the dK/dV kernel's Sᵀ and dPᵀ dots.
+  bool foldStats;
 
   Common(const AttentionShape &s, const AttentionBackwardConfig &c)
       : s(s), c(c) {
@@ -46,6 +49,7 @@ struct Common {
     convertLast = atomicDq && c.convertDqLast > 0;
     overlapConvert = atomicDq && !convertLast && c.overlapDqConvert > 0 &&
                      c.separateDkDv <= 0;
+    foldStats = c.foldStatistics > 0 && c.scoresByQueries <= 0;
   }
 
   struct Sizes {
@@ -140,9 +144,13 @@ Kernel deltaKernel(const Common &cm) {
   Index b = bh / H, h = bh % H;
   Tile o = load(O[b][h].block({m0, 0}, {BM, D})).to(f32);
   Tile dout = load(dO[b][h].block({m0, 0}, {BM, D})).to(f32);
-  store(Stats[b][h][0].block({m0}),
-        load(LSE[b][h].block({m0}, {BM}), inf) * log2e);
-  store(Stats[b][h][1].block({m0}), reduceSum(o * dout, 1));
+  Tile lse2 = load(LSE[b][h].block({m0}, {BM}), inf) * log2e;
+  Tile delta = reduceSum(o * dout, 1);
+  store(Stats[b][h][0].block({m0}), lse2);
+  store(Stats[b][h][1].block({m0}), delta);
+  if (cm.foldStats)
+    store(foldedStatsArg(k, B, H, Stats.dims()[3])[b][h].block({0, m0}),
+          foldedStats(cm.toExp2, lse2, delta, BM));
   if (cm.atomicDq) // the dK/dV kernel adds its parts of dQ into these rows
     store(dqAccumArg(cm, k, B, H, Nq)[b][h].block({m0, 0}),
           zeros({BM, D}, f32));
@@ -194,6 +202,14 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   Index b = bh / H, h = bh % H;
   auto q = Q[b][h], dout = dO[b][h], lse2 = Stats[b][h][0],
        delta = Stats[b][h][1];
+  std::optional<TensorView> folded;
+  if (cm.foldStats)
+    folded = foldedStatsArg(k, B, H, Stats.dims()[3])[b][h];
+  std::optional<Tile> lseSelector, deltaSelector;
+  if (folded) {
+    lseSelector = foldedStatsSelector(BN, kFoldedLse);
+    deltaSelector = foldedStatsSelector(BN, kFoldedDelta);
+  }
   Tile kTile = load(K[b][h].block({n0, 0}, {BN, D}));
   Tile keys = arange(BN) + n0;
   Carry carried;
@@ -211,22 +227,33 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
 
   // The scores transposed, Sᵀ = K·Qᵀ: Pᵀ and dSᵀ come out as the left
   // operands of dV's and dK's dots, from registers; only dSᵀ is staged (for
-  // dQ); a thread's LSE and Delta are one per column of its accumulator.
+  // dQ); a thread's LSE and Delta are one per column of its accumulator,
+  // unless the dots add them (folded: Sᵀ - LSE/scale and dPᵀ - Delta).
   auto stepKeysByQueries = [&](Index m0, bool mask) {
     Tile qTile = load(q.block({m0, 0}, {BM, D}));
     Tile doTile = load(dout.block({m0, 0}, {BM, D}));
-    // +inf past Nq makes those columns of Pᵀ zero.
+    std::optional<Tile> stats;
+    if (folded) // rows past kFoldedStatsRows read as zeros
+      stats = load(folded->block({0, m0}, {16, BM}));
+    // +inf past Nq (folded: -1e30) makes those columns of Pᵀ zero.
     Tile sT = dot(kTile, transpose(qTile));
+    if (stats)
+      sT = dot(*lseSelector, *stats, sT);
     // Issued before Pᵀ is computed and dV's dot after it, so that each of
     // those dots runs under the elementwise work that follows it.
     Tile dpT = wantDk ? dot(vTile, transpose(doTile)) : Tile();
+    if (stats && wantDk)
+      dpT = dot(*deltaSelector, *stats, dpT);
     if (mask)
       sT = where(column(keys) <= row(arange(BM) + m0), sT, -inf);
-    Tile pT = exp2(sT * cm.toExp2 - row(load(lse2.block({m0}, {BM}), inf)));
+    Tile pT =
+        stats ? exp2(sT * cm.toExp2)
+              : exp2(sT * cm.toExp2 - row(load(lse2.block({m0}, {BM}), inf)));
     if (wantDv)
       dv = dot(pT.to(s.dtype), doTile, dv);
     if (wantDk) {
-      Tile dsT = (pT * (dpT - row(load(delta.block({m0}, {BM}))))).to(s.dtype);
+      Tile dsT = (pT * (stats ? dpT : dpT - row(load(delta.block({m0}, {BM})))))
+                     .to(s.dtype);
       // dQ's part from these keys, dS·K over the keys of every warp, issued
       // before dK's dot: its result is read first, and dK's dot runs under
       // the reduction.

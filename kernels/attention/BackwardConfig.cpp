@@ -59,12 +59,25 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // registers, H100: +5-9% non-causal at 512-16k keys; causal +3-7% from 4k,
   // +1-2% at 2k-3k, 2-5% slower up to 1k
   // (docs/experiments/2026-11-25-h100-session23.txt). In Sᵀ the same steps
-  // spill the LSE and Delta (32 registers each a thread).
+  // spilled the LSE and Delta (32 registers each a thread) until they were
+  // folded into the dots; now the default only without folding.
+  const bool wideSteps = c.wgmma > 0 && c.deterministic == 0 &&
+                         s.headDim <= 64 && (!s.causal || s.seqK >= 2048) &&
+                         !c.blockM && !c.blockN && !c.warps;
+  // LSE and Delta folded into Sᵀ's and dPᵀ's dots (one more k16 step each)
+  // rather than held by each thread, 32 + 32 registers per 128 queries at
+  // D = 64, which spilled in 128x128 steps: H100, A B B A, D = 64 128x128
+  // steps in Sᵀ against scores by queries +4% non-causal at 1000-8192 keys,
+  // causal +4-6% at 2048-4096; D = 128 +2-3% non-causal at 2048-4096,
+  // causal +1-3% (docs/experiments/2026-11-26-session37.txt).
+  if (c.foldStatistics < 0)
+    c.foldStatistics =
+        c.wgmma > 0 && c.deterministic == 0 && c.scoresByQueries <= 0;
   if (c.scoresByQueries < 0)
-    c.scoresByQueries = c.wgmma > 0 && c.deterministic == 0 &&
-                        s.headDim <= 64 && (!s.causal || s.seqK >= 2048) &&
-                        !c.blockM && !c.blockN && !c.warps;
-  const bool wide = c.scoresByQueries > 0 && s.headDim <= 64;
+    c.scoresByQueries = wideSteps && c.foldStatistics <= 0;
+  // 128x128 steps of two warpgroups at D = 64, in either form.
+  const bool wide = s.headDim <= 64 && (c.scoresByQueries > 0 ||
+                                        (wideSteps && c.foldStatistics > 0));
   if (!c.blockN)
     c.blockN = (c.deterministic == 0 && s.headDim > 64) || wide ? 128 : 64;
   if (!c.blockM)
@@ -90,8 +103,10 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
                        (s.headDim <= 64 && !wide ? oneWarpgroup : c.warps == 8);
   // The two warpgroups of scores by queries take turns on the loop's first
   // dot: H100 +1-5% non-causal, even causal (same file, section 8).
+  // Folded statistics in Sᵀ: measured with it, causal too (above).
   if (c.pingpong < 0)
-    c.pingpong = wide && c.warpSpecialize > 0 && !s.causal;
+    c.pingpong =
+        wide && c.warpSpecialize > 0 && (!s.causal || c.scoresByQueries <= 0);
   if (c.minBlocksPerSM < 0 && c.warpSpecialize > 0 && oneWarpgroup)
     c.minBlocksPerSM = 2;
   // Persistent dK/dV CTAs taking tiles from a counter: causal D = 64 up to

@@ -113,14 +113,21 @@ struct BackwardBuffers {
     const std::vector<int64_t> q{s.batch, s.heads, s.seqQ, s.headDim},
         k{s.batch, s.heads, s.seqK, s.headDim}, l{s.batch, s.heads, s.seqQ},
         st{s.batch, s.heads, 2, statsRowLength(s.seqQ)},
-        arrivals{s.batch, s.heads, kArrivalStride};
+        arrivals{s.batch, s.heads, kArrivalStride},
+        folded{s.batch, s.heads, kFoldedStatsRows, statsRowLength(s.seqQ)};
     const std::pair<const char *, std::pair<std::vector<int64_t>, DType>>
-        all[] = {{"Q", {q, s.dtype}},         {"K", {k, s.dtype}},
-                 {"V", {k, s.dtype}},         {"dO", {q, s.dtype}},
-                 {"O", {q, s.dtype}},         {"LSE", {l, DType::f32}},
-                 {"Stats", {st, DType::f32}}, {"dQaccum", {q, DType::f32}},
+        all[] = {{"Q", {q, s.dtype}},
+                 {"K", {k, s.dtype}},
+                 {"V", {k, s.dtype}},
+                 {"dO", {q, s.dtype}},
+                 {"O", {q, s.dtype}},
+                 {"LSE", {l, DType::f32}},
+                 {"Stats", {st, DType::f32}},
+                 {"dQaccum", {q, DType::f32}},
                  {"dQarrivals", {arrivals, DType::i32}},
-                 {"dQ", {q, s.dtype}},        {"dK", {k, s.dtype}},
+                 {"FoldedStats", {folded, DType::bf16}},
+                 {"dQ", {q, s.dtype}},
+                 {"dK", {k, s.dtype}},
                  {"dV", {k, s.dtype}}};
     for (const auto &[name, spec] : all) {
       const auto &[shape, dtype] = spec;

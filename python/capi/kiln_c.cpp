@@ -289,8 +289,9 @@ int kiln_c_attention_backward(
           throw Error("the workspace is missing");
         const int64_t row = kernels::statsRowLength(s.seqQ);
         const int64_t D = s.headDim, Nq = s.seqQ;
-        // The statistics, dQ's fp32 accumulator and its
-        // arrival counters, where BackwardWorkspace puts them.
+        // The statistics, dQ's fp32 accumulator, its arrival counters and
+        // the statistics as the dots add them, where BackwardWorkspace puts
+        // them.
         const kernels::BackwardWorkspace w(s.batch, s.heads, Nq, D);
         std::map<std::string, TensorRef> t = forwardTensors(s, q, k, v, o, lse);
         t["Stats"] = {static_cast<float *>(workspace) + w.stats,
@@ -306,6 +307,11 @@ int kiln_c_attention_backward(
                            DType::i32,
                            {s.batch, s.heads, A},
                            {s.heads * A, A, 1}};
+        constexpr int64_t F = kernels::kFoldedStatsRows;
+        t["FoldedStats"] = {static_cast<float *>(workspace) + w.foldedStats,
+                            DType::bf16,
+                            {s.batch, s.heads, F, row},
+                            {s.heads * F * row, F * row, row, 1}};
         t["dO"] = refOf(d_o, s.dtype, 4, "grad_out");
         t["dQ"] = refOf(d_q, s.dtype, 4, "dq");
         t["dK"] = refOf(d_k, s.dtype, 4, "dk");

@@ -101,17 +101,23 @@ TEST(BackwardOnCpu, ShortWorkspaceIsRefused) {
   BackwardCase c{1, 2, 200, 100, 64, false, bf16};
   BackwardTensors t(c);
   HostTensor shortStats(DType::f32, {1, 2, 2, 128}),
-      ragged(DType::f32, {1, 2, 2, 200});
+      ragged(DType::f32, {1, 2, 2, 200}),
+      shortFolded(DType::bf16, {1, 2, kernels::kFoldedStatsRows, 128}),
+      raggedFolded(DType::bf16, {1, 2, kernels::kFoldedStatsRows, 200});
   std::map<std::string, TensorRef> refs = t.refs();
   for (const Kernel &k : kernels::attentionBackward(c.shape(), kSmallBlocks)) {
     refs["Stats"] = shortStats.ref();
+    refs["FoldedStats"] = shortFolded.ref();
     if (!k.tensorsIn(refs).count("Stats")) // dq_convert
       continue;
-    EXPECT_THAT(test::errorOf([&] { k.bind(k.tensorsIn(refs)); }),
-                ::testing::HasSubstr("StatsRow = 128 (from tensor Stats) must "
-                                     "be at least Nq = 200"))
+    // (Named after whichever of Stats and FoldedStats binds it.)
+    const std::string error = test::errorOf([&] { k.bind(k.tensorsIn(refs)); });
+    EXPECT_THAT(error, ::testing::HasSubstr("StatsRow = 128 (from tensor "))
+        << k.name();
+    EXPECT_THAT(error, ::testing::HasSubstr("must be at least Nq = 200"))
         << k.name();
     refs["Stats"] = ragged.ref();
+    refs["FoldedStats"] = raggedFolded.ref();
     EXPECT_THAT(test::errorOf([&] { k.bind(k.tensorsIn(refs)); }),
                 ::testing::HasSubstr("(StatsRow) = 200 is not a multiple of "
                                      "128"))

@@ -89,7 +89,8 @@ TEST(Codegen, WarpIndexIsWarpUniform) {
 // spills non-causal, 392 causal); the causal kernel's two loops share dSᵀ's
 // staging bytes and copies as without persistent CTAs; dK and dV go out by
 // TMA from one staging tile. The statistics' rows are whole query blocks:
-// their loads in every loop take no bounds checks.
+// their loads in every loop take no bounds checks (where the dots do not add
+// them: foldStatistics 0).
 TEST(Codegen, PersistentBackwardTiles) {
   auto [full, causal] = dkdvKernels(2048);
   for (const CompiledKernel *c : {&full, &causal}) {
@@ -104,8 +105,13 @@ TEST(Codegen, PersistentBackwardTiles) {
               HasSubstr("(copies for stages 1-1, its 2 loops')"));
   const char *within =
       "1 iteration ahead; within its tensor (no bounds checks)";
-  EXPECT_EQ(countOf(reportOf(full), within), 2u) << reportOf(full);
-  EXPECT_EQ(countOf(reportOf(causal), within), 4u) << reportOf(causal);
+  kernels::AttentionBackwardConfig unfolded;
+  unfolded.foldStatistics = 0;
+  auto [fullUnfolded, causalUnfolded] = dkdvKernels(2048, unfolded);
+  EXPECT_EQ(countOf(reportOf(fullUnfolded), within), 2u)
+      << reportOf(fullUnfolded);
+  EXPECT_EQ(countOf(reportOf(causalUnfolded), within), 4u)
+      << reportOf(causalUnfolded);
   EXPECT_EQ(causal.sharedBytes, full.sharedBytes) << reportOf(causal);
   if (!findCudaTool("ptxas"))
     GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
@@ -128,6 +134,7 @@ TEST(Codegen, PersistentTilesPlaceComputeBuffersWithinATile) {
   kernels::AttentionBackwardConfig persistent, onePerCta;
   persistent.persistent = 1;
   onePerCta.persistent = 0;
+  persistent.scoresByQueries = onePerCta.scoresByQueries = 1;
   CompiledKernel p =
       compileForGpu(kernels::attentionBackward(s, persistent)[1], hopper);
   CompiledKernel one =
@@ -206,4 +213,33 @@ TEST(Codegen, OverlappedDqConvertArrivesFromTheProducer) {
   EXPECT_EQ(assembleWithPtxas(dkdv).spillStoreBytes, 0);
 }
 
+} // namespace
+
+namespace {
+// LSE and Delta folded into the Sᵀ and dPᵀ dots (the default with dQ by
+// atomics): the dK/dV loop reads them as one 16-row tile through the stage
+// ring, and each of the two dots takes one more k16 step whose left operand
+// (a selector of constants) is in registers; no thread loads a statistic.
+// At D=64 the default's 128x128 steps then take Sᵀ without a spill.
+TEST(Codegen, FoldedStatisticsAreDotSteps) {
+  const GpuTarget hopper{"sm_90a", 0};
+  for (int64_t D : {64, 128}) {
+    kernels::AttentionShape s = selfAttention(2048, D, false);
+    CompiledKernel k = compileForGpu(kernels::attentionBackward(s)[1], hopper);
+    const std::string report = reportOf(k);
+    const std::string rows = D == 64 ? "128" : "64";
+    EXPECT_THAT(report,
+                HasSubstr("load 16x" + rows + ": TMA (cp.async.bulk.tensor, "))
+        << report;
+    EXPECT_EQ(countOf(report, "dot 128x" + rows + "x16: wgmma m64n" + rows +
+                                  "k16 x1 per warpgroup (2 warpgroups), A "
+                                  "in registers"),
+              2u)
+        << report;
+    EXPECT_EQ(countOf(report, "vector loads to registers"), 0u) << report;
+    if (!findCudaTool("ptxas"))
+      GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
+    EXPECT_EQ(assembleWithPtxas(k).spillStoreBytes, 0) << D;
+  }
+}
 } // namespace

@@ -38,6 +38,7 @@ kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   c.longestFirst = opts.int32("longest-first-globally", -1);
   c.kvInRegisters = opts.int32("kv-in-registers", -1);
   c.scoresByQueries = opts.int32("scores-by-queries", -1);
+  c.foldStatistics = opts.int32("fold-statistics", -1);
   c.tmaStore = opts.int32("tma-store", -1);
   c.convertDqLast = opts.int32("convert-dq-last", -1);
   c.overlapDqConvert = opts.int32("overlap-dq-convert", -1);
@@ -97,7 +98,7 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
                             : "dQ by atomics");
   p.summary = fmt::format(
       "attention-backward B={} H={} Nq={} Nk={} D={} {} {} layout={} "
-      "dK/dV {}x{} {} warps={} stages={}{}{}{}{}{}",
+      "dK/dV {}x{} {} warps={} stages={}{}{}{}{}{}{}",
       s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
       s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockN,
       c.blockM, dq, c.warps, c.stages,
@@ -107,6 +108,8 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
                        s.causal ? c.longestFirst : 0, c.headGroup),
       c.kvInRegisters > 0 ? " kv-in-registers" : "",
       c.scoresByQueries > 0 ? " scores-by-queries" : "",
+      c.foldStatistics > 0 && c.scoresByQueries <= 0 ? " folded-statistics"
+                                                     : "",
       c.tmaStore > 0 ? " tma-store" : "");
   if (!withData)
     return p;
@@ -144,6 +147,12 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
         HostTensor acc(DType::f32, qShape);
         acc.poison(); // the first kernel zeroes it
         p.tensors.emplace(t.name, std::move(acc));
+      } else if (t.name == "FoldedStats" && !p.tensors.count(t.name)) {
+        HostTensor folded(DType::bf16,
+                          {s.batch, s.heads, kernels::kFoldedStatsRows,
+                           kernels::statsRowLength(s.seqQ)});
+        folded.poison(); // the first kernel writes it
+        p.tensors.emplace(t.name, std::move(folded));
       } else if (t.name == "dQarrivals" && !p.tensors.count(t.name)) {
         HostTensor counts(DType::i32,
                           {s.batch, s.heads, kernels::kArrivalStride});

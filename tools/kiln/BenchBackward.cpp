@@ -80,7 +80,10 @@ int benchAttentionBackward(Options &opts) {
                        dO = randomDevice(*dtype, n, seed + 3), o(n * 2),
                        dq(n * 2), dk(n * 2), dv(n * 2), lse(rowsN * 4),
                        dqAccum(n * 4), stats(size_t(B * H * 2 * statsRow) * 4),
-                       arrivals(size_t(B * H * kernels::kArrivalStride) * 4);
+                       arrivals(size_t(B * H * kernels::kArrivalStride) * 4),
+                       folded(size_t(B * H * kernels::kFoldedStatsRows *
+                                     statsRow) *
+                              2);
           const std::vector<int64_t> shape{B, H, N, D},
               st{H * N * D, N * D, D, 1};
           auto ref = [&](cuda::Buffer &b) -> TensorRef {
@@ -102,6 +105,12 @@ int benchAttentionBackward(Options &opts) {
                 {B, H, 2, statsRow},
                 {H * 2 * statsRow, 2 * statsRow, statsRow, 1}}},
               {"dQaccum", {dqAccum.data(), DType::f32, shape, st}},
+              {"FoldedStats",
+               {folded.data(),
+                DType::bf16,
+                {B, H, kernels::kFoldedStatsRows, statsRow},
+                {H * kernels::kFoldedStatsRows * statsRow,
+                 kernels::kFoldedStatsRows * statsRow, statsRow, 1}}},
               {"dQarrivals",
                {arrivals.data(),
                 DType::i32,

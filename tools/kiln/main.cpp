@@ -151,7 +151,8 @@ kernels and their shape options:
              the key blocks that see the most queries first, per G heads)
              [--kv-in-registers 0|1] (dK/dV: K and V in registers for the
              loop's first two dots) [--scores-by-queries 0|1] (dK/dV: S = Q·Kᵀ,
-             P and dS staged, rather than Sᵀ = K·Qᵀ) [--tma-store 0|1] (dK/dV
+             P and dS staged, rather than Sᵀ = K·Qᵀ) [--fold-statistics 0|1]
+             (Sᵀ: LSE and Delta added by its dots) [--tma-store 0|1] (dK/dV
              written by TMA from a staging tile) [--convert-dq-last 0|1]
              (dQ converted by each head's last dK/dV program, or a kernel)
              [--overlap-dq-convert 0|1] (dq_convert starts before dK/dV ends,

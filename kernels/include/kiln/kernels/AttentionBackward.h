@@ -93,6 +93,12 @@ struct AttentionBackwardConfig {
   /// left to the defaults). With it, blockM and blockN default to 128 at
   /// D <= 64.
   int scoresByQueries = -1;
+  /// dK/dV in Sᵀ: LSE and Delta added by the Sᵀ and dPᵀ dots themselves, one
+  /// more k16 step of each that reads them from a tile the delta kernel
+  /// writes (FoldedStats), instead of a thread holding one of each per
+  /// column of its accumulator: 1 yes, 0 no, -1 where measured faster (dQ
+  /// by atomics; at D = 64 the default's 128x128 steps then take Sᵀ).
+  int foldStatistics = -1;
   /// Causal dK/dV: the key blocks that see the most queries first, per
   /// group of headGroup (batch, head) pairs (0: those whose Q and dO take
   /// 16 MiB, 1 to 16, to 8 at D=128 in 16 bits), on a 1-D grid: 1 yes, 0
@@ -130,7 +136,8 @@ struct AttentionBackwardConfig {
 /// contiguous, a workspace; taken only with atomics), dQarrivals (i32 (B,
 /// H, kArrivalStride), contiguous, a workspace the first kernel zeroes;
 /// taken only with convertDqLast or overlapDqConvert, where dq_convert also
-/// takes K for its shape), dQ, dK, dV; each kernel binds the ones
+/// takes K for its shape), FoldedStats (with foldStatistics; below), dQ,
+/// dK, dV; each kernel binds the ones
 /// it takes (Kernel::tensorsIn). BackwardWorkspace says where each
 /// workspace goes in one allocation.
 using AttentionBackwardKernels = std::vector<Kernel>;
@@ -145,18 +152,27 @@ inline int64_t statsRowLength(int64_t seqQ) {
   return (seqQ + kStatsRowMultiple - 1) / kStatsRowMultiple * kStatsRowMultiple;
 }
 
+/// Rows per (batch, head) of FoldedStats, bf16 (B, H, kFoldedStatsRows,
+/// statsRowLength(Nq)), contiguous, a workspace the first kernel writes with
+/// foldStatistics: per query -LSE/scale and -Delta, each the sum of three
+/// bf16 parts (rows 0-2 and 3-5; rows 6-7 zero). The dots read 16 rows, the
+/// rest as zeros.
+inline constexpr int64_t kFoldedStatsRows = 8;
+
 /// i32 per (batch, head) in dQarrivals (the counter is the first: 64 bytes
 /// apart, no two heads' counters in one L2 sector).
 inline constexpr int64_t kArrivalStride = 16;
 
 /// The backward's workspaces in one allocation of 4-byte elements: Stats,
-/// then dQaccum, then dQarrivals (each 16-byte aligned).
+/// then dQaccum, then dQarrivals, then FoldedStats (each 16-byte aligned).
 struct BackwardWorkspace {
-  int64_t stats = 0, dqAccum, arrivals, elements;
+  int64_t stats = 0, dqAccum, arrivals, foldedStats, elements;
   BackwardWorkspace(int64_t batch, int64_t heads, int64_t seqQ, int64_t headDim)
       : dqAccum(batch * heads * 2 * statsRowLength(seqQ)),
         arrivals(dqAccum + (batch * heads * seqQ * headDim + 3) / 4 * 4),
-        elements(arrivals + batch * heads * kArrivalStride) {}
+        foldedStats(arrivals + batch * heads * kArrivalStride),
+        elements(foldedStats +
+                 batch * heads * kFoldedStatsRows * statsRowLength(seqQ) / 2) {}
 };
 
 /// The config with its zero fields filled in for `shape`.
