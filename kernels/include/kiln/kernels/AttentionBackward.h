@@ -3,7 +3,9 @@
 //
 // The gradients of attention, as DSL kernels launched in order:
 //   delta: a workspace Stats, fp32 (B, H, 2, statsRowLength(Nq)),
-//          contiguous: LSE·log2(e) and Delta = rowsum(dO ∘ O) per query;
+//          contiguous: LSE·log2(e) and Delta = rowsum(dO ∘ O) per query
+//          (with foldStatistics also FoldedStats, the same as bf16 parts
+//          that the dK/dV kernel's dots add);
 //   dkdv:  a program per block of keys walks the query blocks, recomputes
 //          Pᵀ from K·Qᵀ and the forward's LSE, and accumulates
 //          dV += Pᵀ·dO and dK += dSᵀ·Q with dSᵀ = Pᵀ ∘ (V·dOᵀ − Delta)
