@@ -62,19 +62,20 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // spilled the LSE and Delta (32 registers each a thread) until they were
   // folded into the dots; now the default only without folding.
   const bool wideSteps = c.wgmma > 0 && c.deterministic == 0 &&
-                         s.headDim <= 64 && (!s.causal || s.seqK >= 2048) &&
-                         !c.blockM && !c.blockN && !c.warps;
+                         s.headDim <= 64 && !c.blockM && !c.blockN && !c.warps;
   // LSE and Delta folded into Sᵀ's and dPᵀ's dots (one more k16 step each)
   // rather than held by each thread, 32 + 32 registers per 128 queries at
   // D = 64, which spilled in 128x128 steps: H100, A B B A, D = 64 128x128
-  // steps in Sᵀ against scores by queries +4% non-causal at 1000-8192 keys,
-  // causal +4-6% at 2048-4096; D = 128 +2-3% non-causal at 2048-4096,
-  // causal +1-3% (docs/experiments/2026-11-26-session37.txt).
+  // steps in Sᵀ against scores by queries +3-7% non-causal at 1000-8192
+  // keys, causal +4-8.5% at 2048-8192, and against causal 64-key programs
+  // +8-11.5% at 512-2047; D = 128 +2-5% non-causal at 1000-4096, causal
+  // +1-3% (docs/experiments/2026-11-26-session37.txt).
   if (c.foldStatistics < 0)
     c.foldStatistics =
         c.wgmma > 0 && c.deterministic == 0 && c.scoresByQueries <= 0;
   if (c.scoresByQueries < 0)
-    c.scoresByQueries = wideSteps && c.foldStatistics <= 0;
+    c.scoresByQueries =
+        wideSteps && (!s.causal || s.seqK >= 2048) && c.foldStatistics <= 0;
   // 128x128 steps of two warpgroups at D = 64, in either form.
   const bool wide = s.headDim <= 64 && (c.scoresByQueries > 0 ||
                                         (wideSteps && c.foldStatistics > 0));

@@ -36,8 +36,8 @@ namespace kiln::kernels {
 /// Schedule of the backward kernels; zero / -1 pick the defaults.
 struct AttentionBackwardConfig {
   /// dK/dV: blockN keys per program (0: 64; 128 with atomics at D = 128 or
-  /// with scoresByQueries at D <= 64), the queries in steps of blockM (0: 64;
-  /// 128 with scoresByQueries at D <= 64).
+  /// with scoresByQueries or foldStatistics at D <= 64), the queries in
+  /// steps of blockM (0: 64; 128 with either at D <= 64).
   int64_t blockM = 0, blockN = 0;
   /// dQ: dqBlockM queries per program (0: 64), the keys in steps of
   /// dqBlockN (0: 64).
@@ -92,14 +92,15 @@ struct AttentionBackwardConfig {
   /// dots) rather than Sᵀ = K·Qᵀ (one per column; only dSᵀ staged): 1 yes,
   /// 0 no, -1 where measured faster (D = 64 with dQ by atomics, in 128x128
   /// steps; causal from 2048 keys; only where blockM, blockN and warps are
-  /// left to the defaults). With it, blockM and blockN default to 128 at
-  /// D <= 64.
+  /// left to the defaults, and without foldStatistics, which is faster).
+  /// With it, blockM and blockN default to 128 at D <= 64.
   int scoresByQueries = -1;
   /// dK/dV in Sᵀ: LSE and Delta added by the Sᵀ and dPᵀ dots themselves, one
   /// more k16 step of each that reads them from a tile the delta kernel
   /// writes (FoldedStats), instead of a thread holding one of each per
   /// column of its accumulator: 1 yes, 0 no, -1 where measured faster (dQ
-  /// by atomics; at D = 64 the default's 128x128 steps then take Sᵀ).
+  /// by atomics; at D = 64 the default's 128x128 steps, causal or not, then
+  /// take Sᵀ).
   int foldStatistics = -1;
   /// Causal dK/dV: the key blocks that see the most queries first, per
   /// group of headGroup (batch, head) pairs (0: those whose Q and dO take
