@@ -18,13 +18,19 @@ namespace kiln::kernels {
 AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
                                               AttentionBackwardConfig c) {
   checkAttentionShape(s);
+  if (c.foldStatistics > 0 && c.scoresByQueries > 0)
+    throw Error("attention backward: foldStatistics adds LSE and Delta in "
+                "the transposed scores' dots; scoresByQueries 1 has none "
+                "(ask for one of them)");
   // No block sizes chosen: the autotuner's winner for this GPU and shape
   // bucket (`kiln tune attention-backward`), unless it takes the other way
-  // to dQ than the one asked for.
+  // to dQ than the one asked for, or scores by queries where folded
+  // statistics are.
   if (!c.blockM && !c.blockN && !c.dqBlockM)
     if (std::optional<AttentionBackwardConfig> t =
             tunedAttentionBackwardConfig(s);
-        t && (c.deterministic < 0 || c.deterministic == t->deterministic)) {
+        t && (c.deterministic < 0 || c.deterministic == t->deterministic) &&
+        !(c.foldStatistics > 0 && t->scoresByQueries > 0)) {
       c.deterministic = t->deterministic;
       c.blockM = t->blockM;
       c.blockN = t->blockN;

@@ -93,6 +93,18 @@ TEST(BackwardOnCpu, OneBuildServesEveryShape) {
 
 namespace {
 
+// Folded statistics live in the transposed scores' dots: asking for them
+// and for scores by queries is a clear error, before any kernel is built.
+TEST(BackwardOnCpu, FoldedStatisticsNeedTransposedScores) {
+  kernels::AttentionBackwardConfig c;
+  c.foldStatistics = 1;
+  c.scoresByQueries = 1;
+  BackwardCase bc{1, 2, 200, 200, 64, false, bf16};
+  EXPECT_THAT(test::errorOf([&] { kernels::attentionBackward(bc.shape(), c); }),
+              ::testing::HasSubstr("foldStatistics adds LSE and Delta in the "
+                                   "transposed scores' dots"));
+}
+
 // The workspace must have a row for every query: bind refuses a shorter one
 // (its missing rows would read as padding and the gradients be wrong), and
 // one whose rows are not whole blocks of 128 queries (the kernels read its
