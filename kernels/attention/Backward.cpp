@@ -49,7 +49,7 @@ struct Common {
     convertLast = atomicDq && c.convertDqLast > 0;
     overlapConvert = atomicDq && !convertLast && c.overlapDqConvert > 0 &&
                      c.separateDkDv <= 0;
-    foldStats = c.foldStatistics > 0 && c.scoresByQueries <= 0;
+    foldStats = c.foldStatistics > 0; // resolved: never with scoresByQueries
   }
 
   struct Sizes {
@@ -234,7 +234,7 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
     Tile doTile = load(dout.block({m0, 0}, {BM, D}));
     std::optional<Tile> stats;
     if (folded) // rows past kFoldedStatsRows read as zeros
-      stats = load(folded->block({0, m0}, {16, BM}));
+      stats = load(folded->block({0, m0}, {kFoldedStepK, BM}));
     // +inf past Nq (folded: -1e30) makes those columns of Pᵀ zero.
     Tile sT = dot(kTile, transpose(qTile));
     if (stats)

@@ -18,21 +18,22 @@ Tile foldedStats(double toExp2, const Tile &lse2, const Tile &delta,
   Tile negLse = where(lse2 < 1e30, lse2 * (-1.0 / toExp2), -1e30);
   Tile r = column(arange(kFoldedStatsRows));
   Tile t = zeros({kFoldedStatsRows, rows}, bf16);
-  int64_t at = 0;
-  for (Tile x : {negLse, delta * -1.0})
-    for (int part = 0; part < 3; ++part, ++at) {
+  for (auto [x, first] :
+       {std::pair{negLse, kFoldedLse}, std::pair{delta * -1.0, kFoldedDelta}})
+    for (int64_t part = 0; part < kFoldedParts; ++part) {
       Tile p = x.to(bf16);
       x = x - p.to(f32);
-      t = where(r == at, broadcastTo(row(p), {kFoldedStatsRows, rows}), t);
+      t = where(r == first + part,
+                broadcastTo(row(p), {kFoldedStatsRows, rows}), t);
     }
   return t;
 }
 
 Tile foldedStatsSelector(int64_t rows, int64_t first) {
-  Tile c = row(arange(16));
-  return broadcastTo(where((c >= first) && (c < first + 3),
-                           full({1, 16}, 1.0, f32), 0.0),
-                     {rows, 16})
+  Tile c = row(arange(kFoldedStepK));
+  return broadcastTo(where((c >= first) && (c < first + kFoldedParts),
+                           full({1, kFoldedStepK}, 1.0, f32), 0.0),
+                     {rows, kFoldedStepK})
       .to(bf16);
 }
 

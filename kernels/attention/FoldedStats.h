@@ -31,10 +31,14 @@ dsl::TensorView foldedStatsArg(dsl::KernelBuilder &k, dsl::Index B,
 dsl::Tile foldedStats(double toExp2, const dsl::Tile &lse2,
                       const dsl::Tile &delta, int64_t rows);
 
-/// The left operand of the extra k16 step for `rows` rows: 1 in the three
-/// columns from `first` (0: LSE, 3: Delta), else 0.
+/// The left operand of the extra k16 step for `rows` rows: 1 in the
+/// kFoldedParts columns from `first` (kFoldedLse or kFoldedDelta), else 0.
 dsl::Tile foldedStatsSelector(int64_t rows, int64_t first);
-inline constexpr int64_t kFoldedLse = 0, kFoldedDelta = 3;
+
+/// The K of the extra step (the dots read kFoldedStepK rows of the tile),
+/// the bf16 parts of each statistic and the first row of each.
+inline constexpr int64_t kFoldedStepK = 16, kFoldedParts = 3, kFoldedLse = 0,
+                         kFoldedDelta = kFoldedParts;
 
 } // namespace kiln::kernels
 

@@ -213,9 +213,6 @@ TEST(Codegen, OverlappedDqConvertArrivesFromTheProducer) {
   EXPECT_EQ(assembleWithPtxas(dkdv).spillStoreBytes, 0);
 }
 
-} // namespace
-
-namespace {
 // LSE and Delta folded into the Sᵀ and dPᵀ dots (the default with dQ by
 // atomics): the dK/dV loop reads them as one 16-row tile through the stage
 // ring, and each of the two dots takes one more k16 step whose left operand

@@ -108,8 +108,7 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
                        s.causal ? c.longestFirst : 0, c.headGroup),
       c.kvInRegisters > 0 ? " kv-in-registers" : "",
       c.scoresByQueries > 0 ? " scores-by-queries" : "",
-      c.foldStatistics > 0 && c.scoresByQueries <= 0 ? " folded-statistics"
-                                                     : "",
+      c.foldStatistics > 0 ? " folded-statistics" : "",
       c.tmaStore > 0 ? " tma-store" : "");
   if (!withData)
     return p;
