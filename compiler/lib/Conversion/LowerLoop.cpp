@@ -116,6 +116,9 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   if (overlapped)
     note(forOp, "loop: its last dot runs one iteration behind, issued after "
                 "the next iteration's first dot (kiln-overlap-dots)");
+  else if (forOp->hasAttr("kiln.first_iteration_of_next"))
+    note(forOp, "loop: the next loop's first iteration (kiln-overlap-dots: "
+                "its last dot runs there, behind the next loop's first dot)");
   else if (auto why = forOp->getAttrOfType<StringAttr>("kiln.not_overlapped"))
     note(forOp, "loop: dots not overlapped (the schedule asks; not possible: " +
                     why.str() + ")");

@@ -18,7 +18,12 @@
 //
 // Not in a loop that runs at most once (a blocked loop's remainder), where
 // there is no next iteration to overlap and the carried operands would only
-// cost registers and the V buffer shared memory.
+// cost registers and the V buffer shared memory. But a loop that runs at
+// most once right before the overlapped one, whose results are all its
+// initial values and whose body ends in the same dot of a B loaded alike (a
+// masked first key block, then the whole ones), becomes its first
+// iteration: its last dot moves into the loop's first iteration, in place
+// of the dot of a zero tile, and the loop carries in its operands.
 // Only where the kernel's schedule asks (kiln.overlap_dots). A loop gets
 // kiln.overlapped, or kiln.not_overlapped = "<why>" when it cannot be done.
 //
@@ -104,6 +109,105 @@ bool runsAtMostOnce(scf::ForOp loop) {
   return false;
 }
 
+/// Whether `a` in `la` and `b` in `lb` are the same function of their loops'
+/// induction variables (the same values outside, or the same pure ops of
+/// such in the bodies).
+bool sameOfIv(Value a, scf::ForOp la, Value b, scf::ForOp lb) {
+  if (a == la.getInductionVar() || b == lb.getInductionVar())
+    return a == la.getInductionVar() && b == lb.getInductionVar();
+  if (a == b)
+    return true;
+  Operation *x = a.getDefiningOp(), *y = b.getDefiningOp();
+  if (!x || !y || x->getBlock() != la.getBody() ||
+      y->getBlock() != lb.getBody() || x->getName() != y->getName() ||
+      x->getAttrDictionary() != y->getAttrDictionary() ||
+      x->getNumOperands() != y->getNumOperands() || x->getNumRegions() ||
+      a.getType() != b.getType() ||
+      cast<OpResult>(a).getResultNumber() !=
+          cast<OpResult>(b).getResultNumber())
+    return false;
+  return llvm::all_of(
+      llvm::zip(x->getOperands(), y->getOperands()), [&](auto pq) {
+        return sameOfIv(std::get<0>(pq), la, std::get<1>(pq), lb);
+      });
+}
+
+/// The last dot of `loop`'s body when it is its only use, yielded as the
+/// k-th result, with a B loaded in the body for it alone.
+DotOp lastYieldedDot(scf::ForOp loop, unsigned k) {
+  Block *body = loop.getBody();
+  DotOp last;
+  int dots = 0;
+  for (Operation &op : *body)
+    if (auto d = dyn_cast<DotOp>(op)) {
+      last = d;
+      ++dots;
+    }
+  if (dots < 2 || !last->hasOneUse() ||
+      *last->user_begin() != body->getTerminator() ||
+      last->use_begin()->getOperandNumber() != k)
+    return {};
+  auto ld = last.getB().getDefiningOp<LoadOp>();
+  if (!ld || ld->getBlock() != body || !ld->hasOneUse())
+    return {};
+  return last;
+}
+
+/// The loop before `loop` that can be its first iteration: it runs at most
+/// once, its results are `loop`'s initial values and used nowhere else, and
+/// its body's last dot is `last`'s, of the same A type and a B that is the
+/// same function of its induction variable.
+scf::ForOp firstIterationBefore(scf::ForOp loop, DotOp last, unsigned k) {
+  ValueRange inits = loop.getInitArgs();
+  auto prev =
+      inits.empty() ? scf::ForOp() : inits[0].getDefiningOp<scf::ForOp>();
+  if (!prev || prev->getBlock() != loop->getBlock() ||
+      prev.getNumResults() != inits.size() || !runsAtMostOnce(prev))
+    return {};
+  for (auto [i, v] : llvm::enumerate(inits))
+    if (v != prev.getResult(i) || !v.hasOneUse())
+      return {};
+  DotOp first = lastYieldedDot(prev, k);
+  auto ld = last.getB().getDefiningOp<LoadOp>();
+  if (!first || !ld || ld->getBlock() != loop.getBody() ||
+      first.getA().getType() != last.getA().getType() ||
+      !sameOfIv(first.getB(), prev, last.getB(), loop))
+    return {};
+  return prev;
+}
+
+/// `prev` without its last dot (nor that dot's load): it yields the dot's
+/// accumulator in its place and the dot's A after its results (`zeroA` when
+/// it does not run).
+scf::ForOp withoutLastDot(scf::ForOp prev, unsigned k, Value zeroA) {
+  DotOp last = lastYieldedDot(prev, k);
+  Operation *ld = last.getB().getDefiningOp();
+  OpBuilder b(prev);
+  SmallVector<Value> inits(prev.getInitArgs());
+  inits.push_back(zeroA);
+  auto split = scf::ForOp::create(b, prev.getLoc(), prev.getLowerBound(),
+                                  prev.getUpperBound(), prev.getStep(), inits);
+  split->setDiscardableAttrs(prev->getDiscardableAttrDictionary());
+  split->removeAttr("kiln.not_overlapped");
+  split->setAttr("kiln.first_iteration_of_next", b.getUnitAttr());
+  IRMapping map;
+  map.map(prev.getInductionVar(), split.getInductionVar());
+  for (auto [from, to] :
+       llvm::zip(prev.getRegionIterArgs(), split.getRegionIterArgs()))
+    map.map(from, to);
+  b.setInsertionPointToStart(split.getBody());
+  for (Operation &op : prev.getBody()->without_terminator())
+    if (&op != last.getOperation() && &op != ld)
+      b.clone(op, map);
+  SmallVector<Value> outs;
+  auto yield = cast<scf::YieldOp>(prev.getBody()->getTerminator());
+  for (auto [i, v] : llvm::enumerate(yield.getOperands()))
+    outs.push_back(map.lookupOrDefault(i == k ? last.getAcc() : v));
+  outs.push_back(map.lookupOrDefault(last.getA()));
+  scf::YieldOp::create(b, yield.getLoc(), outs);
+  return split;
+}
+
 /// Rewrites `loop`; returns why not when it cannot.
 std::string overlap(scf::ForOp loop) {
   if (runsAtMostOnce(loop))
@@ -135,7 +239,8 @@ std::string overlap(scf::ForOp loop) {
         return "the last dot's B load has an address that is not a function "
                "of the induction variable";
 
-  OpBuilder b(loop);
+  scf::ForOp prev = loadsB ? firstIterationBefore(loop, last, k) : nullptr;
+  OpBuilder b(prev ? prev : loop);
   Location loc = loop.getLoc();
   Value lb = loop.getLowerBound(), step = loop.getStep();
   auto aTy = cast<RankedTensorType>(last.getA().getType());
@@ -143,8 +248,21 @@ std::string overlap(scf::ForOp loop) {
       b, loc, aTy,
       DenseElementsAttr::get(aTy, b.getFloatAttr(aTy.getElementType(), 0.0)));
   SmallVector<Value> inits(loop.getInitArgs());
-  // inits[k] (the accumulator) now carries O'; then P.
-  inits.push_back(zeroA);
+  // The first iteration's offset when `prev` is it (it runs at its lower
+  // bound, if at all).
+  Value firstIv;
+  if (prev) {
+    scf::ForOp split = withoutLastDot(prev, k, zeroA);
+    inits.assign(split.getResults().begin(), split.getResults().end());
+    firstIv = split.getLowerBound();
+    prev.replaceAllUsesWith(
+        split.getResults().take_front(prev.getNumResults()));
+    prev.erase();
+  } else {
+    // inits[k] (the accumulator) now carries O'; then P.
+    inits.push_back(zeroA);
+  }
+  b.setInsertionPoint(loop);
   auto rotated =
       scf::ForOp::create(b, loc, lb, loop.getUpperBound(), step, inits);
   rotated->setDiscardableAttrs(loop->getDiscardableAttrDictionary());
@@ -177,11 +295,18 @@ std::string overlap(scf::ForOp loop) {
     return b.clone(*ld, at)->getResult(0);
   };
   b.setInsertionPointToStart(nb);
+  // The previous iteration's offset: iv - step, but the first iteration's
+  // (whose P is zero, unless `prev` ran) is lb, or `prev`'s.
+  auto previousIv = [&]() -> Value {
+    Value back = arith::SubIOp::create(b, loc, iv, step);
+    if (!firstIv)
+      return arith::MaxSIOp::create(b, loc, back, lb);
+    Value isFirst =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, iv, lb);
+    return arith::SelectOp::create(b, loc, isFirst, firstIv, back);
+  };
   auto issuePrevious = [&] {
-    Value bOperand =
-        loadsB ? loadBAt(arith::MaxSIOp::create(
-                     b, loc, arith::SubIOp::create(b, loc, iv, step), lb))
-               : last.getB();
+    Value bOperand = loadsB ? loadBAt(previousIv()) : last.getB();
     Value r = DotOp::create(b, last.getLoc(), last.getType(), pCarried,
                             bOperand, accCarried);
     map.map(carried, r);
@@ -216,7 +341,14 @@ std::string overlap(scf::ForOp loop) {
         b, loc, lb,
         arith::MulIOp::create(
             b, loc, arith::DivSIOp::create(b, loc, span, step), step));
-    bOperand = loadBAt(arith::MaxSIOp::create(b, loc, lastIv, lb));
+    Value at = arith::MaxSIOp::create(b, loc, lastIv, lb);
+    if (firstIv) // none of its own: `prev`'s
+      at = arith::SelectOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
+                                rotated.getUpperBound(), lb),
+          at, firstIv);
+    bOperand = loadBAt(at);
   }
   Value finalAcc =
       DotOp::create(b, last.getLoc(), last.getType(), rotated.getResult(n),
