@@ -80,7 +80,10 @@ int overlappedLoops(const AttentionShape &s, const AttentionConfig &c) {
   // diagonal's loops where the narrow keys join it in diagonal blocks as
   // tall as the row block (both then run at most once).
   if (s.causal)
-    return narrowInDiagonal(s, c) && c.blockNDiagonal == c.blockM ? 1 : 2;
+    return diagonalFirst(s, c) ||
+                   (narrowInDiagonal(s, c) && c.blockNDiagonal == c.blockM)
+               ? 1
+               : 2;
   return c.staticShapes <= 0 ? 1 : keyLoops(s, c);
 }
 
@@ -102,14 +105,26 @@ std::vector<int64_t> raggedEndBlocks(const AttentionConfig &c) {
   return {blockN};
 }
 
+bool diagonalFirst(const AttentionShape &s, const AttentionConfig &c) {
+  return s.causal && c.maskedBlockFirst > 0 && c.overlap > 0 &&
+         !rowsAlignedToEnd(s, c) && c.blockNDiagonal == c.blockM &&
+         c.blockM == c.blockN;
+}
+
+bool raggedEndFirst(const AttentionShape &s, const AttentionConfig &c) {
+  return !s.causal && c.staticShapes <= 0 && c.maskedBlockFirst > 0 &&
+         c.overlap > 0 && !wholeKeyBlocks(s, c);
+}
+
 int keyLoops(const AttentionShape &s, const AttentionConfig &c) {
   const int64_t blockN = c.blockN ? c.blockN : 128;
   if (s.causal)
     return rowsAlignedToEnd(s, c) ? 3 : 2;
   if (c.staticShapes <= 0) // run-time Nk: whole blocks, or ragged end loops
-    return s.seqK % blockN == 0 ? 1
-                                : 1 + int(raggedEndBlocks(c).size()) -
-                                      (c.raggedEndInLoop > 0 ? 1 : 0);
+    return s.seqK % blockN == 0   ? 1
+           : raggedEndFirst(s, c) ? 2
+                                  : 1 + int(raggedEndBlocks(c).size()) -
+                                        (c.raggedEndInLoop > 0 ? 1 : 0);
   const int64_t split = unmaskedKeys(s, blockN);
   return split > 0 && split < s.seqK ? 2 : 1;
 }
@@ -126,6 +141,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->blockNDiagonal = c.blockNDiagonal;
       tuned->blockNRaggedEnd = c.blockNRaggedEnd;
       tuned->raggedEndInLoop = c.raggedEndInLoop;
+      tuned->maskedBlockFirst = c.maskedBlockFirst;
       tuned->alignRowsToEnd = c.alignRowsToEnd;
       tuned->narrowStepInDiagonal = c.narrowStepInDiagonal;
       tuned->longestFirstGlobally = c.longestFirstGlobally;
@@ -180,9 +196,23 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     overlapped.overlap = 1;
     return attentionSharedBytes(s, overlapped) <= kHopperSharedBytes;
   };
+  // The masked key block first, fused with the loop over the whole blocks
+  // into one overlapped loop (kiln-overlap-dots): its P·V runs in that
+  // loop's first iteration, not in a step after the loop's last P·V.
+  // Same-process H100 A/B (kiln bench --against, median of 30 samples),
+  // bf16 TFLOP/s: non-causal D=128 (the ragged end first) at N=1000/1023/
+  // 2049/3001/4097/8191 +6.6-9.8/+7.4-10.2/+1.3/+4.1/+0.3-0.9/+0.9-1.2%;
+  // causal D=128 (the diagonal first, with overlap at every N and rows not
+  // aligned to the end) at 1000/1024/2048/2049/3001/4096/4097/8191
+  // +6.3/+10.1/+11.7/+7.4/+9.3/+10.8/+3.2/+5.0%, 512 +5.1%
+  // (docs/experiments/2026-11-26-session38.txt).
+  if (c.maskedBlockFirst < 0)
+    c.maskedBlockFirst = wide && hopper && c.warpSpecialize != 0;
   if (c.overlap < 0)
-    c.overlap = wide && hopper && c.warpSpecialize != 0 &&
-                !(s.causal && s.seqK < causalOverlapFrom) && fitsOverlapped();
+    c.overlap =
+        wide && hopper && c.warpSpecialize != 0 &&
+        !(s.causal && s.seqK < causalOverlapFrom && c.maskedBlockFirst <= 0) &&
+        fitsOverlapped();
   if (c.warpSpecialize < 0)
     c.warpSpecialize = wide && hopper && (s.causal || c.overlap > 0);
   // Ping-pong wherever the producer warpgroup is the default: same-run H200
@@ -233,8 +263,12 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // 416/417 -> 434/426; even at 2048, 3001, 4096, 8192; the kernel with
   // the narrow loop costs 64-row blocks (D=64 below 2k) at N=1000 311/312
   // -> 299/303 (docs/experiments/2026-11-25-h100-session22.txt).
+  // Not where the diagonal block goes first (maskedBlockFirst): that won
+  // more (3-9% at 2049-4097, H100, same process).
   if (c.alignRowsToEnd < 0)
-    c.alignRowsToEnd = c.blockNRaggedEnd < c.blockN && c.blockM >= 128;
+    c.alignRowsToEnd = c.blockNRaggedEnd < c.blockN && c.blockM >= 128 &&
+                       !(s.causal && c.maskedBlockFirst > 0 && c.overlap > 0 &&
+                         c.blockNDiagonal == c.blockM && c.blockM == c.blockN);
   // The narrow keys in the diagonal's first step, one softmax update for
   // both tiles: same-run H100 bench, causal bf16 TFLOP/s, two rounds, apart
   // -> together: D=128 N=2049 429/435 -> 449/451, 3001 518/511 -> 535/532,

@@ -134,7 +134,8 @@ Kernel attentionForward(const AttentionShape &s,
   };
   auto step = [&](Index n0, bool mask, int64_t BN,
                   std::optional<Index> bound = std::nullopt,
-                  std::optional<Narrow> narrow = std::nullopt) {
+                  std::optional<Narrow> narrow = std::nullopt,
+                  bool fromZero = false) {
     Tile kTile = load(kv.block({n0, 0}, {BN, D}));
     std::optional<Tile> kNarrow;
     if (narrow)
@@ -143,7 +144,9 @@ Kernel attentionForward(const AttentionShape &s,
     std::optional<Tile> narrowScores;
     if (narrow)
       narrowScores = dot(qTile, transpose(*kNarrow));
-    if (bound) {
+    if (fromZero) { // a block that starts before key 0
+      scores = where(row(arange(BN) + n0) >= 0, scores, -inf);
+    } else if (bound) {
       scores = where(row(arange(BN) + n0) < *bound, scores, -inf);
     } else if (mask) {
       Tile cols = arange(BN) + n0;
@@ -183,7 +186,18 @@ Kernel attentionForward(const AttentionShape &s,
     // Whole key blocks left of the diagonal need no mask; the diagonal ones
     // (and a ragged last block) do, in blocks of their own size; those right
     // of it are skipped.
-    if (!alignEnd) {
+    if (!alignEnd && diagonalFirst(s, c)) {
+      // The diagonal block (as tall as the row block: one step) first, then
+      // the whole blocks left of it: one overlapped loop to the compiler
+      // (kiln-overlap-dots), the diagonal's P·V in the second loop's first
+      // iteration. (Written so that the compiler sees the first runs at
+      // most once.)
+      Index split = min(m0, Nk / BN * BN), end = min(m0 + BM, Nk);
+      forRange(max(split, end - BND), end, BND, carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, true, BND); });
+      forRange(0, split, BN, carry(acc, rowMax, rowSum),
+               [&](Index n0) { step(n0, false, BN); });
+    } else if (!alignEnd) {
       Index split = min(m0, Nk / BN * BN);
       forRange(0, split, BN, carry(acc, rowMax, rowSum),
                [&](Index n0) { step(n0, false, BN); });
@@ -231,6 +245,19 @@ Kernel attentionForward(const AttentionShape &s,
   } else if (s.causal) {
     forRange(0, min(m0 + BM, Nk), BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, true, BN); });
+  } else if (raggedEndFirst(s, c)) {
+    // The key blocks end at Nk: the first starts r = Nk mod BN keys before
+    // key 0 (TMA reads zeros there) and masks those; the rest are whole. The
+    // two loops are one overlapped loop to the compiler (kiln-overlap-dots):
+    // the first block's P·V runs in the second loop's first iteration.
+    Index r = Nk % BN;
+    Index firstEnd = r - BN + above(r, 0, BN) * BN;
+    forRange(max(r - BN, firstEnd - BN), firstEnd, BN,
+             carry(acc, rowMax, rowSum), [&](Index n0) {
+               step(n0, false, BN, std::nullopt, std::nullopt, true);
+             });
+    forRange(r, Nk, BN, carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, false, BN); });
   } else if (runtimeShapes) {
     // Whole key blocks unmasked; a ragged end of r keys in one masked step
     // of the narrowest width of raggedEndBlocks that holds them: one loop

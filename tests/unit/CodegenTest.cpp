@@ -308,9 +308,10 @@ TEST(Codegen, UnalignedTensorKeepsOthersOnTheirPaths) {
 // Non-causal with a ragged end: from 16 key blocks on, the unmasked blocks in
 // one loop and the end in a masked one (64-key blocks at D=64, where the
 // kernel asks ptxas for two CTAs per SM); below that, one masked loop.
-// With run-time shapes every ragged Nk takes those loops (at D=128 a masked
-// end loop per width, 128 or 32 keys, one of which runs once; at D=64 the
-// main loop's last step, masked).
+// With run-time shapes every ragged Nk takes those loops (at D=128 the
+// ragged block first, in a loop of its own before the whole blocks, by
+// default; asked not to, a masked end loop per width, 128 or 32 keys, one
+// of which runs once; at D=64 the main loop's last step, masked).
 TEST(Codegen, RaggedEndHasALoopOfItsOwn) {
   auto loops = [](const Kernel &k) { return countOf(k.ir(), "scf.for"); };
   const kernels::AttentionConfig exact{.staticShapes = 1};
@@ -326,6 +327,9 @@ TEST(Codegen, RaggedEndHasALoopOfItsOwn) {
         loops(kernels::attentionForward(selfAttention(1023, d, false), exact)),
         1u);
     EXPECT_EQ(loops(kernels::attentionForward(selfAttention(1023, d, false))),
+              d == 64 ? 1u : 2u);
+    EXPECT_EQ(loops(kernels::attentionForward(selfAttention(1023, d, false),
+                                              {.maskedBlockFirst = 0})),
               d == 64 ? 1u : 3u);
     EXPECT_EQ(loops(kernels::attentionForward(selfAttention(2048, d, false))),
               1u);
@@ -353,11 +357,30 @@ TEST(Codegen, OverlappedLoopLeavesPVInFlight) {
   EXPECT_EQ(countOf(report, "A in registers"), 2u);
   // So does V for the dot after the loop, by the producer warpgroup.
   EXPECT_EQ(countOf(report, "by the producer warpgroup once per tile"), 2u);
-  // Causal attention over shorter keys keeps the schedule without it.
+  // A ragged Nk: the ragged key block first (maskedBlockFirst), its P·V in
+  // the first iteration of the loop over the whole blocks; no step after.
+  s.seqQ = s.seqK = 1000;
+  std::string ragged = reportOf(compileForGpu(kernels::attentionForward(s),
+                                              {.unalignedTensors = {"LSE"}}));
+  EXPECT_EQ(countOf(ragged, "loop: the next loop's first iteration"), 1u)
+      << ragged;
+  EXPECT_EQ(countOf(ragged, "loop: its last dot runs one iteration behind"),
+            1u);
+  EXPECT_EQ(countOf(ragged, "dots not overlapped"), 0u);
+  EXPECT_EQ(countOf(ragged, "A in registers"), 2u);
+  // Causal: the diagonal block first, likewise, at every N.
   s.seqQ = s.seqK = 512;
   s.causal = true;
-  CompiledKernel short_ =
-      compileForGpu(kernels::attentionForward(s), {"sm_90a"});
+  std::string diagonal =
+      reportOf(compileForGpu(kernels::attentionForward(s), {"sm_90a"}));
+  EXPECT_EQ(countOf(diagonal, "loop: the next loop's first iteration"), 1u)
+      << diagonal;
+  EXPECT_EQ(countOf(diagonal, "loop: its last dot runs one iteration behind"),
+            1u);
+  // Without it, causal attention over shorter keys keeps the schedule
+  // without overlap (its two loops' V buffers cost O's TMA staging).
+  CompiledKernel short_ = compileForGpu(
+      kernels::attentionForward(s, {.maskedBlockFirst = 0}), {"sm_90a"});
   EXPECT_EQ(countOf(reportOf(short_), "kiln-overlap-dots"), 0u);
   EXPECT_EQ(countOf(short_.ptx, "wgmma.wait_group.sync.aligned \t1;"), 0u);
 }

@@ -420,21 +420,25 @@ TEST(CpuExecutor, AttentionRuntimeShapesServeEveryShape) {
   }
 }
 
-// The D=128 wgmma schedule's ragged end: a 128-key step when more than 32
-// keys are left after the whole blocks, else a 32-key one; one kernel, every
-// Nk of the class (r = 1, 32, 33, 72, 127 keys past the whole blocks, and
-// none), against the fp64 reference with poisoned outputs.
+// The D=128 wgmma schedule's ragged end after the whole blocks (asked for:
+// by default it goes first): a 128-key step when more than 32 keys are left
+// after the whole blocks, else a 32-key one; one kernel, every Nk of the
+// class (r = 1, 32, 33, 72, 127 keys past the whole blocks, and none),
+// against the fp64 reference with poisoned outputs.
 TEST(CpuExecutor, AttentionRaggedEndWidths) {
   kernels::AttentionShape built{1, 1, 64, 129, 128, false, DType::bf16, 0};
-  Kernel kern = kernels::attentionForward(built, {.wgmma = 1});
+  Kernel kern =
+      kernels::attentionForward(built, {.maskedBlockFirst = 0, .wgmma = 1});
   EXPECT_EQ(test::countOf(kern.ir(), "scf.for"), 3u);
   // AttentionConfig::blockNRaggedEnd: the key block's width (no narrower
   // step) or a power of two up to it.
-  EXPECT_EQ(test::countOf(kernels::attentionForward(
-                              built, {.blockNRaggedEnd = 128, .wgmma = 1})
-                              .ir(),
-                          "scf.for"),
-            2u);
+  EXPECT_EQ(
+      test::countOf(kernels::attentionForward(built, {.blockNRaggedEnd = 128,
+                                                      .maskedBlockFirst = 0,
+                                                      .wgmma = 1})
+                        .ir(),
+                    "scf.for"),
+      2u);
   EXPECT_THAT(test::errorOf([&] {
                 kernels::attentionForward(built,
                                           {.blockNRaggedEnd = 256, .wgmma = 1});
@@ -443,6 +447,54 @@ TEST(CpuExecutor, AttentionRaggedEndWidths) {
   for (int64_t nk : {129, 160, 161, 200, 255, 256})
     checkAttentionOnCpu(kern, {1, 1, 64, nk, 128, false, DType::bf16, 0},
                         uint64_t(nk));
+}
+
+// D=128 under the default schedule takes its masked key block first
+// (AttentionConfig::maskedBlockFirst): causal, the diagonal block before
+// the whole blocks left of it; non-causal with a ragged Nk, the blocks end
+// at Nk and the first, masked, starts before key 0. (On the GPU
+// kiln-overlap-dots then makes the two loops one; the executor runs them
+// as built.) Each kernel, every Nq and Nk of its class (Nk < 128, whole,
+// Nq != Nk both ways), against the fp64 reference with poisoned outputs.
+TEST(CpuExecutor, AttentionMaskedBlockFirst) {
+  kernels::AttentionShape causal{1, 1, 129, 129, 128, true, DType::bf16, 0},
+      whole{1, 1, 256, 256, 128, true, DType::bf16, 0},
+      ragged{1, 1, 129, 129, 128, false, DType::bf16, 0};
+  const kernels::AttentionConfig wgmma{.wgmma = 1};
+  EXPECT_TRUE(
+      kernels::diagonalFirst(causal, kernels::resolveConfig(causal, wgmma)));
+  EXPECT_TRUE(
+      kernels::diagonalFirst(whole, kernels::resolveConfig(whole, wgmma)));
+  EXPECT_TRUE(
+      kernels::raggedEndFirst(ragged, kernels::resolveConfig(ragged, wgmma)));
+  EXPECT_FALSE(kernels::raggedEndFirst(
+      ragged,
+      kernels::resolveConfig(ragged, {.maskedBlockFirst = 0, .wgmma = 1})));
+  Kernel diagonal = kernels::attentionForward(causal, wgmma),
+         diagonalWhole = kernels::attentionForward(whole, wgmma),
+         first = kernels::attentionForward(ragged, wgmma);
+  for (const Kernel *k : {&diagonal, &diagonalWhole, &first})
+    EXPECT_EQ(test::countOf(k->ir(), "scf.for"), 2u);
+  for (auto [nq, nk] : {std::array<int64_t, 2>{1, 1},
+                        {31, 31},
+                        {129, 129},
+                        {160, 160},
+                        {161, 161},
+                        {257, 257},
+                        {129, 300},
+                        {300, 129},
+                        {33, 200},
+                        {200, 33}}) {
+    const uint64_t seed = uint64_t(nq * 5 + nk);
+    checkAttentionOnCpu(diagonal, {2, 1, nq, nk, 128, true, DType::bf16, 0},
+                        seed);
+    checkAttentionOnCpu(first, {2, 1, nq, nk, 128, false, DType::bf16, 0},
+                        seed + 1);
+  }
+  for (auto [nq, nk] : {std::array<int64_t, 2>{256, 256}, {1, 128}, {300, 256}})
+    checkAttentionOnCpu(diagonalWhole,
+                        {2, 1, nq, nk, 128, true, DType::bf16, 0},
+                        uint64_t(nq + nk));
 }
 
 // The D=64 wgmma schedule takes a ragged end as the main loop's last step
@@ -476,9 +528,11 @@ TEST(CpuExecutor, AttentionRaggedEndInMainLoop) {
 // poisoned outputs.
 TEST(CpuExecutor, AttentionCausalRowsAlignedToEnd) {
   kernels::AttentionShape built{1, 1, 129, 129, 128, true, DType::bf16, 0};
-  Kernel kern = kernels::attentionForward(built, {.wgmma = 1});
-  Kernel apart =
-      kernels::attentionForward(built, {.narrowStepInDiagonal = 0, .wgmma = 1});
+  // (Asked for: by default D=128 takes the diagonal block first instead.)
+  Kernel kern =
+      kernels::attentionForward(built, {.alignRowsToEnd = 1, .wgmma = 1});
+  Kernel apart = kernels::attentionForward(
+      built, {.alignRowsToEnd = 1, .narrowStepInDiagonal = 0, .wgmma = 1});
   const std::string unaligned =
       kernels::attentionForward(built, {.alignRowsToEnd = 0, .wgmma = 1}).ir();
   // One loop more either way; the narrow keys' two dots in the diagonal's

@@ -163,8 +163,10 @@ TEST(DslIr, AttentionKernelShape) {
 // Run-time shapes (the default): B, H, Nq and Nk are arguments and the grid
 // a formula of them. Built for an Nk of whole key blocks, the kernel has one
 // unmasked loop and refuses other Nk; built for a ragged Nk, masked loops
-// take the ragged block: one per end width (raggedEndBlocks: 64 or 32 keys
-// at D=128 under wgmma), of which the narrowest that holds the end runs.
+// take the ragged block: by default at D=128 one before the whole blocks
+// (maskedBlockFirst); else one per end width (raggedEndBlocks: 64 or 32
+// keys at D=128 under wgmma), of which the narrowest that holds the end
+// runs.
 TEST(DslIr, AttentionRuntimeShapes) {
   kernels::AttentionShape s{2, 3, 1024, 1024, 128, false, DType::bf16, 0};
   const kernels::AttentionConfig c{.blockM = 64, .blockN = 64, .warps = 4};
@@ -192,8 +194,13 @@ TEST(DslIr, AttentionRuntimeShapes) {
   s.seqQ = s.seqK = 1000;
   Kernel ragged = kernels::attentionForward(s, c);
   EXPECT_EQ(ragged.params()[3].multipleOf, 1);
-  EXPECT_EQ(count(ragged.ir(), "scf.for"), 3);
-  EXPECT_EQ(count(ragged.ir(), "arith.maxsi"), 2); // lower bounds: at most once
+  EXPECT_EQ(count(ragged.ir(), "scf.for"), 2);
+  EXPECT_EQ(count(ragged.ir(), "arith.maxsi"), 1); // lower bound: at most once
+  kernels::AttentionConfig after = c;
+  after.maskedBlockFirst = 0;
+  Kernel endAfter = kernels::attentionForward(s, after);
+  EXPECT_EQ(count(endAfter.ir(), "scf.for"), 3);
+  EXPECT_EQ(count(endAfter.ir(), "arith.maxsi"), 2);
   Kernel defaults = kernels::attentionForward(s);
   EXPECT_EQ(defaults.gridFor(defaults.bind(t))[0], 8);
   // Any other ragged shape binds to the same kernel.

@@ -24,8 +24,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
+#include <variant>
 
 namespace kiln::cli {
 
@@ -113,6 +117,60 @@ static int benchGemm(Options &opts) {
   return 0;
 }
 
+/// The forward config's bench options, by flag name.
+using BenchConfigFlag =
+    std::pair<const char *, std::variant<int64_t kernels::AttentionConfig::*,
+                                         int kernels::AttentionConfig::*>>;
+static const BenchConfigFlag kBenchConfigFlags[] = {
+    {"block-m", &kernels::AttentionConfig::blockM},
+    {"block-n", &kernels::AttentionConfig::blockN},
+    {"warps", &kernels::AttentionConfig::warps},
+    {"stages", &kernels::AttentionConfig::stages},
+    {"reload-ids", &kernels::AttentionConfig::reloadThreadIds},
+    {"block-n-diagonal", &kernels::AttentionConfig::blockNDiagonal},
+    {"block-n-ragged-end", &kernels::AttentionConfig::blockNRaggedEnd},
+    {"ragged-end-in-loop", &kernels::AttentionConfig::raggedEndInLoop},
+    {"masked-first", &kernels::AttentionConfig::maskedBlockFirst},
+    {"align-rows-to-end", &kernels::AttentionConfig::alignRowsToEnd},
+    {"narrow-in-diagonal", &kernels::AttentionConfig::narrowStepInDiagonal},
+    {"copy-per-register", &kernels::AttentionConfig::copyAddressesPerRegister},
+    {"longest-first-globally", &kernels::AttentionConfig::longestFirstGlobally},
+    {"head-group", &kernels::AttentionConfig::headGroup},
+    {"dynamic-tiles", &kernels::AttentionConfig::dynamicTiles},
+    {"wgmma", &kernels::AttentionConfig::wgmma},
+    {"tma", &kernels::AttentionConfig::tma},
+    {"tma-store", &kernels::AttentionConfig::tmaStore},
+    {"warp-specialize", &kernels::AttentionConfig::warpSpecialize},
+    {"pingpong", &kernels::AttentionConfig::pingpong},
+    {"overlap", &kernels::AttentionConfig::overlap},
+    {"persistent", &kernels::AttentionConfig::persistent}};
+
+/// `base` with --against's "flag=value ..." items (the names above) set.
+static kernels::AttentionConfig withConfigItems(kernels::AttentionConfig base,
+                                                const std::string &text) {
+  std::stringstream in(text);
+  for (std::string item; in >> item;) {
+    auto eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    auto f =
+        std::find_if(std::begin(kBenchConfigFlags), std::end(kBenchConfigFlags),
+                     [&](const BenchConfigFlag &f) { return name == f.first; });
+    const std::string text = eq == std::string::npos ? "" : item.substr(eq + 1);
+    char *end = nullptr;
+    const int64_t value = std::strtoll(text.c_str(), &end, 10);
+    if (f == std::end(kBenchConfigFlags) || text.empty() || *end)
+      throw UsageError("option --against: '" + item +
+                       "' is not flag=integer with a flag of the forward's "
+                       "config (block-m, ragged-end-in-loop, ...)");
+    std::visit(
+        [&](auto member) {
+          base.*member = std::remove_reference_t<decltype(base.*member)>(value);
+        },
+        f->second);
+  }
+  return base;
+}
+
 int cmdBench(Options &opts) {
   if (opts.positional.size() == 1 && opts.positional[0] == "gemm")
     return benchGemm(opts);
@@ -131,30 +189,21 @@ int cmdBench(Options &opts) {
   const bool onlyCausal = opts.flag("causal"),
              onlyNonCausal = opts.flag("non-causal");
   kernels::AttentionConfig cfg;
-  cfg.blockM = opts.integer("block-m", cfg.blockM);
-  cfg.blockN = opts.integer("block-n", cfg.blockN);
-  cfg.warps = opts.int32("warps", cfg.warps);
-  cfg.stages = opts.int32("stages", cfg.stages);
-  cfg.reloadThreadIds = opts.int32("reload-ids", cfg.reloadThreadIds);
-  cfg.blockNDiagonal = opts.integer("block-n-diagonal", cfg.blockNDiagonal);
-  cfg.blockNRaggedEnd = opts.integer("block-n-ragged-end", cfg.blockNRaggedEnd);
-  cfg.raggedEndInLoop = opts.int32("ragged-end-in-loop", cfg.raggedEndInLoop);
-  cfg.alignRowsToEnd = opts.int32("align-rows-to-end", cfg.alignRowsToEnd);
-  cfg.narrowStepInDiagonal =
-      opts.int32("narrow-in-diagonal", cfg.narrowStepInDiagonal);
-  cfg.copyAddressesPerRegister =
-      opts.int32("copy-per-register", cfg.copyAddressesPerRegister);
-  cfg.longestFirstGlobally =
-      opts.int32("longest-first-globally", cfg.longestFirstGlobally);
-  cfg.headGroup = opts.integer("head-group", cfg.headGroup);
-  cfg.dynamicTiles = opts.int32("dynamic-tiles", cfg.dynamicTiles);
-  cfg.wgmma = opts.int32("wgmma", cfg.wgmma);
-  cfg.tma = opts.int32("tma", cfg.tma);
-  cfg.tmaStore = opts.int32("tma-store", cfg.tmaStore);
-  cfg.warpSpecialize = opts.int32("warp-specialize", cfg.warpSpecialize);
-  cfg.pingpong = opts.int32("pingpong", cfg.pingpong);
-  cfg.overlap = opts.int32("overlap", cfg.overlap);
-  cfg.persistent = opts.int32("persistent", cfg.persistent);
+  for (const BenchConfigFlag &f : kBenchConfigFlags)
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_reference_t<decltype(cfg.*member)>;
+          cfg.*member = T(opts.integer(f.first, cfg.*member,
+                                       std::numeric_limits<T>::min(),
+                                       std::numeric_limits<T>::max()));
+        },
+        f.second);
+  // A second config, each row timed under both with their samples in turn
+  // (one process: no drift of clocks or placement between the two).
+  const std::string againstText = opts.string("against", "");
+  std::optional<kernels::AttentionConfig> against;
+  if (!againstText.empty())
+    against = withConfigItems(cfg, againstText);
   std::string pipeline = opts.string("llvm-pipeline", "kiln");
   // Shapes compiled in, run-time, both (each row twice, back to back), or
   // the default's.
@@ -200,12 +249,6 @@ int cmdBench(Options &opts) {
               continue;
             int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
             kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
-            kernels::AttentionConfig modeCfg = cfg;
-            modeCfg.staticShapes = mode;
-            const char *modeName =
-                kernels::resolveConfig(s, modeCfg).staticShapes > 0 ? "static"
-                                                                    : "runtime";
-            Kernel kernel = kernels::attentionForward(s, modeCfg);
             size_t n = size_t(B * H * N * D);
             uint64_t seed = uint64_t(N * 1000 + D + causal);
             cuda::Buffer q = randomDevice(*dtype, n, seed),
@@ -219,24 +262,54 @@ int cmdBench(Options &opts) {
                 {"V", {v.data(), *dtype, shape, st}},
                 {"O", {o.data(), *dtype, shape, st}},
                 {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}};
-            GpuTarget target = variantTarget(
-                kernel, refs, {},
-                GpuTarget{.arch = dev.arch(), .llvmPipeline = pipeline});
-            CompiledKernel c = compileForGpu(kernel, target);
-            GpuKernel g(c.spec());
-            auto args = kernel.bind(refs);
-            double ms = backToBackMs([&] { g.launch(args); }, reps, batch);
-            double tflops =
-                4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
-            cuda::FunctionAttributes a = g.attributes();
-            fmt::print("{},{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}\n", dn, B,
-                       H, N, D, int(causal), modeName, ms, tflops, a.registers,
-                       a.localBytes, c.sharedBytes);
-            std::fflush(stdout);
-            llvm::json::Object row =
-                attentionRow(*dtype, B, H, N, D, causal, ms, tflops);
-            row["shapes"] = modeName;
-            rows.push_back(std::move(row));
+            struct Timed {
+              std::string name;
+              std::unique_ptr<GpuKernel> g;
+              CompiledKernel c;
+              std::vector<ArgValue> args;
+              std::vector<float> samples;
+            };
+            std::vector<Timed> timed;
+            for (int which = 0; which < (against ? 2 : 1); ++which) {
+              kernels::AttentionConfig modeCfg = which ? *against : cfg;
+              modeCfg.staticShapes = mode;
+              std::string name =
+                  kernels::resolveConfig(s, modeCfg).staticShapes > 0
+                      ? "static"
+                      : "runtime";
+              if (against)
+                name += which ? "+against" : "";
+              Kernel kernel = kernels::attentionForward(s, modeCfg);
+              GpuTarget target = variantTarget(
+                  kernel, refs, {},
+                  GpuTarget{.arch = dev.arch(), .llvmPipeline = pipeline});
+              CompiledKernel c = compileForGpu(kernel, target);
+              auto g = std::make_unique<GpuKernel>(c.spec());
+              timed.push_back(
+                  {name, std::move(g), std::move(c), kernel.bind(refs), {}});
+            }
+            // Samples in turn (one of each config, then again).
+            for (Timed &t : timed)
+              backToBackMs([&] { t.g->launch(t.args); }, 1, batch);
+            for (int i = 0; i < reps; ++i)
+              for (Timed &t : timed)
+                cuda::backToBackMs([&] { t.g->launch(t.args); }, 1, batch,
+                                   &t.samples);
+            for (Timed &t : timed) {
+              std::sort(t.samples.begin(), t.samples.end());
+              double ms = t.samples[t.samples.size() / 2];
+              double tflops =
+                  4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
+              cuda::FunctionAttributes a = t.g->attributes();
+              fmt::print("{},{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}\n", dn, B,
+                         H, N, D, int(causal), t.name, ms, tflops, a.registers,
+                         a.localBytes, t.c.sharedBytes);
+              std::fflush(stdout);
+              llvm::json::Object row =
+                  attentionRow(*dtype, B, H, N, D, causal, ms, tflops);
+              row["shapes"] = t.name;
+              rows.push_back(std::move(row));
+            }
           }
     }
   }

@@ -221,6 +221,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.blockNDiagonal = opts.integer("block-n-diagonal", 0);
   c.blockNRaggedEnd = opts.integer("block-n-ragged-end", 0);
   c.raggedEndInLoop = opts.int32("ragged-end-in-loop", -1);
+  c.maskedBlockFirst = opts.int32("masked-first", -1);
   c.alignRowsToEnd = opts.int32("align-rows-to-end", -1);
   c.narrowStepInDiagonal = opts.int32("narrow-in-diagonal", -1);
   c.longestFirstGlobally =
@@ -273,7 +274,10 @@ static Problem attentionProblem(Options &opts, bool withData) {
       s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockM,
       c.blockN,
       // The narrow end loop exists for run-time Nk of ragged key blocks.
-      !s.causal && c.staticShapes <= 0 && s.seqK % c.blockN != 0 &&
+      // The masked block (ragged end or diagonal) before the others.
+      kernels::raggedEndFirst(s, c)  ? std::string(" ragged-end=first")
+      : kernels::diagonalFirst(s, c) ? std::string(" diagonal-first")
+      : !s.causal && c.staticShapes <= 0 && s.seqK % c.blockN != 0 &&
               (c.blockNRaggedEnd < c.blockN || c.raggedEndInLoop > 0)
           ? fmt::format(" ragged-end={}{}", c.blockNRaggedEnd,
                         c.raggedEndInLoop > 0 ? "+loop" : "")

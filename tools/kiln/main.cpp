@@ -45,20 +45,24 @@ commands:
       [--json FILE] [--reps R] [--batch K] [--causal | --non-causal]
       [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--block-n-ragged-end N]
-      [--ragged-end-in-loop 0|1] [--align-rows-to-end 0|1]
+      [--ragged-end-in-loop 0|1] [--masked-first 0|1]
+      [--align-rows-to-end 0|1]
       [--narrow-in-diagonal 0|1]
       [--longest-first-globally 0|1]
       [--head-group G] [--dynamic-tiles 0|1]
       [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--warp-specialize 0|1]
       [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
-      [--shapes default|static|runtime|both]
+      [--shapes default|static|runtime|both] [--against "flag=V ..."]
                                         TFLOP/s on the GPU over B*N=16k tokens,
                                         timed as peers.py times its peers
                                         (median of R samples, default 30, of
                                         K back-to-back launches, default 10)
                                         (--shapes both: each row compiled
                                         with B, H, N in and with them
-                                        run-time, back to back;
+                                        run-time, back to back; --against:
+                                        each row also under the config with
+                                        those of the flags above set, the
+                                        two's samples in turn;
                                         --ragged: also N=1000, 1023, 2049,
                                         3001, 4097, 8191 and the multiples of
                                         128 nearest them)

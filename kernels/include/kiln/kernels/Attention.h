@@ -40,6 +40,14 @@ struct AttentionConfig {
   /// where all its keys are in bounds) rather than a loop of its own: 1 yes,
   /// 0 no, -1 default (yes at D=64 under wgmma without a producer warpgroup).
   int raggedEndInLoop = -1;
+  /// Under overlap, the masked key block first, its P·V in the first
+  /// iteration of the loop over the whole blocks (kiln-overlap-dots makes
+  /// the two loops one), instead of a masked step after that loop: causal,
+  /// the diagonal block (where it is as tall as the row block); non-causal
+  /// with run-time Nk that is not whole key blocks, the ragged block (the
+  /// blocks then end at Nk: the first starts before key 0). 1 yes, 0 no, -1
+  /// default (no).
+  int maskedBlockFirst = -1;
   /// Causal, run-time shapes, Nk not whole key blocks: when Nq % blockM is
   /// 1 to blockNRaggedEnd rows, the row blocks end at Nq instead of starting
   /// at 0, so that the short block is the first (which sees the fewest
@@ -137,6 +145,12 @@ bool rowsAlignedToEnd(const AttentionShape &shape,
 /// (AttentionConfig::narrowStepInDiagonal).
 bool narrowInDiagonal(const AttentionShape &shape,
                       const AttentionConfig &config);
+/// Whether that kernel takes its masked key block before the whole ones
+/// (AttentionConfig::maskedBlockFirst, under overlap): causal with rows not
+/// aligned to the end, the diagonal block (as tall as the row block);
+/// non-causal with run-time Nk not whole key blocks, the ragged one.
+bool diagonalFirst(const AttentionShape &shape, const AttentionConfig &config);
+bool raggedEndFirst(const AttentionShape &shape, const AttentionConfig &config);
 
 /// Checks the shape (D in {64, 128}, float dtype, positive sizes) and builds
 /// the kernel; throws kiln::Error naming the bad field. With run-time shapes
