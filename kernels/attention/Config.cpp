@@ -265,10 +265,12 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // -> 299/303 (docs/experiments/2026-11-25-h100-session22.txt).
   // Not where the diagonal block goes first (maskedBlockFirst): that won
   // more (3-9% at 2049-4097, H100, same process).
-  if (c.alignRowsToEnd < 0)
+  if (c.alignRowsToEnd < 0) {
+    AttentionConfig unaligned = c;
+    unaligned.alignRowsToEnd = 0;
     c.alignRowsToEnd = c.blockNRaggedEnd < c.blockN && c.blockM >= 128 &&
-                       !(s.causal && c.maskedBlockFirst > 0 && c.overlap > 0 &&
-                         c.blockNDiagonal == c.blockM && c.blockM == c.blockN);
+                       !diagonalFirst(s, unaligned);
+  }
   // The narrow keys in the diagonal's first step, one softmax update for
   // both tiles: same-run H100 bench, causal bf16 TFLOP/s, two rounds, apart
   // -> together: D=128 N=2049 429/435 -> 449/451, 3001 518/511 -> 535/532,

@@ -246,8 +246,9 @@ Kernel attentionForward(const AttentionShape &s,
     forRange(0, min(m0 + BM, Nk), BN, carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, true, BN); });
   } else if (raggedEndFirst(s, c)) {
-    // The key blocks end at Nk: the first starts r = Nk mod BN keys before
-    // key 0 (TMA reads zeros there) and masks those; the rest are whole. The
+    // The key blocks end at Nk: the first starts BN - r keys before key 0
+    // (r = Nk mod BN; TMA reads zeros there) and masks those; the rest are
+    // whole. The
     // two loops are one overlapped loop to the compiler (kiln-overlap-dots):
     // the first block's P·V runs in the second loop's first iteration.
     Index r = Nk % BN;

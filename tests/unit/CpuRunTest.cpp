@@ -449,6 +449,13 @@ TEST(CpuExecutor, AttentionRaggedEndWidths) {
                         uint64_t(nk));
 }
 
+/// Nq and Nk of one ragged class: shorter than a block, one block and more,
+/// Nq != Nk both ways.
+const std::array<int64_t, 2> kRaggedRowsKeys[] = {
+    {1, 1},     {31, 31},   {129, 129}, {160, 160}, {161, 161},
+    {257, 257}, {300, 300}, {129, 300}, {300, 129}, {140, 170},
+    {170, 140}, {33, 200},  {200, 33}};
+
 // D=128 under the default schedule takes its masked key block first
 // (AttentionConfig::maskedBlockFirst): causal, the diagonal block before
 // the whole blocks left of it; non-causal with a ragged Nk, the blocks end
@@ -475,16 +482,7 @@ TEST(CpuExecutor, AttentionMaskedBlockFirst) {
          first = kernels::attentionForward(ragged, wgmma);
   for (const Kernel *k : {&diagonal, &diagonalWhole, &first})
     EXPECT_EQ(test::countOf(k->ir(), "scf.for"), 2u);
-  for (auto [nq, nk] : {std::array<int64_t, 2>{1, 1},
-                        {31, 31},
-                        {129, 129},
-                        {160, 160},
-                        {161, 161},
-                        {257, 257},
-                        {129, 300},
-                        {300, 129},
-                        {33, 200},
-                        {200, 33}}) {
+  for (auto [nq, nk] : kRaggedRowsKeys) {
     const uint64_t seed = uint64_t(nq * 5 + nk);
     checkAttentionOnCpu(diagonal, {2, 1, nq, nk, 128, true, DType::bf16, 0},
                         seed);
@@ -554,19 +552,7 @@ TEST(CpuExecutor, AttentionCausalRowsAlignedToEnd) {
   EXPECT_TRUE(kernels::narrowInDiagonal(
       built64, kernels::resolveConfig(
                    built64, {.blockM = 128, .blockN = 128, .wgmma = 1})));
-  for (auto [nq, nk] : {std::array<int64_t, 2>{1, 1},
-                        {31, 31},
-                        {129, 129},
-                        {160, 160},
-                        {161, 161},
-                        {257, 257},
-                        {300, 300},
-                        {129, 300},
-                        {300, 129},
-                        {140, 170},
-                        {170, 140},
-                        {33, 200},
-                        {200, 33}}) {
+  for (auto [nq, nk] : kRaggedRowsKeys) {
     const uint64_t seed = uint64_t(nq * 7 + nk);
     checkAttentionOnCpu(kern, {2, 1, nq, nk, 128, true, DType::bf16, 0}, seed);
     checkAttentionOnCpu(apart, {2, 1, nq, nk, 128, true, DType::bf16, 0},
