@@ -111,32 +111,23 @@ struct BackwardBuffers {
   BackwardBuffers(const AttentionShape &s, uint64_t seed,
                   const std::map<std::string, HostTensor *> &inputs = {}) {
     const std::vector<int64_t> q{s.batch, s.heads, s.seqQ, s.headDim},
-        k{s.batch, s.heads, s.seqK, s.headDim}, l{s.batch, s.heads, s.seqQ},
-        st{s.batch, s.heads, 2, statsRowLength(s.seqQ)},
-        arrivals{s.batch, s.heads, kArrivalStride},
-        folded{s.batch, s.heads, kFoldedStatsRows, statsRowLength(s.seqQ)};
-    const std::pair<const char *, std::pair<std::vector<int64_t>, DType>>
-        all[] = {{"Q", {q, s.dtype}},
-                 {"K", {k, s.dtype}},
-                 {"V", {k, s.dtype}},
-                 {"dO", {q, s.dtype}},
-                 {"O", {q, s.dtype}},
-                 {"LSE", {l, DType::f32}},
-                 {"Stats", {st, DType::f32}},
-                 {"dQaccum", {q, DType::f32}},
-                 {"dQarrivals", {arrivals, DType::i32}},
-                 {"FoldedStats", {folded, DType::bf16}},
-                 {"dQ", {q, s.dtype}},
-                 {"dK", {k, s.dtype}},
-                 {"dV", {k, s.dtype}}};
+        k{s.batch, s.heads, s.seqK, s.headDim}, l{s.batch, s.heads, s.seqQ};
+    std::vector<std::pair<std::string, std::pair<std::vector<int64_t>, DType>>>
+        all = {{"Q", {q, s.dtype}},  {"K", {k, s.dtype}},
+               {"V", {k, s.dtype}},  {"dO", {q, s.dtype}},
+               {"O", {q, s.dtype}},  {"LSE", {l, DType::f32}},
+               {"dQ", {q, s.dtype}}, {"dK", {k, s.dtype}},
+               {"dV", {k, s.dtype}}};
+    for (const WorkspaceTensor &t :
+         BackwardWorkspace(s.batch, s.heads, s.seqQ, s.headDim).tensors)
+      all.push_back({t.name, {t.shape, t.dtype}});
     for (const auto &[name, spec] : all) {
       const auto &[shape, dtype] = spec;
       HostTensor h(dtype, shape);
       auto given = inputs.find(name);
       if (given != inputs.end())
         h = *given->second;
-      else if (std::string(name) == "Q" || std::string(name) == "K" ||
-               std::string(name) == "V" || std::string(name) == "dO")
+      else if (name == "Q" || name == "K" || name == "V" || name == "dO")
         h.fillRandom(seed++);
       else
         h.poison();

@@ -287,31 +287,12 @@ int kiln_c_attention_backward(
       error_size, [&](const kernels::AttentionShape &s) {
         if (!workspace)
           throw Error("the workspace is missing");
-        const int64_t row = kernels::statsRowLength(s.seqQ);
-        const int64_t D = s.headDim, Nq = s.seqQ;
-        // The statistics, dQ's fp32 accumulator, its arrival counters and
-        // the statistics as the dots add them, where BackwardWorkspace puts
-        // them.
-        const kernels::BackwardWorkspace w(s.batch, s.heads, Nq, D);
+        // The workspaces (statistics, dQ's fp32 accumulator, its arrival
+        // counters, the statistics as the dots add them) where
+        // BackwardWorkspace puts them.
         std::map<std::string, TensorRef> t = forwardTensors(s, q, k, v, o, lse);
-        t["Stats"] = {static_cast<float *>(workspace) + w.stats,
-                      DType::f32,
-                      {s.batch, s.heads, 2, row},
-                      {s.heads * 2 * row, 2 * row, row, 1}};
-        t["dQaccum"] = {static_cast<float *>(workspace) + w.dqAccum,
-                        DType::f32,
-                        {s.batch, s.heads, Nq, D},
-                        {s.heads * Nq * D, Nq * D, D, 1}};
-        constexpr int64_t A = kernels::kArrivalStride;
-        t["dQarrivals"] = {static_cast<float *>(workspace) + w.arrivals,
-                           DType::i32,
-                           {s.batch, s.heads, A},
-                           {s.heads * A, A, 1}};
-        constexpr int64_t F = kernels::kFoldedStatsRows;
-        t["FoldedStats"] = {static_cast<float *>(workspace) + w.foldedStats,
-                            DType::bf16,
-                            {s.batch, s.heads, F, row},
-                            {s.heads * F * row, F * row, row, 1}};
+        t.merge(kernels::BackwardWorkspace(s.batch, s.heads, s.seqQ, s.headDim)
+                    .refs(workspace));
         t["dO"] = refOf(d_o, s.dtype, 4, "grad_out");
         t["dQ"] = refOf(d_q, s.dtype, 4, "dq");
         t["dK"] = refOf(d_k, s.dtype, 4, "dk");

@@ -80,17 +80,18 @@ inline void PrintTo(const BackwardCase &c, std::ostream *os) {
 }
 
 struct BackwardTensors {
-  HostTensor q, k, v, o, lse, dO, stats, dqAccum, arrivals, folded, dq, dk, dv;
+  HostTensor q, k, v, o, lse, dO, dq, dk, dv;
+  /// Stats, dQaccum, dQarrivals, FoldedStats (kernels::BackwardWorkspace).
+  std::map<std::string, HostTensor> workspace;
 
   explicit BackwardTensors(const BackwardCase &c)
       : q(make(c, c.Nq)), k(make(c, c.Nk)), v(make(c, c.Nk)), o(make(c, c.Nq)),
-        lse(DType::f32, {c.B, c.H, c.Nq}), dO(make(c, c.Nq)),
-        stats(DType::f32, {c.B, c.H, 2, kernels::statsRowLength(c.Nq)}),
-        dqAccum(DType::f32, {c.B, c.H, c.Nq, c.D}),
-        arrivals(DType::i32, {c.B, c.H, kernels::kArrivalStride}),
-        folded(DType::bf16, {c.B, c.H, kernels::kFoldedStatsRows,
-                             kernels::statsRowLength(c.Nq)}),
-        dq(make(c, c.Nq)), dk(make(c, c.Nk)), dv(make(c, c.Nk)) {
+        lse(DType::f32, {c.B, c.H, c.Nq}), dO(make(c, c.Nq)), dq(make(c, c.Nq)),
+        dk(make(c, c.Nk)), dv(make(c, c.Nk)) {
+    for (const kernels::WorkspaceTensor &w :
+         kernels::BackwardWorkspace(c.B, c.H, c.Nq, c.D).tensors)
+      workspace.emplace(w.name, HostTensor(w.dtype, w.shape))
+          .first->second.poison();
     const uint64_t seed = std::hash<std::string>()(c.name());
     q.fillRandom(seed, -2, 2);
     k.fillRandom(seed + 1, -2, 2);
@@ -100,25 +101,18 @@ struct BackwardTensors {
     kernels::attentionReference(c.shape(), q, k, v, oRef, lse);
     for (int64_t i = 0; i < o.numel(); ++i)
       o.flatSet(i, oRef.flatAt(i)); // rounded to the dtype, as a forward's
-    for (HostTensor *t : {&stats, &dqAccum, &arrivals, &folded, &dq, &dk, &dv})
+    for (HostTensor *t : {&dq, &dk, &dv})
       t->poison();
   }
 
   /// Every tensor by the name the kernels bind.
   std::map<std::string, HostTensor *> byName() {
-    return {{"Q", &q},
-            {"K", &k},
-            {"V", &v},
-            {"O", &o},
-            {"LSE", &lse},
-            {"dO", &dO},
-            {"Stats", &stats},
-            {"dQaccum", &dqAccum},
-            {"dQarrivals", &arrivals},
-            {"FoldedStats", &folded},
-            {"dQ", &dq},
-            {"dK", &dk},
-            {"dV", &dv}};
+    std::map<std::string, HostTensor *> out{
+        {"Q", &q},   {"K", &k},   {"V", &v},   {"O", &o},  {"LSE", &lse},
+        {"dO", &dO}, {"dQ", &dq}, {"dK", &dk}, {"dV", &dv}};
+    for (auto &[name, t] : workspace)
+      out[name] = &t;
+    return out;
   }
   std::map<std::string, TensorRef> refs() {
     std::map<std::string, TensorRef> out;

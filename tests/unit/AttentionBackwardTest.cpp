@@ -138,3 +138,36 @@ TEST(BackwardOnCpu, ShortWorkspaceIsRefused) {
 }
 
 } // namespace
+
+// The workspace's one description: its tensors in order, each contiguous and
+// 16-byte aligned right after the one before, within `elements` (what the C
+// API tells the PyTorch op to allocate); a ragged Nq rounds the statistics'
+// rows up to whole blocks.
+TEST(BackwardWorkspace, TensorsFollowEachOtherAligned) {
+  const int64_t B = 2, H = 3, Nq = 1001, D = 64, row = 1024;
+  const kernels::BackwardWorkspace w(B, H, Nq, D);
+  ASSERT_EQ(w.tensors.size(), 4u);
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> expected{
+      {"Stats", {B, H, 2, row}},
+      {"dQaccum", {B, H, Nq, D}},
+      {"dQarrivals", {B, H, kernels::kArrivalStride}},
+      {"FoldedStats", {B, H, kernels::kFoldedStatsRows, row}}};
+  int64_t end = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const kernels::WorkspaceTensor &t = w.tensors[i];
+    EXPECT_EQ(t.name, expected[i].first);
+    EXPECT_EQ(t.shape, expected[i].second);
+    EXPECT_EQ(t.offset, (end + 3) / 4 * 4) << t.name;
+    int64_t bytes = int64_t(dtypeSize(t.dtype));
+    for (int64_t d : t.shape)
+      bytes *= d;
+    end = t.offset + (bytes + 3) / 4;
+  }
+  EXPECT_EQ(w.elements, (end + 3) / 4 * 4);
+  std::vector<float> storage(size_t(w.elements));
+  auto refs = w.refs(storage.data());
+  const TensorRef &acc = refs.at("dQaccum");
+  EXPECT_EQ(acc.data, storage.data() + w.tensors[1].offset);
+  EXPECT_EQ(acc.strides, (std::vector<int64_t>{H * Nq * D, Nq * D, D, 1}));
+  EXPECT_EQ(refs.at("FoldedStats").dtype, DType::bf16);
+}

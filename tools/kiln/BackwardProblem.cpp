@@ -117,9 +117,7 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
              k = randomTensor(s.dtype, kShape, seed + 1, kStrides),
              v = randomTensor(s.dtype, kShape, seed + 2, kStrides),
              dO = randomTensor(s.dtype, qShape, seed + 3, qStrides),
-             o(s.dtype, qShape, qStrides), lse(DType::f32, lShape),
-             stats(DType::f32,
-                   {s.batch, s.heads, 2, kernels::statsRowLength(s.seqQ)});
+             o(s.dtype, qShape, qStrides), lse(DType::f32, lShape);
   {
     HostTensor oRef(DType::f32, qShape);
     kernels::attentionReference(s, q, k, v, oRef, lse);
@@ -139,32 +137,23 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
     g.poison();
     p.tensors.emplace(name, std::move(g));
   }
-  stats.poison();
-  for (const Kernel &kern : p.sequence)
-    for (const TensorParamInfo &t : kern.tensors())
-      if (t.name == "dQaccum" && !p.tensors.count(t.name)) {
-        HostTensor acc(DType::f32, qShape);
-        acc.poison(); // the first kernel zeroes it
-        p.tensors.emplace(t.name, std::move(acc));
-      } else if (t.name == "FoldedStats" && !p.tensors.count(t.name)) {
-        HostTensor folded(DType::bf16,
-                          {s.batch, s.heads, kernels::kFoldedStatsRows,
-                           kernels::statsRowLength(s.seqQ)});
-        folded.poison(); // the first kernel writes it
-        p.tensors.emplace(t.name, std::move(folded));
-      } else if (t.name == "dQarrivals" && !p.tensors.count(t.name)) {
-        HostTensor counts(DType::i32,
-                          {s.batch, s.heads, kernels::kArrivalStride});
-        counts.poison(); // the first kernel zeroes them
-        p.tensors.emplace(t.name, std::move(counts));
-      }
+  // The workspaces the kernels take, poisoned: the first kernel writes or
+  // zeroes each.
+  for (const kernels::WorkspaceTensor &w :
+       kernels::BackwardWorkspace(s.batch, s.heads, s.seqQ, s.headDim).tensors)
+    for (const Kernel &kern : p.sequence)
+      for (const TensorParamInfo &t : kern.tensors())
+        if (t.name == w.name && !p.tensors.count(w.name)) {
+          HostTensor h(w.dtype, w.shape);
+          h.poison();
+          p.tensors.emplace(w.name, std::move(h));
+        }
   for (auto &[name, t] : {std::pair<const char *, HostTensor *>{"Q", &q},
                           {"K", &k},
                           {"V", &v},
                           {"O", &o},
                           {"dO", &dO},
-                          {"LSE", &lse},
-                          {"Stats", &stats}})
+                          {"LSE", &lse}})
     p.tensors.emplace(name, std::move(*t));
   return p;
 }

@@ -72,18 +72,14 @@ int benchAttentionBackward(Options &opts) {
           const int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
           kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
           const size_t n = size_t(B * H * N * D), rowsN = size_t(B * H * N);
-          const int64_t statsRow = kernels::statsRowLength(N);
           const uint64_t seed = uint64_t(N * 1000 + D + causal);
           cuda::Buffer q = randomDevice(*dtype, n, seed),
                        k = randomDevice(*dtype, n, seed + 1),
                        v = randomDevice(*dtype, n, seed + 2),
                        dO = randomDevice(*dtype, n, seed + 3), o(n * 2),
-                       dq(n * 2), dk(n * 2), dv(n * 2), lse(rowsN * 4),
-                       dqAccum(n * 4), stats(size_t(B * H * 2 * statsRow) * 4),
-                       arrivals(size_t(B * H * kernels::kArrivalStride) * 4),
-                       folded(size_t(B * H * kernels::kFoldedStatsRows *
-                                     statsRow) *
-                              2);
+                       dq(n * 2), dk(n * 2), dv(n * 2), lse(rowsN * 4);
+          const kernels::BackwardWorkspace workspace(B, H, N, D);
+          cuda::Buffer workspaceBytes(size_t(workspace.elements) * 4);
           const std::vector<int64_t> shape{B, H, N, D},
               st{H * N * D, N * D, D, 1};
           auto ref = [&](cuda::Buffer &b) -> TensorRef {
@@ -93,32 +89,10 @@ int benchAttentionBackward(Options &opts) {
             return {b.data(), DType::f32, {B, H, N}, {H * N, N, 1}};
           };
           std::map<std::string, TensorRef> refs{
-              {"Q", ref(q)},
-              {"K", ref(k)},
-              {"V", ref(v)},
-              {"O", ref(o)},
-              {"dO", ref(dO)},
-              {"LSE", rowRef(lse)},
-              {"Stats",
-               {stats.data(),
-                DType::f32,
-                {B, H, 2, statsRow},
-                {H * 2 * statsRow, 2 * statsRow, statsRow, 1}}},
-              {"dQaccum", {dqAccum.data(), DType::f32, shape, st}},
-              {"FoldedStats",
-               {folded.data(),
-                DType::bf16,
-                {B, H, kernels::kFoldedStatsRows, statsRow},
-                {H * kernels::kFoldedStatsRows * statsRow,
-                 kernels::kFoldedStatsRows * statsRow, statsRow, 1}}},
-              {"dQarrivals",
-               {arrivals.data(),
-                DType::i32,
-                {B, H, kernels::kArrivalStride},
-                {H * kernels::kArrivalStride, kernels::kArrivalStride, 1}}},
-              {"dQ", ref(dq)},
-              {"dK", ref(dk)},
-              {"dV", ref(dv)}};
+              {"Q", ref(q)},   {"K", ref(k)},   {"V", ref(v)},
+              {"O", ref(o)},   {"dO", ref(dO)}, {"LSE", rowRef(lse)},
+              {"dQ", ref(dq)}, {"dK", ref(dk)}, {"dV", ref(dv)}};
+          refs.merge(workspace.refs(workspaceBytes.data()));
           { // O and LSE from the forward on these inputs.
             Kernel fwd = kernels::attentionForward(s);
             auto mine = fwd.tensorsIn(refs);

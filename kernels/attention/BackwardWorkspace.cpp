@@ -1,0 +1,39 @@
+//===- BackwardWorkspace.cpp - where the backward's workspaces lie --------===//
+//
+// The one description of the backward's workspace tensors (names, types,
+// shapes, offsets) that every caller allocates and binds from.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/kernels/AttentionBackward.h"
+
+namespace kiln::kernels {
+
+BackwardWorkspace::BackwardWorkspace(int64_t batch, int64_t heads,
+                                     int64_t seqQ, int64_t headDim) {
+  const int64_t row = statsRowLength(seqQ);
+  auto add = [&](const char *name, DType dtype, std::vector<int64_t> shape) {
+    int64_t bytes = int64_t(dtypeSize(dtype));
+    for (int64_t d : shape)
+      bytes *= d;
+    tensors.push_back({name, dtype, std::move(shape), elements});
+    elements += (bytes + 15) / 16 * 4; // the next one 16-byte aligned
+  };
+  add("Stats", DType::f32, {batch, heads, 2, row});
+  add("dQaccum", DType::f32, {batch, heads, seqQ, headDim});
+  add("dQarrivals", DType::i32, {batch, heads, kArrivalStride});
+  add("FoldedStats", DType::bf16, {batch, heads, kFoldedStatsRows, row});
+}
+
+std::map<std::string, TensorRef> BackwardWorkspace::refs(void *base) const {
+  std::map<std::string, TensorRef> out;
+  for (const WorkspaceTensor &t : tensors) {
+    std::vector<int64_t> strides(t.shape.size(), 1);
+    for (size_t i = t.shape.size() - 1; i-- > 0;)
+      strides[i] = strides[i + 1] * t.shape[i + 1];
+    out[t.name] = {static_cast<float *>(base) + t.offset, t.dtype, t.shape,
+                   strides};
+  }
+  return out;
+}
+
+} // namespace kiln::kernels
