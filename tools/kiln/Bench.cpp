@@ -23,6 +23,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -155,16 +156,23 @@ static kernels::AttentionConfig withConfigItems(kernels::AttentionConfig base,
     auto f =
         std::find_if(std::begin(kBenchConfigFlags), std::end(kBenchConfigFlags),
                      [&](const BenchConfigFlag &f) { return name == f.first; });
-    const std::string text = eq == std::string::npos ? "" : item.substr(eq + 1);
+    const std::string digits =
+        eq == std::string::npos ? "" : item.substr(eq + 1);
     char *end = nullptr;
-    const int64_t value = std::strtoll(text.c_str(), &end, 10);
-    if (f == std::end(kBenchConfigFlags) || text.empty() || *end)
+    errno = 0;
+    const int64_t value = std::strtoll(digits.c_str(), &end, 10);
+    if (f == std::end(kBenchConfigFlags) || digits.empty() || *end || errno)
       throw UsageError("option --against: '" + item +
                        "' is not flag=integer with a flag of the forward's "
                        "config (block-m, ragged-end-in-loop, ...)");
     std::visit(
         [&](auto member) {
-          base.*member = std::remove_reference_t<decltype(base.*member)>(value);
+          using T = std::remove_reference_t<decltype(base.*member)>;
+          if (value < std::numeric_limits<T>::min() ||
+              value > std::numeric_limits<T>::max())
+            throw UsageError("option --against: '" + item +
+                             "' is out of range");
+          base.*member = T(value);
         },
         f->second);
   }
