@@ -124,18 +124,23 @@ Kernel attentionForward(const AttentionShape &s,
   auto raggedKeys = [&](int64_t BN) {
     return runtimeShapes ? !wholeKeys : s.seqK % BN != 0;
   };
-  // One step of the online softmax over the keys [n0, n0 + BN); keys from
-  // `bound` on masked out where one is given (keys every row sees). With
+  // Which keys of a step are masked out: with `edges`, those past Nk (where
+  // a block may hold such) and right of each row's diagonal (causal);
+  // else those from `end` on (keys every row sees), or before key 0.
+  struct Masked {
+    bool edges = false;
+    std::optional<Index> end;
+    bool beforeZero = false;
+  };
+  // One step of the online softmax over the keys [n0, n0 + BN). With
   // `narrow`, also the narrowKeys keys from narrow->start, those from
   // narrow->end on masked out: one update of the row max and sum for both
   // tiles, their dots issued back to back.
   struct Narrow {
     Index start, end;
   };
-  auto step = [&](Index n0, bool mask, int64_t BN,
-                  std::optional<Index> bound = std::nullopt,
-                  std::optional<Narrow> narrow = std::nullopt,
-                  bool fromZero = false) {
+  auto step = [&](Index n0, int64_t BN, const Masked &masked = {},
+                  std::optional<Narrow> narrow = std::nullopt) {
     Tile kTile = load(kv.block({n0, 0}, {BN, D}));
     std::optional<Tile> kNarrow;
     if (narrow)
@@ -144,11 +149,11 @@ Kernel attentionForward(const AttentionShape &s,
     std::optional<Tile> narrowScores;
     if (narrow)
       narrowScores = dot(qTile, transpose(*kNarrow));
-    if (fromZero) { // a block that starts before key 0
+    if (masked.beforeZero) {
       scores = where(row(arange(BN) + n0) >= 0, scores, -inf);
-    } else if (bound) {
-      scores = where(row(arange(BN) + n0) < *bound, scores, -inf);
-    } else if (mask) {
+    } else if (masked.end) {
+      scores = where(row(arange(BN) + n0) < *masked.end, scores, -inf);
+    } else if (masked.edges) {
       Tile cols = arange(BN) + n0;
       if (raggedKeys(BN))
         scores = where(row(cols) < Nk, scores, -inf);
@@ -194,15 +199,15 @@ Kernel attentionForward(const AttentionShape &s,
       // most once.)
       Index split = min(m0, Nk / BN * BN), end = min(m0 + BM, Nk);
       forRange(max(split, end - BND), end, BND, carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, true, BND); });
+               [&](Index n0) { step(n0, BND, {.edges = true}); });
       forRange(0, split, BN, carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, false, BN); });
+               [&](Index n0) { step(n0, BN); });
     } else if (!alignEnd) {
       Index split = min(m0, Nk / BN * BN);
       forRange(0, split, BN, carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, false, BN); });
+               [&](Index n0) { step(n0, BN); });
       forRange(split, min(m0 + BM, Nk), BND, carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, true, BND); });
+               [&](Index n0) { step(n0, BND, {.edges = true}); });
     } else {
       // A shifted block's first rows start r = m0 - split < BN keys past a
       // whole block: those keys (every row sees them) in narrowKeys-wide
@@ -214,7 +219,7 @@ Kernel attentionForward(const AttentionShape &s,
       Index first = max(m0, Index(0));
       Index split = min(first / BN * BN, Nk / BN * BN);
       forRange(0, split, BN, carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, false, BN); });
+               [&](Index n0) { step(n0, BN); });
       Index r = min(first, Nk) - split;
       Index hasNarrow = above(r, 0, BN) - above(r, narrowKeys, BN);
       Index narrowEnd = split + hasNarrow * r;
@@ -229,22 +234,22 @@ Kernel attentionForward(const AttentionShape &s,
         Narrow keys{max(split, narrowEnd - narrowKeys), narrowEnd};
         forRange(max(narrowEnd, withNarrowEnd - BND), withNarrowEnd, BND,
                  carry(acc, rowMax, rowSum),
-                 [&](Index n0) { step(n0, true, BND, std::nullopt, keys); });
+                 [&](Index n0) { step(n0, BND, {.edges = true}, keys); });
         forRange(BND == BM ? max(withNarrowEnd, diagonalEnd - BND)
                            : withNarrowEnd,
                  diagonalEnd, BND, carry(acc, rowMax, rowSum),
-                 [&](Index n0) { step(n0, true, BND); });
+                 [&](Index n0) { step(n0, BND, {.edges = true}); });
       } else {
         forRange(narrowEnd, diagonalEnd, BND, carry(acc, rowMax, rowSum),
-                 [&](Index n0) { step(n0, true, BND); });
+                 [&](Index n0) { step(n0, BND, {.edges = true}); });
         forRange(max(split, narrowEnd - narrowKeys), narrowEnd, narrowKeys,
                  carry(acc, rowMax, rowSum),
-                 [&](Index n0) { step(n0, true, narrowKeys, narrowEnd); });
+                 [&](Index n0) { step(n0, narrowKeys, {.end = narrowEnd}); });
       }
     }
   } else if (s.causal) {
     forRange(0, min(m0 + BM, Nk), BN, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, true, BN); });
+             [&](Index n0) { step(n0, BN, {.edges = true}); });
   } else if (raggedEndFirst(s, c)) {
     // The key blocks end at Nk: the first starts BN - r keys before key 0
     // (r = Nk mod BN; TMA reads zeros there) and masks those; the rest are
@@ -254,11 +259,10 @@ Kernel attentionForward(const AttentionShape &s,
     Index r = Nk % BN;
     Index firstEnd = r - BN + above(r, 0, BN) * BN;
     forRange(max(r - BN, firstEnd - BN), firstEnd, BN,
-             carry(acc, rowMax, rowSum), [&](Index n0) {
-               step(n0, false, BN, std::nullopt, std::nullopt, true);
-             });
+             carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, BN, {.beforeZero = true}); });
     forRange(r, Nk, BN, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, false, BN); });
+             [&](Index n0) { step(n0, BN); });
   } else if (runtimeShapes) {
     // Whole key blocks unmasked; a ragged end of r keys in one masked step
     // of the narrowest width of raggedEndBlocks that holds them: one loop
@@ -279,7 +283,7 @@ Kernel attentionForward(const AttentionShape &s,
       mainEnd = split + aboveKeys(widths.size() > 1 ? widths[1] : 0) * BN;
     }
     forRange(0, mainEnd, BN, carry(acc, rowMax, rowSum),
-             [&](Index n0) { step(n0, inLoop, BN); });
+             [&](Index n0) { step(n0, BN, {.edges = inLoop}); });
     if (!wholeKeys && !inLoop)
       r = Nk - split;
     for (size_t i = inLoop ? 1 : 0; !wholeKeys && i < widths.size(); ++i) {
@@ -289,18 +293,18 @@ Kernel attentionForward(const AttentionShape &s,
         runs = runs - aboveKeys(w);
       Index end = split + runs * r;
       forRange(max(split, end - w), end, w, carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, true, w); });
+               [&](Index n0) { step(n0, w, {.edges = true}); });
     }
   } else {
     // A ragged end in a masked loop of its own (keyLoops has the figures).
     const int64_t split = unmaskedKeys(s, BN);
     if (split > 0)
       forRange(0, split, BN, carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, false, BN); });
+               [&](Index n0) { step(n0, BN); });
     const int64_t endBlock = split > 0 ? BND : BN;
     if (split < s.seqK)
       forRange(split, s.seqK, endBlock, carry(acc, rowMax, rowSum),
-               [&](Index n0) { step(n0, true, endBlock); });
+               [&](Index n0) { step(n0, endBlock, {.edges = true}); });
   }
 
   // One reciprocal per row, then a multiply per element: an IEEE division per
