@@ -26,13 +26,9 @@ BackwardWorkspace::BackwardWorkspace(int64_t batch, int64_t heads,
 
 std::map<std::string, TensorRef> BackwardWorkspace::refs(void *base) const {
   std::map<std::string, TensorRef> out;
-  for (const WorkspaceTensor &t : tensors) {
-    std::vector<int64_t> strides(t.shape.size(), 1);
-    for (size_t i = t.shape.size() - 1; i-- > 0;)
-      strides[i] = strides[i + 1] * t.shape[i + 1];
+  for (const WorkspaceTensor &t : tensors)
     out[t.name] = {static_cast<float *>(base) + t.offset, t.dtype, t.shape,
-                   strides};
-  }
+                   contiguousStrides(t.shape)};
   return out;
 }
 

@@ -108,12 +108,6 @@ randomBuffer(DType t, const std::vector<int64_t> &shape, uint64_t seed) {
   return b;
 }
 
-std::vector<int64_t> contiguous(const std::vector<int64_t> &shape) {
-  std::vector<int64_t> st(shape.size(), 1);
-  for (size_t i = shape.size() - 1; i-- > 0;)
-    st[i] = st[i + 1] * shape[i + 1];
-  return st;
-}
 } // namespace
 
 TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
@@ -145,18 +139,19 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
     }
     const Set &d = (*data)[size_t(i)];
     return kernel.bind(
-        {{"Q", {d.q->data(), s.dtype, qShape, contiguous(qShape)}},
-         {"K", {d.k->data(), s.dtype, kShape, contiguous(kShape)}},
-         {"V", {d.v->data(), s.dtype, kShape, contiguous(kShape)}},
-         {"O", {d.o->data(), s.dtype, qShape, contiguous(qShape)}},
-         {"LSE", {d.lse->data(), DType::f32, lShape, contiguous(lShape)}}});
+        {{"Q", {d.q->data(), s.dtype, qShape, contiguousStrides(qShape)}},
+         {"K", {d.k->data(), s.dtype, kShape, contiguousStrides(kShape)}},
+         {"V", {d.v->data(), s.dtype, kShape, contiguousStrides(kShape)}},
+         {"O", {d.o->data(), s.dtype, qShape, contiguousStrides(qShape)}},
+         {"LSE",
+          {d.lse->data(), DType::f32, lShape, contiguousStrides(lShape)}}});
   };
   // The buffers are 256-byte aligned (cuMemAlloc): only the strides decide.
   for (auto [name, shape, dtype] :
        {std::tuple{"Q", qShape, s.dtype}, std::tuple{"K", kShape, s.dtype},
         std::tuple{"V", kShape, s.dtype}, std::tuple{"O", qShape, s.dtype},
         std::tuple{"LSE", lShape, DType::f32}})
-    if (!stridesAligned(dtype, contiguous(shape)))
+    if (!stridesAligned(dtype, contiguousStrides(shape)))
       h.unalignedTensors.push_back(name);
   std::sort(h.unalignedTensors.begin(), h.unalignedTensors.end());
   // The sizes' classes from the problem's shapes (the data do not matter).
@@ -167,7 +162,7 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
           std::tuple{"V", kShape, s.dtype}, std::tuple{"O", qShape, s.dtype},
           std::tuple{"LSE", lShape, DType::f32}})
       t[name] = {reinterpret_cast<void *>(uintptr_t(256)), dtype, shape,
-                 contiguous(shape)};
+                 contiguousStrides(shape)};
     return variantTarget(kernel, t);
   };
   h.check = [=](const Kernel &kernel, GpuKernel &g) -> std::string {
@@ -181,11 +176,11 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
     bo.fill(0xFF);
     bl.fill(0xFF);
     g.launch(kernel.bind(
-        {{"Q", {q->data(), s.dtype, qShape, contiguous(qShape)}},
-         {"K", {k->data(), s.dtype, kShape, contiguous(kShape)}},
-         {"V", {v->data(), s.dtype, kShape, contiguous(kShape)}},
-         {"O", {bo.data(), s.dtype, qShape, contiguous(qShape)}},
-         {"LSE", {bl.data(), DType::f32, lShape, contiguous(lShape)}}}));
+        {{"Q", {q->data(), s.dtype, qShape, contiguousStrides(qShape)}},
+         {"K", {k->data(), s.dtype, kShape, contiguousStrides(kShape)}},
+         {"V", {v->data(), s.dtype, kShape, contiguousStrides(kShape)}},
+         {"O", {bo.data(), s.dtype, qShape, contiguousStrides(qShape)}},
+         {"LSE", {bl.data(), DType::f32, lShape, contiguousStrides(lShape)}}}));
     cuda::synchronize();
     bo.download(o.data(), o.storageBytes());
     bl.download(lse.data(), lse.storageBytes());
@@ -198,9 +193,10 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
     cuda::Buffer ro(oRef.storageBytes()), rl(lseRef.storageBytes());
     ro.fill(0xFF);
     rl.fill(0xFF);
-    attentionReferenceGpu(part, {q->data(), s.dtype, pq, contiguous(qShape)},
-                          {k->data(), s.dtype, pk, contiguous(kShape)},
-                          {v->data(), s.dtype, pk, contiguous(kShape)},
+    attentionReferenceGpu(part,
+                          {q->data(), s.dtype, pq, contiguousStrides(qShape)},
+                          {k->data(), s.dtype, pk, contiguousStrides(kShape)},
+                          {v->data(), s.dtype, pk, contiguousStrides(kShape)},
                           ro.data(), rl.data());
     ro.download(oRef.data(), oRef.storageBytes());
     rl.download(lseRef.data(), lseRef.storageBytes());

@@ -95,13 +95,6 @@ std::string attentionBackwardTuneBucket(const AttentionShape &s) {
 }
 
 namespace {
-std::vector<int64_t> contiguous(const std::vector<int64_t> &shape) {
-  std::vector<int64_t> st(shape.size(), 1);
-  for (size_t i = shape.size() - 1; i-- > 0;)
-    st[i] = st[i + 1] * shape[i + 1];
-  return st;
-}
-
 /// One problem's tensors on the device: random inputs, O and LSE from the
 /// forward, the workspaces and gradients.
 struct BackwardBuffers {
@@ -133,7 +126,7 @@ struct BackwardBuffers {
         h.poison();
       auto b = std::make_shared<cuda::Buffer>(h.storageBytes());
       b->upload(h.data(), h.storageBytes());
-      refs[name] = {b->data(), dtype, shape, contiguous(shape)};
+      refs[name] = {b->data(), dtype, shape, contiguousStrides(shape)};
       owned[name] = std::move(b);
     }
     Kernel fwd = attentionForward(s);
