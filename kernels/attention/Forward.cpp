@@ -252,10 +252,10 @@ Kernel attentionForward(const AttentionShape &s,
              [&](Index n0) { step(n0, BN, {.edges = true}); });
   } else if (raggedEndFirst(s, c)) {
     // The key blocks end at Nk: the first starts BN - r keys before key 0
-    // (r = Nk mod BN; TMA reads zeros there) and masks those; the rest are
-    // whole. The
-    // two loops are one overlapped loop to the compiler (kiln-overlap-dots):
-    // the first block's P·V runs in the second loop's first iteration.
+    // (r = Nk mod BN; TMA reads zeros there) and masks those (none runs
+    // where r = 0); the rest are whole. The two loops are one overlapped
+    // loop to the compiler (kiln-overlap-dots): the first block's P·V runs
+    // in the second loop's first iteration.
     Index r = Nk % BN;
     Index firstEnd = r - BN + above(r, 0, BN) * BN;
     forRange(max(r - BN, firstEnd - BN), firstEnd, BN,
