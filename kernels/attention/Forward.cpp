@@ -155,9 +155,11 @@ Kernel attentionForward(const AttentionShape &s,
       scores = where(row(arange(BN) + n0) < *masked.end, scores, -inf);
     } else if (masked.edges) {
       Tile cols = arange(BN) + n0;
-      if (raggedKeys(BN))
+      if (s.causal && raggedKeys(BN)) // one compare per score, not two
+        scores = where(column(min(rows, Nk - 1)) >= row(cols), scores, -inf);
+      else if (raggedKeys(BN))
         scores = where(row(cols) < Nk, scores, -inf);
-      if (s.causal)
+      else if (s.causal)
         scores = where(column(rows) >= row(cols), scores, -inf);
     }
     Tile blockMax = reduceMax(scores, 1);
