@@ -192,6 +192,9 @@ int cmdBench(Options &opts) {
   std::string jsonPath = opts.string("json", "");
   int reps = positive32(opts, "reps", 30),
       batch = positive32(opts, "batch", 10);
+  // B = tokens / N: the papers' 16k by default; another count compares two
+  // N at one B (a ragged N against its neighbours, the work alone changing).
+  const int64_t tokens = opts.integer("tokens", 16384, 1);
   std::string onlyD = opts.string("head-dim", "");
   const std::string seqs = opts.string("seqs", "");
   const bool onlyCausal = opts.flag("causal"),
@@ -255,7 +258,7 @@ int cmdBench(Options &opts) {
           for (int mode : shapeModes) {
             if ((onlyCausal && !causal) || (onlyNonCausal && causal))
               continue;
-            int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
+            int64_t B = std::max<int64_t>(1, tokens / N), H = 2048 / D;
             kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
             size_t n = size_t(B * H * N * D);
             uint64_t seed = uint64_t(N * 1000 + D + causal);

@@ -30,6 +30,7 @@ int benchAttentionBackward(Options &opts) {
   const std::string jsonPath = opts.string("json", "");
   const int reps = positive32(opts, "reps", 30),
             batch = positive32(opts, "batch", 10);
+  const int64_t tokens = opts.integer("tokens", 16384, 1); // B = tokens / N
   const std::string onlyD = opts.string("head-dim", "");
   const std::string seqs = opts.string("seqs", "");
   const kernels::AttentionBackwardConfig cfg = backwardConfigOptions(opts);
@@ -69,7 +70,7 @@ int benchAttentionBackward(Options &opts) {
         for (bool causal : {false, true}) {
           if ((onlyCausal && !causal) || (onlyNonCausal && causal))
             continue;
-          const int64_t B = std::max<int64_t>(1, 16384 / N), H = 2048 / D;
+          const int64_t B = std::max<int64_t>(1, tokens / N), H = 2048 / D;
           kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
           const size_t n = size_t(B * H * N * D), rowsN = size_t(B * H * N);
           const uint64_t seed = uint64_t(N * 1000 + D + causal);

@@ -42,8 +42,8 @@ commands:
                                         compare against an fp64 reference;
                                         exits 1 if the relative error > 1e-2
   bench attention [--quick] [--ragged] [--seqs N,N,...] [--dtypes bf16,fp16]
-      [--json FILE] [--reps R] [--batch K] [--causal | --non-causal]
-      [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
+      [--json FILE] [--reps R] [--batch K] [--tokens T]
+      [--causal | --non-causal] [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--block-n-ragged-end N]
       [--ragged-end-in-loop 0|1] [--masked-first 0|1]
       [--align-rows-to-end 0|1]
@@ -53,7 +53,8 @@ commands:
       [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--warp-specialize 0|1]
       [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
       [--shapes default|static|runtime|both] [--against "flag=V ..."]
-                                        TFLOP/s on the GPU over B*N=16k tokens,
+                                        TFLOP/s on the GPU over B*N=16k tokens
+                                        (--tokens T: B = T / N),
                                         timed as peers.py times its peers
                                         (median of R samples, default 30, of
                                         K back-to-back launches, default 10)
@@ -68,7 +69,8 @@ commands:
                                         128 nearest them)
   bench attention --backward [--quick] [--ragged] [--seqs N,N,...]
       [--dtypes bf16,fp16] [--head-dim D] [--causal | --non-causal]
-      [--json FILE] [--reps R] [--batch K] [backward config options]
+      [--json FILE] [--reps R] [--batch K] [--tokens T]
+      [backward config options]
                                         the backward's three kernels timed
                                         together (TFLOP/s as 2.5x the
                                         forward's FLOPs), each one's time
