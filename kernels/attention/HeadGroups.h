@@ -37,8 +37,10 @@ dsl::Index headGroupFor(dsl::Index rows, int64_t rowBytes, dsl::Index pairs);
 
 /// The forward's pairs per group where its Config gives none: every pair
 /// where persistent CTAs take their tiles in fixed rounds, else headGroupFor
-/// over its `keys` (Config.cpp has the figures). resolveConfig's for the
-/// shape it is given; the kernel's, on the device, for run-time Nk.
+/// over its `keys` (Config.cpp has the figures), lowered to the largest
+/// divisor of the pairs down to half of it, so that no group is short.
+/// resolveConfig's for the shape it is given; the kernel's, on the device, for
+/// run-time Nk.
 int64_t forwardHeadGroup(const AttentionConfig &c, int64_t keys,
                          int64_t rowBytes, int64_t pairs);
 dsl::Index forwardHeadGroup(const AttentionConfig &c, dsl::Index keys,

@@ -563,17 +563,24 @@ TEST(CpuExecutor, AttentionCausalRowsAlignedToEnd) {
 }
 
 // The causal forward's default head groups: the pairs whose K/V take 16
-// MiB, at most 8 for 256-byte rows (D=128 in 16 bits) and 16 otherwise; the
-// kernel built with them over 10 pairs (groups of 8 and 2) is exact.
+// MiB, at most 8 for 256-byte rows (D=128 in 16 bits) and 16 otherwise,
+// lowered to the largest divisor of the pairs down to half of that; the
+// kernel built with them over 10 pairs (8 lowered to 5, computed on the
+// device from the run-time B and H) is exact.
 TEST(CpuExecutor, AttentionCausalHeadGroups) {
-  auto group = [](int64_t D, int64_t n) {
-    return kernels::resolveConfig({16, 16, n, n, D, true, DType::bf16, 0}, {})
+  auto group = [](int64_t D, int64_t n, int64_t B = 16, int64_t H = 16) {
+    return kernels::resolveConfig({B, H, n, n, D, true, DType::bf16, 0}, {})
         .headGroup;
   };
   EXPECT_EQ(group(128, 1000), 8);
   EXPECT_EQ(group(128, 8192), 4);
   EXPECT_EQ(group(64, 1000), 16);
   EXPECT_EQ(group(64, 8192), 8);
+  EXPECT_EQ(group(64, 4097, 3, 32), 12); // 15 of 96
+  EXPECT_EQ(group(128, 4097, 3, 16), 6); // 7 of 48
+  EXPECT_EQ(group(64, 6000, 2, 32), 8);  // 10 of 64
+  EXPECT_EQ(group(64, 4097, 1, 97), 15); // 97 is prime: 15 stays
+  EXPECT_EQ(group(128, 130, 2, 5), 5);   // 8 of 10
   const kernels::AttentionShape s{2, 5, 130, 130, 128, true, DType::bf16, 0};
   checkAttentionOnCpu(kernels::attentionForward(s), s, 77);
 }
