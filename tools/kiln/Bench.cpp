@@ -23,14 +23,12 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
-#include <variant>
 
 namespace kiln::cli {
 
@@ -118,67 +116,6 @@ static int benchGemm(Options &opts) {
   return 0;
 }
 
-/// The forward config's bench options, by flag name.
-using BenchConfigFlag =
-    std::pair<const char *, std::variant<int64_t kernels::AttentionConfig::*,
-                                         int kernels::AttentionConfig::*>>;
-static const BenchConfigFlag kBenchConfigFlags[] = {
-    {"block-m", &kernels::AttentionConfig::blockM},
-    {"block-n", &kernels::AttentionConfig::blockN},
-    {"warps", &kernels::AttentionConfig::warps},
-    {"stages", &kernels::AttentionConfig::stages},
-    {"reload-ids", &kernels::AttentionConfig::reloadThreadIds},
-    {"block-n-diagonal", &kernels::AttentionConfig::blockNDiagonal},
-    {"block-n-ragged-end", &kernels::AttentionConfig::blockNRaggedEnd},
-    {"ragged-end-in-loop", &kernels::AttentionConfig::raggedEndInLoop},
-    {"masked-first", &kernels::AttentionConfig::maskedBlockFirst},
-    {"align-rows-to-end", &kernels::AttentionConfig::alignRowsToEnd},
-    {"narrow-in-diagonal", &kernels::AttentionConfig::narrowStepInDiagonal},
-    {"copy-per-register", &kernels::AttentionConfig::copyAddressesPerRegister},
-    {"longest-first-globally", &kernels::AttentionConfig::longestFirstGlobally},
-    {"head-group", &kernels::AttentionConfig::headGroup},
-    {"dynamic-tiles", &kernels::AttentionConfig::dynamicTiles},
-    {"wgmma", &kernels::AttentionConfig::wgmma},
-    {"tma", &kernels::AttentionConfig::tma},
-    {"tma-store", &kernels::AttentionConfig::tmaStore},
-    {"warp-specialize", &kernels::AttentionConfig::warpSpecialize},
-    {"pingpong", &kernels::AttentionConfig::pingpong},
-    {"overlap", &kernels::AttentionConfig::overlap},
-    {"persistent", &kernels::AttentionConfig::persistent}};
-
-/// `base` with --against's "flag=value ..." items (the names above) set.
-static kernels::AttentionConfig withConfigItems(kernels::AttentionConfig base,
-                                                const std::string &text) {
-  std::stringstream in(text);
-  for (std::string item; in >> item;) {
-    auto eq = item.find('=');
-    const std::string name = item.substr(0, eq);
-    auto f =
-        std::find_if(std::begin(kBenchConfigFlags), std::end(kBenchConfigFlags),
-                     [&](const BenchConfigFlag &f) { return name == f.first; });
-    const std::string digits =
-        eq == std::string::npos ? "" : item.substr(eq + 1);
-    char *end = nullptr;
-    errno = 0;
-    const int64_t value = std::strtoll(digits.c_str(), &end, 10);
-    if (f == std::end(kBenchConfigFlags) || digits.empty() || *end || errno)
-      throw UsageError("option --against: '" + item +
-                       "' is not flag=integer with a flag of the forward's "
-                       "config (block-m, ragged-end-in-loop, ...)");
-    std::visit(
-        [&](auto member) {
-          using T = std::remove_reference_t<decltype(base.*member)>;
-          if (value < std::numeric_limits<T>::min() ||
-              value > std::numeric_limits<T>::max())
-            throw UsageError("option --against: '" + item +
-                             "' is out of range");
-          base.*member = T(value);
-        },
-        f->second);
-  }
-  return base;
-}
-
 int cmdBench(Options &opts) {
   if (opts.positional.size() == 1 && opts.positional[0] == "gemm")
     return benchGemm(opts);
@@ -200,15 +137,7 @@ int cmdBench(Options &opts) {
   const bool onlyCausal = opts.flag("causal"),
              onlyNonCausal = opts.flag("non-causal");
   kernels::AttentionConfig cfg;
-  for (const BenchConfigFlag &f : kBenchConfigFlags)
-    std::visit(
-        [&](auto member) {
-          using T = std::remove_reference_t<decltype(cfg.*member)>;
-          cfg.*member = T(opts.integer(f.first, cfg.*member,
-                                       std::numeric_limits<T>::min(),
-                                       std::numeric_limits<T>::max()));
-        },
-        f.second);
+  forwardConfigFlags(opts, cfg);
   // A second config, each row timed under both with their samples in turn
   // (one process: no drift of clocks or placement between the two).
   const std::string againstText = opts.string("against", "");

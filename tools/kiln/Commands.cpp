@@ -209,35 +209,22 @@ std::string scheduleSwitches(int warpSpecialize, int pingpong, int overlap,
 
 static Problem attentionProblem(Options &opts, bool withData) {
   kernels::AttentionShape s = attentionShapeOptions(opts);
-  // The schedule's defaults depend on the choices given (warps on the tile
-  // and the tensor-core path): resolve once for the option defaults, then
-  // again with what the options set.
+  // The schedule's defaults depend on the choices given: resolved once for
+  // the tensor-core path given, whose tile, stages, thread-id and copy
+  // address choices (a tuned entry's, where one applies) are the options'
+  // defaults; the rest stay unset unless given and are decided again with
+  // what the options set (warps on the tile, the Hopper schedule on the
+  // tile and stages).
   kernels::AttentionConfig c;
   c.wgmma = opts.int32("wgmma", c.wgmma);
-  c = kernels::resolveConfig(s, c);
-  c.blockM = positive(opts, "block-m", c.blockM);
-  c.blockN = positive(opts, "block-n", c.blockN);
-  // 0: decided below from the key block (checkShape rejects bad values).
-  c.blockNDiagonal = opts.integer("block-n-diagonal", 0);
-  c.blockNRaggedEnd = opts.integer("block-n-ragged-end", 0);
-  c.raggedEndInLoop = opts.int32("ragged-end-in-loop", -1);
-  c.maskedBlockFirst = opts.int32("masked-first", -1);
-  c.alignRowsToEnd = opts.int32("align-rows-to-end", -1);
-  c.narrowStepInDiagonal = opts.int32("narrow-in-diagonal", -1);
-  c.longestFirstGlobally =
-      opts.int32("longest-first-globally", c.longestFirstGlobally);
-  c.headGroup = opts.integer("head-group", 0);
-  c.dynamicTiles = opts.int32("dynamic-tiles", -1);
-  c.warps = opts.int32("warps", 0);
-  c.stages = positive32(opts, "stages", c.stages);
-  // The Hopper schedule's choices depend on the stages and tiles just set:
-  // decided again unless given.
-  c.tma = opts.int32("tma", -1);
-  c.tmaStore = opts.int32("tma-store", -1);
-  c.warpSpecialize = opts.int32("warp-specialize", -1);
-  c.pingpong = opts.int32("pingpong", -1);
-  c.overlap = opts.int32("overlap", -1);
-  c.persistent = opts.int32("persistent", -1);
+  const kernels::AttentionConfig resolved = kernels::resolveConfig(s, c);
+  c.blockM = resolved.blockM;
+  c.blockN = resolved.blockN;
+  c.stages = resolved.stages;
+  c.wgmma = resolved.wgmma;
+  c.reloadThreadIds = resolved.reloadThreadIds;
+  c.copyAddressesPerRegister = resolved.copyAddressesPerRegister;
+  forwardConfigFlags(opts, c);
   c.staticShapes = opts.int32("static-shapes", -1);
   c.minBlocksPerSM = -1; // depends on the shapes' mode
   c = kernels::resolveConfig(s, c);

@@ -86,6 +86,13 @@ std::vector<int64_t> benchSequenceLengths(std::vector<int64_t> given,
                                           bool quick, bool ragged);
 /// The backward's schedule options (--block-m, --dq-warps, ...), unresolved.
 kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts);
+/// The forward's schedule flags (ForwardFlags.cpp: --block-m, --stages,
+/// --masked-first, ...): each one given sets its AttentionConfig field in
+/// `c`; the others keep c's values.
+void forwardConfigFlags(Options &opts, kernels::AttentionConfig &c);
+/// `base` with --against's "flag=value ..." items (the same flags) set.
+kernels::AttentionConfig withConfigItems(kernels::AttentionConfig base,
+                                         const std::string &text);
 /// The schedule switches a resolved Config turned on, for a summary line:
 /// " producer pingpong overlap min-blocks-per-sm=2 persistent (dynamic
 /// tiles) longest-first (groups of 4 heads)" (the ones > 0; a group of 0
