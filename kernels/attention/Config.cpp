@@ -264,12 +264,17 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // the narrow loop costs 64-row blocks (D=64 below 2k) at N=1000 311/312
   // -> 299/303 (docs/experiments/2026-11-25-h100-session22.txt).
   // Not where the diagonal block goes first (maskedBlockFirst): that won
-  // more (3-9% at 2049-4097, H100, same process).
+  // more (3-9% at 2049-4097, H100, same process). Nor at D=64 since session
+  // 39: same process on the H200, two rounds, unaligned against aligned,
+  // N=2049 -0.4..-0.6%, 2100 +3.6%, 3001 +3.7%, 4097 +1.5%, 4100 +1.4%,
+  // 6000 +4.1%, 8191 +4.0%, 12289 +3.0% (the narrow loop's code cost every
+  // N, the shift gained too little where it ran; docs/experiments/
+  // 2026-11-26-session39.txt, section 7).
   if (c.alignRowsToEnd < 0) {
     AttentionConfig unaligned = c;
     unaligned.alignRowsToEnd = 0;
-    c.alignRowsToEnd = c.blockNRaggedEnd < c.blockN && c.blockM >= 128 &&
-                       !diagonalFirst(s, unaligned);
+    c.alignRowsToEnd = wide && c.blockNRaggedEnd < c.blockN &&
+                       c.blockM >= 128 && !diagonalFirst(s, unaligned);
   }
   // The narrow keys in the diagonal's first step, one softmax update for
   // both tiles: same-run H100 bench, causal bf16 TFLOP/s, two rounds, apart

@@ -53,8 +53,9 @@ struct AttentionConfig {
   /// at 0, so that the short block is the first (which sees the fewest
   /// keys) rather than the last (which sees them all); each other block
   /// then takes the Nq % blockM keys left of its diagonal in one narrow
-  /// masked step. 1 yes, 0 no, -1 default (yes where blockNRaggedEnd <
-  /// blockN and blockM >= 128).
+  /// masked step. 1 yes, 0 no, -1 default (yes at D=128 where
+  /// blockNRaggedEnd < blockN, blockM >= 128 and the diagonal block does not
+  /// go first; no at D=64, where it measured slower).
   int alignRowsToEnd = -1;
   /// There, the narrow keys left of a shifted block's diagonal in the
   /// diagonal's first step (both key tiles' scores in one online-softmax
