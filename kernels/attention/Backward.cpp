@@ -146,8 +146,12 @@ Kernel deltaKernel(const Common &cm) {
   Tile dout = load(dO[b][h].block({m0, 0}, {BM, D})).to(f32);
   Tile lse2 = load(LSE[b][h].block({m0}, {BM}), inf) * log2e;
   Tile delta = reduceSum(o * dout, 1);
-  store(Stats[b][h][0].block({m0}), lse2);
-  store(Stats[b][h][1].block({m0}), delta);
+  // Stats is read by the dK/dV kernel unless its dots add the folded
+  // statistics, and by the deterministic mode's dQ kernel.
+  if (!cm.foldStats || !cm.atomicDq) {
+    store(Stats[b][h][0].block({m0}), lse2);
+    store(Stats[b][h][1].block({m0}), delta);
+  }
   if (cm.foldStats)
     store(foldedStatsArg(k, B, H, Stats.dims()[3])[b][h].block({0, m0}),
           foldedStats(cm.toExp2, lse2, delta, BM));
