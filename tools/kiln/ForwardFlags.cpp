@@ -64,8 +64,8 @@ void setField(const ForwardFlag &f, AttentionConfig &c, int64_t value,
             value > std::numeric_limits<T>::max())
           throw UsageError(what + " is out of range");
         if (f.positive && value < 1)
-          throw UsageError("option --" + std::string(f.name) +
-                           " must be >= 1, got " + std::to_string(value));
+          throw UsageError(what + " must be >= 1, got " +
+                           std::to_string(value));
         c.*member = T(value);
       },
       f.field);
