@@ -477,6 +477,10 @@ void KernelBuilder::setCopyAddressesPerRegister(bool perRegister) {
   setFlag(state_->func, "kiln.copy_addresses_per_register", perRegister);
 }
 
+void KernelBuilder::setSkipDeadRows(bool skip) {
+  setFlag(state_->func, "kiln.keep_dead_rows", !skip);
+}
+
 void KernelBuilder::setSkipPassingMasks(bool skip) {
   setFlag(state_->func, "kiln.skip_passing_masks", skip);
 }

@@ -148,6 +148,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->headGroup = c.headGroup;
       tuned->dynamicTiles = c.dynamicTiles;
       tuned->tmaStore = c.tmaStore;
+      tuned->skipDeadRows = c.skipDeadRows;
       c = *tuned;
     }
   // Hopper's warpgroup MMA by default (a target without it falls back to
@@ -159,6 +160,16 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (c.tmaStore < 0)
     c.tmaStore = c.tma > 0;
   bool wide = s.headDim >= 128;
+  // A warpgroup whose 64 rows all lie past Nq runs only the key loops'
+  // pipeline. Same-process H200 A/B (kiln bench --against, median of 30),
+  // bf16, skip on -> off, where it runs (Nq mod 128 in 1..64: 2049, 2100,
+  // 3001, 4097) and where it does not (1000, 2048, 6000, 8191): causal
+  // D=128 +1.2..1.8% / -0.3..+0.9%, causal D=64 +0.8..2.0% / -0.7..+0.4%,
+  // non-causal D=64 +0.9..3.5% / -0.4..+1.1%; non-causal D=128 0.9-2.8%
+  // slower at every N (ptxas schedules its key loop otherwise): off there
+  // (docs/experiments/2026-11-27-session40.txt).
+  if (c.skipDeadRows < 0)
+    c.skipDeadRows = !(wide && !s.causal);
   // Causal D=64 below N=2k: programs of one warpgroup, 64 queries by
   // 64-key blocks (no producer). Same-run H200 A/B (kiln bench attention
   // --ragged, twice): +16% at N=512, +7-9% at 1000-1024, +6% at 2049,

@@ -388,11 +388,13 @@ TEST(Codegen, OverlappedLoopLeavesPVInFlight) {
 // Ping-pong: warpgroup 0 takes the first turn (an arrival on its barrier),
 // each loop's Q·Kᵀ is bracketed by a sync on the warpgroup's own barrier and
 // an arrival on the other's after the commit, and warpgroup 0 takes the last
-// hand-back at the end.
+// hand-back at the end. (Without the dead-row skip, whose pipeline takes
+// turns too: DeadRowsCodegenTest.)
 TEST(Codegen, PingpongTakesTurnsOnTheFirstDot) {
   kernels::AttentionShape s = selfAttention(4096, 128, true);
   kernels::AttentionConfig pp;
   pp.pingpong = 1;
+  pp.skipDeadRows = 0;
   CompiledKernel c =
       compileForGpu(kernels::attentionForward(s, pp), {"sm_90a"});
   EXPECT_EQ(countOf(c.ptx, "bar.arrive 2, 256"), 1u);

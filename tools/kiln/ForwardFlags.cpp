@@ -47,6 +47,7 @@ const ForwardFlag kForwardFlags[] = {
     {"wgmma", &AttentionConfig::wgmma},
     {"tma", &AttentionConfig::tma},
     {"tma-store", &AttentionConfig::tmaStore},
+    {"skip-dead-rows", &AttentionConfig::skipDeadRows},
     {"warp-specialize", &AttentionConfig::warpSpecialize},
     {"pingpong", &AttentionConfig::pingpong},
     {"overlap", &AttentionConfig::overlap},

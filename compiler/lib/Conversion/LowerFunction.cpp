@@ -47,6 +47,7 @@ int64_t Lowerer::run(ModuleOp module) {
                            "kiln_smem", Attribute(), /*alignment=*/1024,
                            /*addrSpace=*/3);
   planSharedMemory();
+  planRowSkips();
   SmallVector<Type> argTypes;
   for (Type t : src.getArgumentTypes())
     argTypes.push_back(isa<PointerType>(t) ? Type(ptrType(ctx, 1)) : t);

@@ -218,8 +218,15 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     inits.push_back(consumer ? ringPhase : i32(0));
   const size_t aheadFirst = inits.size();
   inits.append(firstAhead.begin(), firstAhead.end());
+  // A warpgroup whose rows no store keeps runs the iterations' pipeline
+  // alone, then the loop for none (SkipDeadRows.cpp).
+  std::optional<DeadRowSkip> skip =
+      skipDeadRows(forOp, inits, carriedCount, !prefetched.empty(), viaTma,
+                   consumer, dist, fetch);
+  int opBarriers = 0;
   auto newFor = scf::ForOp::create(b, loc, scalarOf(forOp.getLowerBound()),
-                                   scalarOf(forOp.getUpperBound()),
+                                   skip ? skip->bound.getResult()
+                                        : scalarOf(forOp.getUpperBound()),
                                    scalarOf(forOp.getStep()), inits);
   auto bind = [&](ValueRange values, auto target) {
     for (auto [i, c] : llvm::enumerate(carried)) {
@@ -305,8 +312,10 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
            llvm::zip(forOp.getRegionIterArgs(), yield.getOperands()))
         if (y.getDefiningOp<DotOp>())
           inFlight.push_back(arg);
+    const int barriersBefore = barrierCount;
     for (Operation &op : forOp.getBody()->without_terminator())
       lowerOp(&op);
+    opBarriers = barrierCount - barriersBefore;
     if (overlapped && !defer)
       waitForAll();
     deferWaits = savedDefer;
@@ -345,6 +354,8 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     outerLane = savedOuterLane;
     outerWarp = savedOuterWarp;
   }
+  if (skip)
+    noteDeadRowSkip(forOp, *skip, opBarriers);
   // After a persistent tile's loop, what follows (the tile's stores) takes
   // fresh ids too: from the tile's, LLVM computed its addresses at the
   // tile's start and held them across the loops (freshenForTile).

@@ -49,6 +49,7 @@ Value Lowerer::isOwner(const Layout &l) {
 }
 
 void Lowerer::barrier() {
+  ++barrierCount;
   // What this thread wrote to shared memory (st.shared, cp.async) becomes
   // visible to wgmma's operand reads, which go through the async proxy.
   if (wgmma)

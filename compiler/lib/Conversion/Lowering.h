@@ -521,6 +521,40 @@ public:
   /// Hands the turn to the other warpgroup (arrives on its barrier).
   void passTurn();
   llvm::DenseSet<mlir::Operation *> pingpongDots;
+  // Warpgroups with no rows to compute (SkipDeadRows.cpp).
+  /// A top-level loop whose results reach only row-local ops and stores,
+  /// split by rows over the compute warpgroups (`rows` each): a warpgroup
+  /// whose rows every one of `stores` drops runs only the loop's waits,
+  /// barriers and releases.
+  struct RowSkip {
+    int64_t rows = 0;
+    llvm::SmallVector<StoreOp> stores;
+  };
+  llvm::DenseMap<mlir::Operation *, RowSkip> rowSkips;
+  void planRowSkips();
+  /// Whether this warpgroup computes `forOp`'s iterations; null where every
+  /// warpgroup does.
+  mlir::Value rowsLive(mlir::scf::ForOp forOp);
+  /// Where a warpgroup may skip `forOp`: under `pipeline` (a skipping
+  /// warpgroup) the iterations' waits, barriers, fetches, ping-pong turns
+  /// and releases, from the stage and phase in `inits` after `carried`
+  /// (replaced by where they end); `bound`, the loop's upper bound, is its
+  /// lower one there.
+  struct DeadRowSkip {
+    mlir::scf::IfOp pipeline; ///< null where the loop prefetches nothing
+    mlir::arith::SelectOp bound;
+  };
+  std::optional<DeadRowSkip>
+  skipDeadRows(mlir::scf::ForOp forOp,
+               llvm::SmallVectorImpl<mlir::Value> &inits, size_t carried,
+               bool prefetches, bool viaTma, bool consumer, int dist,
+               llvm::function_ref<void(mlir::Value, mlir::Value)> fetch);
+  /// After the loop's body: the report's line; where an op in the body
+  /// lowered to a barrier (`opBarriers`), every warpgroup runs the loop.
+  void noteDeadRowSkip(mlir::scf::ForOp forOp, const DeadRowSkip &skip,
+                       int opBarriers);
+  /// barrier() calls so far (one in a loop's ops rules its skip out).
+  int barrierCount = 0;
   // Persistent scheduling (LowerPersistent.cpp).
   /// Whether the schedule's persistent CTAs (and dynamic tiles) can be had;
   /// says in the report. Takes the tile ring's shared memory from `top`.

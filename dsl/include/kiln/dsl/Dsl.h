@@ -406,6 +406,11 @@ public:
   /// a loop that masks every step of which few need it; elsewhere the branch
   /// costs a little (measured), so it is the kernel's choice.
   void setSkipPassingMasks(bool skip);
+  /// Codegen (on by default): where a tile's rows are split over the compute
+  /// warpgroups and a warpgroup's rows all fall outside every store of a
+  /// loop's results, that warpgroup runs only the loop's pipeline (waits,
+  /// releases), not its work. Off: every warpgroup computes every loop.
+  void setSkipDeadRows(bool skip);
   /// A dot in a loop whose A operand is a loop-invariant tile in shared
   /// memory reads it into registers once, before the loop, and takes wgmma's
   /// register form: the loop's MMAs then read only B from shared memory

@@ -104,6 +104,11 @@ struct AttentionConfig {
   /// O through TMA (KernelBuilder::setTmaStores) where its staging tile fits
   /// in shared memory: 1 yes, 0 no, -1 default (with TMA).
   int tmaStore = -1;
+  /// Where a row block ends past Nq (or starts before row 0), a compute
+  /// warpgroup whose rows all lie outside skips the key loops' work, keeping
+  /// only their waits and releases (the compiler's dead-row skip): 1 yes, 0
+  /// no, -1 default (yes).
+  int skipDeadRows = -1;
   /// Shapes: 1 compiles B, H, Nq and Nk in (a compile per shape); 0 makes
   /// them run-time arguments bound from the tensors (one compile per class:
   /// head dim, causal, dtype, schedule, whether Nk is a whole number of key
