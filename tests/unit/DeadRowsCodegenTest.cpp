@@ -29,12 +29,15 @@ TEST(DeadRowsCodegen, GemmWarpgroupSkipsRowsPastM) {
   GpuTarget target{.arch = "sm_90a"};
   for (const char *dim : {"M", "N", "K"})
     target.scalarClasses[dim] = ScalarClass::DivisibleBy16;
-  const std::string plain =
-      test::reportOf(compileForGpu(test::gemmWithColumnSums(false, false),
-                                   target));
-  EXPECT_THAT(plain, HasSubstr("a warpgroup whose 64 rows all fall outside "
-                               "what the stores to C keep (past the end or "
-                               "before row 0) runs none of its work"));
+  for (bool persistent : {false, true})
+    for (bool tmaStore : {false, true}) {
+      const std::string plain = test::reportOf(compileForGpu(
+          test::gemmWithColumnSums(false, tmaStore, persistent), target));
+      EXPECT_THAT(plain, HasSubstr("a warpgroup whose 64 rows all fall outside "
+                                   "what the stores to C keep (past the end or "
+                                   "before row 0) runs none of its work"))
+          << persistent << tmaStore;
+    }
   // Column sums add every row of the accumulator (a reduction across the
   // warpgroups' rows), and a transposed C stores rows as columns: the
   // stale rows of a skipping warpgroup would reach kept results.
