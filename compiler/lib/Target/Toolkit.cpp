@@ -123,7 +123,9 @@ std::string disassemble(const std::string &cubin) {
   if (!objdump && !nvdisasm)
     throw Error("neither cuobjdump nor nvdisasm (CUDA toolkit) is installed "
                 "(looked in PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): "
-                "cannot disassemble the cubin to SASS");
+                "cannot disassemble the cubin to SASS (PyPI has them "
+                "alone: pip download --no-deps nvidia-cuda-cuobjdump, "
+                "unzip the wheel, put its nvidia/cu*/bin on PATH)");
   TempDir tmp;
   std::string file = tmp.path + "/kernel.cubin";
   std::ofstream(file, std::ios::binary) << cubin;
