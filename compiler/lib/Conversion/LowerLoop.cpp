@@ -108,6 +108,16 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   if (!prefetched.empty() && !consumer)
     barrier();
   const int dist = prefetchDistance(forOp);
+  // Iteration `iv`'s fetch: the blocks `dist` iterations ahead, into the
+  // stage `dist` past `slot`.
+  auto fetchAhead = [&](Value iv, Value slot) {
+    fetch(arith::AddIOp::create(b, loc, iv,
+                                arith::MulIOp::create(b, loc,
+                                                      scalarOf(forOp.getStep()),
+                                                      i32(dist))),
+          arith::RemUIOp::create(
+              b, loc, arith::AddIOp::create(b, loc, slot, i32(dist)), i32(S)));
+  };
   const bool defer = !consumer && dist == S - 2;
   // kiln-overlap-dots ran the last dot one iteration behind: each dot is
   // waited for only where its result is read, and nothing is left in flight
@@ -222,7 +232,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
   // alone, then the loop for none (SkipDeadRows.cpp).
   std::optional<DeadRowSkip> skip =
       skipDeadRows(forOp, inits, carriedCount, !prefetched.empty(), viaTma,
-                   consumer, dist, fetch);
+                   consumer, dist, fetchAhead);
   int opBarriers = 0;
   auto newFor = scf::ForOp::create(b, loc, scalarOf(forOp.getLowerBound()),
                                    skip ? skip->bound.getResult()
@@ -272,12 +282,7 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     }
     if (!prefetched.empty() && !consumer) {
       barrier();
-      Value ahead = arith::AddIOp::create(
-          b, loc, newFor.getInductionVar(),
-          arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(dist)));
-      fetch(ahead, arith::RemUIOp::create(
-                       b, loc, arith::AddIOp::create(b, loc, slot, i32(dist)),
-                       i32(S)));
+      fetchAhead(newFor.getInductionVar(), slot);
     }
     for (LoadOp ld : prefetched)
       prefetchedBase[ld.getResult()] = stageBuffer(ld, slot);

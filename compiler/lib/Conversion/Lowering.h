@@ -538,8 +538,9 @@ public:
   /// Where a warpgroup may skip `forOp`: under `pipeline` (a skipping
   /// warpgroup) the iterations' waits, barriers, fetches, ping-pong turns
   /// and releases, from the stage and phase in `inits` after `carried`
-  /// (replaced by where they end); `bound`, the loop's upper bound, is its
-  /// lower one there.
+  /// (replaced by where they end), `fetch(iv, slot)` being iteration iv's
+  /// fetch ahead without a producer (lowerFor's); `bound`, the loop's upper
+  /// bound, is its lower one there.
   struct DeadRowSkip {
     mlir::scf::IfOp pipeline; ///< null where the loop prefetches nothing
     mlir::arith::SelectOp bound;

@@ -232,14 +232,9 @@ std::optional<Lowerer::DeadRowSkip> Lowerer::skipDeadRows(
         waitMbarrier(mbarrier(forOp, slot), phase);
       else
         NVVM::CpAsyncWaitGroupOp::create(b, loc, dist - 1);
-      if (!consumer) { // this warpgroup's part of the fetch `dist` ahead
+      if (!consumer) { // this warpgroup's part of the fetch ahead
         barrier();
-        Value ahead = arith::AddIOp::create(
-            b, loc, loop.getInductionVar(),
-            arith::MulIOp::create(b, loc, step, i32(dist)));
-        fetch(ahead, arith::RemUIOp::create(
-                         b, loc, arith::AddIOp::create(b, loc, slot, i32(dist)),
-                         i32(numStages)));
+        fetch(loop.getInductionVar(), slot);
       }
       if (turns) {
         takeTurn();
