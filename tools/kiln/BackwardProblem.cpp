@@ -14,38 +14,6 @@
 
 namespace kiln::cli {
 
-kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts) {
-  kernels::AttentionBackwardConfig c;
-  c.blockM = opts.integer("block-m", 0);
-  c.blockN = opts.integer("block-n", 0);
-  c.dqBlockM = opts.integer("dq-block-m", 0);
-  c.dqBlockN = opts.integer("dq-block-n", 0);
-  c.warps = opts.int32("warps", 0);
-  c.dqWarps = opts.int32("dq-warps", 0);
-  c.pingpong = opts.int32("pingpong", -1);
-  c.overlap = opts.int32("overlap", -1);
-  c.minBlocksPerSM = opts.int32("min-blocks-per-sm", -1);
-  c.stages = positive32(opts, "stages", c.stages);
-  c.wgmma = opts.int32("wgmma", -1);
-  c.tma = opts.int32("tma", -1);
-  c.warpSpecialize = opts.int32("warp-specialize", -1);
-  c.staticShapes = opts.int32("static-shapes", -1);
-  c.separateDkDv = opts.int32("separate-dk-dv", -1);
-  c.deterministic = opts.int32("deterministic", -1);
-  c.reloadThreadIds = opts.int32("reload-ids", -1);
-  c.persistent = opts.int32("persistent", -1);
-  c.dynamicTiles = opts.int32("dynamic-tiles", -1);
-  c.longestFirst = opts.int32("longest-first-globally", -1);
-  c.kvInRegisters = opts.int32("kv-in-registers", -1);
-  c.scoresByQueries = opts.int32("scores-by-queries", -1);
-  c.foldStatistics = opts.int32("fold-statistics", -1);
-  c.tmaStore = opts.int32("tma-store", -1);
-  c.convertDqLast = opts.int32("convert-dq-last", -1);
-  c.overlapDqConvert = opts.int32("overlap-dq-convert", -1);
-  c.headGroup = opts.integer("head-group", 0);
-  return c;
-}
-
 Problem attentionBackwardProblem(Options &opts, bool withData) {
   const kernels::AttentionShape s = attentionShapeOptions(opts);
   kernels::AttentionBackwardConfig c =

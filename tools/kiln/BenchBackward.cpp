@@ -34,6 +34,12 @@ int benchAttentionBackward(Options &opts) {
   const std::string onlyD = opts.string("head-dim", "");
   const std::string seqs = opts.string("seqs", "");
   const kernels::AttentionBackwardConfig cfg = backwardConfigOptions(opts);
+  // A second config, each row timed under both with their samples in turn
+  // (one process: no drift of clocks or placement between the two).
+  const std::string againstText = opts.string("against", "");
+  std::vector<kernels::AttentionBackwardConfig> configs{cfg};
+  if (!againstText.empty())
+    configs.push_back(withBackwardConfigItems(cfg, againstText));
   const bool onlyCausal = opts.flag("causal"),
              onlyNonCausal = opts.flag("non-causal");
   opts.checkAllUsed();
@@ -45,7 +51,8 @@ int benchAttentionBackward(Options &opts) {
              "samples of {} back-to-back runs of the backward's kernels\n",
              dev.name, dev.arch(), reps, batch);
   fmt::print("dtype,B,H,N,D,causal,ms,tflops,kernels (name ms "
-             "registers/spilled bytes)\n");
+             "registers/spilled bytes){}\n",
+             configs.size() > 1 ? ",config" : "");
 
   const std::vector<int64_t> ns = benchSequenceLengths(
       seqs.empty() ? std::vector<int64_t>{} : positiveList(seqs, "seqs"),
@@ -99,42 +106,63 @@ int benchAttentionBackward(Options &opts) {
             auto mine = fwd.tensorsIn(refs);
             jitKernel(fwd, mine)->launch(fwd.bind(mine));
           }
-          kernels::AttentionBackwardKernels ks =
-              kernels::attentionBackward(s, cfg);
           struct Launch {
             std::shared_ptr<GpuKernel> g;
             std::vector<ArgValue> args;
           };
-          std::vector<Launch> launches;
-          for (const Kernel &kern : ks) {
-            auto mine = kern.tensorsIn(refs);
-            launches.push_back({jitKernel(kern, mine), kern.bind(mine)});
+          struct Timed {
+            kernels::AttentionBackwardKernels ks;
+            std::vector<Launch> launches;
+            std::vector<float> samples;
+            void run() {
+              for (Launch &l : launches)
+                l.g->launch(l.args);
+            }
+          };
+          std::vector<Timed> timed;
+          for (const kernels::AttentionBackwardConfig &c : configs) {
+            Timed t{kernels::attentionBackward(s, c), {}, {}};
+            for (const Kernel &kern : t.ks) {
+              auto mine = kern.tensorsIn(refs);
+              t.launches.push_back({jitKernel(kern, mine), kern.bind(mine)});
+            }
+            timed.push_back(std::move(t));
           }
-          const double ms = backToBackMs(
-              [&] {
-                for (Launch &l : launches)
-                  l.g->launch(l.args);
-              },
-              reps, batch);
-          std::string each;
-          for (size_t i = 0; i < launches.size(); ++i) {
-            Launch &l = launches[i];
-            cuda::FunctionAttributes attr = l.g->attributes();
-            each += fmt::format(
-                "{}{} {:.3f} {}/{}", i ? "; " : "",
-                ks[i].name().substr(std::string("attention_bwd_").size()),
-                backToBackMs([&] { l.g->launch(l.args); }, reps, batch),
-                attr.registers, attr.localBytes);
+          // Samples in turn (one of each config, then again).
+          for (Timed &t : timed)
+            backToBackMs([&] { t.run(); }, 1, batch);
+          for (int i = 0; i < reps; ++i)
+            for (Timed &t : timed)
+              cuda::backToBackMs([&] { t.run(); }, 1, batch, &t.samples);
+          for (size_t which = 0; which < timed.size(); ++which) {
+            Timed &t = timed[which];
+            std::sort(t.samples.begin(), t.samples.end());
+            const double ms = t.samples[t.samples.size() / 2];
+            std::string each;
+            for (size_t i = 0; i < t.launches.size(); ++i) {
+              Launch &l = t.launches[i];
+              cuda::FunctionAttributes attr = l.g->attributes();
+              each += fmt::format(
+                  "{}{} {:.3f} {}/{}", i ? "; " : "",
+                  t.ks[i].name().substr(std::string("attention_bwd_").size()),
+                  backToBackMs([&] { l.g->launch(l.args); }, reps, batch),
+                  attr.registers, attr.localBytes);
+            }
+            const double tflops =
+                10.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
+            fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{}{}\n", dn, B, H, N, D,
+                       int(causal), ms, tflops, each,
+                       timed.size() == 1 ? ""
+                       : which           ? ",against"
+                                         : ",default");
+            std::fflush(stdout);
+            llvm::json::Object row =
+                attentionRow(*dtype, B, H, N, D, causal, ms, tflops);
+            row["pass"] = "backward";
+            if (timed.size() > 1)
+              row["config"] = which ? "against" : "default";
+            rows.push_back(std::move(row));
           }
-          const double tflops =
-              10.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
-          fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{}\n", dn, B, H, N, D,
-                     int(causal), ms, tflops, each);
-          std::fflush(stdout);
-          llvm::json::Object row =
-              attentionRow(*dtype, B, H, N, D, causal, ms, tflops);
-          row["pass"] = "backward";
-          rows.push_back(std::move(row));
         }
     }
   }

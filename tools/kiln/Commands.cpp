@@ -226,7 +226,6 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.copyAddressesPerRegister = resolved.copyAddressesPerRegister;
   forwardConfigFlags(opts, c);
   c.staticShapes = opts.int32("static-shapes", -1);
-  c.minBlocksPerSM = -1; // depends on the shapes' mode
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")

@@ -84,9 +84,14 @@ kernels::AttentionShape attentionShapeOptions(Options &opts);
 /// and the multiples of 128 nearest them; sorted.
 std::vector<int64_t> benchSequenceLengths(std::vector<int64_t> given,
                                           bool quick, bool ragged);
-/// The backward's schedule options (--block-m, --dq-warps, ...), unresolved.
+/// The backward's schedule options (ConfigFlags.cpp: --block-m, --dq-warps,
+/// ...), unresolved.
 kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts);
-/// The forward's schedule flags (ForwardFlags.cpp: --block-m, --stages,
+/// `base` with --against's "flag=value ..." items (the same flags) set.
+kernels::AttentionBackwardConfig
+withBackwardConfigItems(kernels::AttentionBackwardConfig base,
+                        const std::string &text);
+/// The forward's schedule flags (ConfigFlags.cpp: --block-m, --stages,
 /// --masked-first, ...): each one given sets its AttentionConfig field in
 /// `c`; the others keep c's values.
 void forwardConfigFlags(Options &opts, kernels::AttentionConfig &c);

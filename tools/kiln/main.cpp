@@ -52,6 +52,7 @@ commands:
       [--head-group G] [--dynamic-tiles 0|1]
       [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--skip-dead-rows 0|1] [--warp-specialize 0|1]
       [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
+      [--min-blocks-per-sm B]
       [--shapes default|static|runtime|both] [--against "flag=V ..."]
                                         TFLOP/s on the GPU over B*N=16k tokens
                                         (--tokens T: B = T / N),
@@ -70,10 +71,13 @@ commands:
   bench attention --backward [--quick] [--ragged] [--seqs N,N,...]
       [--dtypes bf16,fp16] [--head-dim D] [--causal | --non-causal]
       [--json FILE] [--reps R] [--batch K] [--tokens T]
-      [backward config options]
+      [backward config options] [--against "flag=V ..."]
                                         the backward's three kernels timed
                                         together (TFLOP/s as 2.5x the
-                                        forward's FLOPs), each one's time
+                                        forward's FLOPs; --against: also
+                                        under the config with those of its
+                                        options set, samples in turn), each
+                                        one's time
   bench gemm [--size N | --sizes N,N,...] [--shapes static|runtime|both]
       [--block-m M] [--block-n N] [--block-k K]
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
