@@ -133,13 +133,15 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // longest first (longestFirst's order is the grid's, which the tile
   // counter hands out): H200, A B B A, D=128 +1.5% at 1000, +3% at 2048,
   // +2.4% at 4096, +0.5% at 8192; D=64 +3% at 2048, even at 4096 and 8192
-  // (2026-11-26-session29.txt, section 5).
+  // (2026-11-26-session29.txt, section 5); since, D=64 past 4096 keys too:
+  // same process on the H200 (kiln bench --backward --against), two
+  // rounds, +4.0/+3.7% at 4097, +3.8/+3.3% at 6000, +2.9/+2.7% at 8191 and
+  // 8192, +2.4% at 16384 (2026-11-27-session41.txt, sections 1-2).
   if (c.persistent < 0)
-    c.persistent =
-        c.warpSpecialize > 0 &&
-        (s.headDim > 64 ? c.warps == 8
-         : s.causal ? (oneWarpgroup ? s.seqK <= 2048 : wide && s.seqK <= 4096)
-                    : wide);
+    c.persistent = c.warpSpecialize > 0 &&
+                   (s.headDim > 64 ? c.warps == 8
+                    : s.causal     ? (oneWarpgroup ? s.seqK <= 2048 : wide)
+                                   : wide);
   if (c.dynamicTiles < 0)
     c.dynamicTiles = c.persistent > 0;
   // dK and dV staged in shared memory and written by TMA (the bulk copies
