@@ -107,9 +107,11 @@ INSTANTIATE_TEST_SUITE_P(
         BackwardCase{1, 2, 1000, 1000, 128, false, bf16, false, -1, 1},
         BackwardCase{1, 2, 1023, 1023, 128, true, bf16, false, 1, 0},
         // dK/dV on persistent CTAs (K and V by the producer's TMA; the
-        // default for causal D=64 up to 2048 keys) and not.
+        // default for causal D=64 with two warpgroups at every length since
+        // session 41, past 4096 keys below) and not.
         BackwardCase{2, 3, 1000, 1000, 64, true, bf16, false, -1, -1, 0},
         BackwardCase{1, 3, 700, 1100, 128, false, f16, false, -1, -1, 1},
+        BackwardCase{1, 2, 4100, 4100, 64, true, bf16},
         // Causal key blocks longest first in groups of 4 of 6 heads (the
         // last group holds 2), and in the grid's order.
         BackwardCase{2, 3, 1000, 1000, 128, true, bf16, false, -1, -1, -1, -1,
