@@ -7,6 +7,7 @@
 // GELU (ragged M). Outputs poisoned before each launch. Skips without a GPU.
 //
 //===----------------------------------------------------------------------===//
+#include "../unit/CodegenUtil.h"
 #include "../unit/FusedOpsData.h"
 #include "../unit/GemmColumnSums.h"
 #include "../unit/TestUtil.h"
@@ -152,9 +153,7 @@ TEST(GpuFusedOps, PersistentEpilogueSharesTheRing) {
       dt.add("S", s, false); // its initial values are part of the result
       CompiledKernel k = runOnGpu(
           test::gemmWithColumnSums(true, true, true, stages, dynamic), dt);
-      std::string report;
-      for (const std::string &line : k.report)
-        report += line + "\n";
+      const std::string report = test::reportOf(k);
       EXPECT_EQ(report.find("placed by liveness within the tile") !=
                     std::string::npos,
                 stages == 4)
@@ -197,9 +196,7 @@ TEST(GpuFusedOps, GemmWarpgroupPastMSkipsItsWork) {
       dt.add("S", s, true); // not written without column sums
       CompiledKernel k =
           runOnGpu(test::gemmWithColumnSums(false, tmaStore, persistent), dt);
-      std::string report;
-      for (const std::string &line : k.report)
-        report += line + "\n";
+      const std::string report = test::reportOf(k);
       EXPECT_NE(report.find("rows all fall outside what the stores to C "
                             "keep"),
                 std::string::npos)
