@@ -76,8 +76,8 @@ Value recompute(OpBuilder &b, Value v, scf::ForOp loop, IRMapping &map) {
 
 /// Whether `loop` runs at most once: a constant trip count <= 1, the
 /// remainder loop of a blocked one, for (i = hi / step * step; i < hi;
-/// i += step), or for (i = max(a, hi - step); i < hi; i += step), with a
-/// constant step.
+/// i += step), for (i = max(a, hi - step); i < hi; i += step), or for (i = a;
+/// i < a + step; i += step), with a constant step.
 bool runsAtMostOnce(scf::ForOp loop) {
   auto constant = [](Value v) -> std::optional<int64_t> {
     if (auto c = v.getDefiningOp<arith::ConstantIntOp>())
@@ -89,6 +89,13 @@ bool runsAtMostOnce(scf::ForOp loop) {
                          step = constant(loop.getStep());
   if (lo && hi && step && *step > 0)
     return *hi - *lo <= *step;
+  // for (i = a; i < a + step; i += step)
+  if (auto add = loop.getUpperBound().getDefiningOp<arith::AddIOp>();
+      add && step)
+    for (int side = 0; side < 2; ++side)
+      if (add->getOperand(side) == loop.getLowerBound() &&
+          constant(add->getOperand(1 - side)) == step)
+        return true;
   // for (i = max(a, hi - step); i < hi; i += step)
   if (auto mx = loop.getLowerBound().getDefiningOp<arith::MaxSIOp>();
       mx && step)
