@@ -22,6 +22,18 @@ namespace kiln::cli {
 /// (defaults, --<size> N, --sizes a=N,b=M) is tuned with every Config, on
 /// random inputs, and the winner recorded under the name and key the
 /// kernel's launches use.
+/// --budget S (seconds, >= 1) and --threads T (compile threads, >= 0; 0:
+/// one per core).
+static TuneOptions budgetAndThreads(Options &opts, int64_t budget) {
+  TuneOptions o;
+  o.budgetSeconds = double(positive(opts, "budget", budget));
+  o.threads = opts.int32("threads", 0);
+  if (o.threads < 0)
+    throw UsageError("option --threads must be >= 0 (0: one per core), got " +
+                     std::to_string(o.threads));
+  return o;
+}
+
 static int tuneRegistered(Options &opts, const std::string &name) {
   const auto &all = tunableKernels();
   auto it = all.find(name);
@@ -56,9 +68,7 @@ static int tuneRegistered(Options &opts, const std::string &name) {
       throw UsageError("option --sizes: '" + item + "' is not size=N");
     }
   }
-  TuneOptions o;
-  o.budgetSeconds = double(opts.integer("budget", 60));
-  o.threads = opts.int32("threads", 0);
+  TuneOptions o = budgetAndThreads(opts, 60);
   o.force = true;
   opts.checkAllUsed();
   std::string why;
@@ -130,20 +140,18 @@ int cmdTune(Options &opts) {
     return tuneRegistered(opts, opts.positional[0]);
   const bool backward = opts.positional[0] == "attention-backward";
   kernels::AttentionShape s;
-  s.seqQ = s.seqK = opts.integer("seq", 4096);
-  s.headDim = opts.integer("head-dim", 128);
+  s.seqQ = s.seqK = positive(opts, "seq", 4096);
+  s.headDim = positive(opts, "head-dim", 128);
   s.causal = opts.flag("causal");
   // The benchmark's shapes: B*N = 16k tokens, H*D = 2048.
-  s.batch = opts.integer("batch", std::max<int64_t>(1, 16384 / s.seqQ));
-  s.heads = opts.integer("heads", 2048 / s.headDim);
+  s.batch = positive(opts, "batch", std::max<int64_t>(1, 16384 / s.seqQ));
+  s.heads = positive(opts, "heads", std::max<int64_t>(1, 2048 / s.headDim));
   std::string dtype = opts.string("dtype", "bf16");
   auto t = parseDType(dtype);
   if (!t || (*t != DType::bf16 && *t != DType::f16))
     throw UsageError("option --dtype: '" + dtype + "' is not bf16 or fp16");
   s.dtype = *t;
-  TuneOptions o;
-  o.budgetSeconds = double(opts.integer("budget", 30));
-  o.threads = opts.int32("threads", 0);
+  TuneOptions o = budgetAndThreads(opts, 30);
   o.reps = positive32(opts, "reps", 10);
   o.backToBack = positive32(opts, "back-to-back", 10);
   o.force = opts.flag("force");
