@@ -16,12 +16,6 @@
 
 namespace kiln::cli {
 
-/// kiln tune <name>: a kernel of the registry (kiln/Compiler/Tunable.h):
-/// the library's (rmsnorm, layernorm, rotary, cross-entropy, linear...) and
-/// those a user's library registers (--load). Its problem for the sizes
-/// (defaults, --<size> N, --sizes a=N,b=M) is tuned with every Config, on
-/// random inputs, and the winner recorded under the name and key the
-/// kernel's launches use.
 /// --budget S (seconds, >= 1) and --threads T (compile threads, >= 0; 0:
 /// one per core).
 static TuneOptions budgetAndThreads(Options &opts, int64_t budget) {
@@ -34,6 +28,12 @@ static TuneOptions budgetAndThreads(Options &opts, int64_t budget) {
   return o;
 }
 
+/// kiln tune <name>: a kernel of the registry (kiln/Compiler/Tunable.h):
+/// the library's (rmsnorm, layernorm, rotary, cross-entropy, linear...) and
+/// those a user's library registers (--load). Its problem for the sizes
+/// (defaults, --<size> N, --sizes a=N,b=M) is tuned with every Config, on
+/// random inputs, and the winner recorded under the name and key the
+/// kernel's launches use.
 static int tuneRegistered(Options &opts, const std::string &name) {
   const auto &all = tunableKernels();
   auto it = all.find(name);
