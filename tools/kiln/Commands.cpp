@@ -11,10 +11,11 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 namespace kiln::cli {
 
@@ -237,6 +238,12 @@ static Problem attentionProblem(Options &opts, bool withData) {
   if (lseStride < s.seqQ)
     throw UsageError("option --lse-stride must be >= the sequence length " +
                 std::to_string(s.seqQ) + ", got " + std::to_string(lseStride));
+  // What bind refuses, refused for kiln report and ptx too (and before
+  // H * S could overflow).
+  if (lseStride > std::numeric_limits<int32_t>::max() / s.heads)
+    throw UsageError("option --lse-stride: LSE's stride per batch, H*S = " +
+                     std::to_string(s.heads) + "*" + std::to_string(lseStride) +
+                     ", does not fit kiln's 32-bit index width");
   const bool bshd = layout == "bshd";
   const std::vector<int64_t> qShape{s.batch, s.heads, s.seqQ, s.headDim},
       kShape{s.batch, s.heads, s.seqK, s.headDim},
