@@ -24,6 +24,9 @@ struct KernelBuilder::State {
   mlir::func::FuncOp func;
   Loc createdAt;
   bool gridSet = false; ///< by the constructor or setGrid
+  /// This builder's number (1, 2, ... per process): tiles and Indexes carry
+  /// it, so that one made for another kernel is refused, not dereferenced.
+  uint64_t serial = 0;
 
   explicit State(std::shared_ptr<mlir::MLIRContext> ctx) : builder(ctx.get()) {
     kernel = std::make_shared<Kernel::Impl>();
@@ -45,6 +48,11 @@ inline mlir::Value value(void *raw) {
 }
 inline void *raw(mlir::Value v) { return v.getAsOpaquePointer(); }
 mlir::RankedTensorType tileType(const Tile &t, const Loc &loc, const char *op);
+/// The serial of the kernel under construction on this thread, 0 if none.
+uint64_t currentSerial();
+/// Throws at `loc` when `serial` (a Tile's or an Index's) is not the current
+/// builder's.
+void checkSameKernel(uint64_t serial, const Loc &loc, const char *what);
 // libkiln's own (MLIR types): not exported.
 #pragma GCC visibility push(hidden)
 std::string shapeStr(llvm::ArrayRef<int64_t> shape);

@@ -10,6 +10,7 @@
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <atomic>
 #include <limits>
 
 using namespace mlir;
@@ -48,9 +49,22 @@ std::string typeStr(Type t) {
   return s;
 }
 
+uint64_t currentSerial() { return current ? current->serial : 0; }
+
+void checkSameKernel(uint64_t serial, const Loc &loc, const char *what) {
+  if (serial != state(loc).serial)
+    userError(loc, std::string(what) +
+                       " was made while building another kernel (a Tile or "
+                       "Index lives as long as the KernelBuilder that made "
+                       "it): build it again in kernel '" +
+                       current->kernel->name + "'");
+}
+
 RankedTensorType tileType(const Tile &t, const Loc &loc, const char *op) {
   if (!t.valid())
     userError(loc, std::string(op) + ": tile is empty (default-constructed)");
+  checkSameKernel(t.kernelSerial(), loc,
+                  (std::string(op) + ": the tile").c_str());
   return cast<RankedTensorType>(value(t.raw()).getType());
 }
 
@@ -78,6 +92,7 @@ Index Index::fromRaw(void *v, std::optional<int64_t> constant,
                      std::optional<GridExtent> extent) {
   Index i;
   i.value_ = v;
+  i.kernel_ = currentSerial();
   i.constant_ = constant;
   i.extent_ = std::move(extent);
   return i;
@@ -88,6 +103,11 @@ void *Index::raw() const {
   // made inside a loop body would not dominate a use after the loop.
   if (constant_)
     return detail::raw(i32Constant(*constant_, loc_));
+  if (value_ && current && kernel_ != current->serial)
+    throw Error("kiln DSL: an Index made while building another kernel is "
+                "used in kernel '" +
+                current->kernel->name +
+                "' (an Index lives as long as the KernelBuilder that made it)");
   return value_;
 }
 
@@ -100,6 +120,9 @@ static Index indexOp(const Index &a, const IndexArg &b,
     (void)i32Constant(r, b.loc); // range check only; folded in C++
     return Index(r, b.loc);
   }
+  for (const Index *i : {&a, &b.value})
+    if (i->kernelSerial())
+      checkSameKernel(i->kernelSerial(), b.loc, "an Index");
   OpBuilder &bld = builder(b.loc);
   Value v =
       Op::create(bld, location(b.loc), value(a.raw()), value(b.value.raw()));
@@ -234,6 +257,8 @@ KernelBuilder::KernelBuilder(const std::string &name, Loc loc) {
   if (name.empty())
     userError(loc, "KernelBuilder: empty kernel name");
   state_ = std::make_unique<State>(makeKilnContext());
+  static std::atomic<uint64_t> serials{0};
+  state_->serial = ++serials;
   state_->createdAt = loc;
   state_->kernel->name = name;
   current = state_.get();

@@ -15,13 +15,24 @@ using namespace detail;
 Tile Tile::fromRaw(void *v) {
   Tile t;
   t.value_ = v;
+  t.kernel_ = v ? currentSerial() : 0;
   return t;
+}
+
+void *Tile::raw() const {
+  // Where no kernel is being built (a finished kernel's tiles, read while
+  // its Kernel keeps the IR) the value is left to the caller.
+  if (value_ && currentSerial() && kernel_ != currentSerial())
+    throw Error("kiln DSL: a tile made while building another kernel is "
+                "used in this one (a Tile lives as long as the KernelBuilder "
+                "that made it)");
+  return value_;
 }
 
 Shape Tile::shape() const {
   if (!value_)
     return {};
-  auto t = cast<RankedTensorType>(value(value_).getType());
+  auto t = cast<RankedTensorType>(value(raw()).getType());
   return Shape(t.getShape().begin(), t.getShape().end());
 }
 
@@ -29,7 +40,7 @@ DType Tile::dtype() const {
   if (!value_)
     throw Error("Tile::dtype: the tile is empty");
   return dtypeOf(
-      cast<RankedTensorType>(value(value_).getType()).getElementType());
+      cast<RankedTensorType>(value(raw()).getType()).getElementType());
 }
 
 Tile Tile::to(DType dtype, Loc loc) const {

@@ -208,3 +208,46 @@ TEST(DslError, OneBuilderPerThread) {
   EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
                              ": KernelBuilder: another kernel is being built"));
 }
+
+// A Tile or Index kept past its KernelBuilder and used in the next kernel
+// (its IR died with the builder): an error at the user's line, not a read
+// of freed memory. A constant Index serves any kernel.
+TEST(DslError, TilesAndIndexesOfAnotherKernel) {
+  Tile stale;
+  Index staleN = Index(0), constant = Index(7);
+  {
+    KernelBuilder first("first", {1});
+    stale = zeros({16}, f32);
+    staleN = first.scalarArg("N");
+  }
+  int line = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder k("second", {1});
+    line = __LINE__ + 1; // the next line misuses the DSL
+    (void)(stale + 1.0);
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) + ": "),
+                         HasSubstr("was made while building another kernel"),
+                         HasSubstr("in kernel 'second'")));
+  msg = errorOf([&] {
+    KernelBuilder k("third", {1});
+    line = __LINE__ + 1; // the next line misuses the DSL
+    (void)(staleN * 2);
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) +
+                                   ": an Index was made while building another "
+                                   "kernel"),
+                         HasSubstr("in kernel 'third'")));
+  msg = errorOf([&] {
+    KernelBuilder k("fourth", {1});
+    (void)stale.shape(); // no builder is current for `stale`: refused, not read
+  });
+  EXPECT_THAT(msg, HasSubstr("a tile made while building another kernel"));
+  EXPECT_EQ(errorOf([&] {
+              KernelBuilder k("fifth", {1});
+              auto X = k.tensorArg("X", i32, {16});
+              store(X.block({0}), arange(16) + constant);
+              k.finish();
+            }),
+            "<no error>");
+}

@@ -56,6 +56,9 @@ public:
   /// constants of them: the host-side formula (what a launch grid's extent
   /// may be); nullopt for anything the host cannot evaluate.
   const std::optional<GridExtent> &extent() const { return extent_; }
+  /// The KernelBuilder (a number per builder) that made it; 0 for a
+  /// constant, which serves any kernel.
+  uint64_t kernelSerial() const { return constant_ ? 0 : kernel_; }
 
   static Index fromRaw(void *value, std::optional<int64_t> constant,
                        std::optional<GridExtent> extent = std::nullopt);
@@ -63,6 +66,7 @@ public:
 private:
   Index() = default;
   void *value_ = nullptr; // materialised lazily for constants
+  uint64_t kernel_ = 0;   // the KernelBuilder that made value_
   std::optional<int64_t> constant_;
   std::optional<GridExtent> extent_;
   Loc loc_;
@@ -97,13 +101,18 @@ public:
   int64_t rank() const { return int64_t(shape().size()); }
   /// Element type conversion (rounds to nearest even).
   Tile to(DType dtype, Loc loc = Loc::current()) const;
-  void *raw() const { return value_; }
+  /// Its IR value; throws kiln::Error when the tile was made while another
+  /// kernel was built (a Tile lives as long as its KernelBuilder).
+  void *raw() const;
   bool valid() const { return value_ != nullptr; }
+  /// The KernelBuilder (a number per builder) that made it; 0 when empty.
+  uint64_t kernelSerial() const { return kernel_; }
 
   static Tile fromRaw(void *value);
 
 private:
   void *value_ = nullptr;
+  uint64_t kernel_ = 0;
 };
 
 /// One operand of a tile operator: a tile, a number (splat to the other
