@@ -54,9 +54,10 @@ uint64_t currentSerial() { return current ? current->serial : 0; }
 void checkSameKernel(uint64_t serial, const Loc &loc, const char *what) {
   if (serial != state(loc).serial)
     userError(loc, std::string(what) +
-                       " was made while building another kernel (a Tile or "
-                       "Index lives as long as the KernelBuilder that made "
-                       "it): build it again in kernel '" +
+                       " was made while building another kernel (tiles, "
+                       "Indexes and tensor views live as long as the "
+                       "KernelBuilder that made them): build it again in "
+                       "kernel '" +
                        current->kernel->name + "'");
 }
 
@@ -633,13 +634,15 @@ Kernel KernelBuilder::finish(Loc loc) {
 
 TensorView::TensorView(void *pointer, DType dtype, std::vector<Index> dims,
                        std::vector<Index> strides, std::string name)
-    : pointer_(pointer), dtype_(dtype), dims_(std::move(dims)),
-      strides_(std::move(strides)), name_(std::move(name)) {
+    : pointer_(pointer), kernel_(currentSerial()), dtype_(dtype),
+      dims_(std::move(dims)), strides_(std::move(strides)),
+      name_(std::move(name)) {
   for (const Index &d : dims_)
     shape_.push_back(d.isConstant() ? d.constant() : kDynamicDim);
 }
 
 TensorView TensorView::operator[](IndexArg i) const {
+  checkSameKernel(kernel_, i.loc, ("indexing " + name_ + ": the view").c_str());
   if (shape_.size() < 2)
     userError(i.loc, "indexing " + name_ + ": a " + shapeToString(shape_) +
                          " view has no leading dimension to drop");
@@ -667,6 +670,7 @@ TensorView TensorView::operator[](IndexArg i) const {
 
 Block TensorView::block(std::vector<Index> offsets, Shape blockShape,
                         Loc loc) const {
+  checkSameKernel(kernel_, loc, ("block of " + name_ + ": the view").c_str());
   if (offsets.size() != shape_.size())
     userError(loc, "block of " + name_ + ": " + std::to_string(offsets.size()) +
                        " offsets for a " + shapeToString(shape_) + " view");

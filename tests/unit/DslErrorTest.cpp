@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+
 using namespace kiln;
 using namespace kiln::dsl;
 using kiln::test::errorOf;
@@ -215,10 +217,12 @@ TEST(DslError, OneBuilderPerThread) {
 TEST(DslError, TilesAndIndexesOfAnotherKernel) {
   Tile stale;
   Index staleN = Index(0), constant = Index(7);
+  std::optional<TensorView> staleX;
   {
     KernelBuilder first("first", {1});
     stale = zeros({16}, f32);
     staleN = first.scalarArg("N");
+    staleX = first.tensorArg("X", f32, {16, 16});
   }
   int line = 0;
   std::string msg = errorOf([&] {
@@ -238,6 +242,15 @@ TEST(DslError, TilesAndIndexesOfAnotherKernel) {
                                    ": an Index was made while building another "
                                    "kernel"),
                          HasSubstr("in kernel 'third'")));
+  msg = errorOf([&] {
+    KernelBuilder k("views", {1});
+    line = __LINE__ + 1; // the next line misuses the DSL
+    (void)load(staleX->block({0, 0}, {16, 16}));
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(line) +
+                                   ": block of X: the view was made while "
+                                   "building another kernel"),
+                         HasSubstr("in kernel 'views'")));
   msg = errorOf([&] {
     KernelBuilder k("fourth", {1});
     (void)stale.shape(); // no builder is current for `stale`: refused, not read

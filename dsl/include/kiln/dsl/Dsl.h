@@ -253,6 +253,7 @@ public:
 
 private:
   void *pointer_;
+  uint64_t kernel_ = 0; // the KernelBuilder that made pointer_
   DType dtype_;
   Shape shape_;
   std::vector<Index> dims_;
