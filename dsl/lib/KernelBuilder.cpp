@@ -61,11 +61,20 @@ void checkSameKernel(uint64_t serial, const Loc &loc, const char *what) {
                        current->kernel->name + "'");
 }
 
+void checkInScope(Value v, const Loc &loc, const std::string &what) {
+  mlir::Block *at = builder(loc).getInsertionBlock();
+  Region *made = v.getParentRegion();
+  if (at && made && !made->isAncestor(at->getParent()))
+    userError(loc, what + " was made inside a loop body (forRange) and is used "
+                          "outside it: a value leaves a loop through carry()");
+}
+
 RankedTensorType tileType(const Tile &t, const Loc &loc, const char *op) {
   if (!t.valid())
     userError(loc, std::string(op) + ": tile is empty (default-constructed)");
-  checkSameKernel(t.kernelSerial(), loc,
-                  (std::string(op) + ": the tile").c_str());
+  const std::string what = std::string(op) + ": the tile";
+  checkSameKernel(t.kernelSerial(), loc, what.c_str());
+  checkInScope(value(t.raw()), loc, what);
   return cast<RankedTensorType>(value(t.raw()).getType());
 }
 
@@ -122,8 +131,10 @@ static Index indexOp(const Index &a, const IndexArg &b,
     return Index(r, b.loc);
   }
   for (const Index *i : {&a, &b.value})
-    if (i->kernelSerial())
+    if (i->kernelSerial()) {
       checkSameKernel(i->kernelSerial(), b.loc, "an Index");
+      checkInScope(value(i->raw()), b.loc, "an Index");
+    }
   OpBuilder &bld = builder(b.loc);
   Value v =
       Op::create(bld, location(b.loc), value(a.raw()), value(b.value.raw()));
@@ -691,9 +702,14 @@ static void blockOperands(const Block &blk, const Loc &loc,
                           SmallVectorImpl<Value> &offsets,
                           SmallVectorImpl<Value> &shape,
                           SmallVectorImpl<Value> &strides) {
-  for (const Index &o : blk.offsets)
+  const std::string what = "block of " + blk.view.name() + ": ";
+  checkInScope(value(blk.view.pointer()), loc, what + "the view");
+  for (const Index &o : blk.offsets) {
+    if (o.kernelSerial())
+      checkSameKernel(o.kernelSerial(), loc, (what + "an offset").c_str());
     offsets.push_back(value(o.raw()));
-  (void)loc;
+    checkInScope(offsets.back(), loc, what + "an offset");
+  }
   for (const Index &d : blk.view.dims())
     shape.push_back(value(d.raw()));
   for (const Index &s : blk.view.strides())
@@ -786,11 +802,17 @@ void forRange(Index lo, Index hi, Index step, Carry carried,
                        std::to_string(step.constant()));
   OpBuilder &b = builder(loc);
   Location l = location(loc);
+  for (const Index *i : {&lo, &hi, &step})
+    if (i->kernelSerial()) {
+      checkSameKernel(i->kernelSerial(), loc, "forRange: a bound");
+      checkInScope(value(i->raw()), loc, "forRange: a bound");
+    }
   SmallVector<Value> inits;
   for (auto [i, t] : llvm::enumerate(carried.tiles)) {
     if (!t->valid())
       userError(loc, "forRange: carried tile #" + std::to_string(i) +
                          " has no value before the loop");
+    (void)tileType(*t, loc, "forRange: carried");
     inits.push_back(value(t->raw()));
   }
   auto forOp = scf::ForOp::create(b, l, value(lo.raw()), value(hi.raw()),

@@ -264,3 +264,47 @@ TEST(DslError, TilesAndIndexesOfAnotherKernel) {
             }),
             "<no error>");
 }
+
+// A tile or Index made inside a loop body and used after the loop (not
+// carried out): an error at the use, not invalid IR at finish().
+TEST(DslError, LoopValuesUsedAfterTheLoop) {
+  int line = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    auto X = k.tensorArg("X", f32, {64});
+    Tile acc = zeros({16}, f32), inner;
+    forRange(0, 4, 1, carry(acc), [&](Index) {
+      inner = acc * 2.0;
+      acc = acc + 1.0;
+    });
+    line = __LINE__ + 1; // the next line misuses the DSL
+    store(X.block({0}), inner);
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": store: the tile was made inside a loop body "
+                             "(forRange) and is used outside it: a value "
+                             "leaves a loop through carry()"));
+  msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    auto X = k.tensorArg("X", f32, {64});
+    Tile acc = zeros({16}, f32);
+    Index last = Index(0);
+    forRange(0, 4, 1, carry(acc), [&](Index i) {
+      last = i * 16;
+      acc = acc + 1.0;
+    });
+    line = __LINE__ + 1; // the next line misuses the DSL
+    store(X.block({last}), acc);
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": block of X: an offset was made inside a loop"));
+  msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Index last = Index(0);
+    forRange(0, 4, 1, [&](Index i) { last = i + 1; });
+    line = __LINE__ + 1; // the next line misuses the DSL
+    forRange(0, last, 1, [&](Index) {});
+  });
+  EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
+                             ": forRange: a bound was made inside a loop"));
+}
