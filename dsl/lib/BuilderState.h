@@ -52,10 +52,13 @@ mlir::RankedTensorType tileType(const Tile &t, const Loc &loc, const char *op);
 uint64_t currentSerial();
 /// Throws at `loc` when `serial` (a Tile's or an Index's) is not the current
 /// builder's.
-void checkSameKernel(uint64_t serial, const Loc &loc, const char *what);
+void checkSameKernel(uint64_t serial, const Loc &loc, const std::string &what);
 /// Throws at `loc` when `v` was made inside a loop body (forRange) that the
 /// insertion point is not in: values leave a loop through carry().
 void checkInScope(mlir::Value v, const Loc &loc, const std::string &what);
+/// Both checks for a run-time Index used at `loc` (a constant serves
+/// anywhere).
+void checkIndex(const Index &i, const Loc &loc, const std::string &what);
 // libkiln's own (MLIR types): not exported.
 #pragma GCC visibility push(hidden)
 std::string shapeStr(llvm::ArrayRef<int64_t> shape);

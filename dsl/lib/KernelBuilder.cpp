@@ -51,9 +51,9 @@ std::string typeStr(Type t) {
 
 uint64_t currentSerial() { return current ? current->serial : 0; }
 
-void checkSameKernel(uint64_t serial, const Loc &loc, const char *what) {
+void checkSameKernel(uint64_t serial, const Loc &loc, const std::string &what) {
   if (serial != state(loc).serial)
-    userError(loc, std::string(what) +
+    userError(loc, what +
                        " was made while building another kernel (tiles, "
                        "Indexes and tensor views live as long as the "
                        "KernelBuilder that made them): build it again in "
@@ -69,11 +69,18 @@ void checkInScope(Value v, const Loc &loc, const std::string &what) {
                           "outside it: a value leaves a loop through carry()");
 }
 
+void checkIndex(const Index &i, const Loc &loc, const std::string &what) {
+  if (!i.kernelSerial())
+    return;
+  checkSameKernel(i.kernelSerial(), loc, what);
+  checkInScope(value(i.raw()), loc, what);
+}
+
 RankedTensorType tileType(const Tile &t, const Loc &loc, const char *op) {
   if (!t.valid())
     userError(loc, std::string(op) + ": tile is empty (default-constructed)");
   const std::string what = std::string(op) + ": the tile";
-  checkSameKernel(t.kernelSerial(), loc, what.c_str());
+  checkSameKernel(t.kernelSerial(), loc, what);
   checkInScope(value(t.raw()), loc, what);
   return cast<RankedTensorType>(value(t.raw()).getType());
 }
@@ -131,10 +138,7 @@ static Index indexOp(const Index &a, const IndexArg &b,
     return Index(r, b.loc);
   }
   for (const Index *i : {&a, &b.value})
-    if (i->kernelSerial()) {
-      checkSameKernel(i->kernelSerial(), b.loc, "an Index");
-      checkInScope(value(i->raw()), b.loc, "an Index");
-    }
+    checkIndex(*i, b.loc, "an Index");
   OpBuilder &bld = builder(b.loc);
   Value v =
       Op::create(bld, location(b.loc), value(a.raw()), value(b.value.raw()));
@@ -653,7 +657,7 @@ TensorView::TensorView(void *pointer, DType dtype, std::vector<Index> dims,
 }
 
 TensorView TensorView::operator[](IndexArg i) const {
-  checkSameKernel(kernel_, i.loc, ("indexing " + name_ + ": the view").c_str());
+  checkSameKernel(kernel_, i.loc, "indexing " + name_ + ": the view");
   if (shape_.size() < 2)
     userError(i.loc, "indexing " + name_ + ": a " + shapeToString(shape_) +
                          " view has no leading dimension to drop");
@@ -681,7 +685,7 @@ TensorView TensorView::operator[](IndexArg i) const {
 
 Block TensorView::block(std::vector<Index> offsets, Shape blockShape,
                         Loc loc) const {
-  checkSameKernel(kernel_, loc, ("block of " + name_ + ": the view").c_str());
+  checkSameKernel(kernel_, loc, "block of " + name_ + ": the view");
   if (offsets.size() != shape_.size())
     userError(loc, "block of " + name_ + ": " + std::to_string(offsets.size()) +
                        " offsets for a " + shapeToString(shape_) + " view");
@@ -705,10 +709,8 @@ static void blockOperands(const Block &blk, const Loc &loc,
   const std::string what = "block of " + blk.view.name() + ": ";
   checkInScope(value(blk.view.pointer()), loc, what + "the view");
   for (const Index &o : blk.offsets) {
-    if (o.kernelSerial())
-      checkSameKernel(o.kernelSerial(), loc, (what + "an offset").c_str());
+    checkIndex(o, loc, what + "an offset");
     offsets.push_back(value(o.raw()));
-    checkInScope(offsets.back(), loc, what + "an offset");
   }
   for (const Index &d : blk.view.dims())
     shape.push_back(value(d.raw()));
@@ -803,10 +805,7 @@ void forRange(Index lo, Index hi, Index step, Carry carried,
   OpBuilder &b = builder(loc);
   Location l = location(loc);
   for (const Index *i : {&lo, &hi, &step})
-    if (i->kernelSerial()) {
-      checkSameKernel(i->kernelSerial(), loc, "forRange: a bound");
-      checkInScope(value(i->raw()), loc, "forRange: a bound");
-    }
+    checkIndex(*i, loc, "forRange: a bound");
   SmallVector<Value> inits;
   for (auto [i, t] : llvm::enumerate(carried.tiles)) {
     if (!t->valid())
