@@ -300,10 +300,13 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.narrowStepInDiagonal =
         attentionSharedBytes(s, together) <= kHopperSharedBytes;
   }
-  // Same-run A/B on the H200 under wgmma, D=128 causal: 383 vs 376 TFLOP/s
-  // at N=4k, 470 vs 465 at 16k.
+  // Thread ids re-read in the key loop at D=128 non-causal only. Same
+  // process on the H200 (kiln bench --against "reload-ids=0", two rounds),
+  // off against on: causal D=128 +0.3..+3.2% at N=1000..16384 (ragged N
+  // too), non-causal +1.3..1.9% at 2048/4096 but 0.7-1.4% slower at 1000,
+  // 2049, 3001, 4097 (docs/experiments/2026-11-27-session42.txt, 9-10).
   if (c.reloadThreadIds < 0)
-    c.reloadThreadIds = wide && (!s.causal || c.wgmma > 0);
+    c.reloadThreadIds = wide && !s.causal;
   // Same-run A/Bs on the H200: one offset per register is 2% faster at D=128
   // non-causal; base plus constants 2-4% faster everywhere else.
   if (c.copyAddressesPerRegister < 0)
