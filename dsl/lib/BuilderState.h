@@ -27,6 +27,9 @@ struct KernelBuilder::State {
   /// This builder's number (1, 2, ... per process): tiles and Indexes carry
   /// it, so that one made for another kernel is refused, not dereferenced.
   uint64_t serial = 0;
+  /// "file:line" of the first forRange whose body was left by an exception:
+  /// its loop holds part of a body, so the kernel cannot be finished.
+  std::string abandonedLoop;
 
   explicit State(std::shared_ptr<mlir::MLIRContext> ctx) : builder(ctx.get()) {
     kernel = std::make_shared<Kernel::Impl>();

@@ -308,3 +308,51 @@ TEST(DslError, LoopValuesUsedAfterTheLoop) {
   EXPECT_THAT(msg, HasSubstr(KILN_FILE_LINE(line) +
                              ": forRange: a bound was made inside a loop"));
 }
+
+TEST(DslError, ExceptionOutOfALoopBody) {
+  // A user's exception, or a DSL error the user catches, leaves a forRange
+  // body half built: the carried tiles are what they were before the loop,
+  // and finish() names the loop instead of failing on invalid IR.
+  int loopLine = 0, finishLine = 0;
+  std::string msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    auto X = k.tensorArg("X", f32, {16});
+    Tile acc = zeros({16}, f32);
+    try {
+      loopLine = __LINE__ + 1;
+      forRange(0, 4, 1, carry(acc), [&](Index) {
+        forRange(0, 2, 1, carry(acc), [&](Index) {
+          acc = acc + 1.0;
+          throw std::runtime_error("the user's own");
+        });
+      });
+    } catch (const std::runtime_error &) {
+    }
+    store(X.block({0}), acc); // the tile from before the loop: no error
+    finishLine = __LINE__ + 1;
+    (void)k.finish();
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr(KILN_FILE_LINE(finishLine) +
+                                   ": finish: kernel t: the body of the "
+                                   "forRange at " +
+                                   KILN_FILE_LINE(loopLine + 1) +
+                                   " was left by an exception"),
+                         HasSubstr("build the kernel again")));
+  msg = errorOf([&] {
+    KernelBuilder k("t", {1});
+    Tile acc = zeros({16}, f32);
+    std::string caught;
+    try {
+      loopLine = __LINE__ + 1;
+      forRange(0, 4, 1, carry(acc), [&](Index) {
+        acc = acc + zeros({32}, f32); // a DSL error, caught below
+      });
+    } catch (const Error &e) {
+      caught = e.what();
+    }
+    EXPECT_THAT(caught, HasSubstr("+"));
+    (void)k.finish();
+  });
+  EXPECT_THAT(msg, HasSubstr("the body of the forRange at " +
+                             KILN_FILE_LINE(loopLine)));
+}
