@@ -145,6 +145,9 @@ TEST(DiskCache, EntryKeepsTheDriversImages) {
   EXPECT_FALSE(DiskCache::keepsImages()) << "opt-in";
   ::setenv("KILN_CACHE_SASS", "1", 1);
   EXPECT_TRUE(DiskCache::keepsImages());
+  ::setenv("KILN_CACHE_SASS", "yes", 1); // not silently off
+  EXPECT_THAT(test::errorOf([] { (void)DiskCache::keepsImages(); }),
+              HasSubstr("KILN_CACHE_SASS: 'yes' is not 0 or 1"));
   ::unsetenv("KILN_CACHE_SASS");
 }
 
@@ -330,6 +333,22 @@ TEST(DiskCache, CompileCachedUsesTheDisk) {
   EXPECT_EQ(key.size(), 64u);
   EXPECT_NE(key, compileCacheKey(k, {.arch = "sm_80"}));
   EXPECT_THAT(compilerBuildId(), ::testing::HasSubstr("kiln"));
+}
+
+// An item of KILN_LOG that kiln does not know is refused before any work,
+// not a log that silently never prints.
+TEST(KernelCache, UnknownKilnLogItemIsAnError) {
+  ::setenv("KILN_LOG", "lanch", 1);
+  std::string msg = test::errorOf([] {
+    (void)jitKernel(kernels::gemm({64, 32, 96}), GpuTarget{});
+  });
+  ::setenv("KILN_LOG", "launch,,launch", 1); // known: past the check
+  std::string ok = test::errorOf([] {
+    (void)jitKernel(kernels::gemm({64, 32, 96}), GpuTarget{});
+  });
+  ::unsetenv("KILN_LOG");
+  EXPECT_THAT(msg, HasSubstr("KILN_LOG: unknown item 'lanch' (known: launch"));
+  EXPECT_THAT(ok, ::testing::Not(HasSubstr("KILN_LOG")));
 }
 
 TEST(TuningDb, RecordsReplaceAndSurviveConcurrentWriters) {

@@ -200,7 +200,11 @@ bool DiskCache::keepsImages() {
   // plain module load (the GEMM's 128x256 epilogue: 632 B of spills instead
   // of 136 on the H200, 5-15% slower).
   const char *v = std::getenv("KILN_CACHE_SASS");
-  return v && std::string_view(v) == "1";
+  if (!v || !*v || std::string_view(v) == "0")
+    return false;
+  if (std::string_view(v) != "1")
+    throw Error(std::string("KILN_CACHE_SASS: '") + v + "' is not 0 or 1");
+  return true;
 }
 
 void DiskCache::addImage(const std::string &key, const std::string &arch,

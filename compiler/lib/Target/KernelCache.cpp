@@ -37,19 +37,22 @@ Cache &cache() {
 }
 } // namespace
 
-/// Whether KILN_LOG (a comma-separated list) names `what`.
+/// Whether KILN_LOG (a comma-separated list) names `what`. An item it does
+/// not know is an error, not a log that silently never prints.
 static bool logs(std::string_view what) {
   const char *env = std::getenv("KILN_LOG");
-  if (!env)
-    return false;
-  std::string_view list(env);
-  for (size_t at = 0; at <= list.size();) {
+  std::string_view list(env ? env : "");
+  bool named = false;
+  for (size_t at = 0; at < list.size();) {
     size_t comma = std::min(list.find(',', at), list.size());
-    if (list.substr(at, comma - at) == what)
-      return true;
+    std::string_view item = list.substr(at, comma - at);
+    if (item != "launch" && !item.empty())
+      throw Error("KILN_LOG: unknown item '" + std::string(item) +
+                  "' (known: launch; a comma-separated list)");
+    named = named || item == what;
     at = comma + 1;
   }
-  return false;
+  return named;
 }
 
 std::string compileCacheKey(const Kernel &kernel, const GpuTarget &t) {
@@ -112,6 +115,7 @@ std::shared_ptr<const CompiledKernel> compileCached(const Kernel &kernel,
 
 std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
                                      const GpuTarget &target) {
+  const bool logLaunch = logs("launch"); // before any work: it may throw
   std::string key = compileCacheKey(kernel, target);
   std::shared_ptr<const CompiledKernel> compiled =
       lookupOrCompile(kernel, target, key);
@@ -131,7 +135,7 @@ std::shared_ptr<GpuKernel> jitKernel(const Kernel &kernel,
     else
       spec.images.clear();
     slot = std::make_shared<GpuKernel>(std::move(spec));
-    if (logs("launch"))
+    if (logLaunch)
       fmt::print(stderr, "kiln[launch]: {}\n", variantSummary(*compiled));
   }
   return slot;
