@@ -18,7 +18,10 @@ before its samples (each at its own steady clocks), one after another;
 --backward times torch.autograd.grad of O with
 respect to Q, K and V (the forward done once outside the timing), with
 2.5x the forward's FLOPs (the FlashAttention papers' convention). Shapes:
-B·N = 16k tokens, H·D = 2048, the peers.py shapes, plus ragged N.
+B·N = 16k tokens (B = 16384 // N), H·D = 2048, the peers.py shapes, plus
+ragged N; --ragged also times kiln at the nearest multiple of 128 with that
+length's B and with the ragged row's (they differ at 2049 and 4097: 8 and 7,
+4 and 3), so that what the ragged length costs is read apart from the batch.
 """
 import argparse
 import json
@@ -159,7 +162,9 @@ def main(argv=None):
                              "samples in turn")
     p.add_argument("--ragged", action="store_true",
                    help="for N not a multiple of 128, also time kiln at the nearest "
-                        "multiple of 128 (B = 16384 // that) in the same rotation")
+                        "multiple of 128 in the same rotation, twice: with B = 16384 // "
+                        "that (the table's row there) and with this row's B (the same "
+                        "B and H: what the ragged N alone costs)")
     a = p.parse_args(argv)
     order = a.order.split(",")
     if sorted(order) != sorted(PEERS):
@@ -180,7 +185,8 @@ def main(argv=None):
           f"{a.dtype}, {'backward' if a.backward else 'forward'}, {timing}, "
           f"kiln's eager autograd in {autograd}")
     rows = []
-    near_cols = ",kiln@128k_tflops,kiln/kiln@128k" if a.ragged else ""
+    near_cols = (",kiln@128k_tflops,kiln/kiln@128k,kiln@128k_sameB_tflops,"
+                 "kiln/kiln@128k_sameB" if a.ragged else "")
     print("D,causal,N,B,H," + ",".join(f"{p}_tflops" for p in PEERS) +
           ",kiln/flash,kiln/cudnn" + near_cols)
     for hd in a.heads_dims.split(","):
@@ -188,9 +194,10 @@ def main(argv=None):
         for causal in (False, True):
             for N in seqs:
 
-                def problem(n):
-                    """(q, k, v, FLOPs) at sequence length n, B = 16384 // n."""
-                    b = max(1, 16384 // n)
+                def problem(n, b=None):
+                    """(q, k, v, FLOPs) at sequence length n, B = 16384 // n
+                    unless b is given."""
+                    b = b or max(1, 16384 // n)
                     g = torch.Generator(device=dev).manual_seed(n + D)
                     qkv = tuple(torch.randn(b, H, n, D, device=dev, dtype=dtype, generator=g)
                                 for _ in range(3))
@@ -219,8 +226,14 @@ def main(argv=None):
                 near = nearest_multiple(N)
                 if a.ragged and near != N:
                     work["kiln@128k"] = (PEERS["kiln"],) + problem(near)
+                    if max(1, 16384 // near) != B:
+                        work["kiln@128k_sameB"] = (PEERS["kiln"],) + problem(near, B)
                 where = f"N={N} D={D} causal={causal}"
                 tf = tflops_of(work, prepare, a.sequential, where, a.sustained)
+                # Where B = 16384 // N is the same at both lengths, one run
+                # serves both columns.
+                if "kiln@128k" in tf and "kiln@128k_sameB" not in tf:
+                    tf["kiln@128k_sameB"] = tf["kiln@128k"]
                 del work, q, k, v
                 torch.cuda.empty_cache()
                 r = dict(D=D, causal=causal, N=N, B=B, H=H, dtype=a.dtype,
@@ -229,8 +242,8 @@ def main(argv=None):
                 extra = ""
                 if a.ragged:
                     r["nearest_128k"] = near
-                    extra = (f",{tf.get('kiln@128k', float('nan')):.0f}"
-                             f",{ratio('kiln', 'kiln@128k'):.3f}")
+                    extra = "".join(f",{tf.get(c, float('nan')):.0f},{ratio('kiln', c):.3f}"
+                                    for c in ("kiln@128k", "kiln@128k_sameB"))
                 rows.append(r)
                 print(f"{D},{int(causal)},{N},{B},{H}," +
                       ",".join(f"{tf[n]:.0f}" for n in PEERS) +
