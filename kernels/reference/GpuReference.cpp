@@ -37,7 +37,7 @@ extern "C" __global__ void attention_reference(
     Strides sv, float *o, float *lse, int H, int Nq, int Nk, int D,
     int causal, float scale, int dtype) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
-  int bh = blockIdx.y, b = bh / H, h = bh % H;
+  int b = blockIdx.y, h = blockIdx.z, bh = b * H + h; // B, H <= 65535
   if (i >= Nq)
     return;
   long long qi = b * sq.s[0] + h * sq.s[1] + i * sq.s[2];
@@ -113,9 +113,9 @@ void attentionReferenceGpu(const AttentionShape &s, const TensorRef &q,
   std::vector<void *> args = {&qp, &kp, &vp, &sq, &sk,     &sv,    &o,    &lse,
                               &H,  &Nq, &Nk, &D,  &causal, &scale, &dtype};
   unsigned threads = 128;
-  fn.launch(
-      {unsigned((Nq + threads - 1) / threads), unsigned(s.batch * s.heads), 1},
-      {threads, 1, 1}, 0, args.data());
+  fn.launch({unsigned((Nq + threads - 1) / threads), unsigned(s.batch),
+             unsigned(s.heads)},
+            {threads, 1, 1}, 0, args.data());
   cuda::synchronize();
 }
 

@@ -157,6 +157,18 @@ std::array<unsigned, 3> GpuKernel::gridFor(const std::vector<ArgValue> &args,
   if (g[0] > std::numeric_limits<int32_t>::max())
     throw Error("kernel " + spec_.name + ": grid x of " + std::to_string(g[0]) +
                 " exceeds the device's 2^31 - 1");
+  // A run-time y beside a z of 1 is folded by the compiled kernel (program
+  // y = blockIdx.y + gridDim.y * blockIdx.z, those past y return): split
+  // across y and z.
+  const bool folds = !spec_.grid[1].isConstant() &&
+                     spec_.grid[2].isConstant() && spec_.grid[2].scale == 1;
+  if (folds && g[1] > 65535) {
+    if (g[1] > std::numeric_limits<int32_t>::max())
+      throw Error("kernel " + spec_.name + ": grid y of " +
+                  std::to_string(g[1]) + " exceeds 2^31 - 1");
+    const int64_t z = (g[1] + 65534) / 65535, y = (g[1] + z - 1) / z;
+    return {unsigned(g[0]), unsigned(y), unsigned(z)};
+  }
   for (int64_t y : {g[1], g[2]})
     if (y > 65535)
       throw Error("kernel " + spec_.name + ": grid y/z of " +

@@ -99,6 +99,8 @@ INSTANTIATE_TEST_SUITE_P(
         BackwardCase{2, 2, 513, 257, 64, true, f16, true},
         BackwardCase{1, 3, 300, 700, 128, true, bf16, true},
         BackwardCase{1, 1, 1, 1, 128, false, bf16},
+        // B·H past the GPU's 65535 grid y (delta and dq_convert fold it).
+        BackwardCase{4100, 16, 9, 9, 64, false, bf16},
         BackwardCase{1, 2, 384, 384, 128, true, f16, false, 1},
         // Both ways to dQ, whichever is the default.
         BackwardCase{2, 3, 1000, 1000, 64, true, bf16, false, -1, 0},

@@ -199,7 +199,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{1, 2, 4096, 128, true, f16, false},
                       AttnCase{1, 1, 8191, 128, false, bf16, true},
                       AttnCase{1, 2, 8191, 64, true, bf16, false},
-                      AttnCase{1, 1, 8191, 128, true, f16, false}),
+                      AttnCase{1, 1, 8191, 128, true, f16, false},
+                      // B·H past the GPU's 65535 grid y (folded into z).
+                      AttnCase{4100, 16, 9, 64, false, bf16, false}),
     [](const auto &info) { return caseName(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(
@@ -212,7 +214,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{2, 1, 1000, 128, false, bf16, false, true},
                       AttnCase{1, 2, 4096, 128, true, bf16, false, true},
                       AttnCase{1, 1, 8191, 128, false, f16, true, true},
-                      AttnCase{1, 2, 8191, 64, true, bf16, false, true}),
+                      AttnCase{1, 2, 8191, 64, true, bf16, false, true},
+                      AttnCase{4100, 16, 9, 64, false, bf16, false, true}),
     [](const auto &info) { return caseName(info.param); });
 
 // The Hopper schedule with K and V by cp.async instead of TMA.
@@ -638,6 +641,36 @@ TEST(GpuKernels, RuntimeIntegerArgumentsServeEveryValue) {
           << "n=" << n << " first=" << first << " row " << r;
     }
   }
+}
+
+// A run-time grid y past the device's 65535 (B·H of attention over many short
+// sequences): launched folded into z (70001 = 2 x 35001 - 1), every program
+// runs once with its own ids and the grid's y, and the one program past y
+// writes nothing (row R keeps its poison).
+TEST(GpuKernels, RunTimeGridYPastTheDeviceLimit) {
+  REQUIRE_GPU();
+  constexpr int64_t R = 70001, rows = 70016;
+  Kernel k = test::programIdsOfARunTimeGrid(rows);
+  HostTensor y(DType::i32, {rows, 32}), p(DType::i32, {rows, 32});
+  DeviceTensors dt;
+  dt.add("Y", y, true);
+  dt.add("P", p, true);
+  dt.poisonOutputs();
+  std::shared_ptr<GpuKernel> g = jitKernel(k, dt.refs, {{"R", R}});
+  g->launch(k.bind(dt.refs, {{"R", R}}));
+  cuda::synchronize();
+  EXPECT_EQ(g->launchGrid(), (std::array<unsigned, 3>{2, 35001, 2}));
+  dt.download("Y", y);
+  dt.download("P", p);
+  const double untouched = -1; // the poison: 0xFF bytes
+  int64_t wrong = 0;
+  for (int64_t r = 0; r <= R; ++r)
+    for (int64_t c = 0; c < 32; c += 15) {
+      std::vector<int64_t> at{r, c};
+      wrong += r < R ? y.at(at) != 2 * r + c / 16 || p.at(at) != R
+                     : y.at(at) != untouched || p.at(at) != untouched;
+    }
+  EXPECT_EQ(wrong, 0) << "of " << 4 * (R + 1) << " elements checked";
 }
 
 // Blocks proven within their rows (IndexFacts.cpp) load without bounds

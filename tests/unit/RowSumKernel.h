@@ -78,6 +78,24 @@ inline Kernel rowPrefixSums(int64_t multipleOf = 64, bool atLeast = true,
   return k.finish();
 }
 
+/// A grid of 2 x R programs, R a run-time argument (which may pass the
+/// GPU's 65535 along y): program (x, y) writes 2y + x to Y's row y, columns
+/// 16x to 16x + 15, and numPrograms(1) to the same place of P. Y and P have
+/// `rows` rows, more than any R the caller passes: a program past R that
+/// ran would write row R.
+inline Kernel programIdsOfARunTimeGrid(int64_t rows) {
+  using namespace kiln::dsl;
+  KernelBuilder k("program_ids");
+  Index R = k.scalarArg("R");
+  k.setGrid({Index(2), R});
+  auto Y = k.tensorArg("Y", i32, {rows, 32});
+  auto P = k.tensorArg("P", i32, {rows, 32});
+  Index x = programId(0), y = programId(1);
+  store(Y.block({y, x * 16}, {1, 16}), splat(y * 2 + x, {1, 16}));
+  store(P.block({y, x * 16}, {1, 16}), splat(numPrograms(1), {1, 16}));
+  return k.finish();
+}
+
 } // namespace kiln::test
 
 #endif // KILN_TESTS_ROWSUMKERNEL_H

@@ -96,6 +96,37 @@ TEST(RuntimeArgs, ValueClassesSpecialiseTheCompile) {
               HasSubstr("scalarClasses names X, which is not an integer"));
 }
 
+// A run-time grid y may pass the GPU's 65535 (B·H of attention with many
+// short sequences): the kernel reads program y as blockIdx.y + gridDim.y ·
+// blockIdx.z and returns past y, so that the launcher can fold y into z
+// (GpuKernels.RunTimeGridYPastTheDeviceLimit runs it). The CPU executor runs
+// the grid as written; a constant y compiles as before.
+TEST(RuntimeArgs, RunTimeGridYFoldsIntoZ) {
+  Kernel k = test::programIdsOfARunTimeGrid(8);
+  HostTensor y(DType::i32, {8, 32}), p(DType::i32, {8, 32});
+  y.poison();
+  p.poison();
+  runOnCpu(k, k.bind({{"Y", y.ref()}, {"P", p.ref()}}, {{"R", 5}}));
+  for (int64_t r = 0; r < 5; ++r)
+    for (int64_t c = 0; c < 32; ++c) {
+      EXPECT_EQ(y.at(std::vector<int64_t>{r, c}), 2 * r + c / 16);
+      EXPECT_EQ(p.at(std::vector<int64_t>{r, c}), 5);
+    }
+  for (const char *arch : {"sm_80", "sm_90a"}) {
+    CompiledKernel c = compileForGpu(k, {arch});
+    EXPECT_THAT(c.ptx, HasSubstr("%ctaid.z"));
+    EXPECT_THAT(c.ptx, HasSubstr("%nctaid.y"));
+    std::string report;
+    for (const std::string &line : c.report)
+      report += line + "\n";
+    EXPECT_THAT(report, HasSubstr("grid: y is run-time; past the device's "
+                                  "65535 the launcher splits it across y "
+                                  "and z"));
+    CompiledKernel constant = compileForGpu(rowSumOfRange(), {arch});
+    EXPECT_THAT(constant.ptx, Not(HasSubstr("%ctaid.z")));
+  }
+}
+
 TEST(RuntimeArgs, BindingIsChecked) {
   Kernel k = rowSumOfRange();
   HostTensor x(DType::f32, {R, C}), y(DType::f32, {R});

@@ -80,6 +80,7 @@ int64_t Lowerer::run(ModuleOp module) {
   if (dynamicTiles)
     tileCounterArg = entry->getArguments().back();
   evaluatePersistentGrid();
+  foldRuntimeGridY();
   Value tid = NVVM::ThreadIdXOp::create(b, loc, b.getI32Type());
   lane = arith::AndIOp::create(b, loc, tid, i32(31));
   warp = warpIndexOf(tid);
@@ -199,14 +200,17 @@ void Lowerer::lowerOp(Operation *op) {
   if (auto p = dyn_cast<ProgramIdOp>(op)) {
     scalars[p] =
         tile ? programId(p.getAxis())
-             : perAxis<NVVM::BlockIdXOp, NVVM::BlockIdYOp, NVVM::BlockIdZOp>(
-                   b, loc, p.getAxis());
+        : foldedProgramY && p.getAxis() == 1
+            ? foldedProgramY
+            : perAxis<NVVM::BlockIdXOp, NVVM::BlockIdYOp, NVVM::BlockIdZOp>(
+                  b, loc, p.getAxis());
     return;
   }
   if (auto p = dyn_cast<NumProgramsOp>(op)) {
     scalars[p] =
-        !persistentGrid.empty()
-            ? gridExtentValues[p.getAxis()]
+        !persistentGrid.empty() ? gridExtentValues[p.getAxis()]
+        : foldedGridY && p.getAxis() == 1
+            ? foldedGridY
             : perAxis<NVVM::GridDimXOp, NVVM::GridDimYOp, NVVM::GridDimZOp>(
                   b, loc, p.getAxis());
     return;

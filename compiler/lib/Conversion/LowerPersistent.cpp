@@ -164,23 +164,57 @@ void Lowerer::waitForPreviousTile() {
     waitMbarrier(sharedAt(i32(tileGate)), previousPhase(residentPhase()));
 }
 
+Value Lowerer::evaluateExtent(const GridExtent &e) {
+  mlir::Block &args = src.getBody().front();
+  Value v = e.scale != 1 || e.factors.empty() ? i32(e.scale) : Value();
+  for (const GridExtent::Factor &f : e.factors) {
+    Value x = scalarOf(args.getArgument(unsigned(f.param)));
+    if (f.divisor != 1)
+      x = arith::DivUIOp::create(
+          b, loc, arith::AddIOp::create(b, loc, x, i32(f.divisor - 1)),
+          i32(f.divisor));
+    v = v ? arith::MulIOp::create(b, loc, v, x).getResult() : x;
+  }
+  return v;
+}
+
+void Lowerer::foldRuntimeGridY() {
+  if (!persistentGrid.empty())
+    return;
+  auto grid = src->getAttrOfType<DenseI64ArrayAttr>(kGridAttr);
+  auto formulas = src->getAttrOfType<ArrayAttr>(kGridExtentsAttr);
+  if (!grid || grid.size() != 3 || grid[1] != kDynamicDim || grid[2] != 1 ||
+      !formulas || formulas.size() != 3 || !isa<StringAttr>(formulas[1]))
+    return;
+  foldedGridY =
+      evaluateExtent(GridExtent::parse(cast<StringAttr>(formulas[1]).str()));
+  Type i32t = b.getI32Type();
+  foldedProgramY = arith::AddIOp::create(
+      b, loc, NVVM::BlockIdYOp::create(b, loc, i32t),
+      arith::MulIOp::create(b, loc, NVVM::GridDimYOp::create(b, loc, i32t),
+                            NVVM::BlockIdZOp::create(b, loc, i32t)));
+  // The whole CTA returns before its first barrier or shared memory access.
+  Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                       foldedProgramY, foldedGridY);
+  mlir::Block *entry = b.getInsertionBlock();
+  mlir::Block *exit = b.createBlock(entry->getParent());
+  LLVM::ReturnOp::create(b, loc, ValueRange{});
+  mlir::Block *body = b.createBlock(entry->getParent());
+  b.setInsertionPointToEnd(entry);
+  LLVM::CondBrOp::create(b, loc, inside, body, exit);
+  b.setInsertionPointToStart(body);
+  report.push_back("grid: y is run-time; past the device's 65535 the "
+                   "launcher splits it across y and z (program y = "
+                   "blockIdx.y + gridDim.y * blockIdx.z; CTAs past y return "
+                   "at once)");
+}
+
 void Lowerer::evaluatePersistentGrid() {
   if (persistentGrid.empty())
     return;
   gridExtentValues.clear();
-  mlir::Block &args = src.getBody().front();
-  for (const GridExtent &e : persistentGrid) {
-    Value v = e.scale != 1 || e.factors.empty() ? i32(e.scale) : Value();
-    for (const GridExtent::Factor &f : e.factors) {
-      Value x = scalarOf(args.getArgument(unsigned(f.param)));
-      if (f.divisor != 1)
-        x = arith::DivUIOp::create(
-            b, loc, arith::AddIOp::create(b, loc, x, i32(f.divisor - 1)),
-            i32(f.divisor));
-      v = v ? arith::MulIOp::create(b, loc, v, x).getResult() : x;
-    }
-    gridExtentValues.push_back(v);
-  }
+  for (const GridExtent &e : persistentGrid)
+    gridExtentValues.push_back(evaluateExtent(e));
   if (llvm::all_of(persistentGrid,
                    [](const GridExtent &e) { return e.isConstant(); })) {
     persistentTiles = i32(persistentGrid[0].scale * persistentGrid[1].scale *

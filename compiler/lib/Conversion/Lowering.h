@@ -602,6 +602,15 @@ public:
   mlir::Value persistentTiles;
   /// Emits gridExtentValues and persistentTiles at the insertion point.
   void evaluatePersistentGrid();
+  /// `e` as an i32 value from the kernel's arguments.
+  mlir::Value evaluateExtent(const GridExtent &e);
+  /// Not persistent, y run-time and z 1: program id y, blockIdx.y +
+  /// gridDim.y * blockIdx.z, and the grid's y, so that the launcher may
+  /// split a y past the device's 65535 across y and z (LaunchSpec::grid);
+  /// programs past y return at the entry. Null otherwise.
+  mlir::Value foldedProgramY, foldedGridY;
+  /// Emits them and the early return where the grid calls for them.
+  void foldRuntimeGridY();
   mlir::Value tile;      ///< i32: the tile being computed (persistent)
   mlir::Value tileCount; ///< i32: tiles this CTA computed before this one
   mlir::Value sharedAt(mlir::Value byteOffset); ///< no scratch offset

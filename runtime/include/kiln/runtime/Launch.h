@@ -22,7 +22,10 @@ namespace kiln {
 struct LaunchSpec {
   std::string name, ptx;
   /// Programs along x, y, z: constants, or evaluated from the integer
-  /// arguments at each launch.
+  /// arguments at each launch. A run-time y beside a constant z of 1 may
+  /// pass the device's 65535: the compiler reads such a kernel's program y
+  /// as blockIdx.y + gridDim.y * blockIdx.z and returns from those past y,
+  /// and the launcher splits y across y and z where it has to.
   GridExtents grid{1, 1, 1};
   int threads = 128;
   int64_t sharedBytes = 0;
