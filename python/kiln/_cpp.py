@@ -33,7 +33,10 @@ def module():
 
 
 def _build():
-    if os.environ.get("KILN_CPP_AUTOGRAD", "1") == "0":
+    switch = os.environ.get("KILN_CPP_AUTOGRAD", "1")
+    if switch not in ("0", "1", ""):  # not a silent "on" for "false" or "no"
+        raise ValueError(f"KILN_CPP_AUTOGRAD: {switch!r} is not 0 or 1")
+    if switch == "0":
         return None
     import torch
     from torch.utils import cpp_extension

@@ -193,6 +193,12 @@ def test_cpp_autograd_can_be_switched_off():
     out = subprocess.run([sys.executable, "-m", "kiln.build_cpp"], env=env,
                          cwd=here, capture_output=True, text=True)
     assert out.returncode == 0 and "nothing built" in out.stdout, out.stderr
+    # Anything but 0 or 1 is refused, not taken as "on".
+    env["KILN_CPP_AUTOGRAD"] = "false"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=here,
+                         capture_output=True, text=True)
+    assert out.returncode != 0, out.stdout
+    assert "KILN_CPP_AUTOGRAD: 'false' is not 0 or 1" in out.stderr, out.stderr
 
 
 def test_packed_tensors_match_the_struct():
