@@ -134,8 +134,8 @@ int cmdBench(Options &opts) {
   const int64_t tokens = opts.integer("tokens", 16384, 1);
   std::string onlyD = opts.string("head-dim", "");
   const std::string seqs = opts.string("seqs", "");
-  const bool onlyCausal = opts.flag("causal"),
-             onlyNonCausal = opts.flag("non-causal");
+  const bool onlyCausal = causalOption(opts), // both: a usage error
+      onlyNonCausal = opts.flag("non-causal");
   kernels::AttentionConfig cfg;
   forwardConfigFlags(opts, cfg);
   // A second config, each row timed under both with their samples in turn

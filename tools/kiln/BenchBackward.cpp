@@ -40,8 +40,8 @@ int benchAttentionBackward(Options &opts) {
   std::vector<kernels::AttentionBackwardConfig> configs{cfg};
   if (!againstText.empty())
     configs.push_back(withBackwardConfigItems(cfg, againstText));
-  const bool onlyCausal = opts.flag("causal"),
-             onlyNonCausal = opts.flag("non-causal");
+  const bool onlyCausal = causalOption(opts), // both: a usage error
+      onlyNonCausal = opts.flag("non-causal");
   opts.checkAllUsed();
   std::string why;
   if (!cuda::available(&why))

@@ -160,6 +160,13 @@ HostTensor randomTensor(DType t, std::vector<int64_t> shape, uint64_t seed,
   return x;
 }
 
+bool causalOption(Options &opts) {
+  const bool causal = opts.flag("causal");
+  if (opts.flag("non-causal") && causal)
+    throw UsageError("--causal and --non-causal: give one of them");
+  return causal;
+}
+
 kernels::AttentionShape attentionShapeOptions(Options &opts) {
   kernels::AttentionShape s;
   s.batch = positive(opts, "batch", 1);
@@ -167,7 +174,7 @@ kernels::AttentionShape attentionShapeOptions(Options &opts) {
   s.seqQ = positive(opts, "seq", 256);
   s.seqK = positive(opts, "seq-k", s.seqQ);
   s.headDim = positive(opts, "head-dim", 64);
-  s.causal = opts.flag("causal");
+  s.causal = causalOption(opts);
   s.dtype = dtypeOption(opts, "bf16");
   return s;
 }

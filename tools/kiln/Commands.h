@@ -138,6 +138,8 @@ uploadTensors(std::map<std::string, HostTensor> &tensors,
 DType dtypeOption(Options &opts, const char *fallback);
 int64_t positive(Options &opts, const std::string &name, int64_t fallback,
                  int64_t hi = std::numeric_limits<int64_t>::max());
+/// --causal, or --non-causal (the default, said explicitly); both is an error.
+bool causalOption(Options &opts);
 int positive32(Options &opts, const std::string &name, int fallback);
 /// "1000,1001,4097" as integers >= 1; a UsageError naming --option else.
 std::vector<int64_t> positiveList(const std::string &text,

@@ -197,7 +197,7 @@ int cmdBenchJit(Options &opts) {
   kernels::AttentionShape s;
   s.seqQ = s.seqK = opts.integer("seq", 4096);
   s.headDim = opts.integer("head-dim", 128);
-  s.causal = opts.flag("causal");
+  s.causal = causalOption(opts);
   s.batch = 1;
   s.heads = 16;
   GpuTarget target = targetOptions(opts);

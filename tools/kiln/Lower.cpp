@@ -16,7 +16,7 @@ int cmdLower(Options &opts) {
   s.heads = positive(opts, "heads", 16);
   s.seqQ = s.seqK = positive(opts, "seq", 4096);
   s.headDim = positive(opts, "head-dim", 128);
-  s.causal = opts.flag("causal");
+  s.causal = causalOption(opts);
   s.dtype = dtypeOption(opts, "bf16");
   graph::Fusion mode = graph::parseFusion(opts.string("mode", "fused"));
   bool json = opts.flag("json"), showGraph = opts.flag("graph");

@@ -142,7 +142,7 @@ int cmdTune(Options &opts) {
   kernels::AttentionShape s;
   s.seqQ = s.seqK = positive(opts, "seq", 4096);
   s.headDim = positive(opts, "head-dim", 128);
-  s.causal = opts.flag("causal");
+  s.causal = causalOption(opts);
   // The benchmark's shapes: B*N = 16k tokens, H*D = 2048.
   s.batch = positive(opts, "batch", std::max<int64_t>(1, 16384 / s.seqQ));
   s.heads = positive(opts, "heads", std::max<int64_t>(1, 2048 / s.headDim));

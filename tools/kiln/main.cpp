@@ -84,7 +84,7 @@ commands:
       [--persistent 0|1] [--group-m G] [--bias] [--activation none|relu|gelu]
       [--reps R] [--batch K]
                                         TFLOP/s of the DSL GEMM, bf16, N^3
-  tune attention|attention-backward --seq N --head-dim D [--causal]
+  tune attention|attention-backward --seq N --head-dim D [--causal | --non-causal]
       [--dtype bf16|fp16]
       [--batch B] [--heads H] [--budget S] [--threads T] [--force]
       [--exhaustive] [--reps R]         autotune on the GPU: every candidate's
@@ -106,16 +106,16 @@ commands:
                                         recorded under the name and key its
                                         launches use (kiln.rms_norm ...)
   tune --list [--load LIB.so]           the tunable kernels and their sizes
-  bench jit [--seq N] [--head-dim D] [--causal] [--reps R] [--json]
+  bench jit [--seq N] [--head-dim D] [--causal | --non-causal] [--reps R] [--json]
                                         compile latency without a GPU: cold
                                         DSL -> PTX, and a disk-cache hit
-  bench jit --seqs N,N,... [--head-dim D] [--causal] [--cache-dir DIR]
+  bench jit --seqs N,N,... [--head-dim D] [--causal | --non-causal] [--cache-dir DIR]
       [--json]                          the first call of each length in one
                                         process: build, compile or cache hit,
                                         module load, first launch (on a GPU),
                                         and the compiles they took
   lower attention --mode unfused|elementwise|fused [--seq N] [--head-dim D]
-      [--causal] [--batch B] [--heads H] [--dtype] [--json] [--graph] [--ir]
+      [--causal | --non-causal] [--batch B] [--heads H] [--dtype] [--json] [--graph] [--ir]
                                         without a GPU: the kernels of that
                                         lowering of the attention graph, the
                                         bytes each reads and writes, peak
@@ -137,7 +137,7 @@ target options: --arch sm_80|sm_90a (default sm_90a) --warps W --stages S
   short pipeline by default). KILN_DUMP_DIR=<dir> writes every stage of every compile.
 
 kernels and their shape options:
-  attention  --seq N [--seq-k N] --head-dim 64|128 [--causal] [--batch B]
+  attention  --seq N [--seq-k N] --head-dim 64|128 [--causal | --non-causal] [--batch B]
              [--heads H] [--dtype bf16|fp16|fp32] [--layout bhsd|bshd]
              [--lse-stride S] (LSE's row stride; default N: rows that are
              not 16-byte aligned take element stores, and say so)
