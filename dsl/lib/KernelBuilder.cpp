@@ -833,14 +833,12 @@ void forRange(Index lo, Index hi, Index step, Carry carried,
   for (const Index *i : {&lo, &hi, &step})
     checkIndex(*i, loc, "forRange: a bound");
   SmallVector<Value> inits;
-  std::vector<Tile> before;
   for (auto [i, t] : llvm::enumerate(carried.tiles)) {
     if (!t->valid())
       userError(loc, "forRange: carried tile #" + std::to_string(i) +
                          " has no value before the loop");
     (void)tileType(*t, loc, "forRange: carried");
     inits.push_back(value(t->raw()));
-    before.push_back(*t);
   }
   auto forOp = scf::ForOp::create(b, l, value(lo.raw()), value(hi.raw()),
                                   value(step.raw()), inits);
@@ -866,8 +864,8 @@ void forRange(Index lo, Index hi, Index step, Carry carried,
       b.setInsertionPointToEnd(bodyBlock);
       scf::YieldOp::create(b, l, forOp.getRegionIterArgs());
     }
-    for (auto [t, v] : llvm::zip(carried.tiles, before))
-      *t = v;
+    for (auto [t, v] : llvm::zip(carried.tiles, inits))
+      *t = Tile::fromRaw(raw(v));
     KernelBuilder::State &st = state(loc);
     if (st.abandonedLoop.empty())
       st.abandonedLoop =

@@ -157,12 +157,8 @@ std::array<unsigned, 3> GpuKernel::gridFor(const std::vector<ArgValue> &args,
   if (g[0] > std::numeric_limits<int32_t>::max())
     throw Error("kernel " + spec_.name + ": grid x of " + std::to_string(g[0]) +
                 " exceeds the device's 2^31 - 1");
-  // A run-time y beside a z of 1 is folded by the compiled kernel (program
-  // y = blockIdx.y + gridDim.y * blockIdx.z, those past y return): split
-  // across y and z.
-  const bool folds = !spec_.grid[1].isConstant() &&
-                     spec_.grid[2].isConstant() && spec_.grid[2].scale == 1;
-  if (folds && g[1] > 65535) {
+  // The compiled kernel folds such a y (foldsGridY): split across y and z.
+  if (foldsGridY(spec_.grid) && g[1] > 65535) {
     if (g[1] > std::numeric_limits<int32_t>::max())
       throw Error("kernel " + spec_.name + ": grid y of " +
                   std::to_string(g[1]) + " exceeds 2^31 - 1");

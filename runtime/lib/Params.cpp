@@ -192,6 +192,10 @@ std::array<int64_t, 3> evaluateGrid(const GridExtents &grid,
   return g;
 }
 
+bool foldsGridY(const GridExtents &grid) {
+  return !grid[1].isConstant() && grid[2].isConstant() && grid[2].scale == 1;
+}
+
 std::string describeGrid(const GridExtents &grid,
                          const std::vector<ParamInfo> &params) {
   bool constant = true;

@@ -213,12 +213,14 @@ int cmdCache(Options &opts) {
   opts.checkAllUsed();
   // ls and clear take nothing more: `kiln cache clear <key>` would else clear
   // every entry.
-  if ((what == "ls" || what == "clear") && opts.positional.size() > 1)
-    throw UsageError("kiln cache " + what + " takes no argument, got '" +
-                     opts.positional[1] + "'");
-  if ((what == "ls" || what == "clear") && !stage.empty())
-    throw UsageError("kiln cache " + what +
-                     ": --stage goes with kiln cache info <key>");
+  if (what == "ls" || what == "clear") {
+    if (opts.positional.size() > 1)
+      throw UsageError("kiln cache " + what + " takes no argument, got '" +
+                       opts.positional[1] + "'");
+    if (!stage.empty())
+      throw UsageError("kiln cache " + what +
+                       ": --stage goes with kiln cache info <key>");
+  }
   DiskCache *cache = DiskCache::fromEnvironment();
   if (!cache)
     throw Error("the disk cache is off: " + DiskCache::offReason());

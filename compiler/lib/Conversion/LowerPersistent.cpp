@@ -49,31 +49,42 @@ static std::string runtimeGridText(func::FuncOp f,
   return describeGrid({extents[0], extents[1], extents[2]}, params);
 }
 
+/// The kernel's grid: constants, or formulas of its arguments; none when it
+/// has no grid.
+static std::optional<GridExtents> gridOf(func::FuncOp f) {
+  auto grid = f->getAttrOfType<DenseI64ArrayAttr>(kGridAttr);
+  auto formulas = f->getAttrOfType<ArrayAttr>(kGridExtentsAttr);
+  if (!grid || grid.size() != 3)
+    return std::nullopt;
+  GridExtents extents;
+  for (auto [a, g] : llvm::enumerate(grid.asArrayRef())) {
+    if (g != kDynamicDim) {
+      extents[a] = GridExtent(g);
+      continue;
+    }
+    auto text = formulas && formulas.size() == 3
+                    ? dyn_cast<StringAttr>(formulas[a])
+                    : StringAttr();
+    if (!text)
+      throw InternalError("GPU lowering: grid axis " + std::to_string(a) +
+                          " is run-time with no formula");
+    extents[a] = GridExtent::parse(text.str());
+  }
+  return extents;
+}
+
 void Lowerer::planPersistent(int64_t &top) {
   if (!src->hasAttr("kiln.persistent"))
     return;
-  auto grid = src->getAttrOfType<DenseI64ArrayAttr>(kGridAttr);
-  auto formulas = src->getAttrOfType<ArrayAttr>(kGridExtentsAttr);
   std::string why;
-  int64_t tiles = 1;
+  int64_t tiles = 1; // -1: counted at each launch
   llvm::SmallVector<GridExtent, 3> extents;
-  if (!grid || grid.size() != 3)
+  if (std::optional<GridExtents> grid = gridOf(src); !grid)
     why = "the kernel has no grid";
   else {
-    for (auto [a, g] : llvm::enumerate(grid.asArrayRef())) {
-      if (g != kDynamicDim) {
-        extents.push_back(GridExtent(g));
-        tiles *= g;
-        continue;
-      }
-      auto f = formulas && formulas.size() == 3
-                   ? dyn_cast<StringAttr>(formulas[a])
-                   : StringAttr();
-      if (!f)
-        throw InternalError("GPU lowering: grid axis " + std::to_string(a) +
-                            " is run-time with no formula");
-      extents.push_back(GridExtent::parse(f.str()));
-      tiles = -1; // counted at each launch
+    for (const GridExtent &e : *grid) {
+      extents.push_back(e);
+      tiles = e.isConstant() && tiles > 0 ? tiles * e.scale : -1;
     }
     if (tiles > (int64_t(1) << 31) - 1)
       why = "its grid has more than 2^31 - 1 programs";
@@ -181,13 +192,10 @@ Value Lowerer::evaluateExtent(const GridExtent &e) {
 void Lowerer::foldRuntimeGridY() {
   if (!persistentGrid.empty())
     return;
-  auto grid = src->getAttrOfType<DenseI64ArrayAttr>(kGridAttr);
-  auto formulas = src->getAttrOfType<ArrayAttr>(kGridExtentsAttr);
-  if (!grid || grid.size() != 3 || grid[1] != kDynamicDim || grid[2] != 1 ||
-      !formulas || formulas.size() != 3 || !isa<StringAttr>(formulas[1]))
+  std::optional<GridExtents> grid = gridOf(src);
+  if (!grid || !foldsGridY(*grid))
     return;
-  foldedGridY =
-      evaluateExtent(GridExtent::parse(cast<StringAttr>(formulas[1]).str()));
+  foldedGridY = evaluateExtent((*grid)[1]);
   Type i32t = b.getI32Type();
   foldedProgramY = arith::AddIOp::create(
       b, loc, NVVM::BlockIdYOp::create(b, loc, i32t),

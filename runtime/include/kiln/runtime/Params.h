@@ -130,6 +130,11 @@ std::array<int64_t, 3> evaluateGrid(const GridExtents &grid,
                                     const std::vector<ParamInfo> &params,
                                     const std::vector<ArgValue> &args,
                                     const std::string &kernel);
+/// Whether a kernel that is not persistent folds its grid's y: a run-time y
+/// beside a z of 1, which it reads as blockIdx.y + gridDim.y * blockIdx.z
+/// (returning past y), so that the launcher may split a y past the device's
+/// 65535 across y and z. The compiler and the launcher both ask this.
+bool foldsGridY(const GridExtents &grid);
 /// "x=cdiv(Nq,128) y=B*H z=1" (or "8 x 32 x 1" when constant).
 std::string describeGrid(const GridExtents &grid,
                          const std::vector<ParamInfo> &params);
