@@ -51,15 +51,14 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
     c.separateDkDv = 0;
   if (c.reloadThreadIds < 0)
     c.reloadThreadIds = c.wgmma > 0;
-  // Measured on the H200 (docs/experiments/2026-11-24-h200-atomic-dq.txt,
-  // 2026-11-24-h200-backward-d128.txt): dQ by atomics beats its own kernel
-  // at both head dims; at D = 128 once the loops re-read the thread id (the
-  // hoisted descriptors and addresses spilled before) and a producer
-  // warpgroup feeds programs of 128 keys in two warpgroups. Not for causal
-  // D = 128 up to 768 keys, where dQ's own kernel is 2-9% faster (too few
-  // query blocks per 128 keys to hide the programs' start and end).
+  // dQ by atomics beats its own kernel at both head dims, short causal D=128
+  // included since the dK/dV programs gained a producer and ping-pong: H200,
+  // same process, causal D=128 bf16, atomics against dQ's own kernel (the
+  // default up to 768 keys until session 44) +11-27% at N=128-768 and
+  // 4k-64k tokens (docs/experiments/2026-11-27-session44.txt, section 3;
+  // earlier: 2026-11-24-h200-atomic-dq.txt, 2026-11-24-h200-backward-d128.txt).
   if (c.deterministic < 0)
-    c.deterministic = s.headDim > 64 && s.causal && s.seqK <= 768 ? 1 : 0;
+    c.deterministic = 0;
   // Scores by queries in 128x128 steps at D = 64 (two warpgroups beside a
   // producer, one CTA per SM) against 64-key programs with K and V in
   // registers, H100: +5-9% non-causal at 512-16k keys; causal +3-7% from 4k,

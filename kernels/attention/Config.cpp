@@ -160,6 +160,18 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (c.tmaStore < 0)
     c.tmaStore = c.tma > 0;
   bool wide = s.headDim >= 128;
+  // Non-causal keys short of 384 that end 1-64 past a multiple of 128, and
+  // D=128's 128: 64-key blocks, one narrow step where 128-key ones compute
+  // 64 keys past the end (or, at 128, two steps to overlap). H200, same
+  // process, bf16, 64 against 128: D=128 +3-55% at N=32-320 (129 +13-33%),
+  // 2-8% slower at 65, 100, 200 and from 500; D=64 +4-16% at 64-320, 3-11%
+  // slower at 100, 128, 256 (docs/experiments/2026-11-27-session44.txt,
+  // sections 2 and 4).
+  // (Not where the Config asks for a narrower step wider than 64.)
+  if (!c.blockN && !s.causal && c.wgmma > 0 && s.seqK < 384 &&
+      ((s.seqK % 128 >= 1 && s.seqK % 128 <= 64) || (wide && s.seqK == 128)) &&
+      c.blockNRaggedEnd <= 64 && c.blockNDiagonal <= 64)
+    c.blockN = 64;
   // A warpgroup whose 64 rows all lie past Nq runs only the key loops'
   // pipeline. Same-process H200 A/B (kiln bench --against, median of 30),
   // bf16, skip on -> off, where it runs (Nq mod 128 in 1..64: 2049, 2100,

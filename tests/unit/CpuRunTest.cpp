@@ -427,13 +427,15 @@ TEST(CpuExecutor, AttentionRuntimeShapesServeEveryShape) {
 // against the fp64 reference with poisoned outputs.
 TEST(CpuExecutor, AttentionRaggedEndWidths) {
   kernels::AttentionShape built{1, 1, 64, 129, 128, false, DType::bf16, 0};
-  Kernel kern =
-      kernels::attentionForward(built, {.maskedBlockFirst = 0, .wgmma = 1});
+  // 128-key blocks (129 keys alone would take 64-key ones).
+  Kernel kern = kernels::attentionForward(
+      built, {.blockN = 128, .maskedBlockFirst = 0, .wgmma = 1});
   EXPECT_EQ(test::countOf(kern.ir(), "scf.for"), 3u);
   // AttentionConfig::blockNRaggedEnd: the key block's width (no narrower
   // step) or a power of two up to it.
   EXPECT_EQ(
-      test::countOf(kernels::attentionForward(built, {.blockNRaggedEnd = 128,
+      test::countOf(kernels::attentionForward(built, {.blockN = 128,
+                                                      .blockNRaggedEnd = 128,
                                                       .maskedBlockFirst = 0,
                                                       .wgmma = 1})
                         .ir(),
