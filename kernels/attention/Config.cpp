@@ -164,9 +164,9 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // D=128's 128: 64-key blocks, one narrow step where 128-key ones compute
   // 64 keys past the end (or, at 128, two steps to overlap). H200, same
   // process, bf16, 64 against 128: D=128 +3-55% at N=32-320 (129 +13-33%),
-  // 2-8% slower at 65, 100, 200 and from 500; D=64 +4-16% at 64-320, 3-11%
-  // slower at 100, 128, 256 (docs/experiments/2026-11-27-session44.txt,
-  // sections 2 and 4).
+  // 3-6% slower at 65, 100, 200, within 3% at 448-576, 5-14% slower at 500
+  // and from 600; D=64 +4-16% at 64-320, 3-11% slower at 100, 128, 256
+  // (docs/experiments/2026-11-27-session44.txt, sections 2 and 4).
   // (Not where the Config asks for a narrower step wider than 64.)
   if (!c.blockN && !s.causal && c.wgmma > 0 && s.seqK < 384 &&
       ((s.seqK % 128 >= 1 && s.seqK % 128 <= 64) || (wide && s.seqK == 128)) &&
