@@ -539,6 +539,10 @@ void KernelBuilder::setTmaStores(bool tmaStores) {
   setFlag(state_->func, "kiln.tma_stores", tmaStores);
 }
 
+void KernelBuilder::setOneShotLoads(bool oneShot) {
+  setFlag(state_->func, "kiln.one_shot_loads", oneShot);
+}
+
 void KernelBuilder::setWarpSpecialize(bool specialize) {
   setFlag(state_->func, "kiln.warp_specialize", specialize);
 }

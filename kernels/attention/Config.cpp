@@ -323,6 +323,8 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // non-causal; base plus constants 2-4% faster everywhere else.
   if (c.copyAddressesPerRegister < 0)
     c.copyAddressesPerRegister = wide && !s.causal;
+  if (c.oneShotLoads < 0) // see AttentionConfig::oneShotLoads
+    c.oneShotLoads = 0;
   if (c.longestFirstGlobally < 0) // +4..10% causal on the H200 at N >= 4k
     c.longestFirstGlobally = s.causal;
   // Persistent CTAs wherever there is a producer warpgroup: it fetches the

@@ -67,6 +67,7 @@ Kernel attentionForward(const AttentionShape &s,
   k.setTma(c.wgmma > 0 && c.tma > 0);
   k.setTmaStores(c.wgmma > 0 && c.tma > 0 && c.tmaStore > 0);
   k.setSkipDeadRows(c.skipDeadRows > 0);
+  k.setOneShotLoads(c.oneShotLoads > 0);
   k.setWarpSpecialize(c.wgmma > 0 && c.warpSpecialize > 0);
   k.setPingpong(c.wgmma > 0 && c.pingpong > 0);
   k.setOverlapDots(c.overlap > 0);

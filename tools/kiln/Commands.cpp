@@ -269,7 +269,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   noteLayout(p, "LSE", DType::f32, lStrides);
   p.summary = fmt::format(
       "attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
-      "blockM={} blockN={}{} warps={} stages={}{}{}{}",
+      "blockM={} blockN={}{} warps={} stages={}{}{}{}{}",
       s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
       s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockM,
       c.blockN,
@@ -295,7 +295,8 @@ static Problem attentionProblem(Options &opts, bool withData) {
                        s.causal ? c.longestFirstGlobally : 0, c.headGroup),
       // A warpgroup whose rows all lie past Nq skips the key loops' work
       // (two warpgroups or more; the report says which loops).
-      c.skipDeadRows > 0 && c.warps >= 8 ? " dead-row-skip" : "");
+      c.skipDeadRows > 0 && c.warps >= 8 ? " dead-row-skip" : "",
+      c.oneShotLoads > 0 ? " one-shot-loads" : "");
   if (!withData)
     return p;
   auto q = randomTensor(s.dtype, qShape, seed, qStrides);

@@ -53,6 +53,7 @@ const ForwardFlag kForwardFlags[] = {
     {"tma", &AttentionConfig::tma},
     {"tma-store", &AttentionConfig::tmaStore},
     {"skip-dead-rows", &AttentionConfig::skipDeadRows},
+    {"one-shot-loads", &AttentionConfig::oneShotLoads},
     {"warp-specialize", &AttentionConfig::warpSpecialize},
     {"pingpong", &AttentionConfig::pingpong},
     {"overlap", &AttentionConfig::overlap},

@@ -50,7 +50,7 @@ commands:
       [--narrow-in-diagonal 0|1]
       [--longest-first-globally 0|1]
       [--head-group G] [--dynamic-tiles 0|1]
-      [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--skip-dead-rows 0|1] [--warp-specialize 0|1]
+      [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--skip-dead-rows 0|1] [--one-shot-loads 0|1] [--warp-specialize 0|1]
       [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
       [--min-blocks-per-sm B]
       [--shapes default|static|runtime|both] [--against "flag=V ..."]
@@ -142,7 +142,7 @@ kernels and their shape options:
              [--lse-stride S] (LSE's row stride; default N: rows that are
              not 16-byte aligned take element stores, and say so)
              [--block-m M] [--block-n N] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1]
-             [--skip-dead-rows 0|1] [--warp-specialize 0|1]
+             [--skip-dead-rows 0|1] [--one-shot-loads 0|1] [--warp-specialize 0|1]
              [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
              [--static-shapes 0|1] (B, H, N compiled in; default run-time)
   attention-backward  the attention options above but --lse-stride and

@@ -191,7 +191,14 @@ void Lowerer::lowerOp(Operation *op) {
   for (OpOperand &use : op->getOpOperands())
     if (!(isa<DotOp>(op) && use.getOperandNumber() == 2 && wgmma))
       waitFor(use.get());
+  // A pipelined loop waits after its prologue (lowerFor).
+  if (!pendingOneShot.empty() && !isa<scf::ForOp>(op))
+    waitOneShotReadBy(op);
   if (isa<func::ReturnOp>(op)) {
+    // A one-shot load no op read still writes this CTA's shared memory.
+    for (auto &[v, readers] : pendingOneShot)
+      waitMbarrier(sharedAt(i32(oneShotMbarrier.lookup(v))), i32(0));
+    pendingOneShot.clear();
     finishTmaStores();
     endGridDependencies();
     LLVM::ReturnOp::create(b, loc, ValueRange{});
@@ -278,6 +285,13 @@ void Lowerer::lowerOp(Operation *op) {
   if (auto ld = dyn_cast<LoadOp>(op); ld && residentMbarrier.count(r)) {
     // Fetched by the producer warpgroup for this tile.
     waitMbarrier(residentMbarrierOf(r), residentPhase());
+    std::optional<SmemTile> t = tileGeometry(l);
+    t->base = i32(smemRegion[r]);
+    smemTiles[r] = *t;
+    return;
+  }
+  if (auto ld = dyn_cast<LoadOp>(op); ld && oneShotMbarrier.count(r)) {
+    issueOneShot(ld); // waited for before its first reader
     std::optional<SmemTile> t = tileGeometry(l);
     t->base = i32(smemRegion[r]);
     smemTiles[r] = *t;

@@ -353,6 +353,10 @@ void Lowerer::noteLoads() {
     else if (residentMbarrier.count(ld.getResult()))
       ahead = "by the producer warpgroup once per tile (a full and an empty "
               "mbarrier of its own), released after its last reader";
+    else if (oneShotMbarrier.count(ld.getResult()))
+      ahead = "once, issued where it stands by one thread (an mbarrier of its "
+              "own), waited for before its first reader (in a pipelined "
+              "loop, after the loop's first copies are issued)";
     if (auto t = tmaLoads.find(ld.getResult()); t != tmaLoads.end())
       note(ld, "load " + shape + ": TMA (cp.async.bulk.tensor, " +
                    std::to_string(t->second.panels) + " box(es) of " +

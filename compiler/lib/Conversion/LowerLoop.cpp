@@ -137,6 +137,10 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
               b, loc, scalarOf(forOp.getLowerBound()),
               arith::MulIOp::create(b, loc, scalarOf(forOp.getStep()), i32(i))),
           i32(i));
+  // One-shot loads the body reads: waited for now, their latency spent
+  // beside the prologue's copies.
+  if (!pendingOneShot.empty())
+    waitOneShotReadBy(forOp);
 
   // Small register loads one iteration ahead: the prologue loads the first
   // iteration's; each iteration loads the next one's before its own work.

@@ -205,6 +205,32 @@ static bool producerHas(Value v, mlir::Block &body) {
                       [&](Value o) { return producerHas(o, body); });
 }
 
+bool Lowerer::claimTma(LoadOp ld) {
+  std::string why;
+  std::optional<TmaLoad> t = matchTma(ld, why);
+  if (!t) {
+    tmaFallback[ld.getResult()] = why;
+    return false;
+  }
+  t->map = tensorMapFor(t->info);
+  tmaLoads[ld.getResult()] = *t;
+  return true;
+}
+
+/// The ops that read `v`: its users, looking through views (layout
+/// conversions and transposes).
+static SmallVector<Operation *> readersOf(Value v) {
+  SmallVector<Operation *> readers;
+  SmallVector<Value> work{v};
+  while (!work.empty())
+    for (Operation *user : work.pop_back_val().getUsers())
+      if (isa<ConvertLayoutOp, TransOp>(user))
+        work.push_back(user->getResult(0));
+      else
+        readers.push_back(user);
+  return readers;
+}
+
 void Lowerer::planResidentTma(int64_t &top) {
   // Only for persistent CTAs, where the producer fetches the next tile's
   // blocks while the compute warps finish this one. Without persistence it
@@ -225,31 +251,54 @@ void Lowerer::planResidentTma(int64_t &top) {
           "warpgroup does not compute";
       continue;
     }
-    std::string why;
-    std::optional<TmaLoad> t = matchTma(ld, why);
-    if (!t) {
-      tmaFallback[ld.getResult()] = why;
-      continue;
-    }
-    // Its last reader at the top level: the dots read it through views
-    // (layout conversions, transposes), maybe inside loops.
+    // Its last reader at the top level (maybe inside loops).
     Operation *last = nullptr;
-    SmallVector<Value> work{ld.getResult()};
-    while (!work.empty())
-      for (Operation *user : work.pop_back_val().getUsers()) {
-        if (isa<ConvertLayoutOp, TransOp>(user))
-          work.push_back(user->getResult(0));
-        Operation *top = body.findAncestorOpInBlock(*user);
-        if (!last || last->isBeforeInBlock(top))
-          last = top;
-      }
-    if (!last)
+    for (Operation *reader : readersOf(ld.getResult())) {
+      Operation *top = body.findAncestorOpInBlock(*reader);
+      if (!last || last->isBeforeInBlock(top))
+        last = top;
+    }
+    if (!last || !claimTma(ld))
       continue;
-    t->map = tensorMapFor(t->info);
-    tmaLoads[ld.getResult()] = *t;
     residentMbarrier[ld.getResult()] = top; // full; empty 8 bytes after
     top += 16;
     releaseAfter[last].push_back(ld.getResult());
+  }
+}
+
+void Lowerer::planOneShotTma(int64_t &top) {
+  // Each CTA computes one tile: the load's buffer is live from the body's
+  // start (SharedMemoryPlan), so no earlier reader of its bytes can exist.
+  if (!tma || producerWarps || !persistentGrid.empty() ||
+      !src->hasAttr("kiln.one_shot_loads"))
+    return;
+  for (Operation &op : src.getBody().front()) {
+    auto ld = dyn_cast<LoadOp>(op);
+    if (!ld || !sharedOperands.count(ld.getResult()) ||
+        ld.getPadding().convertToDouble() != 0.0) // TMA fills with zeros
+      continue;
+    if (!claimTma(ld))
+      continue;
+    oneShotMbarrier[ld.getResult()] = top;
+    top += 8;
+  }
+}
+
+void Lowerer::issueOneShot(LoadOp ld) {
+  Value r = ld.getResult();
+  issueTma({ld}, {i32(smemRegion[r])}, sharedAt(i32(oneShotMbarrier.lookup(r))),
+           isThreadZero());
+  pendingOneShot[r] = readersOf(r);
+}
+
+void Lowerer::waitOneShotReadBy(Operation *op) {
+  for (auto it = pendingOneShot.begin(); it != pendingOneShot.end();) {
+    if (llvm::any_of(it->second,
+                     [&](Operation *r) { return op->isAncestor(r); })) {
+      waitMbarrier(sharedAt(i32(oneShotMbarrier.lookup(it->first))), i32(0));
+      it = pendingOneShot.erase(it);
+    } else
+      ++it;
   }
 }
 
@@ -282,8 +331,8 @@ Value Lowerer::isThreadZero() {
 }
 
 void Lowerer::initMbarriers() {
-  if (mbarrierBase.empty() && residentMbarrier.empty() && tileRing < 0 &&
-      arrivalRing < 0)
+  if (mbarrierBase.empty() && residentMbarrier.empty() &&
+      oneShotMbarrier.empty() && tileRing < 0 && arrivalRing < 0)
     return;
   auto ifOp = scf::IfOp::create(b, loc, isThreadZero(), /*withElse=*/false);
   {
@@ -309,6 +358,8 @@ void Lowerer::initMbarriers() {
     if (tileGate >= 0) // every compute thread arrives at a tile's end
       NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(tileGate)),
                                    i32(32 * numWarps), Value());
+    for (auto &[v, at] : oneShotMbarrier)
+      NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(at)), i32(1), Value());
     for (auto &[v, at] : residentMbarrier) {
       NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(at)), i32(1), Value());
       NVVM::MBarrierInitOp::create(b, loc, sharedAt(i32(at + 8)),

@@ -428,9 +428,27 @@ public:
   /// consumers release them after `releaseAfter`, the top-level op that
   /// last reads them.
   void planResidentTma(int64_t &top);
+  /// Whether TMA copies `ld` (matchTma); if so its tensor map and copy are
+  /// recorded (tmaLoads), else the reason (tmaFallback).
+  bool claimTma(LoadOp ld);
   llvm::MapVector<mlir::Value, int64_t> residentMbarrier;
   llvm::DenseMap<mlir::Operation *, llvm::SmallVector<mlir::Value>>
       releaseAfter;
+  /// Without a producer warpgroup or persistent CTAs, dot-only loads
+  /// outside loops that TMA can copy: thread 0 issues each where it stands,
+  /// on an mbarrier of its own (at oneShotMbarrier), and every thread waits
+  /// only before the load's first reader, after a pipelined loop's prologue,
+  /// so that its latency overlaps the loop's first copies.
+  void planOneShotTma(int64_t &top);
+  llvm::MapVector<mlir::Value, int64_t> oneShotMbarrier;
+  /// Issued one-shot loads not yet waited for, each with the ops that read
+  /// it (through layout conversions and transposes, which are views).
+  llvm::MapVector<mlir::Value, llvm::SmallVector<mlir::Operation *>>
+      pendingOneShot;
+  /// Thread 0 issues one-shot load `ld`; it is pending until waited for.
+  void issueOneShot(LoadOp ld);
+  /// Waits for the pending one-shot loads that `op` or an op inside it reads.
+  void waitOneShotReadBy(mlir::Operation *op);
   /// Producer: waits for the consumers to release `ld`'s buffer (the
   /// previous tile's) and fetches it.
   void issueResident(LoadOp ld);

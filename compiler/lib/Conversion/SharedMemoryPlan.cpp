@@ -167,6 +167,7 @@ void Lowerer::planSharedMemory() {
   planPingpong();
   planPersistent(fixed);
   planResidentTma(fixed);
+  planOneShotTma(fixed);
   const int lastOp = int(bodyOps.size()) - 1;
   if (fixed)
     shared.place({"mbarriers", fixed, 0, lastOp});

@@ -484,6 +484,11 @@ public:
   /// shared memory and written by TMA bulk copies where the staging tile
   /// fits (the lowering report says where it did not).
   void setTmaStores(bool tmaStores);
+  /// Under TMA, without a producer warpgroup or persistent CTAs: dot
+  /// operands loaded outside loops are copied by TMA once, issued where the
+  /// load stands and waited for only before their first reader (after a
+  /// pipelined loop's first copies), rather than through registers first.
+  void setOneShotLoads(bool oneShot);
   /// Ends the kernel, verifies it and returns it.
   Kernel finish(Loc loc = Loc::current());
 

@@ -118,6 +118,13 @@ struct AttentionConfig {
   /// 0 no hint, -1 default (2 at D=64 non-causal under wgmma without a
   /// producer warpgroup where a ragged end takes a loop of its own).
   int minBlocksPerSM = -1;
+  /// Without a producer warpgroup, Q by TMA once, waited for after the key
+  /// loop's first copies rather than loaded to registers before them
+  /// (KernelBuilder::setOneShotLoads): 1 yes, 0 no, -1 default (no: D=64,
+  /// H200, +3-15% up to 1-2k keys, 2.5-3.5% slower at non-causal 4k-16k,
+  /// not yet checked on the GPU against the reference; docs/experiments/
+  /// 2026-11-27-session44.txt, section 7).
+  int oneShotLoads = -1;
 };
 
 /// Throws kiln::Error naming the problem when `shape` is out of range (sizes
