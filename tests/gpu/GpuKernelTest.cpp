@@ -64,6 +64,7 @@ struct AttnCase {
   int narrowInDiagonal = -1; ///< 0: rows aligned to the end, narrow step apart
   int alignRowsToEnd = -1;   ///< 1: causal rows aligned to the end
   int maskedFirst = -1; ///< 0: the masked key block after the others; 1: first
+  int oneShotLoads = -1; ///< 1: Q by TMA once (no producer warpgroup)
 };
 
 void PrintTo(const AttnCase &c, std::ostream *os) {
@@ -83,7 +84,8 @@ void PrintTo(const AttnCase &c, std::ostream *os) {
       << (c.alignRowsToEnd > 0 ? " rows to end" : "")
       << (c.maskedFirst == 0  ? " masked block last"
           : c.maskedFirst > 0 ? " masked block first"
-                              : "");
+                              : "")
+      << (c.oneShotLoads > 0 ? " one-shot loads" : "");
 }
 
 std::string caseName(const AttnCase &c) {
@@ -103,7 +105,8 @@ std::string caseName(const AttnCase &c) {
          (c.alignRowsToEnd > 0 ? "_rowstoend" : "") +
          (c.maskedFirst == 0  ? "_maskedlast"
           : c.maskedFirst > 0 ? "_maskedfirst"
-                              : "");
+                              : "") +
+         (c.oneShotLoads > 0 ? "_oneshot" : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};
@@ -122,6 +125,7 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   config.narrowStepInDiagonal = c.narrowInDiagonal;
   config.alignRowsToEnd = c.alignRowsToEnd;
   config.maskedBlockFirst = c.maskedFirst;
+  config.oneShotLoads = c.oneShotLoads;
   if (c.wgmma) {
     if (cuda::device().arch() != "sm_90a")
       GTEST_SKIP() << "SKIPPED: the wgmma schedule needs sm_90a, this GPU is "
@@ -163,6 +167,8 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
     report += line + "\n";
   if (c.wgmma && c.tma != 0)
     EXPECT_THAT(report, HasSubstr(": TMA (cp.async.bulk.tensor")) << report;
+  if (c.oneShotLoads > 0)
+    EXPECT_THAT(report, HasSubstr("once, issued where it stands")) << report;
   EXPECT_THAT(report, Not(HasSubstr("tensor Q is not specialised")));
   EXPECT_THAT(report, Not(HasSubstr("tensor K is not specialised")));
   dt.download("O", o);
@@ -323,6 +329,33 @@ INSTANTIATE_TEST_SUITE_P(
                  .dtype = f16, .bshd = false, .wgmma = true},
         AttnCase{.B = 3, .H = 5, .N = 1000, .D = 128, .causal = false,
                  .dtype = bf16, .bshd = false, .wgmma = true, .tmaStore = 0}),
+    [](const auto &info) { return caseName(info.param); });
+
+// Q by TMA once, waited for after the key loop's first copies
+// (AttentionConfig::oneShotLoads), in the kernels without a producer
+// warpgroup: D=64 non-causal at a ragged and a whole N, and past Nq inside
+// one block (rows TMA fills with zeros), causal D=64 in 64-row programs and
+// in 128-row blocks (bshd, fp16), D=128 without a producer.
+AttnCase oneShot(AttnCase c) {
+  c.oneShotLoads = 1;
+  return c;
+}
+INSTANTIATE_TEST_SUITE_P(
+    OneShotLoads, AttentionOnGpu,
+    ::testing::Values(oneShot({2, 5, 1000, 64, false, bf16, false, true}),
+                      oneShot({3, 4, 128, 64, false, bf16, false, true}),
+                      oneShot({2, 3, 77, 64, false, f16, false, true}),
+                      oneShot({2, 5, 1000, 64, true, bf16, false, true}),
+                      oneShot({1, 3, 2049, 64, true, f16, true, true}),
+                      oneShot({.B = 2,
+                               .H = 3,
+                               .N = 1000,
+                               .D = 128,
+                               .causal = false,
+                               .dtype = bf16,
+                               .bshd = false,
+                               .wgmma = true,
+                               .warpSpecialize = 0})),
     [](const auto &info) { return caseName(info.param); });
 
 // Causal row blocks that end at Nq (AttentionConfig::alignRowsToEnd, asked
