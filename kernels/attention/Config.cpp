@@ -149,6 +149,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->dynamicTiles = c.dynamicTiles;
       tuned->tmaStore = c.tmaStore;
       tuned->skipDeadRows = c.skipDeadRows;
+      tuned->oneShotLoads = c.oneShotLoads;
       c = *tuned;
     }
   // Hopper's warpgroup MMA by default (a target without it falls back to
