@@ -1,6 +1,7 @@
 """kiln beside SDPA's flash and cuDNN backends, on the same tensors, in one
 process: python3 -m kiln.bench [--quick] [--backward] [--dtype bf16|fp16]
-[--seqs N,N,...] [--ragged] [--sequential | --sustained S] [--json FILE].
+[--seqs N,N,...] [--pairs NQxNK[xB],...] [--ragged]
+[--sequential | --sustained S] [--json FILE].
 
 Inputs are standard normal (torch.randn); each figure is the median over 30
 samples of CUDA events around 10 back-to-back calls, divided by 10 (as
@@ -22,6 +23,10 @@ B·N = 16k tokens (B = 16384 // N), H·D = 2048, the peers.py shapes, plus
 ragged N; --ragged also times kiln at the nearest multiple of 128 with that
 length's B and with the ragged row's (they differ at 2049 and 4097: 8 and 7,
 4 and 3), so that what the ragged length costs is read apart from the batch.
+--pairs adds rows of Nq queries and Nk keys (cross attention, chunked prefill,
+decoding), B = 16384 // max(Nq, Nk) unless given, N printed as NqxNk; their
+causal FLOPs count the pairs a query attends to (top-left aligned, as SDPA's
+is_causal), where the square rows keep the peers' N²/2.
 """
 import argparse
 import json
@@ -141,12 +146,36 @@ def nearest_multiple(n, m=128):
     return max(m, (n + m // 2) // m * m)
 
 
+def parse_pairs(text):
+    """[(Nq, Nk, B or None)] from "NQxNK[xB],..." ("" gives [])."""
+    pairs = []
+    for item in filter(None, text.split(",")):
+        parts = item.split("x")
+        if len(parts) not in (2, 3) or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"--pairs: '{item}' is not NQxNK or NQxNKxB (integers >= 1)")
+        nq, nk, *b = (int(p) for p in parts)
+        pairs.append((nq, nk, b[0] if b else None))
+    return pairs
+
+
+def attended_pairs(nq, nk, causal):
+    """Query-key pairs a row block computes usefully: all, or under a causal
+    mask aligned at the top left the keys j <= i of each query i."""
+    if not causal:
+        return nq * nk
+    m = min(nq, nk)
+    return m * (m + 1) // 2 + (nq - m) * nk
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python3 -m kiln.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="N in 1024, 4096 and the ragged 1000, 4097")
     p.add_argument("--backward", action="store_true")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     p.add_argument("--seqs", default="", help="comma-separated N (default: standard and ragged)")
+    p.add_argument("--pairs", default="",
+                   help="comma-separated NQxNK[xB]: rows with Nq != Nk (with it, "
+                        "the N = Nq = Nk rows only where --seqs gives them)")
     p.add_argument("--heads-dims", default="32x64,16x128", help="HxD pairs")
     p.add_argument("--json", default="", help="also write the rows here")
     p.add_argument("--order", default=",".join(PEERS),
@@ -169,12 +198,18 @@ def main(argv=None):
     order = a.order.split(",")
     if sorted(order) != sorted(PEERS):
         p.error(f"--order takes each of {', '.join(PEERS)} once")
+    try:
+        pairs = parse_pairs(a.pairs)
+    except ValueError as e:
+        p.error(str(e))
     if not torch.cuda.is_available():
         print("kiln.bench: no CUDA GPU", file=sys.stderr)
         return 2
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
     seqs = ([int(x) for x in a.seqs.split(",")] if a.seqs else
+            [] if pairs else
             (1000, 1024, 4096, 4097) if a.quick else sorted(STANDARD + RAGGED))
+    rows_of = [(n, n, None) for n in seqs] + pairs
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     timing = (f"one peer after another, each alone {a.sustained:g} s first"
@@ -192,17 +227,20 @@ def main(argv=None):
     for hd in a.heads_dims.split(","):
         H, D = (int(x) for x in hd.split("x"))
         for causal in (False, True):
-            for N in seqs:
+            for N, Nk, given_b in rows_of:
 
-                def problem(n, b=None):
-                    """(q, k, v, FLOPs) at sequence length n, B = 16384 // n
-                    unless b is given."""
-                    b = b or max(1, 16384 // n)
-                    g = torch.Generator(device=dev).manual_seed(n + D)
-                    qkv = tuple(torch.randn(b, H, n, D, device=dev, dtype=dtype, generator=g)
-                                for _ in range(3))
-                    return qkv + (4 * b * H * n * n * D * (0.5 if causal else 1) *
-                                  (2.5 if a.backward else 1),)
+                def problem(n, b=None, nk=None):
+                    """(q, k, v, FLOPs) at n queries and nk keys (n unless
+                    given), B = 16384 // max(n, nk) unless b is given."""
+                    nk = nk or n
+                    b = b or max(1, 16384 // max(n, nk))
+                    g = torch.Generator(device=dev).manual_seed(n + D + 7 * (nk != n) * nk)
+                    q = torch.randn(b, H, n, D, device=dev, dtype=dtype, generator=g)
+                    k, v = (torch.randn(b, H, nk, D, device=dev, dtype=dtype, generator=g)
+                            for _ in range(2))
+                    attended = n * nk * (0.5 if causal else 1) if nk == n else \
+                        attended_pairs(n, nk, causal)
+                    return (q, k, v, 4 * b * H * attended * D * (2.5 if a.backward else 1))
 
                 def prepare(fn, q, k, v):
                     """One timed call of fn, called once here, so that a peer
@@ -217,18 +255,19 @@ def main(argv=None):
                     call()
                     return call
 
-                q, k, v, flops = problem(N)
+                q, k, v, flops = problem(N, given_b, Nk)
                 B = q.shape[0]
                 shape_order = order
                 if a.sustained and len(rows) % 2:
                     shape_order = order[::-1]
                 work = {name: (PEERS[name], q, k, v, flops) for name in shape_order}
                 near = nearest_multiple(N)
-                if a.ragged and near != N:
+                if a.ragged and near != N and Nk == N:
                     work["kiln@128k"] = (PEERS["kiln"],) + problem(near)
                     if max(1, 16384 // near) != B:
                         work["kiln@128k_sameB"] = (PEERS["kiln"],) + problem(near, B)
-                where = f"N={N} D={D} causal={causal}"
+                label = N if Nk == N else f"{N}x{Nk}"
+                where = f"N={label} D={D} causal={causal}"
                 tf = tflops_of(work, prepare, a.sequential, where, a.sustained)
                 # Where B = 16384 // N is the same at both lengths, one run
                 # serves both columns.
@@ -236,7 +275,7 @@ def main(argv=None):
                     tf["kiln@128k_sameB"] = tf["kiln@128k"]
                 del work, q, k, v
                 torch.cuda.empty_cache()
-                r = dict(D=D, causal=causal, N=N, B=B, H=H, dtype=a.dtype,
+                r = dict(D=D, causal=causal, N=N, Nk=Nk, B=B, H=H, dtype=a.dtype,
                          backward=a.backward, **{f"{n}_tflops": t for n, t in tf.items()})
                 ratio = lambda x, y: tf[x] / tf[y] if tf.get(y, 0) > 0 else float("nan")
                 extra = ""
@@ -245,7 +284,7 @@ def main(argv=None):
                     extra = "".join(f",{tf.get(c, float('nan')):.0f},{ratio('kiln', c):.3f}"
                                     for c in ("kiln@128k", "kiln@128k_sameB"))
                 rows.append(r)
-                print(f"{D},{int(causal)},{N},{B},{H}," +
+                print(f"{D},{int(causal)},{label},{B},{H}," +
                       ",".join(f"{tf[n]:.0f}" for n in PEERS) +
                       f",{ratio('kiln', 'sdpa_flash'):.2f},{ratio('kiln', 'sdpa_cudnn'):.3f}" +
                       extra, flush=True)

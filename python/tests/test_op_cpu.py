@@ -324,3 +324,23 @@ def test_bench_nearest_multiple_of_128():
     import kiln.bench as kb
     assert [kb.nearest_multiple(n) for n in (1, 1000, 1023, 2049, 3001, 4097, 8191)] == \
         [128, 1024, 1024, 2048, 2944, 4096, 8192]
+
+
+def test_bench_pairs_rows_and_their_flops():
+    """--pairs: NqxNk[xB] rows; causal FLOPs count the pairs a query attends
+    to, top-left aligned (SDPA's is_causal); a bad item is a usage error."""
+    import kiln.bench as kb
+    assert kb.parse_pairs("4096x512,1x4096x64") == [(4096, 512, None), (1, 4096, 64)]
+    assert kb.parse_pairs("") == []
+    for bad in ("4096", "4096x0", "ax5", "1x2x3x4"):
+        with pytest.raises(ValueError, match="--pairs"):
+            kb.parse_pairs(bad)
+    assert kb.attended_pairs(300, 16384, False) == 300 * 16384
+    # Fewer queries than keys: query i sees keys 0..i.
+    assert kb.attended_pairs(3, 10, True) == 1 + 2 + 3
+    # More queries than keys: the rows past Nk see every key.
+    assert kb.attended_pairs(5, 3, True) == 1 + 2 + 3 + 3 + 3
+    assert kb.attended_pairs(4, 4, True) == sum(min(i + 1, 4) for i in range(4))
+    with pytest.raises(SystemExit) as e:
+        kb.main(["--pairs", "4096x"])
+    assert e.value.code == 2
