@@ -347,15 +347,9 @@ INSTANTIATE_TEST_SUITE_P(
                       oneShot({2, 3, 77, 64, false, f16, false, true}),
                       oneShot({2, 5, 1000, 64, true, bf16, false, true}),
                       oneShot({1, 3, 2049, 64, true, f16, true, true}),
-                      oneShot({.B = 2,
-                               .H = 3,
-                               .N = 1000,
-                               .D = 128,
-                               .causal = false,
-                               .dtype = bf16,
-                               .bshd = false,
-                               .wgmma = true,
-                               .warpSpecialize = 0})),
+                      // D=128, tma -1 (the default), no producer (0)
+                      oneShot({2, 3, 1000, 128, false, bf16, false, true, -1,
+                               0})),
     [](const auto &info) { return caseName(info.param); });
 
 // Causal row blocks that end at Nq (AttentionConfig::alignRowsToEnd, asked
