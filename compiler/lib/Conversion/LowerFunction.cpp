@@ -191,14 +191,11 @@ void Lowerer::lowerOp(Operation *op) {
   for (OpOperand &use : op->getOpOperands())
     if (!(isa<DotOp>(op) && use.getOperandNumber() == 2 && wgmma))
       waitFor(use.get());
-  // A pipelined loop waits after its prologue (lowerFor).
+  // A pipelined loop waits after its prologue (lowerFor); the return for
+  // every load left, whose copy still writes this CTA's shared memory.
   if (!pendingOneShot.empty() && !isa<scf::ForOp>(op))
-    waitOneShotReadBy(op);
+    waitOneShotReadBy(op, isa<func::ReturnOp>(op));
   if (isa<func::ReturnOp>(op)) {
-    // A one-shot load no op read still writes this CTA's shared memory.
-    for (auto &[v, readers] : pendingOneShot)
-      waitMbarrier(sharedAt(i32(oneShotMbarrier.lookup(v))), i32(0));
-    pendingOneShot.clear();
     finishTmaStores();
     endGridDependencies();
     LLVM::ReturnOp::create(b, loc, ValueRange{});
@@ -282,16 +279,12 @@ void Lowerer::lowerOp(Operation *op) {
     smemTiles[r] = *t;
     return;
   }
-  if (auto ld = dyn_cast<LoadOp>(op); ld && residentMbarrier.count(r)) {
-    // Fetched by the producer warpgroup for this tile.
-    waitMbarrier(residentMbarrierOf(r), residentPhase());
-    std::optional<SmemTile> t = tileGeometry(l);
-    t->base = i32(smemRegion[r]);
-    smemTiles[r] = *t;
-    return;
-  }
-  if (auto ld = dyn_cast<LoadOp>(op); ld && oneShotMbarrier.count(r)) {
-    issueOneShot(ld); // waited for before its first reader
+  if (auto ld = dyn_cast<LoadOp>(op);
+      ld && (residentMbarrier.count(r) || oneShotMbarrier.count(r))) {
+    if (residentMbarrier.count(r)) // the producer's copy for this tile
+      waitMbarrier(residentMbarrierOf(r), residentPhase());
+    else
+      issueOneShot(ld); // waited for before its first reader
     std::optional<SmemTile> t = tileGeometry(l);
     t->base = i32(smemRegion[r]);
     smemTiles[r] = *t;

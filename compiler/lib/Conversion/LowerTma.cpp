@@ -291,10 +291,10 @@ void Lowerer::issueOneShot(LoadOp ld) {
   pendingOneShot[r] = readersOf(r);
 }
 
-void Lowerer::waitOneShotReadBy(Operation *op) {
+void Lowerer::waitOneShotReadBy(Operation *op, bool all) {
   for (auto it = pendingOneShot.begin(); it != pendingOneShot.end();) {
-    if (llvm::any_of(it->second,
-                     [&](Operation *r) { return op->isAncestor(r); })) {
+    if (all || llvm::any_of(it->second,
+                            [&](Operation *r) { return op->isAncestor(r); })) {
       waitMbarrier(sharedAt(i32(oneShotMbarrier.lookup(it->first))), i32(0));
       it = pendingOneShot.erase(it);
     } else

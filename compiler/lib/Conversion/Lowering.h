@@ -447,8 +447,9 @@ public:
       pendingOneShot;
   /// Thread 0 issues one-shot load `ld`; it is pending until waited for.
   void issueOneShot(LoadOp ld);
-  /// Waits for the pending one-shot loads that `op` or an op inside it reads.
-  void waitOneShotReadBy(mlir::Operation *op);
+  /// Waits for the pending one-shot loads that `op` or an op inside it reads
+  /// (`all`: every pending one).
+  void waitOneShotReadBy(mlir::Operation *op, bool all = false);
   /// Producer: waits for the consumers to release `ld`'s buffer (the
   /// previous tile's) and fetches it.
   void issueResident(LoadOp ld);
