@@ -324,8 +324,6 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // non-causal; base plus constants 2-4% faster everywhere else.
   if (c.copyAddressesPerRegister < 0)
     c.copyAddressesPerRegister = wide && !s.causal;
-  if (c.oneShotLoads < 0) // see AttentionConfig::oneShotLoads
-    c.oneShotLoads = 0;
   if (c.longestFirstGlobally < 0) // +4..10% causal on the H200 at N >= 4k
     c.longestFirstGlobally = s.causal;
   // Persistent CTAs wherever there is a producer warpgroup: it fetches the
@@ -335,6 +333,15 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.persistent = c.warpSpecialize > 0;
   if (c.dynamicTiles < 0)
     c.dynamicTiles = s.causal && c.persistent > 0 && c.warpSpecialize > 0;
+  // Q by TMA, waited for after the key loop's first copies, where there is
+  // no producer warpgroup: causal, and non-causal up to 1024 keys. H200,
+  // D=64, same process, two rounds, on against off: causal +0.8..6.7% at
+  // N=128-8192; non-causal +14-16% at 128, +4-6% at 384-1000, +0.5-2% at
+  // 1024, 1.7% slower at 2048, 3.5-5% at 4096-8192 (docs/experiments/
+  // 2026-11-27-session45.txt, section 1).
+  if (c.oneShotLoads < 0)
+    c.oneShotLoads = c.warpSpecialize <= 0 && c.persistent <= 0 &&
+                     (s.causal || s.seqK <= 1024);
   // Two CTAs of 8 warps per SM at D=64 need 128 registers a thread; the
   // non-causal kernel with a ragged end's loop(s) took 129-139 and ran
   // one (H200 bench, bf16 TFLOP/s at N=2049/4097/8191: 310/360/390; with

@@ -40,7 +40,7 @@ static const char *kOnce = "once, issued where it stands by one thread";
 // prologue (K and V of the first block) and waited for after it.
 TEST(OneShotLoadCodegen, AttentionQOverlapsTheKeyLoopsFirstCopies) {
   for (bool causal : {false, true}) {
-    CompiledKernel plain = forward(1000, 64, causal, {});
+    CompiledKernel plain = forward(1000, 64, causal, {.oneShotLoads = 0});
     CompiledKernel once = forward(1000, 64, causal, {.oneShotLoads = 1});
     const std::string plainReport = test::reportOf(plain),
                       onceReport = test::reportOf(once);
@@ -67,4 +67,21 @@ TEST(OneShotLoadCodegen, ProducerWarpgroupKeepsItsOwnLoads) {
   CompiledKernel once = forward(4096, 128, false, {.oneShotLoads = 1});
   EXPECT_EQ(plain.ptx, once.ptx);
   EXPECT_THAT(test::reportOf(once), Not(HasSubstr(kOnce)));
+}
+
+// The default: on without a producer warpgroup where it measured faster
+// (causal at every N, non-causal up to 1024 keys), off elsewhere.
+TEST(OneShotLoadCodegen, DefaultOnCausalAndShortKeysWithoutProducer) {
+  auto resolved = [](int64_t n, int64_t d, bool causal) {
+    return kernels::resolveConfig(test::selfAttention(n, d, causal), {})
+        .oneShotLoads;
+  };
+  EXPECT_EQ(resolved(128, 64, false), 1);
+  EXPECT_EQ(resolved(1024, 64, false), 1);
+  EXPECT_EQ(resolved(1025, 64, false), 0);
+  EXPECT_EQ(resolved(4096, 64, false), 0);
+  EXPECT_EQ(resolved(1000, 64, true), 1);
+  EXPECT_EQ(resolved(8192, 64, true), 1);
+  EXPECT_EQ(resolved(1000, 128, false), 0); // producer warpgroup
+  EXPECT_EQ(resolved(1000, 128, true), 0);
 }

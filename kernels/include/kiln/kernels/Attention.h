@@ -120,10 +120,8 @@ struct AttentionConfig {
   int minBlocksPerSM = -1;
   /// Without a producer warpgroup, Q by TMA once, waited for after the key
   /// loop's first copies rather than loaded to registers before them
-  /// (KernelBuilder::setOneShotLoads): 1 yes, 0 no, -1 default (no: D=64,
-  /// H200, +3-15% up to 1-2k keys, 2.5-3.5% slower at non-causal 4k-16k,
-  /// not yet checked on the GPU against the reference; docs/experiments/
-  /// 2026-11-27-session44.txt, section 7).
+  /// (KernelBuilder::setOneShotLoads): 1 yes, 0 no, -1 default (causal, and
+  /// non-causal up to 1024 keys; resolveConfig gives the figures).
   int oneShotLoads = -1;
 };
 
