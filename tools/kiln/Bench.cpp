@@ -36,6 +36,18 @@ namespace kiln::cli {
 /// cuBLAS row of peers.py), M = N = K = each of --sizes (or --size); timed
 /// as peers.py does (backToBackMs); --shapes static, runtime or both (back to
 /// back).
+/// Query-key pairs a row set attends: Nq*Nk, causal (top-left aligned) the
+/// sum of min(i + 1, Nk) over rows i, except at Nq == Nk, where it is N^2/2
+/// as the FlashAttention papers (and peers.py) count it.
+static double attendedPairs(int64_t nq, int64_t nk, bool causal) {
+  if (!causal)
+    return double(nq) * double(nk);
+  if (nq == nk)
+    return 0.5 * double(nq) * double(nq);
+  const double m = double(std::min(nq, nk));
+  return m * (m + 1) / 2 + double(std::max<int64_t>(0, nq - nk)) * double(nk);
+}
+
 static int benchGemm(Options &opts) {
   const std::string sizes =
       opts.string("sizes", std::to_string(opts.integer("size", 8192)));
@@ -132,6 +144,9 @@ int cmdBench(Options &opts) {
   // B = tokens / N: the papers' 16k by default; another count compares two
   // N at one B (a ragged N against its neighbours, the work alone changing).
   const int64_t tokens = opts.integer("tokens", 16384, 1);
+  // --seq-k M: every row attends to M keys (cross attention, chunked
+  // prefill, decoding); --seqs then gives Nq.
+  const int64_t seqK = opts.integer("seq-k", 0, 1);
   std::string onlyD = opts.string("head-dim", "");
   const std::string seqs = opts.string("seqs", "");
   const bool onlyCausal = causalOption(opts), // both: a usage error
@@ -167,8 +182,9 @@ int cmdBench(Options &opts) {
       "back-to-back launches\n",
       dev.name, dev.arch(), cfg.blockM, cfg.blockN, cfg.warps, cfg.stages, reps,
       batch);
-  fmt::print(
-      "dtype,B,H,N,D,causal,shapes,ms,tflops,registers,spill_bytes,smem\n");
+  fmt::print("dtype,B,H,N,D,causal,shapes,ms,tflops,registers,spill_bytes,"
+             "smem{}\n",
+             seqK ? ",Nk" : "");
 
   const std::vector<int64_t> ns = benchSequenceLengths(
       seqs.empty() ? std::vector<int64_t>{} : positiveList(seqs, "seqs"), quick,
@@ -188,18 +204,20 @@ int cmdBench(Options &opts) {
             if ((onlyCausal && !causal) || (onlyNonCausal && causal))
               continue;
             int64_t B = std::max<int64_t>(1, tokens / N), H = 2048 / D;
-            kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
-            size_t n = size_t(B * H * N * D);
+            const int64_t Nk = seqK ? seqK : N;
+            kernels::AttentionShape s{B, H, N, Nk, D, causal, *dtype, 0};
+            size_t n = size_t(B * H * N * D), nk = size_t(B * H * Nk * D);
             uint64_t seed = uint64_t(N * 1000 + D + causal);
             cuda::Buffer q = randomDevice(*dtype, n, seed),
-                         k = randomDevice(*dtype, n, seed + 1),
-                         v = randomDevice(*dtype, n, seed + 2), o(n * 2),
+                         k = randomDevice(*dtype, nk, seed + 1),
+                         v = randomDevice(*dtype, nk, seed + 2), o(n * 2),
                          lse(size_t(B * H * N) * 4);
-            std::vector<int64_t> shape{B, H, N, D}, st{H * N * D, N * D, D, 1};
+            std::vector<int64_t> shape{B, H, N, D}, st{H * N * D, N * D, D, 1},
+                kShape{B, H, Nk, D}, kSt{H * Nk * D, Nk * D, D, 1};
             std::map<std::string, TensorRef> refs{
                 {"Q", {q.data(), *dtype, shape, st}},
-                {"K", {k.data(), *dtype, shape, st}},
-                {"V", {v.data(), *dtype, shape, st}},
+                {"K", {k.data(), *dtype, kShape, kSt}},
+                {"V", {v.data(), *dtype, kShape, kSt}},
                 {"O", {o.data(), *dtype, shape, st}},
                 {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}};
             struct Timed {
@@ -239,15 +257,18 @@ int cmdBench(Options &opts) {
               std::sort(t.samples.begin(), t.samples.end());
               double ms = t.samples[t.samples.size() / 2];
               double tflops =
-                  4.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
+                  4.0 * B * H * attendedPairs(N, Nk, causal) * D / ms / 1e9;
               cuda::FunctionAttributes a = t.g->attributes();
-              fmt::print("{},{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}\n", dn, B,
-                         H, N, D, int(causal), t.name, ms, tflops, a.registers,
-                         a.localBytes, t.c.sharedBytes);
+              fmt::print("{},{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}{}\n", dn,
+                         B, H, N, D, int(causal), t.name, ms, tflops,
+                         a.registers, a.localBytes, t.c.sharedBytes,
+                         seqK ? fmt::format(",{}", Nk) : "");
               std::fflush(stdout);
               llvm::json::Object row =
                   attentionRow(*dtype, B, H, N, D, causal, ms, tflops);
               row["shapes"] = t.name;
+              if (seqK)
+                row["Nk"] = Nk;
               rows.push_back(std::move(row));
             }
           }

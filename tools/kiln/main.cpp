@@ -42,7 +42,7 @@ commands:
                                         compare against an fp64 reference;
                                         exits 1 if the relative error > 1e-2
   bench attention [--quick] [--ragged] [--seqs N,N,...] [--dtypes bf16,fp16]
-      [--json FILE] [--reps R] [--batch K] [--tokens T]
+      [--json FILE] [--reps R] [--batch K] [--tokens T] [--seq-k M]
       [--causal | --non-causal] [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--block-n-ragged-end N]
       [--ragged-end-in-loop 0|1] [--masked-first 0|1]
@@ -55,7 +55,8 @@ commands:
       [--min-blocks-per-sm B]
       [--shapes default|static|runtime|both] [--against "flag=V ..."]
                                         TFLOP/s on the GPU over B*N=16k tokens
-                                        (--tokens T: B = T / N),
+                                        (--tokens T: B = T / N;
+                                        --seq-k M: M keys, N queries),
                                         timed as peers.py times its peers
                                         (median of R samples, default 30, of
                                         K back-to-back launches, default 10)
