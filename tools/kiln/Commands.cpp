@@ -296,7 +296,11 @@ static Problem attentionProblem(Options &opts, bool withData) {
       // A warpgroup whose rows all lie past Nq skips the key loops' work
       // (two warpgroups or more; the report says which loops).
       c.skipDeadRows > 0 && c.warps >= 8 ? " dead-row-skip" : "",
-      c.oneShotLoads > 0 ? " one-shot-loads" : "");
+      // Under a producer warpgroup or persistent CTAs Q is the producer's:
+      // the option changes nothing there.
+      c.oneShotLoads > 0 && c.warpSpecialize <= 0 && c.persistent <= 0
+          ? " one-shot-loads"
+          : "");
   if (!withData)
     return p;
   auto q = randomTensor(s.dtype, qShape, seed, qStrides);
