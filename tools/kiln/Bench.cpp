@@ -32,10 +32,6 @@
 
 namespace kiln::cli {
 
-/// `kiln bench gemm`: C = A·B, bf16 in and out (as torch.matmul, the
-/// cuBLAS row of peers.py), M = N = K = each of --sizes (or --size); timed
-/// as peers.py does (backToBackMs); --shapes static, runtime or both (back to
-/// back).
 /// Query-key pairs a row set attends: Nq*Nk, causal (top-left aligned) the
 /// sum of min(i + 1, Nk) over rows i, except at Nq == Nk, where it is N^2/2
 /// as the FlashAttention papers (and peers.py) count it.
@@ -48,6 +44,10 @@ static double attendedPairs(int64_t nq, int64_t nk, bool causal) {
   return m * (m + 1) / 2 + double(std::max<int64_t>(0, nq - nk)) * double(nk);
 }
 
+/// `kiln bench gemm`: C = A·B, bf16 in and out (as torch.matmul, the
+/// cuBLAS row of peers.py), M = N = K = each of --sizes (or --size); timed
+/// as peers.py does (backToBackMs); --shapes static, runtime or both (back to
+/// back).
 static int benchGemm(Options &opts) {
   const std::string sizes =
       opts.string("sizes", std::to_string(opts.integer("size", 8192)));
