@@ -54,6 +54,9 @@ void checkConfig(const AttentionConfig &c) {
       throw Error("attention: blockM, blockN, blockNDiagonal and "
                   "blockNRaggedEnd must be powers of two >= 16, got " +
                   std::to_string(b));
+  if (c.splitKeys < 0)
+    throw Error("attention: splitKeys must be >= 0, got " +
+                std::to_string(c.splitKeys));
   if (c.blockNRaggedEnd > c.blockN)
     throw Error("attention: blockNRaggedEnd (" +
                 std::to_string(c.blockNRaggedEnd) +
@@ -134,6 +137,9 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // Run-time B, H, Nq and Nk: one compile serves every size of a class.
   if (c.staticShapes < 0)
     c.staticShapes = 0;
+  if (c.splitKeys > 1 && s.causal)
+    throw Error("attention: splitKeys (" + std::to_string(c.splitKeys) +
+                ") splits the keys of non-causal attention only");
   // No tile sizes chosen: the autotuner's winner for this GPU and shape
   // bucket, when `kiln tune` recorded one.
   if (!c.blockM && !c.blockN)
@@ -150,6 +156,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->tmaStore = c.tmaStore;
       tuned->skipDeadRows = c.skipDeadRows;
       tuned->oneShotLoads = c.oneShotLoads;
+      tuned->splitKeys = c.splitKeys;
       c = *tuned;
     }
   // Hopper's warpgroup MMA by default (a target without it falls back to

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "AttentionLoops.h"
 #include "HeadGroups.h"
+#include "SplitCombine.h"
 
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
@@ -26,10 +27,14 @@ static Index above(Index r, int64_t t, int64_t n) {
   return (r + (n - 1 - t)) / n;
 }
 
-Kernel attentionForward(const AttentionShape &s,
-                        const AttentionConfig &config) {
+/// attention_fwd, or with `split` attention_fwd_split: the keys in
+/// c.splitKeys ranges of whole blocks, program y = (batch, head) pair *
+/// ranges + range, each range's O and logsumexp to OSplit and LSESplit.
+static Kernel buildForward(const AttentionShape &s,
+                           const AttentionConfig &config, bool split) {
   const AttentionConfig c = resolveConfig(s, config);
   checkConfig(c);
+  const int64_t S = split ? c.splitKeys : 1;
   const int64_t D = s.headDim, BM = c.blockM, BN = c.blockN;
   const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
   const double toExp2 = scale * log2e; // scores to base-2 exponents
@@ -41,7 +46,7 @@ Kernel attentionForward(const AttentionShape &s,
   // Causal row blocks differ in cost: the longest blocks of a group of heads
   // are dispatched first, one group after another (a 1-D grid).
   const bool longestFirst = s.causal && c.longestFirstGlobally > 0;
-  KernelBuilder k("attention_fwd");
+  KernelBuilder k(split ? "attention_fwd_split" : "attention_fwd");
   Index B = s.batch, H = s.heads, Nq = s.seqQ, Nk = s.seqK;
   if (runtimeShapes) {
     B = k.scalarArg("B");
@@ -53,7 +58,7 @@ Kernel attentionForward(const AttentionShape &s,
   if (longestFirst)
     k.setGrid({heads * mBlocks});
   else
-    k.setGrid({mBlocks, heads});
+    k.setGrid({mBlocks, split ? heads * S : heads});
   k.setWarps(c.warps);
   k.setStages(c.stages);
   k.setReloadThreadIds(c.reloadThreadIds > 0);
@@ -62,10 +67,10 @@ Kernel attentionForward(const AttentionShape &s,
   k.setCopyAddressesPerRegister(c.copyAddressesPerRegister > 0);
   // A main key loop that masks every step for the sake of its last.
   k.setSkipPassingMasks(runtimeShapes && !wholeKeys && !s.causal &&
-                        c.raggedEndInLoop > 0);
+                        (c.raggedEndInLoop > 0 || split));
   k.setWgmma(c.wgmma > 0);
   k.setTma(c.wgmma > 0 && c.tma > 0);
-  k.setTmaStores(c.wgmma > 0 && c.tma > 0 && c.tmaStore > 0);
+  k.setTmaStores(c.wgmma > 0 && c.tma > 0 && c.tmaStore > 0 && !split);
   k.setSkipDeadRows(c.skipDeadRows > 0);
   k.setOneShotLoads(c.oneShotLoads > 0);
   k.setWarpSpecialize(c.wgmma > 0 && c.warpSpecialize > 0);
@@ -76,14 +81,21 @@ Kernel attentionForward(const AttentionShape &s,
   auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
   auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
   auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
-  auto O = k.tensorArg("O", s.dtype, {B, H, Nq, D});
-  auto LSE = k.tensorArg("LSE", f32, {B, H, Nq});
+  auto O = split ? k.tensorArg("OSplit", f32, {S, B, H, Nq, D})
+                 : k.tensorArg("O", s.dtype, {B, H, Nq, D});
+  auto LSE = split ? k.tensorArg("LSESplit", f32, {S, B, H, Nq})
+                   : k.tensorArg("LSE", f32, {B, H, Nq});
   // LSE's rows (Nq fp32) are 16-byte aligned only when Nq % 4 == 0: one
   // variant for every Nq of the class.
   if (runtimeShapes)
     k.keepUnspecialised(LSE);
 
   Index bh = programId(1), mProgram = programId(0);
+  std::optional<Index> range; // the split's key range
+  if (split) {
+    range = bh % S;
+    bh = bh / S;
+  }
   if (longestFirst) {
     // Program t: row block (t mod G·mBlocks) / G of the group's pair
     // (t mod G·mBlocks) mod G, where the last group may hold fewer pairs.
@@ -191,7 +203,14 @@ Kernel attentionForward(const AttentionShape &s,
     rowMax = newMax;
   };
   const int64_t BND = c.blockNDiagonal;
-  if (s.causal && BM % BN == 0 && BM % BND == 0) {
+  if (split) {
+    // Whole key blocks per range, the last range's end at Nk (masked where
+    // Nk is not whole blocks; a per-thread check skips the mask elsewhere).
+    // A range past Nk runs no step: its rows' sum stays 0.
+    Index chunk = cdiv(cdiv(Nk, BN), S) * BN, k0 = *range * chunk;
+    forRange(k0, min(k0 + chunk, Nk), BN, carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, BN, {.edges = true}); });
+  } else if (s.causal && BM % BN == 0 && BM % BND == 0) {
     // Whole key blocks left of the diagonal need no mask; the diagonal ones
     // (and a ragged last block) do, in blocks of their own size; those right
     // of it are skipped.
@@ -314,10 +333,35 @@ Kernel attentionForward(const AttentionShape &s,
   // One reciprocal per row, then a multiply per element: an IEEE division per
   // element cost the H200 as many warp samples as the whole key loop at N=512
   // (MUFU.RCP, FCHK and a slow-path branch each).
-  store(O[b][h].block({m0, 0}), (acc * column(1.0 / rowSum)).to(s.dtype));
   // logsumexp of the scaled scores, in natural log: (max·k + log2(sum)) · ln 2.
-  store(LSE[b][h].block({m0}), (rowMax * toExp2 + log2(rowSum)) * ln2);
+  auto lse = [&] { return (rowMax * toExp2 + log2(rowSum)) * ln2; };
+  if (split) {
+    // A range with no keys: O 0 and logsumexp -inf (weight 0 when combined).
+    Tile inverse = where(rowSum > 0.0, 1.0 / rowSum, 0.0);
+    store(O[*range][b][h].block({m0, 0}), acc * column(inverse));
+    store(LSE[*range][b][h].block({m0}), lse());
+  } else {
+    store(O[b][h].block({m0, 0}), (acc * column(1.0 / rowSum)).to(s.dtype));
+    store(LSE[b][h].block({m0}), lse());
+  }
   return k.finish();
+}
+
+Kernel attentionForward(const AttentionShape &s,
+                        const AttentionConfig &config) {
+  if (config.splitKeys > 1)
+    throw Error("attention: splitKeys (" + std::to_string(config.splitKeys) +
+                ") builds two kernels: attentionForwardKernels");
+  return buildForward(s, config, false);
+}
+
+std::vector<Kernel> attentionForwardKernels(const AttentionShape &s,
+                                            const AttentionConfig &config) {
+  if (config.splitKeys <= 1)
+    return {buildForward(s, config, false)};
+  return {buildForward(s, config, true),
+          splitCombineKernel(s, config.splitKeys,
+                             resolveConfig(s, config).staticShapes <= 0)};
 }
 
 } // namespace kiln::kernels

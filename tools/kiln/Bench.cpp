@@ -220,12 +220,19 @@ int cmdBench(Options &opts) {
                 {"V", {v.data(), *dtype, kShape, kSt}},
                 {"O", {o.data(), *dtype, shape, st}},
                 {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}};
+            // A config's kernels (two with split keys: the split one and
+            // the combine), launched back to back as one sample.
             struct Timed {
               std::string name;
-              std::unique_ptr<GpuKernel> g;
-              CompiledKernel c;
-              std::vector<ArgValue> args;
+              std::vector<std::unique_ptr<GpuKernel>> g;
+              std::vector<CompiledKernel> c;
+              std::vector<std::vector<ArgValue>> args;
               std::vector<float> samples;
+              std::vector<cuda::Buffer> workspace;
+              void launch() {
+                for (size_t i = 0; i < g.size(); ++i)
+                  g[i]->launch(args[i]);
+              }
             };
             std::vector<Timed> timed;
             for (int which = 0; which < (against ? 2 : 1); ++which) {
@@ -237,31 +244,48 @@ int cmdBench(Options &opts) {
                       : "runtime";
               if (against)
                 name += which ? "+against" : "";
-              Kernel kernel = kernels::attentionForward(s, modeCfg);
-              GpuTarget target = variantTarget(
-                  kernel, refs, {},
-                  GpuTarget{.arch = dev.arch(), .llvmPipeline = pipeline});
-              CompiledKernel c = compileForGpu(kernel, target);
-              auto g = std::make_unique<GpuKernel>(c.spec());
-              timed.push_back(
-                  {name, std::move(g), std::move(c), kernel.bind(refs), {}});
+              Timed t{name, {}, {}, {}, {}, {}};
+              std::map<std::string, TensorRef> mine = refs;
+              if (const int64_t S = modeCfg.splitKeys; S > 1) {
+                t.name += fmt::format("+split{}", S);
+                t.workspace.emplace_back(size_t(S) * n * 4);
+                t.workspace.emplace_back(size_t(S * B * H * N) * 4);
+                mine["OSplit"] = {t.workspace[0].data(),
+                                  DType::f32,
+                                  {S, B, H, N, D},
+                                  {B * H * N * D, H * N * D, N * D, D, 1}};
+                mine["LSESplit"] = {t.workspace[1].data(),
+                                    DType::f32,
+                                    {S, B, H, N},
+                                    {B * H * N, H * N, N, 1}};
+              }
+              for (const Kernel &kernel :
+                   kernels::attentionForwardKernels(s, modeCfg)) {
+                std::map<std::string, TensorRef> in = kernel.tensorsIn(mine);
+                GpuTarget target = variantTarget(
+                    kernel, in, {},
+                    GpuTarget{.arch = dev.arch(), .llvmPipeline = pipeline});
+                t.c.push_back(compileForGpu(kernel, target));
+                t.g.push_back(std::make_unique<GpuKernel>(t.c.back().spec()));
+                t.args.push_back(kernel.bind(in));
+              }
+              timed.push_back(std::move(t));
             }
             // Samples in turn (one of each config, then again).
             for (Timed &t : timed)
-              backToBackMs([&] { t.g->launch(t.args); }, 1, batch);
+              backToBackMs([&] { t.launch(); }, 1, batch);
             for (int i = 0; i < reps; ++i)
               for (Timed &t : timed)
-                cuda::backToBackMs([&] { t.g->launch(t.args); }, 1, batch,
-                                   &t.samples);
+                cuda::backToBackMs([&] { t.launch(); }, 1, batch, &t.samples);
             for (Timed &t : timed) {
               std::sort(t.samples.begin(), t.samples.end());
               double ms = t.samples[t.samples.size() / 2];
               double tflops =
                   4.0 * B * H * attendedPairs(N, Nk, causal) * D / ms / 1e9;
-              cuda::FunctionAttributes a = t.g->attributes();
+              cuda::FunctionAttributes a = t.g[0]->attributes();
               fmt::print("{},{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}{}\n", dn,
                          B, H, N, D, int(causal), t.name, ms, tflops,
-                         a.registers, a.localBytes, t.c.sharedBytes,
+                         a.registers, a.localBytes, t.c[0].sharedBytes,
                          seqK ? fmt::format(",{}", Nk) : "");
               std::fflush(stdout);
               llvm::json::Object row =

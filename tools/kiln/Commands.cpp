@@ -259,6 +259,10 @@ static Problem attentionProblem(Options &opts, bool withData) {
       kStrides = attentionStrides(kShape, bshd),
       lStrides{s.heads * lseStride, lseStride, 1};
 
+  if (c.splitKeys > 1)
+    throw UsageError("option --split-keys: two kernels (the split one and "
+                     "the combine); `kiln bench attention --split-keys S` "
+                     "times them, the other commands show one kernel");
   Problem p;
   p.kernel = kernels::attentionForward(s, c);
   p.dims = {{"B", s.batch}, {"H", s.heads}, {"Nq", s.seqQ}, {"Nk", s.seqK}};

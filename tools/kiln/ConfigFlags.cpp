@@ -58,7 +58,8 @@ const ForwardFlag kForwardFlags[] = {
     {"pingpong", &AttentionConfig::pingpong},
     {"overlap", &AttentionConfig::overlap},
     {"persistent", &AttentionConfig::persistent},
-    {"min-blocks-per-sm", &AttentionConfig::minBlocksPerSM}};
+    {"min-blocks-per-sm", &AttentionConfig::minBlocksPerSM},
+    {"split-keys", &AttentionConfig::splitKeys}};
 
 const BackwardFlag kBackwardFlags[] = {
     {"block-m", &AttentionBackwardConfig::blockM},

@@ -123,6 +123,13 @@ struct AttentionConfig {
   /// (KernelBuilder::setOneShotLoads): 1 yes, 0 no, -1 default (causal, and
   /// non-causal up to 1024 keys; resolveConfig gives the figures).
   int oneShotLoads = -1;
+  /// Non-causal: the keys split into this many ranges of whole key blocks,
+  /// one program per (row block, range), each writing its rows' O and
+  /// logsumexp in fp32; a second kernel combines them (flash-decoding: for
+  /// few row blocks, decoding or short queries on long keys, where one
+  /// program per row block leaves SMs idle). 1 (and 0) no split. Built by
+  /// attentionForwardKernels; attentionForward refuses it.
+  int splitKeys = 0;
 };
 
 /// Throws kiln::Error naming the problem when `shape` is out of range (sizes
@@ -171,6 +178,14 @@ bool raggedEndFirst(const AttentionShape &shape, const AttentionConfig &config);
 /// s.seqK is one.
 Kernel attentionForward(const AttentionShape &shape,
                         const AttentionConfig &config = {});
+
+/// The forward's kernels in launch order: attentionForward's alone, or,
+/// with config.splitKeys = S > 1, attention_fwd_split (Q, K, V; OSplit fp32
+/// (S, B, H, Nq, D) and LSESplit fp32 (S, B, H, Nq), contiguous workspaces
+/// it writes whole) then attention_fwd_combine (OSplit, LSESplit; O, LSE).
+/// Each binds the tensors it takes (Kernel::tensorsIn).
+std::vector<Kernel> attentionForwardKernels(const AttentionShape &shape,
+                                            const AttentionConfig &config = {});
 
 } // namespace kiln::kernels
 

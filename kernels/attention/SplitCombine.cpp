@@ -1,0 +1,61 @@
+//===- SplitCombine.cpp - the forward's split-keys combine kernel ---------===//
+//
+// A row's keys split into ranges give, per range r, O_r (normalised over its
+// keys) and L_r = log sum_j exp(s_j) over them. Over all keys,
+// O = sum_r w_r O_r / sum_r w_r and L = m + log sum_r w_r, with
+// w_r = exp(L_r - m), m = max_r L_r; an empty range has L_r = -inf: w_r = 0.
+//
+//===----------------------------------------------------------------------===//
+#include "SplitCombine.h"
+
+#include "kiln/dsl/Dsl.h"
+
+#include <vector>
+
+using namespace kiln::dsl;
+
+namespace kiln::kernels {
+
+/// Rows per program: each reads S * 64 * D fp32 of partial O once.
+static constexpr int64_t kCombineRows = 64;
+
+Kernel splitCombineKernel(const AttentionShape &s, int64_t ranges,
+                          bool runtimeShapes) {
+  const int64_t D = s.headDim, BM = kCombineRows, S = ranges;
+  KernelBuilder k("attention_fwd_combine");
+  Index B = s.batch, H = s.heads, Nq = s.seqQ;
+  if (runtimeShapes) {
+    B = k.scalarArg("B");
+    H = k.scalarArg("H");
+    Nq = k.scalarArg("Nq");
+  }
+  k.setGrid({cdiv(Nq, BM), B * H});
+  k.setWarps(4);
+  auto OSplit = k.tensorArg("OSplit", f32, {S, B, H, Nq, D});
+  auto LSESplit = k.tensorArg("LSESplit", f32, {S, B, H, Nq});
+  auto O = k.tensorArg("O", s.dtype, {B, H, Nq, D});
+  auto LSE = k.tensorArg("LSE", f32, {B, H, Nq});
+  if (runtimeShapes) { // rows of Nq fp32: 16-byte aligned only at Nq % 4 == 0
+    k.keepUnspecialised(LSESplit);
+    k.keepUnspecialised(LSE);
+  }
+  Index bh = programId(1), m0 = programId(0) * BM;
+  Index b = bh / H, h = bh % H;
+  std::vector<Tile> lse;
+  Tile m = full({BM}, -inf, f32);
+  for (int64_t r = 0; r < S; ++r) {
+    lse.push_back(load(LSESplit[r][b][h].block({m0}, {BM})));
+    m = max(m, lse.back());
+  }
+  Tile sum = zeros({BM}, f32), acc = zeros({BM, D}, f32);
+  for (int64_t r = 0; r < S; ++r) {
+    Tile w = exp2((lse[size_t(r)] - m) * log2e);
+    sum = sum + w;
+    acc = acc + load(OSplit[r][b][h].block({m0, 0}, {BM, D})) * column(w);
+  }
+  store(O[b][h].block({m0, 0}), (acc * column(1.0 / sum)).to(s.dtype));
+  store(LSE[b][h].block({m0}), m + log2(sum) * ln2);
+  return k.finish();
+}
+
+} // namespace kiln::kernels
