@@ -22,11 +22,12 @@ namespace {
 
 struct SplitCase {
   int64_t B, H, Nq, Nk, D, ranges;
+  int staticShapes = -1; ///< 1: B, H, Nq and Nk compiled in
 };
 
 void PrintTo(const SplitCase &c, std::ostream *os) {
   *os << c.B << "x" << c.H << "_q" << c.Nq << "_k" << c.Nk << "_d" << c.D
-      << "_split" << c.ranges;
+      << "_split" << c.ranges << (c.staticShapes > 0 ? "_static" : "");
 }
 
 class SplitKeysOnCpu : public ::testing::TestWithParam<SplitCase> {};
@@ -35,8 +36,11 @@ TEST_P(SplitKeysOnCpu, MatchesFp64Reference) {
   const SplitCase &c = GetParam();
   kernels::AttentionShape s{c.B, c.H, c.Nq, c.Nk, c.D, false, DType::bf16, 0};
   // Small key blocks keep the executor quick and the ranges many.
-  std::vector<Kernel> ks = kernels::attentionForwardKernels(
-      s, {.blockM = 64, .blockN = 32, .splitKeys = int(c.ranges)});
+  std::vector<Kernel> ks =
+      kernels::attentionForwardKernels(s, {.blockM = 64,
+                                           .blockN = 32,
+                                           .staticShapes = c.staticShapes,
+                                           .splitKeys = int(c.ranges)});
   ASSERT_EQ(ks.size(), 2u);
   EXPECT_EQ(ks[0].name(), "attention_fwd_split");
   EXPECT_EQ(ks[1].name(), "attention_fwd_combine");
@@ -77,11 +81,14 @@ INSTANTIATE_TEST_SUITE_P(
         // Decoding: one query; 3 blocks in 4 ranges: the last has no keys.
         SplitCase{2, 1, 1, 90, 64, 4},
         // More queries than keys, whole key blocks, D=128.
-        SplitCase{1, 1, 130, 256, 128, 2}),
+        SplitCase{1, 1, 130, 256, 128, 2},
+        // B, H, Nq and Nk compiled in: the ragged end's mask as well.
+        SplitCase{1, 2, 33, 500, 64, 3, 1}),
     [](const auto &info) {
       const SplitCase &c = info.param;
       return "q" + std::to_string(c.Nq) + "_k" + std::to_string(c.Nk) + "_d" +
-             std::to_string(c.D) + "_split" + std::to_string(c.ranges);
+             std::to_string(c.D) + "_split" + std::to_string(c.ranges) +
+             (c.staticShapes > 0 ? "_static" : "");
     });
 
 // The Hopper lowering of both kernels under the defaults: the split kernel
