@@ -8,11 +8,11 @@
 // compared. Skips, saying why, without an sm_90a GPU.
 //
 //===----------------------------------------------------------------------===//
+#include "../unit/SplitKeysCase.h"
 #include "../unit/TestUtil.h"
 #include "DeviceTensors.h"
 
 #include "kiln/Compiler/Compile.h"
-#include "kiln/kernels/Reference.h"
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Launch.h"
 
@@ -20,17 +20,9 @@
 
 using namespace kiln;
 using test::DeviceTensors;
+using test::SplitCase;
 
 namespace {
-
-struct SplitCase {
-  int64_t B, H, Nq, Nk, D, ranges;
-};
-
-void PrintTo(const SplitCase &c, std::ostream *os) {
-  *os << c.B << "x" << c.H << "_q" << c.Nq << "_k" << c.Nk << "_d" << c.D
-      << "_split" << c.ranges;
-}
 
 class SplitKeysOnGpu : public ::testing::TestWithParam<SplitCase> {};
 
@@ -39,40 +31,26 @@ TEST_P(SplitKeysOnGpu, MatchesFp64Reference) {
   if (cuda::device().arch() != "sm_90a")
     GTEST_SKIP() << "SKIPPED: the default schedule needs sm_90a";
   const SplitCase &c = GetParam();
-  kernels::AttentionShape s{c.B, c.H, c.Nq, c.Nk, c.D, false, DType::bf16, 0};
-  HostTensor q(s.dtype, {c.B, c.H, c.Nq, c.D}), k(s.dtype, {c.B, c.H, c.Nk, c.D}),
-      v(s.dtype, {c.B, c.H, c.Nk, c.D}), o(s.dtype, {c.B, c.H, c.Nq, c.D}),
-      lse(DType::f32, {c.B, c.H, c.Nq}),
-      oSplit(DType::f32, {c.ranges, c.B, c.H, c.Nq, c.D}),
-      lseSplit(DType::f32, {c.ranges, c.B, c.H, c.Nq});
-  const uint64_t seed = uint64_t(c.Nq * 7919 + c.Nk * 31 + c.D + c.ranges);
-  q.fillRandom(seed, -2, 2);
-  k.fillRandom(seed + 1, -2, 2);
-  v.fillRandom(seed + 2);
+  test::SplitTensors t(c);
   DeviceTensors dt;
-  dt.add("Q", q, false);
-  dt.add("K", k, false);
-  dt.add("V", v, false);
-  dt.add("O", o, true);
-  dt.add("LSE", lse, true);
-  dt.add("OSplit", oSplit, true);
-  dt.add("LSESplit", lseSplit, true);
+  for (auto [name, tensor, poisoned] : {std::tuple{"Q", &t.q, false},
+                                        {"K", &t.k, false},
+                                        {"V", &t.v, false},
+                                        {"O", &t.o, true},
+                                        {"LSE", &t.lse, true},
+                                        {"OSplit", &t.oSplit, true},
+                                        {"LSESplit", &t.lseSplit, true}})
+    dt.add(name, *tensor, poisoned);
   for (const Kernel &kernel : kernels::attentionForwardKernels(
-           s, {.splitKeys = int(c.ranges)})) {
+           c.shape(), {.splitKeys = int(c.ranges)})) {
     std::map<std::string, TensorRef> in = kernel.tensorsIn(dt.refs);
     std::shared_ptr<GpuKernel> g = jitKernel(kernel, in);
     g->launch(kernel.bind(in));
   }
   cuda::synchronize();
-  dt.download("O", o);
-  dt.download("LSE", lse);
-  HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
-  kernels::attentionReference(s, q, k, v, oRef, lseRef);
-  ErrorStats eo = compareTensors(o, oRef), el = compareTensors(lse, lseRef);
-  EXPECT_EQ(eo.nonFinite, 0);
-  EXPECT_EQ(el.nonFinite, 0);
-  EXPECT_LE(eo.relative, 1e-2) << "max abs " << eo.maxAbs;
-  EXPECT_LE(el.relative, 1e-5) << "max abs " << el.maxAbs;
+  dt.download("O", t.o);
+  dt.download("LSE", t.lse);
+  t.check(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -83,10 +61,6 @@ INSTANTIATE_TEST_SUITE_P(
                       SplitCase{1, 2, 130, 2049, 128, 3},
                       SplitCase{1, 2, 16, 300, 64, 4}, // a range with no keys
                       SplitCase{1, 1, 64, 200, 128, 4}),
-    [](const auto &info) {
-      const SplitCase &c = info.param;
-      return "q" + std::to_string(c.Nq) + "_k" + std::to_string(c.Nk) + "_d" +
-             std::to_string(c.D) + "_split" + std::to_string(c.ranges);
-    });
+    [](const auto &info) { return info.param.name(); });
 
 } // namespace

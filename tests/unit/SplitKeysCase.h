@@ -1,0 +1,70 @@
+//===- SplitKeysCase.h - split-keys forward test problems -------*- C++ -*-===//
+//
+// One non-causal forward problem for the split-keys CPU and GPU tests:
+// random Q, K and V; O, LSE and both workspaces (OSplit, LSESplit) poisoned;
+// the check of O and LSE against the fp64 reference.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_TESTS_UNIT_SPLITKEYSCASE_H
+#define KILN_TESTS_UNIT_SPLITKEYSCASE_H
+
+#include "kiln/kernels/Attention.h"
+#include "kiln/kernels/Reference.h"
+
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+
+namespace kiln::test {
+
+struct SplitCase {
+  int64_t B, H, Nq, Nk, D, ranges;
+  int staticShapes = -1; ///< 1: B, H, Nq and Nk compiled in
+
+  std::string name() const {
+    return "q" + std::to_string(Nq) + "_k" + std::to_string(Nk) + "_d" +
+           std::to_string(D) + "_split" + std::to_string(ranges) +
+           (staticShapes > 0 ? "_static" : "");
+  }
+  kernels::AttentionShape shape() const {
+    return {B, H, Nq, Nk, D, false, DType::bf16, 0};
+  }
+};
+
+inline void PrintTo(const SplitCase &c, std::ostream *os) {
+  *os << c.B << "x" << c.H << "_" << c.name();
+}
+
+/// The problem's host tensors: inputs filled, outputs poisoned.
+struct SplitTensors {
+  HostTensor q, k, v, o, lse, oSplit, lseSplit;
+  explicit SplitTensors(const SplitCase &c)
+      : q(DType::bf16, {c.B, c.H, c.Nq, c.D}),
+        k(DType::bf16, {c.B, c.H, c.Nk, c.D}),
+        v(DType::bf16, {c.B, c.H, c.Nk, c.D}),
+        o(DType::bf16, {c.B, c.H, c.Nq, c.D}), lse(DType::f32, {c.B, c.H, c.Nq}),
+        oSplit(DType::f32, {c.ranges, c.B, c.H, c.Nq, c.D}),
+        lseSplit(DType::f32, {c.ranges, c.B, c.H, c.Nq}) {
+    const uint64_t seed = uint64_t(c.Nq * 7919 + c.Nk * 31 + c.D + c.ranges);
+    q.fillRandom(seed, -2, 2);
+    k.fillRandom(seed + 1, -2, 2);
+    v.fillRandom(seed + 2);
+    for (HostTensor *t : {&o, &lse, &oSplit, &lseSplit})
+      t->poison();
+  }
+  /// O and LSE (as the kernels left them) against the fp64 reference.
+  void check(const SplitCase &c) {
+    HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
+    kernels::attentionReference(c.shape(), q, k, v, oRef, lseRef);
+    ErrorStats eo = compareTensors(o, oRef), el = compareTensors(lse, lseRef);
+    EXPECT_EQ(eo.nonFinite, 0);
+    EXPECT_EQ(el.nonFinite, 0);
+    EXPECT_LE(eo.relative, 1e-2) << "max abs " << eo.maxAbs;
+    EXPECT_LE(el.relative, 1e-5) << "max abs " << el.maxAbs;
+  }
+};
+
+} // namespace kiln::test
+
+#endif // KILN_TESTS_UNIT_SPLITKEYSCASE_H
