@@ -259,18 +259,32 @@ static Problem attentionProblem(Options &opts, bool withData) {
       kStrides = attentionStrides(kShape, bshd),
       lStrides{s.heads * lseStride, lseStride, 1};
 
-  if (c.splitKeys > 1)
-    throw UsageError("option --split-keys: two kernels (the split one and "
-                     "the combine); `kiln bench attention --split-keys S` "
-                     "times them, the other commands show one kernel");
   Problem p;
-  p.kernel = kernels::attentionForward(s, c);
+  if (c.splitKeys > 1) {
+    // Two kernels (kiln run launches both); --part picks the one the
+    // inspect commands compile.
+    const std::string part = opts.string("part", "split");
+    p.sequence = kernels::attentionForwardKernels(s, c);
+    for (const Kernel &k : p.sequence)
+      if (k.name() == "attention_fwd_" + part)
+        p.kernel = k;
+    if (!p.kernel)
+      throw UsageError("option --part: '" + part + "' is not split or combine");
+  } else
+    p.kernel = kernels::attentionForward(s, c);
   p.dims = {{"B", s.batch}, {"H", s.heads}, {"Nq", s.seqQ}, {"Nk", s.seqK}};
   for (const char *name : {"Q", "O"})
     noteLayout(p, name, s.dtype, qStrides);
   for (const char *name : {"K", "V"})
     noteLayout(p, name, s.dtype, kStrides);
   noteLayout(p, "LSE", DType::f32, lStrides);
+  if (c.splitKeys > 1) { // contiguous workspaces
+    const int64_t rows = s.batch * s.heads * s.seqQ;
+    noteLayout(p, "OSplit", DType::f32,
+               {rows * s.headDim, s.heads * s.seqQ * s.headDim,
+                s.seqQ * s.headDim, s.headDim, 1});
+    noteLayout(p, "LSESplit", DType::f32, {rows, s.heads * s.seqQ, s.seqQ, 1});
+  }
   p.summary = fmt::format(
       "attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
       "blockM={} blockN={}{} warps={} stages={}{}{}{}{}",
@@ -279,8 +293,10 @@ static Problem attentionProblem(Options &opts, bool withData) {
       c.blockN,
       // The narrow end loop exists for run-time Nk of ragged key blocks.
       // The masked block (ragged end or diagonal) before the others.
-      kernels::raggedEndFirst(s, c)  ? std::string(" ragged-end=first")
-      : kernels::diagonalFirst(s, c) ? std::string(" diagonal-first")
+      // (The split kernel has one loop of its own over each range.)
+      c.splitKeys > 1                 ? std::string()
+      : kernels::raggedEndFirst(s, c) ? std::string(" ragged-end=first")
+      : kernels::diagonalFirst(s, c)  ? std::string(" diagonal-first")
       : !s.causal && c.staticShapes <= 0 && s.seqK % c.blockN != 0 &&
               (c.blockNRaggedEnd < c.blockN || c.raggedEndInLoop > 0)
           ? fmt::format(" ragged-end={}{}", c.blockNRaggedEnd,
@@ -305,6 +321,17 @@ static Problem attentionProblem(Options &opts, bool withData) {
       c.oneShotLoads > 0 && c.warpSpecialize <= 0 && c.persistent <= 0
           ? " one-shot-loads"
           : "");
+  if (c.splitKeys > 1) {
+    p.summary +=
+        fmt::format(" split-keys={} ({})", c.splitKeys, p.kernel->name());
+    // Only the tensors of the inspected kernel count for its variant.
+    std::erase_if(p.unaligned, [&](const std::string &name) {
+      for (const TensorParamInfo &t : p.kernel->tensors())
+        if (t.name == name)
+          return false;
+      return true;
+    });
+  }
   if (!withData)
     return p;
   auto q = randomTensor(s.dtype, qShape, seed, qStrides);
@@ -321,6 +348,16 @@ static Problem attentionProblem(Options &opts, bool withData) {
   p.tensors.emplace("V", std::move(v));
   p.tensors.emplace("O", std::move(o));
   p.tensors.emplace("LSE", std::move(lse));
+  if (c.splitKeys > 1) // the workspaces, poisoned: the split kernel writes them
+    for (auto [name, shape] :
+         {std::pair{"OSplit", std::vector<int64_t>{c.splitKeys, s.batch,
+                                                   s.heads, s.seqQ, s.headDim}},
+          {"LSESplit",
+           std::vector<int64_t>{c.splitKeys, s.batch, s.heads, s.seqQ}}}) {
+      HostTensor w(DType::f32, shape);
+      w.poison();
+      p.tensors.emplace(name, std::move(w));
+    }
   p.expected.emplace_back("O", std::move(oRef));
   p.expected.emplace_back("LSE", std::move(lseRef));
   return p;

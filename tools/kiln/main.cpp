@@ -146,6 +146,9 @@ kernels and their shape options:
              [--skip-dead-rows 0|1] [--one-shot-loads 0|1] [--warp-specialize 0|1]
              [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
              [--static-shapes 0|1] (B, H, N compiled in; default run-time)
+             [--split-keys S [--part split|combine]] (non-causal: the keys in
+             S ranges, then a kernel that combines them; --part: the one
+             the inspect commands compile, split by default)
   attention-backward  the attention options above but --lse-stride and
              the forward's schedule; [--part delta|dkdv|dq] (dk and dv with
              --separate-dk-dv 1: the kernel the inspect commands compile;
