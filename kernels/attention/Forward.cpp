@@ -332,8 +332,8 @@ static Kernel buildForward(const AttentionShape &s,
 
   // One reciprocal per row, then a multiply per element: an IEEE division per
   // element cost the H200 as many warp samples as the whole key loop at N=512
-  // (MUFU.RCP, FCHK and a slow-path branch each).
-  // logsumexp of the scaled scores, in natural log: (max·k + log2(sum)) · ln 2.
+  // (MUFU.RCP, FCHK and a slow-path branch each). The logsumexp of the scaled
+  // scores, in natural log: (max·k + log2(sum)) · ln 2.
   auto lse = [&] { return (rowMax * toExp2 + log2(rowSum)) * ln2; };
   if (split) {
     // A range with no keys: O 0 and logsumexp -inf (weight 0 when combined).
