@@ -119,6 +119,10 @@ bool raggedEndFirst(const AttentionShape &s, const AttentionConfig &c) {
          c.overlap > 0 && !wholeKeyBlocks(s, c);
 }
 
+bool oneShotLoadsApply(const AttentionConfig &c) {
+  return c.warpSpecialize <= 0 && c.persistent <= 0;
+}
+
 int keyLoops(const AttentionShape &s, const AttentionConfig &c) {
   const int64_t blockN = c.blockN ? c.blockN : 128;
   if (s.causal)
@@ -347,8 +351,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // 1024, 1.7% slower at 2048, 3.5-5% at 4096-8192 (docs/experiments/
   // 2026-11-27-session45.txt, section 1).
   if (c.oneShotLoads < 0)
-    c.oneShotLoads = c.warpSpecialize <= 0 && c.persistent <= 0 &&
-                     (s.causal || s.seqK <= 1024);
+    c.oneShotLoads = oneShotLoadsApply(c) && (s.causal || s.seqK <= 1024);
   // Two CTAs of 8 warps per SM at D=64 need 128 registers a thread; the
   // non-causal kernel with a ragged end's loop(s) took 129-139 and ran
   // one (H200 bench, bf16 TFLOP/s at N=2049/4097/8191: 310/360/390; with

@@ -1,7 +1,7 @@
 //===- SplitKeysCase.h - split-keys forward test problems -------*- C++ -*-===//
 //
 // One non-causal forward problem for the split-keys CPU and GPU tests:
-// random Q, K and V; O, LSE and both workspaces (OSplit, LSESplit) poisoned;
+// random Q, K and V; O, LSE and the workspace (OSplit, LSESplit) poisoned;
 // the check of O and LSE against the fp64 reference.
 //
 //===----------------------------------------------------------------------===//
@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <ostream>
 #include <string>
 
@@ -36,22 +37,27 @@ inline void PrintTo(const SplitCase &c, std::ostream *os) {
   *os << c.B << "x" << c.H << "_" << c.name();
 }
 
-/// The problem's host tensors: inputs filled, outputs poisoned.
+/// The problem's host tensors: inputs filled, outputs and the
+/// SplitKeysWorkspace's tensors poisoned.
 struct SplitTensors {
-  HostTensor q, k, v, o, lse, oSplit, lseSplit;
+  HostTensor q, k, v, o, lse;
+  std::map<std::string, HostTensor> workspace;
   explicit SplitTensors(const SplitCase &c)
       : q(DType::bf16, {c.B, c.H, c.Nq, c.D}),
         k(DType::bf16, {c.B, c.H, c.Nk, c.D}),
         v(DType::bf16, {c.B, c.H, c.Nk, c.D}),
-        o(DType::bf16, {c.B, c.H, c.Nq, c.D}), lse(DType::f32, {c.B, c.H, c.Nq}),
-        oSplit(DType::f32, {c.ranges, c.B, c.H, c.Nq, c.D}),
-        lseSplit(DType::f32, {c.ranges, c.B, c.H, c.Nq}) {
+        o(DType::bf16, {c.B, c.H, c.Nq, c.D}),
+        lse(DType::f32, {c.B, c.H, c.Nq}) {
     const uint64_t seed = uint64_t(c.Nq * 7919 + c.Nk * 31 + c.D + c.ranges);
     q.fillRandom(seed, -2, 2);
     k.fillRandom(seed + 1, -2, 2);
     v.fillRandom(seed + 2);
-    for (HostTensor *t : {&o, &lse, &oSplit, &lseSplit})
-      t->poison();
+    o.poison();
+    lse.poison();
+    for (const kernels::WorkspaceTensor &w :
+         kernels::SplitKeysWorkspace(c.shape(), c.ranges).tensors)
+      workspace.emplace(w.name, HostTensor(w.dtype, w.shape))
+          .first->second.poison();
   }
   /// O and LSE (as the kernels left them) against the fp64 reference.
   void check(const SplitCase &c) {

@@ -248,16 +248,9 @@ int cmdBench(Options &opts) {
               std::map<std::string, TensorRef> mine = refs;
               if (const int64_t S = modeCfg.splitKeys; S > 1) {
                 t.name += fmt::format("+split{}", S);
-                t.workspace.emplace_back(size_t(S) * n * 4);
-                t.workspace.emplace_back(size_t(S * B * H * N) * 4);
-                mine["OSplit"] = {t.workspace[0].data(),
-                                  DType::f32,
-                                  {S, B, H, N, D},
-                                  {B * H * N * D, H * N * D, N * D, D, 1}};
-                mine["LSESplit"] = {t.workspace[1].data(),
-                                    DType::f32,
-                                    {S, B, H, N},
-                                    {B * H * N, H * N, N, 1}};
+                kernels::SplitKeysWorkspace ws(s, S);
+                t.workspace.emplace_back(size_t(ws.elements) * 4);
+                mine.merge(ws.refs(t.workspace.back().data()));
               }
               for (const Kernel &kernel :
                    kernels::attentionForwardKernels(s, modeCfg)) {

@@ -278,13 +278,11 @@ static Problem attentionProblem(Options &opts, bool withData) {
   for (const char *name : {"K", "V"})
     noteLayout(p, name, s.dtype, kStrides);
   noteLayout(p, "LSE", DType::f32, lStrides);
-  if (c.splitKeys > 1) { // contiguous workspaces
-    const int64_t rows = s.batch * s.heads * s.seqQ;
-    noteLayout(p, "OSplit", DType::f32,
-               {rows * s.headDim, s.heads * s.seqQ * s.headDim,
-                s.seqQ * s.headDim, s.headDim, 1});
-    noteLayout(p, "LSESplit", DType::f32, {rows, s.heads * s.seqQ, s.seqQ, 1});
-  }
+  const std::vector<kernels::WorkspaceTensor> workspace =
+      c.splitKeys > 1 ? kernels::SplitKeysWorkspace(s, c.splitKeys).tensors
+                      : std::vector<kernels::WorkspaceTensor>{};
+  for (const kernels::WorkspaceTensor &w : workspace)
+    noteLayout(p, w.name, w.dtype, contiguousStrides(w.shape));
   p.summary = fmt::format(
       "attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
       "blockM={} blockN={}{} warps={} stages={}{}{}{}{}",
@@ -316,11 +314,8 @@ static Problem attentionProblem(Options &opts, bool withData) {
       // A warpgroup whose rows all lie past Nq skips the key loops' work
       // (two warpgroups or more; the report says which loops).
       c.skipDeadRows > 0 && c.warps >= 8 ? " dead-row-skip" : "",
-      // Under a producer warpgroup or persistent CTAs Q is the producer's:
-      // the option changes nothing there.
-      c.oneShotLoads > 0 && c.warpSpecialize <= 0 && c.persistent <= 0
-          ? " one-shot-loads"
-          : "");
+      c.oneShotLoads > 0 && kernels::oneShotLoadsApply(c) ? " one-shot-loads"
+                                                          : "");
   if (c.splitKeys > 1) {
     p.summary +=
         fmt::format(" split-keys={} ({})", c.splitKeys, p.kernel->name());
@@ -348,16 +343,11 @@ static Problem attentionProblem(Options &opts, bool withData) {
   p.tensors.emplace("V", std::move(v));
   p.tensors.emplace("O", std::move(o));
   p.tensors.emplace("LSE", std::move(lse));
-  if (c.splitKeys > 1) // the workspaces, poisoned: the split kernel writes them
-    for (auto [name, shape] :
-         {std::pair{"OSplit", std::vector<int64_t>{c.splitKeys, s.batch,
-                                                   s.heads, s.seqQ, s.headDim}},
-          {"LSESplit",
-           std::vector<int64_t>{c.splitKeys, s.batch, s.heads, s.seqQ}}}) {
-      HostTensor w(DType::f32, shape);
-      w.poison();
-      p.tensors.emplace(name, std::move(w));
-    }
+  for (const kernels::WorkspaceTensor &w : workspace) {
+    HostTensor t(w.dtype, w.shape); // poisoned: the split kernel writes it
+    t.poison();
+    p.tensors.emplace(w.name, std::move(t));
+  }
   p.expected.emplace_back("O", std::move(oRef));
   p.expected.emplace_back("LSE", std::move(lseRef));
   return p;

@@ -4,6 +4,10 @@
 
 #include "kiln/Compiler/Kernel.h"
 
+#include <map>
+#include <string>
+#include <vector>
+
 namespace kiln::kernels {
 
 /// The problem one attention kernel is built for. Q, K, V and O are
@@ -169,6 +173,10 @@ bool narrowInDiagonal(const AttentionShape &shape,
 /// non-causal with run-time Nk not whole key blocks, the ragged one.
 bool diagonalFirst(const AttentionShape &shape, const AttentionConfig &config);
 bool raggedEndFirst(const AttentionShape &shape, const AttentionConfig &config);
+/// Whether one-shot loads can apply under the resolved `config`: no
+/// producer warpgroup and no persistent CTAs (under them Q is the
+/// producer's, and AttentionConfig::oneShotLoads changes nothing).
+bool oneShotLoadsApply(const AttentionConfig &config);
 
 /// Checks the shape (D in {64, 128}, float dtype, positive sizes) and builds
 /// the kernel; throws kiln::Error naming the bad field. With run-time shapes
@@ -179,10 +187,41 @@ bool raggedEndFirst(const AttentionShape &shape, const AttentionConfig &config);
 Kernel attentionForward(const AttentionShape &shape,
                         const AttentionConfig &config = {});
 
+/// One workspace tensor, contiguous: its name (as the kernels bind it), type
+/// and shape, and where it starts in the workspace's one allocation (in
+/// 4-byte elements, 16-byte aligned).
+struct WorkspaceTensor {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  int64_t offset;
+};
+
+/// Workspace tensors in one allocation of `elements` 4-byte elements.
+struct Workspace {
+  std::vector<WorkspaceTensor> tensors;
+  int64_t elements = 0;
+  /// Each tensor at its offset from `base`, an allocation of `elements`
+  /// 4-byte elements.
+  std::map<std::string, TensorRef> refs(void *base) const;
+
+protected:
+  /// Appends a tensor, the next one 16-byte aligned.
+  void add(const char *name, DType dtype, std::vector<int64_t> shape);
+};
+
+/// attention_fwd_split's workspaces for `shape` and `ranges` key ranges:
+/// OSplit fp32 (S, B, H, Nq, D) and LSESplit fp32 (S, B, H, Nq). Every
+/// caller that allocates or binds them (the benchmark, `kiln run`, the
+/// tests) takes them from here.
+struct SplitKeysWorkspace : Workspace {
+  SplitKeysWorkspace(const AttentionShape &shape, int64_t ranges);
+};
+
 /// The forward's kernels in launch order: attentionForward's alone, or,
-/// with config.splitKeys = S > 1, attention_fwd_split (Q, K, V; OSplit fp32
-/// (S, B, H, Nq, D) and LSESplit fp32 (S, B, H, Nq), contiguous workspaces
-/// it writes whole) then attention_fwd_combine (OSplit, LSESplit; O, LSE).
+/// with config.splitKeys = S > 1, attention_fwd_split (Q, K, V; the
+/// SplitKeysWorkspace's OSplit and LSESplit, which it writes whole) then
+/// attention_fwd_combine (OSplit, LSESplit; O, LSE).
 /// Each binds the tensors it takes (Kernel::tensorsIn).
 std::vector<Kernel> attentionForwardKernels(const AttentionShape &shape,
                                             const AttentionConfig &config = {});

@@ -167,29 +167,14 @@ inline constexpr int64_t kFoldedStatsRows = 8;
 /// apart, no two heads' counters in one L2 sector).
 inline constexpr int64_t kArrivalStride = 16;
 
-/// One of the backward's workspace tensors, contiguous: its name (as the
-/// kernels bind it), type and shape, and where it starts in the workspace's
-/// one allocation (in 4-byte elements, 16-byte aligned).
-struct WorkspaceTensor {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  int64_t offset;
-};
-
 /// The backward's workspaces for (B, H, Nq, D) in one allocation of
 /// `elements` 4-byte elements: Stats, dQaccum, dQarrivals and FoldedStats,
 /// in that order (shapes above). Every caller that allocates or binds them
 /// (the C API, the benchmark, the tuner, `kiln run`, the tests) takes them
 /// from here.
-struct BackwardWorkspace {
-  std::vector<WorkspaceTensor> tensors;
-  int64_t elements = 0;
+struct BackwardWorkspace : Workspace {
   BackwardWorkspace(int64_t batch, int64_t heads, int64_t seqQ,
                     int64_t headDim);
-  /// Each tensor at its offset from `base`, an allocation of `elements`
-  /// 4-byte elements.
-  std::map<std::string, TensorRef> refs(void *base) const;
 };
 
 /// The config with its zero fields filled in for `shape`.
