@@ -141,6 +141,11 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // Run-time B, H, Nq and Nk: one compile serves every size of a class.
   if (c.staticShapes < 0)
     c.staticShapes = 0;
+  if (c.splitKeys < -1)
+    throw Error("attention: splitKeys must be >= -1 (the default), got " +
+                std::to_string(c.splitKeys));
+  if (c.splitKeys < 0) // the default split needs the GPU's SM count
+    c.splitKeys = 0;
   if (c.splitKeys > 1 && s.causal)
     throw Error("attention: splitKeys (" + std::to_string(c.splitKeys) +
                 ") splits the keys of non-causal attention only");

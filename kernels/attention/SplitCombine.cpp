@@ -18,6 +18,10 @@ namespace kiln::kernels {
 
 /// Rows per program: each reads S * 64 * D fp32 of partial O once.
 static constexpr int64_t kCombineRows = 64;
+/// Ranges unrolled while S * D stays within this: their S 64 x D fp32 tiles,
+/// S * D / 2 floats a thread, fit in registers (ptxas, sm_90a: D=64 S=4 198
+/// registers; D=128 S=4 and D=64 S=8 spill 2-2.5 KB). Beyond, a loop.
+static constexpr int64_t kUnrolledFloats = 256;
 
 Kernel splitCombineKernel(const AttentionShape &s, int64_t ranges,
                           bool runtimeShapes) {
@@ -41,17 +45,32 @@ Kernel splitCombineKernel(const AttentionShape &s, int64_t ranges,
   }
   Index bh = programId(1), m0 = programId(0) * BM;
   Index b = bh / H, h = bh % H;
-  std::vector<Tile> lse;
+  auto lseOf = [&](IndexArg r) {
+    return load(LSESplit[r][b][h].block({m0}, {BM}));
+  };
+  auto oOf = [&](IndexArg r) {
+    return load(OSplit[r][b][h].block({m0, 0}, {BM, D}));
+  };
   Tile m = full({BM}, -inf, f32);
-  for (int64_t r = 0; r < S; ++r) {
-    lse.push_back(load(LSESplit[r][b][h].block({m0}, {BM})));
-    m = max(m, lse.back());
-  }
   Tile sum = zeros({BM}, f32), acc = zeros({BM, D}, f32);
-  for (int64_t r = 0; r < S; ++r) {
-    Tile w = exp2((lse[size_t(r)] - m) * log2e);
+  auto add = [&](Tile lse, Tile o) {
+    Tile w = exp2((lse - m) * log2e);
     sum = sum + w;
-    acc = acc + load(OSplit[r][b][h].block({m0, 0}, {BM, D})) * column(w);
+    acc = acc + o * column(w);
+  };
+  if (S * D <= kUnrolledFloats) {
+    // Every range's loads issued at once, their tiles live together.
+    std::vector<Tile> lse;
+    for (int64_t r = 0; r < S; ++r) {
+      lse.push_back(lseOf(r));
+      m = max(m, lse.back());
+    }
+    for (int64_t r = 0; r < S; ++r)
+      add(lse[size_t(r)], oOf(r));
+  } else {
+    // One range's tile live at a time: registers independent of S.
+    forRange(0, S, 1, carry(m), [&](Index r) { m = max(m, lseOf(r)); });
+    forRange(0, S, 1, carry(sum, acc), [&](Index r) { add(lseOf(r), oOf(r)); });
   }
   store(O[b][h].block({m0, 0}), (acc * column(1.0 / sum)).to(s.dtype));
   store(LSE[b][h].block({m0}), m + log2(sum) * ln2);

@@ -47,6 +47,10 @@ struct Entry {
       prepared;
   size_t nextPrepared = 0;
   int64_t lastUse = 0; ///< the call count when it was last used
+  /// The forward's key ranges (1: one kernel) and the floats of workspace
+  /// they take.
+  int64_t splitKeys = 1;
+  int64_t workspaceElements = 0;
 };
 
 constexpr size_t kMaxPrepared = 32;
@@ -134,8 +138,18 @@ std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
       kernels::AttentionBackwardConfig c;
       c.deterministic = deterministic ? 1 : -1;
       made->kernels = kernels::attentionBackward(s, c);
-    } else
-      made->kernels = {kernels::attentionForward(s)};
+    } else {
+      // The keys split where the row blocks leave the device's SMs idle
+      // (without a GPU nothing launches: no split).
+      std::string why;
+      made->splitKeys = kernels::splitKeysOf(
+          s, {}, cuda::available(&why) ? cuda::device(device).smCount : 0);
+      made->kernels = kernels::attentionForwardKernels(
+          s, {.splitKeys = int(made->splitKeys)});
+      if (made->splitKeys > 1)
+        made->workspaceElements =
+            kernels::SplitKeysWorkspace(s, made->splitKeys).elements;
+    }
     made->variants.resize(made->kernels.size());
     made->last.resize(made->kernels.size());
     e = std::move(made);
@@ -226,20 +240,28 @@ void launchAll(Entry &e, const std::vector<int64_t> &key, F &&tensorsOf,
     g->launch(args, {o.stream, o.device, o.pointers_checked != 0});
 }
 
+/// The problem of options, q and k and its entry.
+std::pair<kernels::AttentionShape, std::shared_ptr<Entry>>
+problemOf(bool backward, const kiln_c_attention_options *options,
+          const kiln_c_tensor *q, const kiln_c_tensor *k) {
+  if (!options || !q || !k)
+    throw Error("options, q and k must be given");
+  const kernels::AttentionShape s = shapeOf(*options, *q, *k);
+  return {s,
+          entryFor(backward, s, options->device, options->deterministic != 0)};
+}
+
 /// What the forward and the backward share: the arguments checked, the
-/// problem's entry, and its kernels launched on `tensors(shape)`.
+/// problem's entry, and its kernels launched on `tensors(shape, entry)`.
 template <typename F>
 int runAttention(bool backward, const kiln_c_attention_options *options,
                  const kiln_c_tensor *q, const kiln_c_tensor *k,
                  const std::vector<int64_t> &key, char *error, size_t size,
                  F &&tensors) {
   return guarded(error, size, [&] {
-    if (!options || !q || !k)
-      throw Error("options, q and k must be given");
-    const kernels::AttentionShape s = shapeOf(*options, *q, *k);
+    auto [s, e] = problemOf(backward, options, q, k);
     launchAll(
-        *entryFor(backward, s, options->device, options->deterministic != 0),
-        key, [&] { return tensors(s); }, *options);
+        *e, key, [&] { return tensors(s, *e); }, *options);
   });
 }
 
@@ -259,15 +281,38 @@ forwardTensors(const kernels::AttentionShape &s, const kiln_c_tensor *q,
 
 extern "C" {
 
+int kiln_c_attention_forward_workspace(const kiln_c_attention_options *options,
+                                       const kiln_c_tensor *q,
+                                       const kiln_c_tensor *k,
+                                       int64_t *elements, char *error,
+                                       size_t error_size) {
+  return guarded(error, error_size, [&] {
+    if (!elements)
+      throw Error("elements must be given");
+    *elements = problemOf(false, options, q, k).second->workspaceElements;
+  });
+}
+
 int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              const kiln_c_tensor *q, const kiln_c_tensor *k,
                              const kiln_c_tensor *v, const kiln_c_tensor *o,
-                             const kiln_c_tensor *lse, char *error,
-                             size_t error_size) {
-  return runAttention(false, options, q, k, callKey({q, k, v, o, lse}), error,
-                      error_size, [&](const kernels::AttentionShape &s) {
-                        return forwardTensors(s, q, k, v, o, lse);
-                      });
+                             const kiln_c_tensor *lse, void *workspace,
+                             char *error, size_t error_size) {
+  return runAttention(
+      false, options, q, k, callKey({q, k, v, o, lse}, workspace), error,
+      error_size, [&](const kernels::AttentionShape &s, const Entry &e) {
+        std::map<std::string, TensorRef> t = forwardTensors(s, q, k, v, o, lse);
+        if (e.splitKeys > 1) {
+          if (!workspace)
+            throw Error(
+                "the workspace is missing: this problem's keys are split in " +
+                std::to_string(e.splitKeys) + " ranges, which take " +
+                std::to_string(e.workspaceElements) +
+                " floats (kiln_c_attention_forward_workspace)");
+          t.merge(kernels::SplitKeysWorkspace(s, e.splitKeys).refs(workspace));
+        }
+        return t;
+      });
 }
 
 int64_t kiln_c_attention_backward_workspace(int64_t batch, int64_t heads,
@@ -284,7 +329,7 @@ int kiln_c_attention_backward(
   return runAttention(
       true, options, q, k,
       callKey({q, k, v, o, d_o, lse, d_q, d_k, d_v}, workspace), error,
-      error_size, [&](const kernels::AttentionShape &s) {
+      error_size, [&](const kernels::AttentionShape &s, const Entry &) {
         if (!workspace)
           throw Error("the workspace is missing");
         // The workspaces (statistics, dQ's fp32 accumulator, its arrival

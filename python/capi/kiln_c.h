@@ -52,12 +52,21 @@ typedef struct {
                            about none); 0: each pointer is checked */
 } kiln_c_attention_options;
 
-/* O = softmax(scale Q Kᵀ) V and LSE. q, k, v, o: 4-D; lse: 3-D fp32. */
-KILN_C_API int kiln_c_attention_forward(const kiln_c_attention_options *options,
-                             const kiln_c_tensor *q, const kiln_c_tensor *k,
-                             const kiln_c_tensor *v, const kiln_c_tensor *o,
-                             const kiln_c_tensor *lse, char *error,
-                             size_t error_size);
+/* Floats of workspace the forward takes for q and k's problem (into
+ * *elements; 0: none): fp32, allocated by the caller. Where the problem's
+ * row blocks are too few to fill the device's SMs (decoding, short queries
+ * on long keys) the forward splits the keys into ranges, each range's O and
+ * logsumexp kept here until a second kernel combines them. */
+KILN_C_API int kiln_c_attention_forward_workspace(
+    const kiln_c_attention_options *options, const kiln_c_tensor *q,
+    const kiln_c_tensor *k, int64_t *elements, char *error, size_t error_size);
+
+/* O = softmax(scale Q Kᵀ) V and LSE. q, k, v, o: 4-D; lse: 3-D fp32;
+ * workspace: kiln_c_attention_forward_workspace's floats (NULL where 0). */
+KILN_C_API int kiln_c_attention_forward(
+    const kiln_c_attention_options *options, const kiln_c_tensor *q,
+    const kiln_c_tensor *k, const kiln_c_tensor *v, const kiln_c_tensor *o,
+    const kiln_c_tensor *lse, void *workspace, char *error, size_t error_size);
 
 /* Floats of workspace the backward takes for this problem: fp32,
  * contiguous, allocated by the caller (B·H·(2·round_up(Nq, 4) + Nq·D)):

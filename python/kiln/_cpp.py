@@ -11,6 +11,7 @@ CUDA's headers; where it cannot be built, kiln says so once on stderr and
 the Python Function runs. KILN_CPP_AUTOGRAD=0 keeps the Python Function.
 """
 import ctypes
+import hashlib
 import os
 import re
 import sys
@@ -41,7 +42,12 @@ def _build():
     import torch
     from torch.utils import cpp_extension
     here = os.path.dirname(os.path.abspath(__file__))
-    name = "kiln_autograd_" + re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
+    # Named by torch's version and the C ABI it calls (kiln_c.h): a build
+    # against an older header is never bound to a newer library.
+    with open(os.path.join(here, os.pardir, "capi", "kiln_c.h"), "rb") as f:
+        abi = hashlib.sha1(f.read()).hexdigest()[:10]
+    name = ("kiln_autograd_" + re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
+            + "_" + abi)
     cache = os.environ.get("KILN_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "kiln")
     build = os.path.join(cache, "torch-extensions", name)
@@ -61,7 +67,9 @@ def _build():
             build_directory=build, verbose=False)
         lib = _lib.library()
         m.bind(*(ctypes.cast(f, ctypes.c_void_p).value for f in (
-            lib.kiln_c_attention_forward, lib.kiln_c_attention_backward,
+            lib.kiln_c_attention_forward,
+            lib.kiln_c_attention_forward_workspace,
+            lib.kiln_c_attention_backward,
             lib.kiln_c_attention_backward_workspace)))
         return m
     except Exception as e:  # no compiler, headers or ninja: say so, go on

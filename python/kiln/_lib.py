@@ -80,7 +80,11 @@ def _declare(lib):
     err = [ctypes.c_char_p, ctypes.c_size_t]
     # Tensors go as addresses into one packed buffer (_packed).
     T = ctypes.c_void_p
-    lib.kiln_c_attention_forward.argtypes = [P(_Options)] + [T] * 5 + err
+    lib.kiln_c_attention_forward_workspace.argtypes = (
+        [P(_Options), T, T, P(ctypes.c_int64)] + err)
+    lib.kiln_c_attention_forward_workspace.restype = ctypes.c_int
+    lib.kiln_c_attention_forward.argtypes = ([P(_Options)] + [T] * 5 +
+                                             [ctypes.c_void_p] + err)
     lib.kiln_c_attention_forward.restype = ctypes.c_int
     lib.kiln_c_attention_backward.argtypes = ([P(_Options)] + [T] * 6 +
                                               [ctypes.c_void_p] + [T] * 3 + err)
@@ -166,13 +170,42 @@ def _check(code, buf, what="kiln.attention"):
     raise RuntimeError(what + ": " + message)
 
 
-def forward(q, k, v, o, lse, causal, scale, bshd, stream, checked=False):
+_forward_workspaces = {}
+
+
+def forward_workspace(q, k, causal, scale, bshd):
+    """Floats of fp32 workspace the forward takes for q and k's problem (0:
+    none; the keys split in ranges where few row blocks leave SMs idle),
+    remembered per problem."""
+    key = (q.shape, k.shape, q.dtype, q.device.index, causal, bshd)
+    elements = _forward_workspaces.get(key)
+    if elements is not None:
+        return elements
+    lib = library()
+    buf = _error_buffer()
+    keep, ptrs = _packed([(q, bshd), (k, bshd)])
+    out = ctypes.c_int64()
+    code = lib.kiln_c_attention_forward_workspace(
+        ctypes.byref(_options(q, causal, scale, None, True)), *ptrs,
+        ctypes.byref(out), buf, len(buf))
+    del keep
+    _check(code, buf)
+    if len(_forward_workspaces) >= 4096:  # a server's many shapes
+        _forward_workspaces.clear()
+    _forward_workspaces[key] = out.value
+    return out.value
+
+
+def forward(q, k, v, o, lse, workspace, causal, scale, bshd, stream,
+            checked=False):
+    """workspace: forward_workspace's floats, or None where 0."""
     lib = library()
     buf = _error_buffer()
     keep, ptrs = _packed([(q, bshd), (k, bshd), (v, bshd), (o, bshd),
                           (lse, False)])
     code = lib.kiln_c_attention_forward(
-        ctypes.byref(_options(q, causal, scale, stream, checked)), *ptrs, buf, len(buf))
+        ctypes.byref(_options(q, causal, scale, stream, checked)), *ptrs,
+        None if workspace is None else workspace.data_ptr(), buf, len(buf))
     del keep
     _check(code, buf)
 

@@ -131,7 +131,11 @@ def _forward_body(q, k, v, causal, scale, bshd, checked=False):
     B, H, Nq, _ = _dims(q, bshd)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((B, H, Nq), dtype=torch.float32)
-    _lib.forward(q, k, v, o, lse, causal, scale, bshd, _stream(q), checked)
+    # Few row blocks (decoding, short queries on long keys): the keys split
+    # in ranges, whose partial O and LSE take a workspace.
+    n = _lib.forward_workspace(q, k, causal, scale, bshd)
+    ws = torch.empty(n, dtype=torch.float32, device=q.device) if n else None
+    _lib.forward(q, k, v, o, lse, ws, causal, scale, bshd, _stream(q), checked)
     return o, lse
 
 

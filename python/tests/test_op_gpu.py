@@ -145,6 +145,79 @@ def test_lse_matches():
     assert rel(lse, torch.logsumexp(s, -1)) < 1e-5
 
 
+SPLIT_CASES = [  # B, H, Nq, Nk, D: row blocks too few to fill the SMs
+    (1, 16, 1, 32768, 128),  # decoding one long sequence
+    (1, 32, 1, 4097, 64),
+    (1, 16, 128, 16384, 128),  # short queries on long keys
+    (2, 4, 100, 3001, 64),
+]
+
+
+def profiled_kernels(f):
+    """Names of the CUDA kernels f() launches."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        f()
+        torch.cuda.synchronize()
+    return sorted(e.name for e in prof.events()
+                  if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+@pytest.mark.parametrize("B,H,Nq,Nk,D", SPLIT_CASES)
+def test_few_row_blocks_split_the_keys(B, H, Nq, Nk, D):
+    # The forward splits the keys in ranges (two kernels, a workspace) where
+    # its row blocks leave SMs idle; O and LSE as one kernel's.
+    q, k, v = make(B, H, Nq, Nk, D, torch.bfloat16, "bhsd", seed=Nk + Nq)
+    scale = 1 / math.sqrt(D)
+    assert kiln._lib.forward_workspace(q, k, False, scale, False) > 0
+    poison_allocator()
+    o, lse = kiln.attention(q, k, v, return_lse=True)
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    lse_ref = torch.logsumexp(s, -1)
+    o_ref = torch.softmax(s, -1) @ v.double()
+    assert torch.isfinite(o).all() and torch.isfinite(lse).all()
+    assert rel(o, o_ref) < 1e-2
+    assert rel(lse, lse_ref) < 1e-5
+    names = profiled_kernels(lambda: kiln.attention(q, k, v))
+    assert names == ["attention_fwd_combine", "attention_fwd_split"], names
+
+
+def test_split_keys_gradients_and_cuda_graph():
+    # The backward reads the combined O and LSE; a captured decoding step
+    # replays both kernels on new inputs.
+    B, H, Nq, Nk, D = 1, 8, 64, 5000, 128
+    q, k, v = make(B, H, Nq, Nk, D, torch.bfloat16, "bhsd", seed=29)
+    assert kiln._lib.forward_workspace(q, k, False, 1 / math.sqrt(D), False) > 0
+    for t in (q, k, v):
+        t.requires_grad_()
+    grad_o = torch.randn_like(q)
+    poison_allocator()
+    o = kiln.attention(q, k, v)
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), grad_o)
+    o_ref, grads_ref = reference(q, k, v, False, "bhsd", grad_o)
+    assert rel(o, o_ref) < 1e-2
+    for got, want in zip((dq, dk, dv), grads_ref):
+        assert rel(got, want) < 2e-2
+    q, k, v = (t.detach() for t in (q, k, v))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        kiln.attention(q, k, v)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        o = kiln.attention(q, k, v)
+    for seed in (1, 2):
+        for t, n in zip((q, k, v), make(B, H, Nq, Nk, D, torch.bfloat16, "bhsd", seed)):
+            t.copy_(n)
+        o.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        o_ref, _ = reference(q, k, v, False, "bhsd", torch.zeros_like(q))
+        assert rel(o, o_ref) < 1e-2
+
+
 def test_opcheck():
     q, k, v = make(1, 2, 300, 300, 64, torch.bfloat16, "bhsd", seed=5)
     torch.library.opcheck(torch.ops.kiln.attention_forward.default, (q, k, v, True, 0.125, False))
@@ -339,10 +412,12 @@ def test_compiled_autograd_takes_the_eager_node(packed):
 def test_one_compile_serves_every_length():
     # Lengths of one class: D=64 non-causal past 1024 keys (up to 1024 the
     # default loads Q by one-shot TMA, another kernel).
-    kiln.attention(*make(1, 2, 1100, 1100, 64, torch.bfloat16, "bhsd", 1))
+    # 32 heads: row blocks enough to fill the SMs (fewer split the keys,
+    # a kernel per number of ranges).
+    kiln.attention(*make(1, 32, 1100, 1100, 64, torch.bfloat16, "bhsd", 1))
     _, before = kiln.cache_stats()
     for n in (1500, 2100, 3001, 5000):
-        kiln.attention(*make(1, 2, n, n, 64, torch.bfloat16, "bhsd", n))
+        kiln.attention(*make(1, 32, n, n, 64, torch.bfloat16, "bhsd", n))
     _, after = kiln.cache_stats()
     assert after == before, "a new length compiled a new kernel"
 

@@ -57,6 +57,9 @@ INSTANTIATE_TEST_SUITE_P(
         SplitCase{2, 1, 1, 90, 64, 4},
         // More queries than keys, whole key blocks, D=128.
         SplitCase{1, 1, 130, 256, 128, 2},
+        // The combine's loop over ranges (S * D past what it unrolls), at
+        // D=128 and at D=64 with ranges that hold no keys.
+        SplitCase{1, 2, 40, 700, 128, 3}, SplitCase{2, 1, 3, 90, 64, 8},
         // B, H, Nq and Nk compiled in: the ragged end's mask as well.
         SplitCase{1, 2, 33, 500, 64, 3, 1}),
     [](const auto &info) { return info.param.name(); });
@@ -97,6 +100,35 @@ TEST(SplitKeysErrors, CausalAndTheOneKernelEntryAreRefused) {
     EXPECT_THAT(e.what(), HasSubstr("attentionForwardKernels"));
   }
   EXPECT_EQ(kernels::attentionForwardKernels(s, {.splitKeys = 1}).size(), 1u);
+}
+
+// The default split: doubled while the programs times the ranges stay
+// within the SMs and each range keeps 4 key blocks; none where causal, where
+// the programs fill the SMs, or without an SM count.
+TEST(SplitKeysDefault, FollowsTheProgramsAgainstTheSms) {
+  auto split = [](int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D,
+                  bool causal, int64_t sms) {
+    kernels::AttentionShape s{B, H, Nq, Nk, D, causal, DType::bf16, 0};
+    return kernels::defaultSplitKeys(s, {}, sms);
+  };
+  EXPECT_EQ(split(1, 16, 1, 32768, 128, false, 132), 8); // 16 programs
+  EXPECT_EQ(split(1, 32, 1, 32768, 64, false, 132), 4);  // 32
+  EXPECT_EQ(split(4, 16, 1, 8192, 128, false, 132), 2);  // 64
+  EXPECT_EQ(split(4, 32, 1, 8192, 64, false, 132), 1);   // 128
+  EXPECT_EQ(split(1, 16, 128, 16384, 128, false, 132), 8);
+  EXPECT_EQ(split(1, 16, 1, 1024, 128, false, 132), 2);   // 8 key blocks
+  EXPECT_EQ(split(1, 16, 1, 300, 128, false, 132), 1);    // 3 key blocks
+  EXPECT_EQ(split(1, 16, 1, 32768, 128, true, 132), 1);   // causal
+  EXPECT_EQ(split(1, 16, 1, 32768, 128, false, 0), 1);    // no GPU
+  EXPECT_EQ(split(1, 16, 1, 32768, 128, false, 264), 16); // more SMs
+  // The kernels follow it: two with -1 (the default) on 132 SMs, one
+  // without an SM count or with splitKeys 0.
+  kernels::AttentionShape s{1, 16, 1, 32768, 128, false, DType::bf16, 0};
+  EXPECT_EQ(kernels::attentionForwardKernels(s, {}, 132).size(), 2u);
+  EXPECT_EQ(kernels::splitKeysOf(s, {}, 132), 8);
+  EXPECT_EQ(kernels::attentionForwardKernels(s, {}).size(), 1u);
+  EXPECT_EQ(kernels::attentionForwardKernels(s, {.splitKeys = 0}, 132).size(),
+            1u);
 }
 
 } // namespace

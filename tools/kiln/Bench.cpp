@@ -246,6 +246,9 @@ int cmdBench(Options &opts) {
                 name += which ? "+against" : "";
               Timed t{name, {}, {}, {}, {}, {}};
               std::map<std::string, TensorRef> mine = refs;
+              // Key ranges: --split-keys, else the library's default.
+              modeCfg.splitKeys =
+                  int(kernels::splitKeysOf(s, modeCfg, dev.smCount));
               if (const int64_t S = modeCfg.splitKeys; S > 1) {
                 t.name += fmt::format("+split{}", S);
                 kernels::SplitKeysWorkspace ws(s, S);

@@ -215,6 +215,12 @@ std::string scheduleSwitches(int warpSpecialize, int pingpong, int overlap,
   return out;
 }
 
+/// The SMs of GPU 0, 0 without a GPU.
+static int64_t gpuSmCount() {
+  std::string why;
+  return cuda::available(&why) ? cuda::device(0).smCount : 0;
+}
+
 static Problem attentionProblem(Options &opts, bool withData) {
   kernels::AttentionShape s = attentionShapeOptions(opts);
   // The schedule's defaults depend on the choices given: resolved once for
@@ -234,7 +240,15 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.copyAddressesPerRegister = resolved.copyAddressesPerRegister;
   forwardConfigFlags(opts, c);
   c.staticShapes = opts.int32("static-shapes", -1);
+  // Key ranges: --split-keys, else the library's default for --sms SMs (the
+  // GPU's where there is one; none without).
+  const int64_t sms = opts.integer("sms", gpuSmCount());
+  if (sms < 0)
+    throw UsageError("option --sms must be >= 0, got " + std::to_string(sms));
+  const bool defaultSplit = c.splitKeys < 0;
+  const int64_t ranges = kernels::splitKeysOf(s, c, sms);
   c = kernels::resolveConfig(s, c);
+  c.splitKeys = int(ranges);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
     throw UsageError("option --layout: '" + layout + "' is not bhsd or bshd");
@@ -317,8 +331,10 @@ static Problem attentionProblem(Options &opts, bool withData) {
       c.oneShotLoads > 0 && kernels::oneShotLoadsApply(c) ? " one-shot-loads"
                                                           : "");
   if (c.splitKeys > 1) {
-    p.summary +=
-        fmt::format(" split-keys={} ({})", c.splitKeys, p.kernel->name());
+    p.summary += fmt::format(
+        " split-keys={}{} ({})", c.splitKeys,
+        defaultSplit ? fmt::format(" (default on {} SMs)", sms) : "",
+        p.kernel->name());
     // Only the tensors of the inspected kernel count for its variant.
     std::erase_if(p.unaligned, [&](const std::string &name) {
       for (const TensorParamInfo &t : p.kernel->tensors())

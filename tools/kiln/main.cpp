@@ -148,7 +148,9 @@ kernels and their shape options:
              [--static-shapes 0|1] (B, H, N compiled in; default run-time)
              [--split-keys S [--part split|combine]] (non-causal: the keys in
              S ranges, then a kernel that combines them; --part: the one
-             the inspect commands compile, split by default)
+             the inspect commands compile, split by default; without it the
+             library's default for --sms N SMs, the GPU's where there is
+             one, else no split)
   attention-backward  the attention options above but --lse-stride and
              the forward's schedule; [--part delta|dkdv|dq] (dk and dv with
              --separate-dk-dv 1: the kernel the inspect commands compile;

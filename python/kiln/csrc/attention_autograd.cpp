@@ -24,9 +24,11 @@
 namespace {
 
 using ForwardFn = decltype(&kiln_c_attention_forward);
+using ForwardWorkspaceFn = decltype(&kiln_c_attention_forward_workspace);
 using BackwardFn = decltype(&kiln_c_attention_backward);
 using WorkspaceFn = decltype(&kiln_c_attention_backward_workspace);
 ForwardFn forwardFn = nullptr;
+ForwardWorkspaceFn forwardWorkspaceFn = nullptr;
 BackwardFn backwardFn = nullptr;
 WorkspaceFn workspaceFn = nullptr;
 
@@ -92,7 +94,17 @@ at::Tensor forwardOf(const at::Tensor &q, const at::Tensor &k,
                 to = view(o, bshd), tl = view(lse, false);
   kiln_c_attention_options opt = options(q, causal, scale);
   char error[1024] = "";
-  check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl, error, sizeof error), error);
+  // The keys split in ranges where few row blocks leave SMs idle: their
+  // partial O and LSE take a workspace.
+  int64_t elements = 0;
+  check(forwardWorkspaceFn(&opt, &tq, &tk, &elements, error, sizeof error),
+        error);
+  at::Tensor ws;
+  if (elements)
+    ws = at::empty({elements}, q.options().dtype(at::kFloat));
+  check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl,
+                  elements ? ws.data_ptr() : nullptr, error, sizeof error),
+        error);
   return o;
 }
 
@@ -198,7 +210,7 @@ struct AttentionPacked : torch::autograd::Function<AttentionPacked> {
 std::vector<at::Tensor> attention(const at::Tensor &q, const at::Tensor &k,
                                   const at::Tensor &v, bool causal,
                                   double scale, bool bshd) {
-  TORCH_CHECK(forwardFn && backwardFn && workspaceFn,
+  TORCH_CHECK(forwardFn && forwardWorkspaceFn && backwardFn && workspaceFn,
               "kiln.attention: the C++ path is not bound to libkiln_c");
   at::Tensor lse = lseFor(q, bshd);
   return {Attention::apply(q, k, v, lse, causal, scale, bshd)[0], lse};
@@ -206,15 +218,17 @@ std::vector<at::Tensor> attention(const at::Tensor &q, const at::Tensor &k,
 
 std::vector<at::Tensor> attentionPacked(const at::Tensor &qkv, bool causal,
                                         double scale) {
-  TORCH_CHECK(forwardFn && backwardFn && workspaceFn,
+  TORCH_CHECK(forwardFn && forwardWorkspaceFn && backwardFn && workspaceFn,
               "kiln.attention: the C++ path is not bound to libkiln_c");
   at::Tensor lse = lseFor(qkv.select(2, 0), /*bshd=*/true);
   return {AttentionPacked::apply(qkv, lse, causal, scale)[0], lse};
 }
 
 /// The addresses of libkiln_c's functions (ctypes: the library loaded once).
-void bind(int64_t forward, int64_t backward, int64_t workspace) {
+void bind(int64_t forward, int64_t forwardWorkspace, int64_t backward,
+          int64_t workspace) {
   forwardFn = reinterpret_cast<ForwardFn>(forward);
+  forwardWorkspaceFn = reinterpret_cast<ForwardWorkspaceFn>(forwardWorkspace);
   backwardFn = reinterpret_cast<BackwardFn>(backward);
   workspaceFn = reinterpret_cast<WorkspaceFn>(workspace);
 }

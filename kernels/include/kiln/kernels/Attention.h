@@ -131,9 +131,11 @@ struct AttentionConfig {
   /// one program per (row block, range), each writing its rows' O and
   /// logsumexp in fp32; a second kernel combines them (flash-decoding: for
   /// few row blocks, decoding or short queries on long keys, where one
-  /// program per row block leaves SMs idle). 1 (and 0) no split. Built by
-  /// attentionForwardKernels; attentionForward refuses it.
-  int splitKeys = 0;
+  /// program per row block leaves SMs idle). 1 (and 0) no split; -1 default:
+  /// defaultSplitKeys for the GPU attentionForwardKernels is given, none
+  /// without one. Built by attentionForwardKernels; attentionForward refuses
+  /// S > 1 and reads -1 as no split.
+  int splitKeys = -1;
 };
 
 /// Throws kiln::Error naming the problem when `shape` is out of range (sizes
@@ -218,13 +220,26 @@ struct SplitKeysWorkspace : Workspace {
   SplitKeysWorkspace(const AttentionShape &shape, int64_t ranges);
 };
 
+/// The key ranges the forward splits into by default on a GPU of `sms` SMs:
+/// 1 where causal or where its P programs (row blocks x B x H) fill the
+/// SMs; else S doubled while P * S stays within them and each range keeps
+/// at least 4 key blocks (H200, session 45's sweep: P=16 -> 8, 32 -> 4,
+/// 64 -> 2, from 128 none). `sms` 0: 1.
+int64_t defaultSplitKeys(const AttentionShape &shape,
+                         const AttentionConfig &config, int64_t sms);
+
 /// The forward's kernels in launch order: attentionForward's alone, or,
-/// with config.splitKeys = S > 1, attention_fwd_split (Q, K, V; the
-/// SplitKeysWorkspace's OSplit and LSESplit, which it writes whole) then
-/// attention_fwd_combine (OSplit, LSESplit; O, LSE).
-/// Each binds the tensors it takes (Kernel::tensorsIn).
+/// with S > 1 key ranges (config.splitKeys, or with -1 defaultSplitKeys on
+/// `sms` SMs), attention_fwd_split (Q, K, V; the SplitKeysWorkspace's
+/// OSplit and LSESplit, which it writes whole) then attention_fwd_combine
+/// (OSplit, LSESplit; O, LSE). Each binds the tensors it takes
+/// (Kernel::tensorsIn); splitKeysOf says how many ranges they take.
 std::vector<Kernel> attentionForwardKernels(const AttentionShape &shape,
-                                            const AttentionConfig &config = {});
+                                            const AttentionConfig &config = {},
+                                            int64_t sms = 0);
+/// The ranges attentionForwardKernels splits the keys into (1: none).
+int64_t splitKeysOf(const AttentionShape &shape, const AttentionConfig &config,
+                    int64_t sms = 0);
 
 } // namespace kiln::kernels
 
