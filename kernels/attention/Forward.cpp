@@ -355,31 +355,6 @@ Kernel attentionForward(const AttentionShape &s,
   return buildForward(s, config, false);
 }
 
-/// Ranges that keep fewer key blocks than this cost more in the combine
-/// and the ranges' prologues than the extra programs gain.
-static constexpr int64_t kMinBlocksPerRange = 4;
-
-int64_t defaultSplitKeys(const AttentionShape &s, const AttentionConfig &config,
-                         int64_t sms) {
-  if (s.causal || sms <= 0)
-    return 1;
-  const AttentionConfig c = resolveConfig(s, config);
-  const int64_t programs =
-                    (s.seqQ + c.blockM - 1) / c.blockM * s.batch * s.heads,
-                keyBlocks = (s.seqK + c.blockN - 1) / c.blockN;
-  int64_t S = 1;
-  while (programs * S * 2 <= sms && keyBlocks >= S * 2 * kMinBlocksPerRange)
-    S *= 2;
-  return S;
-}
-
-int64_t splitKeysOf(const AttentionShape &s, const AttentionConfig &config,
-                    int64_t sms) {
-  if (config.splitKeys < 0)
-    return defaultSplitKeys(s, config, sms);
-  return std::max<int64_t>(config.splitKeys, 1);
-}
-
 std::vector<Kernel> attentionForwardKernels(const AttentionShape &s,
                                             const AttentionConfig &config,
                                             int64_t sms) {

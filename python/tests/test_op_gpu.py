@@ -412,12 +412,12 @@ def test_compiled_autograd_takes_the_eager_node(packed):
 def test_one_compile_serves_every_length():
     # Lengths of one class: D=64 non-causal past 1024 keys (up to 1024 the
     # default loads Q by one-shot TMA, another kernel).
-    # 32 heads: row blocks enough to fill the SMs (fewer split the keys,
-    # a kernel per number of ranges).
-    kiln.attention(*make(1, 32, 1100, 1100, 64, torch.bfloat16, "bhsd", 1))
+    # B=4, 32 heads: row blocks enough to fill the SMs' waves (fewer split
+    # the keys, a kernel per number of ranges).
+    kiln.attention(*make(4, 32, 1100, 1100, 64, torch.bfloat16, "bhsd", 1))
     _, before = kiln.cache_stats()
     for n in (1500, 2100, 3001, 5000):
-        kiln.attention(*make(1, 32, n, n, 64, torch.bfloat16, "bhsd", n))
+        kiln.attention(*make(4, 32, n, n, 64, torch.bfloat16, "bhsd", n))
     _, after = kiln.cache_stats()
     assert after == before, "a new length compiled a new kernel"
 

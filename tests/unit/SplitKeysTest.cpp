@@ -102,20 +102,24 @@ TEST(SplitKeysErrors, CausalAndTheOneKernelEntryAreRefused) {
   EXPECT_EQ(kernels::attentionForwardKernels(s, {.splitKeys = 1}).size(), 1u);
 }
 
-// The default split: doubled while the programs times the ranges stay
-// within the SMs and each range keeps 4 key blocks; none where causal, where
-// the programs fill the SMs, or without an SM count.
-TEST(SplitKeysDefault, FollowsTheProgramsAgainstTheSms) {
+// The default split: none where the programs keep the CTA slots (132 SMs:
+// 264 at D=64, two CTAs an SM; 132 at D=128) 80% busy over their waves,
+// else the fewest ranges reaching 90%, each range keeping 4 key blocks;
+// none where causal or without an SM count.
+TEST(SplitKeysDefault, FollowsTheWavesOfThePrograms) {
   auto split = [](int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D,
                   bool causal, int64_t sms) {
     kernels::AttentionShape s{B, H, Nq, Nk, D, causal, DType::bf16, 0};
     return kernels::defaultSplitKeys(s, {}, sms);
   };
   EXPECT_EQ(split(1, 16, 1, 32768, 128, false, 132), 8); // 16 programs
-  EXPECT_EQ(split(1, 32, 1, 32768, 64, false, 132), 4);  // 32
+  EXPECT_EQ(split(1, 32, 1, 32768, 64, false, 132), 8);  // 32
   EXPECT_EQ(split(4, 16, 1, 8192, 128, false, 132), 2);  // 64
-  EXPECT_EQ(split(4, 32, 1, 8192, 64, false, 132), 1);   // 128
-  EXPECT_EQ(split(1, 16, 128, 16384, 128, false, 132), 8);
+  EXPECT_EQ(split(8, 16, 1, 8192, 128, false, 132), 1);  // 128 of 132
+  EXPECT_EQ(split(4, 32, 1, 8192, 64, false, 132), 2);   // 128 of 264
+  EXPECT_EQ(split(64, 32, 1, 4096, 64, false, 132), 1);  // 2048: 97%
+  EXPECT_EQ(split(1, 32, 300, 16384, 64, false, 132), 8); // 96 -> 768
+  EXPECT_EQ(split(4, 32, 300, 16384, 64, false, 132), 2); // 384: 73%
   EXPECT_EQ(split(1, 16, 1, 1024, 128, false, 132), 2);   // 8 key blocks
   EXPECT_EQ(split(1, 16, 1, 300, 128, false, 132), 1);    // 3 key blocks
   EXPECT_EQ(split(1, 16, 1, 32768, 128, true, 132), 1);   // causal

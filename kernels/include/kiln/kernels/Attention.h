@@ -220,11 +220,11 @@ struct SplitKeysWorkspace : Workspace {
   SplitKeysWorkspace(const AttentionShape &shape, int64_t ranges);
 };
 
-/// The key ranges the forward splits into by default on a GPU of `sms` SMs:
-/// 1 where causal or where its P programs (row blocks x B x H) fill the
-/// SMs; else S doubled while P * S stays within them and each range keeps
-/// at least 4 key blocks (H200, session 45's sweep: P=16 -> 8, 32 -> 4,
-/// 64 -> 2, from 128 none). `sms` 0: 1.
+/// The key ranges the forward splits into by default on a GPU of `sms` SMs
+/// (SplitKeys.cpp): 1 where causal, or where its P programs (row blocks x B
+/// x H) keep the CTA slots at least 80% busy over their waves; else the
+/// fewest of 2, 4, 8, ... that reach 90% (each range keeping at least 4 key
+/// blocks). `sms` 0: 1.
 int64_t defaultSplitKeys(const AttentionShape &shape,
                          const AttentionConfig &config, int64_t sms);
 
