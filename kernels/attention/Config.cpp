@@ -197,8 +197,16 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // non-causal D=64 +0.9..3.5% / -0.4..+1.1%; non-causal D=128 0.9-2.8%
   // slower at every N (ptxas schedules its key loop otherwise): off there
   // (docs/experiments/2026-11-27-session40.txt).
+  // Decoding-like D=128 non-causal: queries within one warpgroup's 64 rows
+  // on long keys take 64-key blocks, and the other warpgroup skips its work
+  // (H200 A/B: docs/performance.md, few queries).
+  const bool fewQueries = wide && !s.causal && c.wgmma > 0 && s.seqQ <= 64 &&
+                          s.seqK >= 2048 && c.blockNRaggedEnd <= 64 &&
+                          c.blockNDiagonal <= 64;
+  if (!c.blockN && fewQueries)
+    c.blockN = 64;
   if (c.skipDeadRows < 0)
-    c.skipDeadRows = !(wide && !s.causal);
+    c.skipDeadRows = !(wide && !s.causal) || fewQueries;
   // Causal D=64 below N=2k: programs of one warpgroup, 64 queries by
   // 64-key blocks (no producer). Same-run H200 A/B (kiln bench attention
   // --ragged, twice): +16% at N=512, +7-9% at 1000-1024, +6% at 2049,

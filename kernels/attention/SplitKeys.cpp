@@ -23,10 +23,13 @@ static constexpr double kSplitBelow = 0.8;
 /// ... into the fewest ranges that reach this one, else the best.
 static constexpr double kEnoughUse = 0.9;
 
-/// The forward's CTAs an SM holds: by shared memory (a Hopper SM's 228 KB,
-/// 1 KB reserved per CTA), at most 2 (8 warps or more at over 64 registers
-/// a thread).
+/// The forward's CTAs an SM holds: one with a producer warpgroup (whose
+/// compute warpgroups raise their registers to 240); else by shared memory
+/// (a Hopper SM's 228 KB, 1 KB reserved per CTA), at most 2 (8 warps or
+/// more at over 64 registers a thread).
 static int64_t ctasPerSm(const AttentionShape &s, const AttentionConfig &c) {
+  if (c.warpSpecialize > 0)
+    return 1;
   const int64_t perSm = sharedMemoryLimit("sm_90a") + 1024;
   return std::clamp<int64_t>(perSm / (attentionSharedBytes(s, c) + 1024), 1,
                              2);
