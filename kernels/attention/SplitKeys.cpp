@@ -56,7 +56,7 @@ int64_t defaultSplitKeys(const AttentionShape &s, const AttentionConfig &config,
   int64_t best = 1;
   for (int64_t S = 2; keyBlocks >= S * kMinBlocksPerRange; S *= 2) {
     // A larger S only for a clearly better use (its costs grow with S).
-    if (waveUse(programs * S, slots) > waveUse(programs * best, slots) + 0.05)
+    if (waveUse(programs * S, slots) > waveUse(programs * best, slots) * 1.05)
       best = S;
     if (waveUse(programs * best, slots) >= kEnoughUse)
       break;

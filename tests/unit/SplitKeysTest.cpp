@@ -121,6 +121,8 @@ TEST(SplitKeysDefault, FollowsTheWavesOfThePrograms) {
   EXPECT_EQ(split(1, 32, 300, 16384, 64, false, 132), 8); // 96 -> 768
   EXPECT_EQ(split(4, 32, 300, 16384, 64, false, 132), 2); // 384: 73%
   EXPECT_EQ(split(1, 16, 1, 1024, 128, false, 132), 2);   // 8 key blocks
+  EXPECT_EQ(split(1, 2, 3, 2000, 64, false, 132), 4);     // 2 programs
+  EXPECT_EQ(split(1, 2, 1, 32768, 64, false, 132), 64);
   EXPECT_EQ(split(1, 16, 1, 300, 128, false, 132), 1);    // 3 key blocks
   EXPECT_EQ(split(1, 16, 1, 32768, 128, true, 132), 1);   // causal
   EXPECT_EQ(split(1, 16, 1, 32768, 128, false, 0), 1);    // no GPU
