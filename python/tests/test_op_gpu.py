@@ -199,23 +199,7 @@ def test_split_keys_gradients_and_cuda_graph():
     assert rel(o, o_ref) < 1e-2
     for got, want in zip((dq, dk, dv), grads_ref):
         assert rel(got, want) < 2e-2
-    q, k, v = (t.detach() for t in (q, k, v))
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        kiln.attention(q, k, v)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        o = kiln.attention(q, k, v)
-    for seed in (1, 2):
-        for t, n in zip((q, k, v), make(B, H, Nq, Nk, D, torch.bfloat16, "bhsd", seed)):
-            t.copy_(n)
-        o.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        o_ref, _ = reference(q, k, v, False, "bhsd", torch.zeros_like(q))
-        assert rel(o, o_ref) < 1e-2
+    check_graph_replay(B, H, Nq, Nk, D, False, seed=31)
 
 
 def test_opcheck():
@@ -238,24 +222,30 @@ def test_torch_compile_matches_eager():
         assert torch.equal(a, b)
 
 
-def test_cuda_graph_capture_and_replay():
-    q, k, v = make(2, 4, 1000, 1000, 128, torch.bfloat16, "bhsd", seed=11)
+def check_graph_replay(B, H, Nq, Nk, D, causal, seed):
+    """kiln.attention captured in a CUDA graph, replayed on new inputs copied
+    in place, against the fp64 reference."""
+    q, k, v = make(B, H, Nq, Nk, D, torch.bfloat16, "bhsd", seed)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):  # warm-up outside the capture (compile, load)
-        kiln.attention(q, k, v, causal=True)
+        kiln.attention(q, k, v, causal=causal)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        o = kiln.attention(q, k, v, causal=True)
-    for seed in (1, 2):  # new inputs in place, then replay
-        for t, n in zip((q, k, v), make(2, 4, 1000, 1000, 128, torch.bfloat16, "bhsd", seed)):
+        o = kiln.attention(q, k, v, causal=causal)
+    for new_seed in (seed + 1, seed + 2):  # new inputs in place, then replay
+        for t, n in zip((q, k, v), make(B, H, Nq, Nk, D, torch.bfloat16, "bhsd", new_seed)):
             t.copy_(n)
         o.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
-        o_ref, _ = reference(q, k, v, True, "bhsd", torch.zeros_like(q))
+        o_ref, _ = reference(q, k, v, causal, "bhsd", torch.zeros_like(q))
         assert rel(o, o_ref) < 1e-2
+
+
+def test_cuda_graph_capture_and_replay():
+    check_graph_replay(2, 4, 1000, 1000, 128, True, seed=11)
 
 
 def test_runs_on_the_current_stream():
@@ -295,7 +285,6 @@ def test_gradients_are_bitwise_repeatable_when_asked(D):
 def test_backward_launches_only_its_kernels(packed):
     # Eager autograd makes no zeros for LSE's unused gradient: the backward
     # is kiln's delta, dK/dV and dQ-conversion kernels and nothing else.
-    from torch.profiler import ProfilerActivity, profile
     if packed:
         g = torch.Generator(device=DEV).manual_seed(5)
         qkv = torch.randn(1, 300, 3, 2, 64, device=DEV, dtype=torch.bfloat16,
@@ -308,12 +297,7 @@ def test_backward_launches_only_its_kernels(packed):
         o = kiln.attention(*inputs)
     grad_o = torch.randn_like(o)
     torch.autograd.grad(o, inputs, grad_o, retain_graph=True)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        torch.autograd.grad(o, inputs, grad_o)
-        torch.cuda.synchronize()
-    names = sorted(e.name for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    names = profiled_kernels(lambda: torch.autograd.grad(o, inputs, grad_o))
     assert names == ["attention_bwd_delta", "attention_bwd_dkdv",
                      "attention_bwd_dq_convert"], names
 
