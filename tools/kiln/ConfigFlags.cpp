@@ -59,7 +59,8 @@ const ForwardFlag kForwardFlags[] = {
     {"overlap", &AttentionConfig::overlap},
     {"persistent", &AttentionConfig::persistent},
     {"min-blocks-per-sm", &AttentionConfig::minBlocksPerSM},
-    {"split-keys", &AttentionConfig::splitKeys}};
+    {"split-keys", &AttentionConfig::splitKeys},
+    {"overlap-combine", &AttentionConfig::overlapCombine}};
 
 const BackwardFlag kBackwardFlags[] = {
     {"block-m", &AttentionBackwardConfig::blockM},
