@@ -571,10 +571,6 @@ void KernelBuilder::overlapPreviousLaunch(bool overlap) {
   setFlag(state_->func, "kiln.overlap_previous", overlap);
 }
 
-void KernelBuilder::letNextLaunchStart(bool early) {
-  setFlag(state_->func, "kiln.launch_dependents", early);
-}
-
 Kernel KernelBuilder::finish(Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "finish: the kernel is finished already");

@@ -166,15 +166,12 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->skipDeadRows = c.skipDeadRows;
       tuned->oneShotLoads = c.oneShotLoads;
       tuned->splitKeys = c.splitKeys;
-      tuned->overlapCombine = c.overlapCombine;
       c = *tuned;
     }
   // Hopper's warpgroup MMA by default (a target without it falls back to
   // mma.sync, and the lowering report says so): two warpgroups of 64 rows.
   if (c.wgmma < 0)
     c.wgmma = 1;
-  if (c.overlapCombine < 0)
-    c.overlapCombine = 1;
   if (c.tma < 0)
     c.tma = c.wgmma;
   if (c.tmaStore < 0)

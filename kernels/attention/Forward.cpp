@@ -71,7 +71,6 @@ static Kernel buildForward(const AttentionShape &s,
   k.setWgmma(c.wgmma > 0);
   k.setTma(c.wgmma > 0 && c.tma > 0);
   k.setTmaStores(c.wgmma > 0 && c.tma > 0 && c.tmaStore > 0 && !split);
-  k.letNextLaunchStart(split && c.overlapCombine > 0); // the combine
   k.setSkipDeadRows(c.skipDeadRows > 0);
   k.setOneShotLoads(c.oneShotLoads > 0);
   k.setWarpSpecialize(c.wgmma > 0 && c.warpSpecialize > 0);
@@ -363,10 +362,9 @@ std::vector<Kernel> attentionForwardKernels(const AttentionShape &s,
   c.splitKeys = int(splitKeysOf(s, config, sms));
   if (c.splitKeys <= 1)
     return {buildForward(s, c, false)};
-  const AttentionConfig resolved = resolveConfig(s, c);
   return {buildForward(s, c, true),
-          splitCombineKernel(s, c.splitKeys, resolved.staticShapes <= 0,
-                             resolved.overlapCombine > 0)};
+          splitCombineKernel(s, c.splitKeys,
+                             resolveConfig(s, c).staticShapes <= 0)};
 }
 
 } // namespace kiln::kernels

@@ -24,7 +24,7 @@ static constexpr int64_t kCombineRows = 64;
 static constexpr int64_t kUnrolledFloats = 256;
 
 Kernel splitCombineKernel(const AttentionShape &s, int64_t ranges,
-                          bool runtimeShapes, bool overlap) {
+                          bool runtimeShapes) {
   const int64_t D = s.headDim, BM = kCombineRows, S = ranges;
   KernelBuilder k("attention_fwd_combine");
   Index B = s.batch, H = s.heads, Nq = s.seqQ;
@@ -35,9 +35,6 @@ Kernel splitCombineKernel(const AttentionShape &s, int64_t ranges,
   }
   k.setGrid({cdiv(Nq, BM), B * H});
   k.setWarps(4);
-  // Started as the split kernel's CTAs have all started; it waits for that
-  // kernel to end before its first read (no counters).
-  k.overlapPreviousLaunch(overlap);
   auto OSplit = k.tensorArg("OSplit", f32, {S, B, H, Nq, D});
   auto LSESplit = k.tensorArg("LSESplit", f32, {S, B, H, Nq});
   auto O = k.tensorArg("O", s.dtype, {B, H, Nq, D});

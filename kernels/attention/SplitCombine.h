@@ -8,10 +8,9 @@ namespace kiln::kernels {
 
 /// attention_fwd_combine: each row's O and logsumexp from the `ranges`
 /// partial ones attention_fwd_split wrote (OSplit, LSESplit), weighted by
-/// exp(LSE_r - max_r LSE_r); B, H and Nq run-time where `runtimeShapes`;
-/// launched to overlap the split kernel's tail where `overlap`.
+/// exp(LSE_r - max_r LSE_r); B, H and Nq run-time where `runtimeShapes`.
 Kernel splitCombineKernel(const AttentionShape &shape, int64_t ranges,
-                          bool runtimeShapes, bool overlap);
+                          bool runtimeShapes);
 
 } // namespace kiln::kernels
 

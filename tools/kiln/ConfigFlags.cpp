@@ -59,8 +59,7 @@ const ForwardFlag kForwardFlags[] = {
     {"overlap", &AttentionConfig::overlap},
     {"persistent", &AttentionConfig::persistent},
     {"min-blocks-per-sm", &AttentionConfig::minBlocksPerSM},
-    {"split-keys", &AttentionConfig::splitKeys},
-    {"overlap-combine", &AttentionConfig::overlapCombine}};
+    {"split-keys", &AttentionConfig::splitKeys}};
 
 const BackwardFlag kBackwardFlags[] = {
     {"block-m", &AttentionBackwardConfig::blockM},

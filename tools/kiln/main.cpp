@@ -150,8 +150,7 @@ kernels and their shape options:
              S ranges, then a kernel that combines them; --part: the one
              the inspect commands compile, split by default; without it the
              library's default for --sms N SMs, the GPU's where there is
-             one, else no split) [--overlap-combine 0|1] (the combine
-             launched to overlap the split kernel's tail)
+             one, else no split)
   attention-backward  the attention options above but --lse-stride and
              the forward's schedule; [--part delta|dkdv|dq] (dk and dv with
              --separate-dk-dv 1: the kernel the inspect commands compile;

@@ -307,23 +307,17 @@ void Lowerer::startGridDependencies() {
     return;
   bool arrives = false;
   src.walk([&](ArriveOp) { arrives = true; });
-  if (arrives || src->hasAttr("kiln.launch_dependents")) {
-    asmStatement(b, loc, "griddepcontrol.launch_dependents;", {}, "");
-    report.push_back(
-        arrives ? "launch: the next launch may start while this one runs "
-                  "(griddepcontrol.launch_dependents at the start: it "
-                  "arrives at counters, which a kernel launched to overlap "
-                  "it waits on)"
-                : "launch: the next launch may start while this one runs "
-                  "(griddepcontrol.launch_dependents at the start), once "
-                  "every CTA of this one has started");
-  }
-  if (overlapPrevious && waitAtStart)
-    asmStatement(b, loc, "griddepcontrol.wait;");
+  if (!arrives)
+    return;
+  asmStatement(b, loc, "griddepcontrol.launch_dependents;", {}, "");
+  report.push_back("launch: the next launch may start while this one runs "
+                   "(griddepcontrol.launch_dependents at the start: it "
+                   "arrives at counters, which a kernel launched to overlap "
+                   "it waits on)");
 }
 
 void Lowerer::endGridDependencies() {
-  if (!overlapPrevious || waitAtStart)
+  if (!overlapPrevious)
     return;
   asmStatement(b, loc, "griddepcontrol.wait;");
 }

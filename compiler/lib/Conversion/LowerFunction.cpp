@@ -90,17 +90,7 @@ int64_t Lowerer::run(ModuleOp module) {
   noteStores();
   planDeferredArrivals();
   overlapPrevious = src->hasAttr("kiln.overlap_previous");
-  bool waitsOnCounters = false;
-  src.walk([&](WaitCountOp) { waitsOnCounters = true; });
-  waitAtStart = overlapPrevious && !waitsOnCounters;
-  if (overlapPrevious && gridDependencyControl && waitAtStart)
-    report.push_back("launch: starts before the previous launch on its "
-                     "stream ends (programmatic dependent launch), on SMs "
-                     "that launch's CTAs leave; griddepcontrol.wait at its "
-                     "start (no counters to wait on: it reads that launch's "
-                     "output once the launch is done), so only the launch's "
-                     "own latency overlaps");
-  else if (overlapPrevious && gridDependencyControl)
+  if (overlapPrevious && gridDependencyControl)
     report.push_back("launch: starts before the previous launch on its "
                      "stream ends (programmatic dependent launch), on SMs "
                      "that launch's CTAs leave; griddepcontrol.wait at its "

@@ -222,11 +222,8 @@ public:
   /// sm_90: griddepcontrol (programmatic dependent launch) and the async
   /// proxy's fences are available.
   bool gridDependencyControl = false;
-  /// kiln.overlap_previous on sm_90: the kernel ends with griddepcontrol.wait
-  /// or, with no wait_count to read the previous launch's writes by
-  /// (waitAtStart), begins with it.
+  /// kiln.overlap_previous on sm_90: the kernel ends with griddepcontrol.wait.
   bool overlapPrevious = false;
-  bool waitAtStart = false;
   /// At the kernel's start and end: launch_dependents where it arrives at
   /// counters, wait where it overlaps the previous launch.
   void startGridDependencies();

@@ -476,17 +476,10 @@ public:
   /// running (programmatic dependent launch, sm_90): its programs take free
   /// SMs as that launch's CTAs finish. Whatever it reads of that launch's
   /// writes it must wait for (waitCount on counters that launch arrives
-  /// at); a kernel with no waitCount waits at its start for that launch to
-  /// end. It must not write what that launch reads. The launch after it
+  /// at); it must not write what that launch reads. The launch after it
   /// still starts only once both are done. Elsewhere (sm_80, the CPU) an
   /// ordinary launch.
   void overlapPreviousLaunch(bool overlap = true);
-  /// The next launch on the stream, where it overlaps this one
-  /// (overlapPreviousLaunch) and waits on no counters, may start once every
-  /// CTA of this kernel has started (griddepcontrol.launch_dependents on
-  /// sm_90); it then waits at its start for this one to end, which hides
-  /// its launch latency. A kernel that arrives at counters does so anyway.
-  void letNextLaunchStart(bool early = true);
   /// Under TMA: 16-bit 2-D block stores to tensor arguments are staged in
   /// shared memory and written by TMA bulk copies where the staging tile
   /// fits (the lowering report says where it did not).

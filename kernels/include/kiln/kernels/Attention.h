@@ -136,11 +136,6 @@ struct AttentionConfig {
   /// without one. Built by attentionForwardKernels; attentionForward refuses
   /// S > 1 and reads -1 as no split.
   int splitKeys = -1;
-  /// With split keys: the combine launched to overlap the split kernel
-  /// (KernelBuilder::overlapPreviousLaunch, letNextLaunchStart), so that
-  /// its launch latency hides behind the split kernel's tail: 1 yes, 0 no,
-  /// -1 default (yes).
-  int overlapCombine = -1;
 };
 
 /// Throws kiln::Error naming the problem when `shape` is out of range (sizes
