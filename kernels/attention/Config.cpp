@@ -54,9 +54,6 @@ void checkConfig(const AttentionConfig &c) {
       throw Error("attention: blockM, blockN, blockNDiagonal and "
                   "blockNRaggedEnd must be powers of two >= 16, got " +
                   std::to_string(b));
-  if (c.splitKeys < 0)
-    throw Error("attention: splitKeys must be >= 0, got " +
-                std::to_string(c.splitKeys));
   if (c.blockNRaggedEnd > c.blockN)
     throw Error("attention: blockNRaggedEnd (" +
                 std::to_string(c.blockNRaggedEnd) +
@@ -189,14 +186,6 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       ((s.seqK % 128 >= 1 && s.seqK % 128 <= 64) || (wide && s.seqK == 128)) &&
       c.blockNRaggedEnd <= 64 && c.blockNDiagonal <= 64)
     c.blockN = 64;
-  // A warpgroup whose 64 rows all lie past Nq runs only the key loops'
-  // pipeline. Same-process H200 A/B (kiln bench --against, median of 30),
-  // bf16, skip on -> off, where it runs (Nq mod 128 in 1..64: 2049, 2100,
-  // 3001, 4097) and where it does not (1000, 2048, 6000, 8191): causal
-  // D=128 +1.2..1.8% / -0.3..+0.9%, causal D=64 +0.8..2.0% / -0.7..+0.4%,
-  // non-causal D=64 +0.9..3.5% / -0.4..+1.1%; non-causal D=128 0.9-2.8%
-  // slower at every N (ptxas schedules its key loop otherwise): off there
-  // (docs/experiments/2026-11-27-session40.txt).
   // Decoding-like D=128 non-causal: queries within one warpgroup's 64 rows
   // on long keys take 64-key blocks, and the other warpgroup skips its work
   // (H200 A/B: docs/performance.md, few queries).
@@ -205,6 +194,14 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
                           c.blockNDiagonal <= 64;
   if (!c.blockN && fewQueries)
     c.blockN = 64;
+  // A warpgroup whose 64 rows all lie past Nq runs only the key loops'
+  // pipeline. Same-process H200 A/B (kiln bench --against, median of 30),
+  // bf16, skip on -> off, where it runs (Nq mod 128 in 1..64: 2049, 2100,
+  // 3001, 4097) and where it does not (1000, 2048, 6000, 8191): causal
+  // D=128 +1.2..1.8% / -0.3..+0.9%, causal D=64 +0.8..2.0% / -0.7..+0.4%,
+  // non-causal D=64 +0.9..3.5% / -0.4..+1.1%; non-causal D=128 0.9-2.8%
+  // slower at every N (ptxas schedules its key loop otherwise): off there
+  // (docs/experiments/2026-11-27-session40.txt).
   if (c.skipDeadRows < 0)
     c.skipDeadRows = !(wide && !s.causal) || fewQueries;
   // Causal D=64 below N=2k: programs of one warpgroup, 64 queries by

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 using namespace kiln;
@@ -47,10 +48,9 @@ struct Entry {
       prepared;
   size_t nextPrepared = 0;
   int64_t lastUse = 0; ///< the call count when it was last used
-  /// The forward's key ranges (1: one kernel) and the floats of workspace
-  /// they take.
+  /// The forward's key ranges (1: one kernel) and, split, their workspace.
   int64_t splitKeys = 1;
-  int64_t workspaceElements = 0;
+  std::optional<kernels::SplitKeysWorkspace> splitWorkspace;
 };
 
 constexpr size_t kMaxPrepared = 32;
@@ -147,8 +147,7 @@ std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
       made->kernels = kernels::attentionForwardKernels(
           s, {.splitKeys = int(made->splitKeys)});
       if (made->splitKeys > 1)
-        made->workspaceElements =
-            kernels::SplitKeysWorkspace(s, made->splitKeys).elements;
+        made->splitWorkspace.emplace(s, made->splitKeys);
     }
     made->variants.resize(made->kernels.size());
     made->last.resize(made->kernels.size());
@@ -289,7 +288,8 @@ int kiln_c_attention_forward_workspace(const kiln_c_attention_options *options,
   return guarded(error, error_size, [&] {
     if (!elements)
       throw Error("elements must be given");
-    *elements = problemOf(false, options, q, k).second->workspaceElements;
+    const Entry &e = *problemOf(false, options, q, k).second;
+    *elements = e.splitWorkspace ? e.splitWorkspace->elements : 0;
   });
 }
 
@@ -302,14 +302,14 @@ int kiln_c_attention_forward(const kiln_c_attention_options *options,
       false, options, q, k, callKey({q, k, v, o, lse}, workspace), error,
       error_size, [&](const kernels::AttentionShape &s, const Entry &e) {
         std::map<std::string, TensorRef> t = forwardTensors(s, q, k, v, o, lse);
-        if (e.splitKeys > 1) {
+        if (e.splitWorkspace) {
           if (!workspace)
             throw Error(
                 "the workspace is missing: this problem's keys are split in " +
                 std::to_string(e.splitKeys) + " ranges, which take " +
-                std::to_string(e.workspaceElements) +
+                std::to_string(e.splitWorkspace->elements) +
                 " floats (kiln_c_attention_forward_workspace)");
-          t.merge(kernels::SplitKeysWorkspace(s, e.splitKeys).refs(workspace));
+          t.merge(e.splitWorkspace->refs(workspace));
         }
         return t;
       });
