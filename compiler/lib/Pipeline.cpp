@@ -2,7 +2,9 @@
 //
 //   kiln IR (from the DSL)
 //   0. kiln-overlap-dots              (schedule kiln.overlap_dots) a loop's
-//                                     last dot one iteration behind
+//                                     last dot one iteration behind (and
+//                                     under kiln.peel_first_iteration its
+//                                     first iteration peeled)
 //   1. kiln-assign-layouts            a #kiln.layout on every tile, explicit
 //                                     kiln.convert_layout where layouts differ
 //   2. kiln-remove-layout-conversions recompute instead of moving, fold chains

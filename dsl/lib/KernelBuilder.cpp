@@ -555,6 +555,10 @@ void KernelBuilder::setOverlapDots(bool overlap) {
   setFlag(state_->func, "kiln.overlap_dots", overlap);
 }
 
+void KernelBuilder::setPeelFirstIteration(bool peel) {
+  setFlag(state_->func, "kiln.peel_first_iteration", peel);
+}
+
 void KernelBuilder::setPersistent(bool persistent) {
   setFlag(state_->func, "kiln.persistent", persistent);
 }

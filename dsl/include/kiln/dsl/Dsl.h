@@ -455,6 +455,10 @@ public:
   /// that the elementwise work between the two overlaps it on the tensor
   /// cores (kiln-overlap-dots).
   void setOverlapDots(bool overlap);
+  /// There, a loop with no loop before it that can be its first iteration
+  /// gets one: its first iteration peeled, so that no iteration issues the
+  /// last dot of a zero tile (kiln-overlap-dots).
+  void setPeelFirstIteration(bool peel);
   /// Persistent CTAs: the runtime launches only as many CTAs as the GPU
   /// runs at once and each loops over the grid's programs (x fastest), so
   /// that a producer warpgroup fetches the next program's blocks while this
