@@ -154,6 +154,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->blockNRaggedEnd = c.blockNRaggedEnd;
       tuned->raggedEndInLoop = c.raggedEndInLoop;
       tuned->maskedBlockFirst = c.maskedBlockFirst;
+      tuned->peelFirstStep = c.peelFirstStep;
       tuned->alignRowsToEnd = c.alignRowsToEnd;
       tuned->narrowStepInDiagonal = c.narrowStepInDiagonal;
       tuned->longestFirstGlobally = c.longestFirstGlobally;
@@ -281,6 +282,16 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   if (!c.blockNDiagonal)
     c.blockNDiagonal =
         !wide && c.wgmma > 0 ? std::min<int64_t>(64, c.blockN) : c.blockN;
+  // The first step peeled where no masked block goes first (non-causal,
+  // whole key blocks), so that no iteration issues the dot of a zero tile.
+  // H200, same process (kiln bench --against), D=128 bf16, default against
+  // peel-first=0, two rounds: N=256 1.110/1.116, 512 1.119/1.127, 1024
+  // 1.050/1.046, 2048 1.011/1.010, 4096x512 keys 1.122/1.122; against
+  // peel-first=1: 4096 1.008/1.008, 8192 1.019/1.020 (peeled, the loop
+  // ptxas schedules runs slower; docs/experiments/2026-11-27-session47.txt).
+  if (c.peelFirstStep < 0)
+    c.peelFirstStep =
+        !s.causal && wholeKeyBlocks(s, c) && s.seqK <= 2048 && c.overlap > 0;
   // The wider end in the main loop: same-run H200 bench, non-causal bf16
   // (median of 2 rounds, TFLOP/s at N=1000/2049/3001/4097), D=64 409/441/
   // 483/497 -> 425/463/484/504; D=128 517/582/630/671 -> 509/556/603/634

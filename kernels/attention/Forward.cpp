@@ -76,6 +76,7 @@ static Kernel buildForward(const AttentionShape &s,
   k.setWarpSpecialize(c.wgmma > 0 && c.warpSpecialize > 0);
   k.setPingpong(c.wgmma > 0 && c.pingpong > 0);
   k.setOverlapDots(c.overlap > 0);
+  k.setPeelFirstIteration(c.overlap > 0 && c.peelFirstStep > 0);
   k.setPersistent(c.persistent > 0);
   k.setDynamicTiles(c.persistent > 0 && c.dynamicTiles > 0);
   auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});

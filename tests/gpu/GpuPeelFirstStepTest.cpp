@@ -67,12 +67,11 @@ TEST_P(PeelFirstStepOnGpu, MatchesFp64Reference) {
 
 // One whole key block of 64 (N=128 takes 64-key blocks), two, eight and
 // sixteen; queries that end mid-block.
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, PeelFirstStepOnGpu,
-    ::testing::Values(SplitCase{2, 2, 128, 128, 128, 1},
-                      SplitCase{2, 3, 256, 256, 128, 1},
-                      SplitCase{1, 2, 1024, 1024, 128, 1},
-                      SplitCase{2, 1, 300, 2048, 128, 1}),
-    [](const auto &info) { return info.param.name(); });
+INSTANTIATE_TEST_SUITE_P(Shapes, PeelFirstStepOnGpu,
+                         ::testing::Values(SplitCase{2, 2, 128, 128, 128, 1},
+                                           SplitCase{2, 3, 256, 256, 128, 1},
+                                           SplitCase{1, 2, 1024, 1024, 128, 1},
+                                           SplitCase{2, 1, 300, 2048, 128, 1}),
+                         [](const auto &info) { return info.param.name(); });
 
 } // namespace

@@ -57,6 +57,7 @@ const ForwardFlag kForwardFlags[] = {
     {"warp-specialize", &AttentionConfig::warpSpecialize},
     {"pingpong", &AttentionConfig::pingpong},
     {"overlap", &AttentionConfig::overlap},
+    {"peel-first", &AttentionConfig::peelFirstStep},
     {"persistent", &AttentionConfig::persistent},
     {"min-blocks-per-sm", &AttentionConfig::minBlocksPerSM},
     {"split-keys", &AttentionConfig::splitKeys}};

@@ -51,7 +51,7 @@ commands:
       [--longest-first-globally 0|1]
       [--head-group G] [--dynamic-tiles 0|1]
       [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--skip-dead-rows 0|1] [--one-shot-loads 0|1] [--warp-specialize 0|1]
-      [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
+      [--pingpong 0|1] [--overlap 0|1] [--peel-first 0|1] [--persistent 0|1]
       [--min-blocks-per-sm B] [--split-keys S]
       [--shapes default|static|runtime|both] [--against "flag=V ..."]
                                         TFLOP/s on the GPU over B*N=16k tokens
@@ -144,7 +144,7 @@ kernels and their shape options:
              not 16-byte aligned take element stores, and say so)
              [--block-m M] [--block-n N] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1]
              [--skip-dead-rows 0|1] [--one-shot-loads 0|1] [--warp-specialize 0|1]
-             [--pingpong 0|1] [--overlap 0|1] [--persistent 0|1]
+             [--pingpong 0|1] [--overlap 0|1] [--peel-first 0|1] [--persistent 0|1]
              [--static-shapes 0|1] (B, H, N compiled in; default run-time)
              [--split-keys S [--part split|combine]] (non-causal: the keys in
              S ranges, then a kernel that combines them; --part: the one

@@ -90,6 +90,12 @@ struct AttentionConfig {
   /// at D=128 under TMA from N=2k, causal from 8k, with a producer
   /// warpgroup).
   int overlap = -1;
+  /// Under overlap, a key loop with no masked block before it as its first
+  /// iteration (non-causal whole key blocks) starts with its first step
+  /// peeled (KernelBuilder::setPeelFirstIteration), whose P·V then runs in
+  /// the loop's first iteration instead of the dot of a zero tile: 1 yes, 0
+  /// no, -1 default (yes non-causal with whole key blocks up to 2048 keys).
+  int peelFirstStep = -1;
   /// Persistent CTAs (KernelBuilder::setPersistent): as many as the GPU
   /// runs at once, each looping over row blocks in launch order, the
   /// producer warpgroup fetching the next block's K/V while this one ends:
