@@ -43,12 +43,8 @@ TEST_P(PeelFirstStepOnGpu, MatchesFp64Reference) {
               peel < 0 ? 1 : 0);
     test::SplitTensors t(c);
     DeviceTensors dt;
-    for (auto [name, tensor, poisoned] : {std::tuple{"Q", &t.q, false},
-                                          {"K", &t.k, false},
-                                          {"V", &t.v, false},
-                                          {"O", &t.o, true},
-                                          {"LSE", &t.lse, true}})
-      dt.add(name, *tensor, poisoned);
+    for (auto [name, tensor, output] : t.named(/*withWorkspace=*/false))
+      dt.add(name, *tensor, output);
     CompiledKernel compiled =
         test::runOnGpu(kernels::attentionForward(c.shape(), config), dt);
     std::string report;

@@ -33,14 +33,8 @@ TEST_P(SplitKeysOnGpu, MatchesFp64Reference) {
   const SplitCase &c = GetParam();
   test::SplitTensors t(c);
   DeviceTensors dt;
-  for (auto [name, tensor, poisoned] : {std::tuple{"Q", &t.q, false},
-                                        {"K", &t.k, false},
-                                        {"V", &t.v, false},
-                                        {"O", &t.o, true},
-                                        {"LSE", &t.lse, true}})
-    dt.add(name, *tensor, poisoned);
-  for (auto &[name, w] : t.workspace)
-    dt.add(name, w, true);
+  for (auto [name, tensor, output] : t.named())
+    dt.add(name, *tensor, output);
   for (const Kernel &kernel : kernels::attentionForwardKernels(
            c.shape(), {.splitKeys = int(c.ranges)})) {
     std::map<std::string, TensorRef> in = kernel.tensorsIn(dt.refs);

@@ -16,6 +16,8 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace kiln::test {
 
@@ -58,6 +60,21 @@ struct SplitTensors {
          kernels::SplitKeysWorkspace(c.shape(), c.ranges).tensors)
       workspace.emplace(w.name, HostTensor(w.dtype, w.shape))
           .first->second.poison();
+  }
+  /// The tensors by argument name, and whether each is an output (poisoned):
+  /// Q, K, V, O, LSE, then the workspace's unless `withWorkspace` is false.
+  std::vector<std::tuple<std::string, HostTensor *, bool>>
+  named(bool withWorkspace = true) {
+    std::vector<std::tuple<std::string, HostTensor *, bool>> out{
+        {"Q", &q, false},
+        {"K", &k, false},
+        {"V", &v, false},
+        {"O", &o, true},
+        {"LSE", &lse, true}};
+    if (withWorkspace)
+      for (auto &[name, w] : workspace)
+        out.emplace_back(name, &w, true);
+    return out;
   }
   /// O and LSE (as the kernels left them) against the fp64 reference.
   void check(const SplitCase &c) {

@@ -35,13 +35,9 @@ TEST_P(SplitKeysOnCpu, MatchesFp64Reference) {
   EXPECT_EQ(ks[0].name(), "attention_fwd_split");
   EXPECT_EQ(ks[1].name(), "attention_fwd_combine");
   test::SplitTensors t(c);
-  std::map<std::string, TensorRef> refs{{"Q", t.q.ref()},
-                                        {"K", t.k.ref()},
-                                        {"V", t.v.ref()},
-                                        {"O", t.o.ref()},
-                                        {"LSE", t.lse.ref()}};
-  for (auto &[name, w] : t.workspace)
-    refs[name] = w.ref();
+  std::map<std::string, TensorRef> refs;
+  for (auto [name, tensor, output] : t.named())
+    refs[name] = tensor->ref();
   for (const Kernel &kernel : ks)
     runOnCpu(kernel, kernel.bind(kernel.tensorsIn(refs)));
   t.check(c);

@@ -189,6 +189,17 @@ scf::ForOp firstIterationBefore(scf::ForOp loop, DotOp last, unsigned k) {
   return prev;
 }
 
+/// Maps `from`'s induction variable and iteration arguments to `to`'s, for
+/// cloning `from`'s body into `to`.
+IRMapping bodyMapping(scf::ForOp from, scf::ForOp to) {
+  IRMapping map;
+  map.map(from.getInductionVar(), to.getInductionVar());
+  for (auto [a, b] :
+       llvm::zip(from.getRegionIterArgs(), to.getRegionIterArgs()))
+    map.map(a, b);
+  return map;
+}
+
 /// `prev` without its last dot (nor that dot's load): it yields the dot's
 /// accumulator in its place and the dot's A after its results (`zeroA` when
 /// it does not run).
@@ -203,11 +214,7 @@ scf::ForOp withoutLastDot(scf::ForOp prev, unsigned k, Value zeroA) {
   split->setDiscardableAttrs(prev->getDiscardableAttrDictionary());
   split->removeAttr("kiln.not_overlapped");
   split->setAttr("kiln.first_iteration_of_next", b.getUnitAttr());
-  IRMapping map;
-  map.map(prev.getInductionVar(), split.getInductionVar());
-  for (auto [from, to] :
-       llvm::zip(prev.getRegionIterArgs(), split.getRegionIterArgs()))
-    map.map(from, to);
+  IRMapping map = bodyMapping(prev, split);
   b.setInsertionPointToStart(split.getBody());
   for (Operation &op : prev.getBody()->without_terminator())
     if (&op != last.getOperation() && &op != ld)
@@ -238,11 +245,7 @@ void peelFirstIteration(scf::ForOp loop) {
       b, loc, lb, arith::SubIOp::create(b, loc, end, step));
   auto peel = scf::ForOp::create(b, loc, start, end, step, loop.getInitArgs());
   peel->setDiscardableAttrs(loop->getDiscardableAttrDictionary());
-  IRMapping map;
-  map.map(loop.getInductionVar(), peel.getInductionVar());
-  for (auto [from, to] :
-       llvm::zip(loop.getRegionIterArgs(), peel.getRegionIterArgs()))
-    map.map(from, to);
+  IRMapping map = bodyMapping(loop, peel);
   b.setInsertionPointToStart(peel.getBody());
   for (Operation &op : loop.getBody()->without_terminator())
     b.clone(op, map);
