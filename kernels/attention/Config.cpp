@@ -287,8 +287,9 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // H200, same process (kiln bench --against), D=128 bf16, default against
   // peel-first=0, two rounds: N=256 1.110/1.116, 512 1.119/1.127, 1024
   // 1.050/1.046, 2048 1.011/1.010, 4096x512 keys 1.122/1.122; against
-  // peel-first=1: 4096 1.008/1.008, 8192 1.019/1.020 (peeled, the loop
-  // ptxas schedules runs slower; docs/experiments/2026-11-27-session47.txt).
+  // peel-first=1: 4096 1.008/1.008, 8192 1.019/1.020 (why the peeled one
+  // runs slower there is not known: its main loop is the same PTX, which
+  // ptxas orders otherwise; docs/experiments/2026-11-27-session47.txt).
   if (c.peelFirstStep < 0)
     c.peelFirstStep =
         !s.causal && wholeKeyBlocks(s, c) && s.seqK <= 2048 && c.overlap > 0;
