@@ -148,7 +148,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
                 ") splits the keys of non-causal attention only");
   // No tile sizes chosen: the autotuner's winner for this GPU and shape
   // bucket, when `kiln tune` recorded one.
-  if (!c.blockM && !c.blockN)
+  if (!c.blockM && !c.blockN && c.smallTiles <= 0)
     if (std::optional<AttentionConfig> tuned = tunedAttentionConfig(s)) {
       tuned->blockNDiagonal = c.blockNDiagonal;
       tuned->blockNRaggedEnd = c.blockNRaggedEnd;
@@ -166,6 +166,27 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
       tuned->splitKeys = c.splitKeys;
       c = *tuned;
     }
+  bool wide = s.headDim >= 128;
+  // Decoding's small tiles where launchConfig chose them (it knows the SM
+  // count their rule needs; SplitKeys.cpp).
+  if (c.smallTiles < 0)
+    c.smallTiles = 0;
+  if (c.smallTiles > 0) {
+    if (c.wgmma > 0)
+      throw Error("attention: smallTiles are mma.sync tiles; wgmma=1 "
+                  "contradicts them");
+    c.wgmma = 0;
+    if (!c.blockM)
+      c.blockM = wide ? 32 : 16;
+    if (!c.warps)
+      c.warps = int(std::max<int64_t>(1, c.blockM / 16));
+    if (!c.blockN)
+      c.blockN = 64;
+    if (c.stages <= 0)
+      c.stages = 3;
+  }
+  if (c.stages <= 0)
+    c.stages = 2;
   // Hopper's warpgroup MMA by default (a target without it falls back to
   // mma.sync, and the lowering report says so): two warpgroups of 64 rows.
   if (c.wgmma < 0)
@@ -174,7 +195,6 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.tma = c.wgmma;
   if (c.tmaStore < 0)
     c.tmaStore = c.tma > 0;
-  bool wide = s.headDim >= 128;
   // Non-causal keys short of 384 that end 1-64 past a multiple of 128, and
   // D=128's 128: 64-key blocks, one narrow step where 128-key ones compute
   // 64 keys past the end (or, at 128, two steps to overlap). H200, same

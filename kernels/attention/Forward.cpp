@@ -359,8 +359,7 @@ Kernel attentionForward(const AttentionShape &s,
 std::vector<Kernel> attentionForwardKernels(const AttentionShape &s,
                                             const AttentionConfig &config,
                                             int64_t sms) {
-  AttentionConfig c = config;
-  c.splitKeys = int(splitKeysOf(s, config, sms));
+  const AttentionConfig c = launchConfig(s, config, sms);
   if (c.splitKeys <= 1)
     return {buildForward(s, c, false)};
   return {buildForward(s, c, true),

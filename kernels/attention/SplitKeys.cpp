@@ -1,4 +1,4 @@
-//===- SplitKeys.cpp - how many key ranges the forward splits into --------===//
+//===- SplitKeys.cpp - what the GPU's size decides: key ranges, tiles -----===//
 //
 // One program per row block leaves SMs idle where the programs are few
 // (decoding, short queries on long keys) or fill their last wave poorly.
@@ -6,6 +6,8 @@
 // each one's work by S; the combine kernel and each range's prologue cost
 // more with S. The rule reads the wave use of P * S programs on the GPU's
 // CTA slots (H200 sweeps: docs/experiments/2026-11-27-session46.txt).
+// Where the keys are not split, decoding's programs may take small mma.sync
+// tiles if there are enough of them to fill the SMs.
 //
 //===----------------------------------------------------------------------===//
 #include "kiln/Compiler/Compile.h"
@@ -23,16 +25,21 @@ static constexpr double kSplitBelow = 0.8;
 /// ... into the fewest ranges that reach this one, else the best.
 static constexpr double kEnoughUse = 0.9;
 
+/// The CTAs of `c` a Hopper SM's shared memory holds (228 KB, 1 KB reserved
+/// per CTA).
+static int64_t ctasBySharedMemory(const AttentionShape &s,
+                                  const AttentionConfig &c) {
+  const int64_t perSm = sharedMemoryLimit("sm_90a") + 1024;
+  return std::max<int64_t>(1, perSm / (attentionSharedBytes(s, c) + 1024));
+}
+
 /// The forward's CTAs an SM holds: one with a producer warpgroup (whose
-/// compute warpgroups raise their registers to 240); else by shared memory
-/// (a Hopper SM's 228 KB, 1 KB reserved per CTA), at most 2 (8 warps or
-/// more at over 64 registers a thread).
+/// compute warpgroups raise their registers to 240); else by shared memory,
+/// at most 2 (8 warps or more at over 64 registers a thread).
 static int64_t ctasPerSm(const AttentionShape &s, const AttentionConfig &c) {
   if (c.warpSpecialize > 0)
     return 1;
-  const int64_t perSm = sharedMemoryLimit("sm_90a") + 1024;
-  return std::clamp<int64_t>(perSm / (attentionSharedBytes(s, c) + 1024), 1,
-                             2);
+  return std::min<int64_t>(ctasBySharedMemory(s, c), 2);
 }
 
 /// The fraction of `slots` CTA slots busy over the waves `programs` of one
@@ -69,6 +76,46 @@ int64_t splitKeysOf(const AttentionShape &s, const AttentionConfig &config,
   if (config.splitKeys < 0)
     return defaultSplitKeys(s, config, sms);
   return std::max<int64_t>(config.splitKeys, 1);
+}
+
+/// Decoding's small tiles (AttentionConfig::smallTiles) need this many
+/// waves' worth of programs on their CTA slots: fewer leave the SMs short of
+/// warps to stream K and V.
+static constexpr double kSmallTilesFrom = 0.9;
+
+/// Whether the forward for `s` under `c` (its keys' ranges decided) takes
+/// decoding's small mma.sync tiles by default on `sms` SMs: D=64, at most 16
+/// queries on at least 1024 keys, not causal, keys not split, the tiles and
+/// the tensor-core path left to the defaults, and programs for 90% of the
+/// small tiles' CTA slots (4 an SM by shared memory). Same process, bf16,
+/// small tiles against the default (kiln bench attention --against
+/// small-tiles=0, 1-16 queries on 1024-32768 keys): H200 D=64 4.3-6.5%
+/// faster at B*H = 512 and 2048 (in two calls). Not at D=128, where they
+/// ran 0-5.5% faster at B*H = 512 on an H200 but 14-28% slower at 128 (half
+/// the slots busy), and 1-2% slower at 256 and 2048 on an H100
+/// (docs/experiments/2026-11-27-session48.txt).
+static bool smallTilesByDefault(const AttentionShape &s,
+                                const AttentionConfig &c, int64_t sms) {
+  if (s.causal || s.headDim != 64 || sms <= 0 || c.splitKeys > 1 || c.blockM ||
+      c.blockN || c.warps || c.wgmma >= 0 || dtypeSize(s.dtype) != 2 ||
+      s.seqQ > 16 || s.seqK < 1024)
+    return false;
+  AttentionConfig small = c;
+  small.smallTiles = 1;
+  small = resolveConfig(s, small);
+  const int64_t programs =
+      (s.seqQ + small.blockM - 1) / small.blockM * s.batch * s.heads;
+  return double(programs) >=
+         kSmallTilesFrom * double(sms * ctasBySharedMemory(s, small));
+}
+
+AttentionConfig launchConfig(const AttentionShape &s,
+                             const AttentionConfig &config, int64_t sms) {
+  AttentionConfig c = config;
+  c.splitKeys = int(splitKeysOf(s, config, sms));
+  if (c.smallTiles < 0)
+    c.smallTiles = smallTilesByDefault(s, c, sms);
+  return c;
 }
 
 } // namespace kiln::kernels

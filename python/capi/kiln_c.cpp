@@ -141,11 +141,12 @@ std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
     } else {
       // The keys split where the row blocks leave the device's SMs idle
       // (without a GPU nothing launches: no split).
+      // (And decoding's small tiles where they fill the SMs.)
       std::string why;
-      made->splitKeys = kernels::splitKeysOf(
+      const kernels::AttentionConfig launch = kernels::launchConfig(
           s, {}, cuda::available(&why) ? cuda::device(device).smCount : 0);
-      made->kernels = kernels::attentionForwardKernels(
-          s, {.splitKeys = int(made->splitKeys)});
+      made->splitKeys = launch.splitKeys;
+      made->kernels = kernels::attentionForwardKernels(s, launch);
       if (made->splitKeys > 1)
         made->splitWorkspace.emplace(s, made->splitKeys);
     }

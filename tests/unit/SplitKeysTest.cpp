@@ -133,4 +133,80 @@ TEST(SplitKeysDefault, FollowsTheWavesOfThePrograms) {
             1u);
 }
 
+// Decoding's small tiles (AttentionConfig::smallTiles) on the CPU executor:
+// 16-row tiles at D=64 (Nq over three row blocks, ragged Nk), 32-row ones
+// at D=128 (one query), each with its keys split as well.
+TEST(SmallTilesOnCpu, MatchesFp64Reference) {
+  for (const SplitCase &c :
+       {SplitCase{1, 2, 40, 300, 64, 1}, SplitCase{2, 1, 1, 200, 128, 1},
+        SplitCase{1, 2, 5, 500, 64, 3}, SplitCase{1, 1, 20, 260, 128, 2}}) {
+    SCOPED_TRACE(c.name());
+    const kernels::AttentionConfig config{.smallTiles = 1,
+                                          .splitKeys = int(c.ranges)};
+    const kernels::AttentionConfig r =
+        kernels::resolveConfig(c.shape(), config);
+    EXPECT_EQ(r.wgmma, 0);
+    EXPECT_EQ(r.blockM, c.D == 64 ? 16 : 32);
+    EXPECT_EQ(r.warps, c.D == 64 ? 1 : 2);
+    EXPECT_EQ(r.blockN, 64);
+    EXPECT_EQ(r.stages, 3);
+    test::SplitTensors t(c);
+    std::map<std::string, TensorRef> refs;
+    for (auto [name, tensor, output] : t.named(c.ranges > 1))
+      refs[name] = tensor->ref();
+    for (const Kernel &kernel :
+         kernels::attentionForwardKernels(c.shape(), config))
+      runOnCpu(kernel, kernel.bind(kernel.tensorsIn(refs)));
+    t.check(c);
+  }
+}
+
+// launchConfig's small tiles: D=64, at most 16 queries on 1024 keys or
+// more, not causal, keys not split, tiles and tensor-core path left to the
+// defaults, and programs for 90% of the small tiles' CTA slots (132 SMs, 4
+// CTAs an SM by shared memory: 475). At D=128 only when asked for.
+TEST(SmallTilesDefault, FollowsThePrograms) {
+  auto small = [](int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D,
+                  kernels::AttentionConfig c = {}, bool causal = false,
+                  int64_t sms = 132) {
+    kernels::AttentionShape s{B, H, Nq, Nk, D, causal, DType::bf16, 0};
+    return kernels::launchConfig(s, c, sms).smallTiles;
+  };
+  EXPECT_EQ(small(16, 32, 1, 4096, 64), 1);   // 512 programs of 475
+  EXPECT_EQ(small(64, 32, 16, 32768, 64), 1); // 2048
+  EXPECT_EQ(small(8, 32, 1, 4096, 64), 0);    // 256: wgmma, not split
+  EXPECT_EQ(small(4, 32, 1, 4096, 64), 0);    // split
+  EXPECT_EQ(small(32, 16, 1, 8192, 128), 0);  // D=128
+  EXPECT_EQ(small(16, 32, 17, 4096, 64), 0);  // two row blocks a head
+  EXPECT_EQ(small(1, 1, 1, 4096, 128, {.smallTiles = 1}), 1);
+  EXPECT_EQ(small(16, 32, 1, 1000, 64), 0);               // short keys
+  EXPECT_EQ(small(16, 32, 1, 4096, 64, {}, true), 0);     // causal
+  EXPECT_EQ(small(16, 32, 1, 4096, 64, {}, false, 0), 0); // no GPU
+  EXPECT_EQ(small(16, 32, 1, 4096, 64, {.blockM = 64}), 0);
+  EXPECT_EQ(small(16, 32, 1, 4096, 64, {.wgmma = 1}), 0);
+  EXPECT_EQ(small(16, 32, 1, 4096, 64, {.smallTiles = 0}), 0);
+  EXPECT_EQ(small(1, 1, 1, 4096, 64, {.smallTiles = 1}), 1);
+  // Explicit fields stay; wgmma contradicts the small tiles.
+  kernels::AttentionShape s{16, 32, 1, 4096, 64, false, DType::bf16, 0};
+  EXPECT_EQ(kernels::resolveConfig(s, {.stages = 2, .smallTiles = 1}).stages,
+            2);
+  EXPECT_EQ(kernels::resolveConfig(s, {.blockN = 128, .smallTiles = 1}).blockN,
+            128);
+  EXPECT_EQ(kernels::resolveConfig(s, {.smallTiles = 0}).stages, 2);
+  EXPECT_EQ(kernels::resolveConfig(s, {}).wgmma, 1); // without an SM count
+  try {
+    kernels::resolveConfig(s, {.smallTiles = 1, .wgmma = 1});
+    ADD_FAILURE() << "small tiles on wgmma were accepted";
+  } catch (const Error &e) {
+    EXPECT_THAT(e.what(), HasSubstr("contradicts"));
+  }
+  // The kernels follow it.
+  std::vector<Kernel> ks = kernels::attentionForwardKernels(s, {}, 132);
+  ASSERT_EQ(ks.size(), 1u);
+  CompiledKernel k = compileForGpu(ks[0], {"sm_90a", 0});
+  const std::string report = test::reportOf(k);
+  EXPECT_THAT(report, HasSubstr("mma.sync m16n8k16")) << report;
+  EXPECT_THAT(report, ::testing::Not(HasSubstr("wgmma"))) << report;
+}
+
 } // namespace

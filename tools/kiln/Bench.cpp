@@ -246,9 +246,11 @@ int cmdBench(Options &opts) {
                 name += which ? "+against" : "";
               Timed t{name, {}, {}, {}, {}, {}};
               std::map<std::string, TensorRef> mine = refs;
-              // Key ranges: --split-keys, else the library's default.
-              modeCfg.splitKeys =
-                  int(kernels::splitKeysOf(s, modeCfg, dev.smCount));
+              // Key ranges: --split-keys, else the library's default; so
+              // decoding's small tiles.
+              modeCfg = kernels::launchConfig(s, modeCfg, dev.smCount);
+              if (modeCfg.smallTiles > 0)
+                t.name += "+small";
               if (const int64_t S = modeCfg.splitKeys; S > 1) {
                 t.name += fmt::format("+split{}", S);
                 kernels::SplitKeysWorkspace ws(s, S);

@@ -229,8 +229,24 @@ static Problem attentionProblem(Options &opts, bool withData) {
   // defaults; the rest stay unset unless given and are decided again with
   // what the options set (warps on the tile, the Hopper schedule on the
   // tile and stages).
+  // Key ranges: --split-keys, else the library's default for --sms SMs (the
+  // GPU's where there is one; none without), decided as the library decides
+  // them, from the options given; with them, whether decoding's small tiles
+  // apply (resolveConfig: where the keys are not split).
+  const int64_t sms = opts.integer("sms", gpuSmCount());
+  if (sms < 0)
+    throw UsageError("option --sms must be >= 0, got " + std::to_string(sms));
+  kernels::AttentionConfig given;
+  forwardConfigFlags(opts, given);
+  given.staticShapes = opts.int32("static-shapes", -1);
+  const bool defaultSplit = given.splitKeys < 0,
+             defaultSmall = given.smallTiles < 0;
+  given = kernels::launchConfig(s, given, sms);
+  const int ranges = given.splitKeys;
   kernels::AttentionConfig c;
-  c.wgmma = opts.int32("wgmma", c.wgmma);
+  c.wgmma = given.wgmma;
+  c.smallTiles = given.smallTiles;
+  c.splitKeys = ranges;
   const kernels::AttentionConfig resolved = kernels::resolveConfig(s, c);
   c.blockM = resolved.blockM;
   c.blockN = resolved.blockN;
@@ -240,15 +256,8 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.copyAddressesPerRegister = resolved.copyAddressesPerRegister;
   forwardConfigFlags(opts, c);
   c.staticShapes = opts.int32("static-shapes", -1);
-  // Key ranges: --split-keys, else the library's default for --sms SMs (the
-  // GPU's where there is one; none without).
-  const int64_t sms = opts.integer("sms", gpuSmCount());
-  if (sms < 0)
-    throw UsageError("option --sms must be >= 0, got " + std::to_string(sms));
-  const bool defaultSplit = c.splitKeys < 0;
-  const int64_t ranges = kernels::splitKeysOf(s, c, sms);
+  c.splitKeys = ranges;
   c = kernels::resolveConfig(s, c);
-  c.splitKeys = int(ranges);
   std::string layout = opts.string("layout", "bhsd");
   if (layout != "bhsd" && layout != "bshd")
     throw UsageError("option --layout: '" + layout + "' is not bhsd or bshd");
@@ -321,7 +330,11 @@ static Problem attentionProblem(Options &opts, bool withData) {
                         kernels::narrowInDiagonal(s, c) ? "+diagonal" : "")
           : std::string(),
       c.warps, c.stages,
-      c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",
+      c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma")
+      : c.smallTiles > 0
+          ? " small-tiles" +
+                (defaultSmall ? fmt::format(" (default on {} SMs)", sms) : "")
+          : "",
       scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
                        int(c.minBlocksPerSM), c.persistent, c.dynamicTiles,
                        s.causal ? c.longestFirstGlobally : 0, c.headGroup),

@@ -60,7 +60,8 @@ const ForwardFlag kForwardFlags[] = {
     {"peel-first", &AttentionConfig::peelFirstStep},
     {"persistent", &AttentionConfig::persistent},
     {"min-blocks-per-sm", &AttentionConfig::minBlocksPerSM},
-    {"split-keys", &AttentionConfig::splitKeys}};
+    {"split-keys", &AttentionConfig::splitKeys},
+    {"small-tiles", &AttentionConfig::smallTiles}};
 
 const BackwardFlag kBackwardFlags[] = {
     {"block-m", &AttentionBackwardConfig::blockM},

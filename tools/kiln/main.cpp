@@ -52,7 +52,7 @@ commands:
       [--head-group G] [--dynamic-tiles 0|1]
       [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--skip-dead-rows 0|1] [--one-shot-loads 0|1] [--warp-specialize 0|1]
       [--pingpong 0|1] [--overlap 0|1] [--peel-first 0|1] [--persistent 0|1]
-      [--min-blocks-per-sm B] [--split-keys S]
+      [--min-blocks-per-sm B] [--split-keys S] [--small-tiles 0|1]
       [--shapes default|static|runtime|both] [--against "flag=V ..."]
                                         TFLOP/s on the GPU over B*N=16k tokens
                                         (--tokens T: B = T / N;
@@ -151,6 +151,9 @@ kernels and their shape options:
              the inspect commands compile, split by default; without it the
              library's default for --sms N SMs, the GPU's where there is
              one, else no split)
+             [--small-tiles 0|1] (decoding's mma.sync tiles: 16 rows at
+             D=64, 32 at D=128, three stages; default: D=64, few queries,
+             keys not split, where their programs fill the --sms SMs)
   attention-backward  the attention options above but --lse-stride and
              the forward's schedule; [--part delta|dkdv|dq] (dk and dv with
              --separate-dk-dv 1: the kernel the inspect commands compile;

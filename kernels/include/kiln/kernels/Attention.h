@@ -28,7 +28,15 @@ struct AttentionShape {
 /// (wgmma = 0): 4 warps, and 128x32 at D=128 causal.
 struct AttentionConfig {
   int64_t blockM = 0, blockN = 0;
-  int warps = 0, stages = 2; ///< warps 0: 8 under wgmma, else 4
+  /// warps 0: 8 under wgmma, else 4 (blockM / 16 for small tiles); stages
+  /// 0: 2 (3 for small tiles).
+  int warps = 0, stages = 0;
+  /// Decoding (a few queries on long keys, keys not split): mma.sync tiles
+  /// of 16 rows on one warp at D=64, 32 rows on two warps at D=128, 64-key
+  /// blocks, three stages, each field taken where the config leaves it
+  /// unset: 1 yes, 0 no, -1 default (launchConfig decides it from the SM
+  /// count, at D=64 only; resolveConfig alone reads -1 as no).
+  int smallTiles = -1;
   int reloadThreadIds = -1;  ///< -1: default, 0: no, 1: yes
   /// K/V copy destinations: 1 one full offset per register, 0 base plus
   /// constants; -1: 1 for non-causal D=128, else 0 (measured on the H200).
@@ -234,9 +242,10 @@ struct SplitKeysWorkspace : Workspace {
 int64_t defaultSplitKeys(const AttentionShape &shape,
                          const AttentionConfig &config, int64_t sms);
 
-/// The forward's kernels in launch order: attentionForward's alone, or,
-/// with S > 1 key ranges (config.splitKeys, or with -1 defaultSplitKeys on
-/// `sms` SMs), attention_fwd_split (Q, K, V; the SplitKeysWorkspace's
+/// The forward's kernels in launch order (under launchConfig's config for
+/// `sms` SMs): attentionForward's alone, or, with S > 1 key ranges
+/// (config.splitKeys, or with -1 defaultSplitKeys on `sms` SMs),
+/// attention_fwd_split (Q, K, V; the SplitKeysWorkspace's
 /// OSplit and LSESplit, which it writes whole) then attention_fwd_combine
 /// (OSplit, LSESplit; O, LSE). Each binds the tensors it takes
 /// (Kernel::tensorsIn); splitKeysOf says how many ranges they take.
@@ -246,6 +255,13 @@ std::vector<Kernel> attentionForwardKernels(const AttentionShape &shape,
 /// The ranges attentionForwardKernels splits the keys into (1: none).
 int64_t splitKeysOf(const AttentionShape &shape, const AttentionConfig &config,
                     int64_t sms = 0);
+/// `config` with what the GPU's `sms` SMs decide filled in, as
+/// attentionForwardKernels launches it: splitKeys (splitKeysOf) and, left
+/// at -1, smallTiles (decoding's small tiles where the keys are not split
+/// and their programs fill the SMs; SplitKeys.cpp gives the rule). `sms` 0:
+/// neither.
+AttentionConfig launchConfig(const AttentionShape &shape,
+                             const AttentionConfig &config, int64_t sms = 0);
 
 } // namespace kiln::kernels
 
