@@ -309,7 +309,8 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
   // 1.050/1.046, 2048 1.011/1.010, 4096x512 keys 1.122/1.122; against
   // peel-first=1: 4096 1.008/1.008, 8192 1.019/1.020 (why the peeled one
   // runs slower there is not known: its main loop is the same PTX, which
-  // ptxas orders otherwise; docs/experiments/2026-11-27-session47.txt).
+  // ptxas orders otherwise, and it loses as much without ping-pong;
+  // docs/experiments/2026-11-27-session47.txt, session48.txt section 5).
   if (c.peelFirstStep < 0)
     c.peelFirstStep =
         !s.causal && wholeKeyBlocks(s, c) && s.seqK <= 2048 && c.overlap > 0;
