@@ -139,9 +139,9 @@ std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
       c.deterministic = deterministic ? 1 : -1;
       made->kernels = kernels::attentionBackward(s, c);
     } else {
-      // The keys split where the row blocks leave the device's SMs idle
-      // (without a GPU nothing launches: no split).
-      // (And decoding's small tiles where they fill the SMs.)
+      // The keys split where the row blocks leave the device's SMs idle, and
+      // decoding's small tiles where their programs fill them (without a GPU
+      // nothing launches: neither).
       std::string why;
       const kernels::AttentionConfig launch = kernels::launchConfig(
           s, {}, cuda::available(&why) ? cuda::device(device).smCount : 0);

@@ -1,13 +1,13 @@
 //===- GpuSmallTilesTest.cpp - decoding's small mma.sync tiles on the GPU -===//
 //
-// The forward under AttentionConfig::smallTiles (16 rows on one warp at
-// D=64, 32 rows on two warps at D=128, three stages): chosen by
-// launchConfig's default where decoding's programs fill 132 SMs (D=64), and
-// asked for where they would not or at D=128 (ragged Nk, more queries than one row block,
-// keys split as well). Against the fp64 host reference: fresh random
-// inputs, O, LSE and the split workspace poisoned before the launches, every
-// element compared; each kernel's lowering report shows mma.sync, not
-// wgmma. Skips, saying why, without an sm_90a GPU.
+// The forward under AttentionConfig::smallTiles (16 rows on one warp at D=64,
+// 32 rows on two warps at D=128, three stages): chosen by launchConfig's
+// default where decoding's programs fill 132 SMs (D=64), and asked for where
+// they would not or at D=128 (ragged Nk, more queries than one row block, keys
+// split as well). Against the fp64 host reference: fresh random inputs, O, LSE
+// and the split workspace poisoned before the launches, every element compared;
+// each kernel's lowering report shows mma.sync, not wgmma. Skips, saying why,
+// without an sm_90a GPU.
 //
 //===----------------------------------------------------------------------===//
 #include "../unit/SplitKeysCase.h"

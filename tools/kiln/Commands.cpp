@@ -223,16 +223,10 @@ static int64_t gpuSmCount() {
 
 static Problem attentionProblem(Options &opts, bool withData) {
   kernels::AttentionShape s = attentionShapeOptions(opts);
-  // The schedule's defaults depend on the choices given: resolved once for
-  // the tensor-core path given, whose tile, stages, thread-id and copy
-  // address choices (a tuned entry's, where one applies) are the options'
-  // defaults; the rest stay unset unless given and are decided again with
-  // what the options set (warps on the tile, the Hopper schedule on the
-  // tile and stages).
-  // Key ranges: --split-keys, else the library's default for --sms SMs (the
-  // GPU's where there is one; none without), decided as the library decides
-  // them, from the options given; with them, whether decoding's small tiles
-  // apply (resolveConfig: where the keys are not split).
+  // First what the SM count decides, as the library decides it from the
+  // options given (launchConfig): the key ranges (--split-keys, else the
+  // default for --sms SMs, the GPU's where there is one; none without) and
+  // whether decoding's small tiles apply.
   const int64_t sms = opts.integer("sms", gpuSmCount());
   if (sms < 0)
     throw UsageError("option --sms must be >= 0, got " + std::to_string(sms));
@@ -243,6 +237,12 @@ static Problem attentionProblem(Options &opts, bool withData) {
              defaultSmall = given.smallTiles < 0;
   given = kernels::launchConfig(s, given, sms);
   const int ranges = given.splitKeys;
+  // The schedule's defaults depend on the choices given: resolved once for
+  // the tensor-core path given (and small tiles or not), whose tile, stages,
+  // thread-id and copy address choices (a tuned entry's, where one applies) are
+  // the options' defaults; the rest stay unset unless given and are decided
+  // again with what the options set (warps on the tile, the Hopper schedule on
+  // the tile and stages).
   kernels::AttentionConfig c;
   c.wgmma = given.wgmma;
   c.smallTiles = given.smallTiles;
