@@ -42,6 +42,11 @@ static int64_t ctasPerSm(const AttentionShape &s, const AttentionConfig &c) {
   return std::min<int64_t>(ctasBySharedMemory(s, c), 2);
 }
 
+/// The unsplit forward's programs: one per row block of each (batch, head).
+static int64_t programsOf(const AttentionShape &s, const AttentionConfig &c) {
+  return (s.seqQ + c.blockM - 1) / c.blockM * s.batch * s.heads;
+}
+
 /// The fraction of `slots` CTA slots busy over the waves `programs` of one
 /// length take.
 static double waveUse(int64_t programs, int64_t slots) {
@@ -54,9 +59,7 @@ int64_t defaultSplitKeys(const AttentionShape &s, const AttentionConfig &config,
   if (s.causal || sms <= 0)
     return 1;
   const AttentionConfig c = resolveConfig(s, config);
-  const int64_t slots = sms * ctasPerSm(s, c),
-                programs =
-                    (s.seqQ + c.blockM - 1) / c.blockM * s.batch * s.heads,
+  const int64_t slots = sms * ctasPerSm(s, c), programs = programsOf(s, c),
                 keyBlocks = (s.seqK + c.blockN - 1) / c.blockN;
   if (waveUse(programs, slots) >= kSplitBelow)
     return 1;
@@ -103,9 +106,7 @@ static bool smallTilesByDefault(const AttentionShape &s,
   AttentionConfig small = c;
   small.smallTiles = 1;
   small = resolveConfig(s, small);
-  const int64_t programs =
-      (s.seqQ + small.blockM - 1) / small.blockM * s.batch * s.heads;
-  return double(programs) >=
+  return double(programsOf(s, small)) >=
          kSmallTilesFrom * double(sms * ctasBySharedMemory(s, small));
 }
 

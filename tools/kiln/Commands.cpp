@@ -255,7 +255,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.reloadThreadIds = resolved.reloadThreadIds;
   c.copyAddressesPerRegister = resolved.copyAddressesPerRegister;
   forwardConfigFlags(opts, c);
-  c.staticShapes = opts.int32("static-shapes", -1);
+  c.staticShapes = given.staticShapes;
   c.splitKeys = ranges;
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");
