@@ -42,16 +42,19 @@ struct DeviceTensors {
 /// each: the last one's results are checked (dynamic tiles: the module's
 /// tile counter must be back at zero after every launch).
 /// Each tensor specialised as aligned or not on its own (unalignedTensors).
-/// Returns the compiled kernel, for its report.
+/// The kernel binds the tensors it takes (Kernel::tensorsIn), so one set of
+/// tensors serves each kernel of a sequence (split keys: the split kernel
+/// takes no O or LSE). Returns the compiled kernel, for its report.
 inline CompiledKernel runOnGpu(const Kernel &k, DeviceTensors &dt,
                                int launches = 1) {
+  const std::map<std::string, TensorRef> in = k.tensorsIn(dt.refs);
   CompiledKernel c = compileForGpu(
-      k, variantTarget(k, dt.refs, {}, {.arch = cuda::device().arch()}));
+      k, variantTarget(k, in, {}, {.arch = cuda::device().arch()}));
   GpuKernel g(c.spec());
   for (int i = 0; i < launches; ++i) {
     if (i)
       dt.poisonOutputs();
-    g.launch(k.bind(dt.refs));
+    g.launch(k.bind(in));
     cuda::synchronize();
   }
   return c;

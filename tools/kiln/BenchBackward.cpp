@@ -34,12 +34,13 @@ int benchAttentionBackward(Options &opts) {
   const std::string onlyD = opts.string("head-dim", "");
   const std::string seqs = opts.string("seqs", "");
   const kernels::AttentionBackwardConfig cfg = backwardConfigOptions(opts);
-  // A second config, each row timed under both with their samples in turn
-  // (one process: no drift of clocks or placement between the two).
-  const std::string againstText = opts.string("against", "");
+  // More configs (';' between them), each row timed under every one with
+  // their samples in turn (one process: no drift of clocks or placement
+  // between them).
   std::vector<kernels::AttentionBackwardConfig> configs{cfg};
-  if (!againstText.empty())
-    configs.push_back(withBackwardConfigItems(cfg, againstText));
+  for (kernels::AttentionBackwardConfig &c :
+       againstBackwardConfigs(cfg, opts.string("against", "")))
+    configs.push_back(c);
   const bool onlyCausal = causalOption(opts), // both: a usage error
       onlyNonCausal = opts.flag("non-causal");
   opts.checkAllUsed();
@@ -150,17 +151,20 @@ int benchAttentionBackward(Options &opts) {
             }
             const double tflops =
                 10.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
+            // "default", "against", "against2", ... in --against's order.
+            const std::string config = which == 0 ? "default"
+                                       : which == 1
+                                           ? "against"
+                                           : fmt::format("against{}", which);
             fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{}{}\n", dn, B, H, N, D,
                        int(causal), ms, tflops, each,
-                       timed.size() == 1 ? ""
-                       : which           ? ",against"
-                                         : ",default");
+                       timed.size() == 1 ? "" : "," + config);
             std::fflush(stdout);
             llvm::json::Object row =
                 attentionRow(*dtype, B, H, N, D, causal, ms, tflops);
             row["pass"] = "backward";
             if (timed.size() > 1)
-              row["config"] = which ? "against" : "default";
+              row["config"] = config;
             rows.push_back(std::move(row));
           }
         }

@@ -87,17 +87,18 @@ std::vector<int64_t> benchSequenceLengths(std::vector<int64_t> given,
 /// The backward's schedule options (ConfigFlags.cpp: --block-m, --dq-warps,
 /// ...), unresolved.
 kernels::AttentionBackwardConfig backwardConfigOptions(Options &opts);
-/// `base` with --against's "flag=value ..." items (the same flags) set.
-kernels::AttentionBackwardConfig
-withBackwardConfigItems(kernels::AttentionBackwardConfig base,
-                        const std::string &text);
+/// --against's configs: one per ';'-separated "flag=value ..." part (the
+/// same flags), each `base` with those set; "" gives none.
+std::vector<kernels::AttentionBackwardConfig>
+againstBackwardConfigs(const kernels::AttentionBackwardConfig &base,
+                       const std::string &text);
 /// The forward's schedule flags (ConfigFlags.cpp: --block-m, --stages,
 /// --masked-first, ...): each one given sets its AttentionConfig field in
 /// `c`; the others keep c's values.
 void forwardConfigFlags(Options &opts, kernels::AttentionConfig &c);
-/// `base` with --against's "flag=value ..." items (the same flags) set.
-kernels::AttentionConfig withConfigItems(kernels::AttentionConfig base,
-                                         const std::string &text);
+/// --against's configs, as againstBackwardConfigs for the forward's flags.
+std::vector<kernels::AttentionConfig>
+againstConfigs(const kernels::AttentionConfig &base, const std::string &text);
 /// The schedule switches a resolved Config turned on, for a summary line:
 /// " producer pingpong overlap min-blocks-per-sm=2 persistent (dynamic
 /// tiles) longest-first (groups of 4 heads)" (the ones > 0; a group of 0

@@ -157,15 +157,37 @@ Config withItems(Config base, const std::string &text,
   return base;
 }
 
+/// One config per ';'-separated part of `text`, each `base` with that
+/// part's items set ("" gives none).
+template <class Config, size_t N>
+std::vector<Config> withItemsList(const Config &base, const std::string &text,
+                                  const ConfigFlag<Config> (&flags)[N],
+                                  const char *which) {
+  std::vector<Config> out;
+  if (text.empty())
+    return out;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ';');) {
+    if (part.find_first_not_of(" \t") == std::string::npos)
+      throw UsageError("option --against: '" + text +
+                       "' has an empty config between its ';'");
+    out.push_back(withItems(base, part, flags, which));
+  }
+  if (text.back() == ';')
+    throw UsageError("option --against: '" + text + "' ends in ';'");
+  return out;
+}
+
 } // namespace
 
 void forwardConfigFlags(Options &opts, AttentionConfig &c) {
   readFlags(opts, kForwardFlags, c);
 }
 
-AttentionConfig withConfigItems(AttentionConfig base, const std::string &text) {
-  return withItems(base, text, kForwardFlags,
-                   "forward's config (block-m, ragged-end-in-loop, ...)");
+std::vector<AttentionConfig> againstConfigs(const AttentionConfig &base,
+                                            const std::string &text) {
+  return withItemsList(base, text, kForwardFlags,
+                       "forward's config (block-m, ragged-end-in-loop, ...)");
 }
 
 AttentionBackwardConfig backwardConfigOptions(Options &opts) {
@@ -174,10 +196,11 @@ AttentionBackwardConfig backwardConfigOptions(Options &opts) {
   return c;
 }
 
-AttentionBackwardConfig withBackwardConfigItems(AttentionBackwardConfig base,
-                                                const std::string &text) {
-  return withItems(base, text, kBackwardFlags,
-                   "backward's config (persistent, dq-warps, ...)");
+std::vector<AttentionBackwardConfig>
+againstBackwardConfigs(const AttentionBackwardConfig &base,
+                       const std::string &text) {
+  return withItemsList(base, text, kBackwardFlags,
+                       "backward's config (persistent, dq-warps, ...)");
 }
 
 } // namespace kiln::cli
