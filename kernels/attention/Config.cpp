@@ -177,11 +177,11 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
                   "contradicts them");
     c.wgmma = 0;
     if (!c.blockM)
-      c.blockM = wide ? 32 : 16;
+      c.blockM = 16;
     if (!c.warps)
       c.warps = int(std::max<int64_t>(1, c.blockM / 16));
-    if (!c.blockN)
-      c.blockN = 64;
+    if (!c.blockN) // D=128: 4 CTAs an SM by shared memory, as D=64's
+      c.blockN = wide ? 32 : 64;
     if (c.stages <= 0)
       c.stages = 3;
   }

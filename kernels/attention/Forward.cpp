@@ -358,8 +358,9 @@ Kernel attentionForward(const AttentionShape &s,
 
 std::vector<Kernel> attentionForwardKernels(const AttentionShape &s,
                                             const AttentionConfig &config,
-                                            int64_t sms) {
-  const AttentionConfig c = launchConfig(s, config, sms);
+                                            int64_t sms,
+                                            double memoryBandwidth) {
+  const AttentionConfig c = launchConfig(s, config, sms, memoryBandwidth);
   if (c.splitKeys <= 1)
     return {buildForward(s, c, false)};
   return {buildForward(s, c, true),

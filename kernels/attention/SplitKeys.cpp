@@ -85,23 +85,32 @@ int64_t splitKeysOf(const AttentionShape &s, const AttentionConfig &config,
 /// waves' worth of programs on their CTA slots: fewer leave the SMs short of
 /// warps to stream K and V.
 static constexpr double kSmallTilesFrom = 0.9;
+/// At D=128 they need this many DRAM bytes a second per SM: where the
+/// memory is slower for the SMs, the wgmma kernel streams K and V as fast.
+static constexpr double kWideSmallTilesFromBandwidthPerSm = 30e9;
 
 /// Whether the forward for `s` under `c` (its keys' ranges decided) takes
-/// decoding's small mma.sync tiles by default on `sms` SMs: D=64, at most 16
+/// decoding's small mma.sync tiles by default on `sms` SMs: at most 16
 /// queries on at least 1024 keys, not causal, keys not split, the tiles and
-/// the tensor-core path left to the defaults, and programs for 90% of the
-/// small tiles' CTA slots (4 an SM by shared memory). Same process, bf16,
-/// small tiles against the default (kiln bench attention --against
-/// small-tiles=0, 1-16 queries on 1024-32768 keys): H200 D=64 4.3-6.5%
-/// faster at B*H = 512 and 2048 (in two calls). Not at D=128, where they
-/// ran 0-5.5% faster at B*H = 512 on an H200 but 14-28% slower at 128 (half
-/// the slots busy), and 1-2% slower at 256 and 2048 on an H100
-/// (docs/experiments/2026-11-27-session48.txt).
+/// the tensor-core path left to the defaults, programs for 90% of the small
+/// tiles' CTA slots (4 an SM by shared memory: 475 on 132 SMs), and at D=128
+/// 30 GB/s of DRAM bandwidth an SM (H200: 4.8 TB/s on 132 SMs, 36; H100
+/// SXM: 3.35 TB/s, 25). Same process, bf16, small tiles against the default
+/// (kiln bench attention --against small-tiles=0|1, 1-16 queries on 1024-
+/// 32768 keys): D=64 4.3-6.5% faster at B*H = 512 and 2048 on an H200
+/// (docs/experiments/2026-11-27-session48.txt); D=128 (16 rows, 32-key
+/// blocks) 2.4-6.5% faster at B*H = 256-2048 on an H200 (two calls), 0.6%
+/// faster to 1.4% slower on an H100 (2026-11-28-session49.txt); 32-row tiles
+/// ran 14-28% slower at B*H = 128 (half their slots busy; session 48).
 static bool smallTilesByDefault(const AttentionShape &s,
-                                const AttentionConfig &c, int64_t sms) {
-  if (s.causal || s.headDim != 64 || sms <= 0 || c.splitKeys > 1 || c.blockM ||
-      c.blockN || c.warps || c.wgmma >= 0 || dtypeSize(s.dtype) != 2 ||
-      s.seqQ > 16 || s.seqK < 1024)
+                                const AttentionConfig &c, int64_t sms,
+                                double memoryBandwidth) {
+  if (s.causal || sms <= 0 || c.splitKeys > 1 || c.blockM || c.blockN ||
+      c.warps || c.wgmma >= 0 || dtypeSize(s.dtype) != 2 || s.seqQ > 16 ||
+      s.seqK < 1024)
+    return false;
+  if (s.headDim == 128 &&
+      memoryBandwidth < kWideSmallTilesFromBandwidthPerSm * double(sms))
     return false;
   AttentionConfig small = c;
   small.smallTiles = 1;
@@ -111,11 +120,12 @@ static bool smallTilesByDefault(const AttentionShape &s,
 }
 
 AttentionConfig launchConfig(const AttentionShape &s,
-                             const AttentionConfig &config, int64_t sms) {
+                             const AttentionConfig &config, int64_t sms,
+                             double memoryBandwidth) {
   AttentionConfig c = config;
   c.splitKeys = int(splitKeysOf(s, config, sms));
   if (c.smallTiles < 0)
-    c.smallTiles = smallTilesByDefault(s, c, sms);
+    c.smallTiles = smallTilesByDefault(s, c, sms, memoryBandwidth);
   return c;
 }
 

@@ -140,11 +140,13 @@ std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
       made->kernels = kernels::attentionBackward(s, c);
     } else {
       // The keys split where the row blocks leave the device's SMs idle, and
-      // decoding's small tiles where their programs fill them (without a GPU
-      // nothing launches: neither).
+      // decoding's small tiles where their programs fill them (at D=128 on
+      // fast memory; without a GPU nothing launches: neither).
       std::string why;
-      const kernels::AttentionConfig launch = kernels::launchConfig(
-          s, {}, cuda::available(&why) ? cuda::device(device).smCount : 0);
+      const bool gpu = cuda::available(&why);
+      const kernels::AttentionConfig launch =
+          kernels::launchConfig(s, {}, gpu ? cuda::device(device).smCount : 0,
+                                gpu ? cuda::device(device).memoryBandwidth : 0);
       made->splitKeys = launch.splitKeys;
       made->kernels = kernels::attentionForwardKernels(s, launch);
       if (made->splitKeys > 1)

@@ -177,6 +177,9 @@ Driver::Device &deviceState(int ordinal) {
         attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
     KILN_CHECK(cuDriverGetVersion(&i.driverVersion));
     KILN_CHECK(cuDeviceTotalMem(&i.totalMemory, s.dev));
+    i.memoryBandwidth = 2.0 * 1e3 *
+                        attr(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE) *
+                        attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH) / 8;
   });
   return s;
 }

@@ -1,13 +1,13 @@
 //===- GpuSmallTilesTest.cpp - decoding's small mma.sync tiles on the GPU -===//
 //
-// The forward under AttentionConfig::smallTiles (16 rows on one warp at D=64,
-// 32 rows on two warps at D=128, three stages): chosen by launchConfig's
-// default where decoding's programs fill 132 SMs (D=64), and asked for where
-// they would not or at D=128 (ragged Nk, more queries than one row block, keys
-// split as well). Against the fp64 host reference: fresh random inputs, O, LSE
-// and the split workspace poisoned before the launches, every element compared;
-// each kernel's lowering report shows mma.sync, not wgmma. Skips, saying why,
-// without an sm_90a GPU.
+// The forward under AttentionConfig::smallTiles (16 rows on one warp, 64-key
+// blocks at D=64 and 32-key ones at D=128, three stages): chosen by
+// launchConfig's default where decoding's programs fill 132 SMs (and at D=128
+// the memory is an H200's), and asked for where they would not (ragged Nk,
+// more queries than one row block, keys split as well). Against the fp64 host
+// reference: fresh random inputs, O, LSE and the split workspace poisoned
+// before the launches, every element compared; each kernel's lowering report
+// shows mma.sync, not wgmma. Skips, saying why, without an sm_90a GPU.
 //
 //===----------------------------------------------------------------------===//
 #include "../unit/SplitKeysCase.h"
@@ -29,7 +29,8 @@ using ::testing::Not;
 namespace {
 
 /// A problem and its key ranges; `byDefault`: the small tiles are
-/// launchConfig's choice on 132 SMs rather than asked for.
+/// launchConfig's choice on 132 SMs with an H200's 4.8 TB/s rather than
+/// asked for.
 struct SmallTilesCase {
   SplitCase problem;
   bool byDefault;
@@ -53,7 +54,7 @@ TEST_P(SmallTilesOnGpu, MatchesFp64Reference) {
     asked.splitKeys = int(c.ranges);
   }
   const kernels::AttentionConfig config =
-      kernels::launchConfig(c.shape(), asked, 132);
+      kernels::launchConfig(c.shape(), asked, 132, 4.8e12);
   ASSERT_EQ(config.smallTiles, 1);
   ASSERT_EQ(config.splitKeys, c.ranges);
   test::SplitTensors t(c);
@@ -62,12 +63,7 @@ TEST_P(SmallTilesOnGpu, MatchesFp64Reference) {
     dt.add(name, *tensor, output);
   for (const Kernel &kernel :
        kernels::attentionForwardKernels(c.shape(), config)) {
-    // Each kernel binds the tensors it takes (the split one no O or LSE).
-    std::map<std::string, TensorRef> in = kernel.tensorsIn(dt.refs);
-    CompiledKernel compiled = compileForGpu(
-        kernel, variantTarget(kernel, in, {}, {.arch = "sm_90a"}));
-    GpuKernel(compiled.spec()).launch(kernel.bind(in));
-    cuda::synchronize();
+    CompiledKernel compiled = test::runOnGpu(kernel, dt);
     if (kernel.name() == "attention_fwd_combine")
       continue;
     std::string report;
@@ -84,9 +80,11 @@ TEST_P(SmallTilesOnGpu, MatchesFp64Reference) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SmallTilesOnGpu,
     ::testing::Values(
-        // The default's (D=64): 512 programs, one query and sixteen.
+        // The default's: 512 programs, one query and sixteen.
         SmallTilesCase{{16, 32, 1, 1030, 64, 1}, true},
         SmallTilesCase{{16, 32, 16, 1100, 64, 1}, true},
+        SmallTilesCase{{32, 16, 1, 1100, 128, 1}, true},
+        SmallTilesCase{{32, 16, 16, 1030, 128, 1}, true},
         // Asked for: ragged Nk, Nq filling one row block or ending in it,
         // Nq over several row blocks, short keys, the keys split too.
         SmallTilesCase{{2, 3, 1, 1030, 64, 1}, false},

@@ -134,8 +134,9 @@ TEST(SplitKeysDefault, FollowsTheWavesOfThePrograms) {
 }
 
 // Decoding's small tiles (AttentionConfig::smallTiles) on the CPU executor:
-// 16-row tiles at D=64 (Nq over three row blocks, ragged Nk), 32-row ones
-// at D=128 (one query), each with its keys split as well.
+// 16-row tiles, 64-key blocks at D=64 (Nq over three row blocks, ragged Nk)
+// and 32-key ones at D=128 (one query; Nq over two row blocks), each with
+// its keys split as well.
 TEST(SmallTilesOnCpu, MatchesFp64Reference) {
   for (const SplitCase &c :
        {SplitCase{1, 2, 40, 300, 64, 1}, SplitCase{2, 1, 1, 200, 128, 1},
@@ -146,9 +147,9 @@ TEST(SmallTilesOnCpu, MatchesFp64Reference) {
     const kernels::AttentionConfig r =
         kernels::resolveConfig(c.shape(), config);
     EXPECT_EQ(r.wgmma, 0);
-    EXPECT_EQ(r.blockM, c.D == 64 ? 16 : 32);
-    EXPECT_EQ(r.warps, c.D == 64 ? 1 : 2);
-    EXPECT_EQ(r.blockN, 64);
+    EXPECT_EQ(r.blockM, 16);
+    EXPECT_EQ(r.warps, 1);
+    EXPECT_EQ(r.blockN, c.D == 64 ? 64 : 32);
     EXPECT_EQ(r.stages, 3);
     test::SplitTensors t(c);
     std::map<std::string, TensorRef> refs;
@@ -161,23 +162,32 @@ TEST(SmallTilesOnCpu, MatchesFp64Reference) {
   }
 }
 
-// launchConfig's small tiles: D=64, at most 16 queries on 1024 keys or
-// more, not causal, keys not split, tiles and tensor-core path left to the
-// defaults, and programs for 90% of the small tiles' CTA slots (132 SMs, 4
-// CTAs an SM by shared memory: 475). At D=128 only when asked for.
+// launchConfig's small tiles: at most 16 queries on 1024 keys or more, not
+// causal, keys not split, tiles and tensor-core path left to the defaults,
+// and programs for 90% of the small tiles' CTA slots (132 SMs, 4 CTAs an SM
+// by shared memory at both D: 475); at D=128 only on 30 GB/s of DRAM
+// bandwidth an SM (an H200's 4.8 TB/s on 132 SMs, not an H100's 3.35).
+constexpr double kH200 = 4.8e12, kH100 = 3.35e12; // DRAM bytes a second
 TEST(SmallTilesDefault, FollowsThePrograms) {
   auto small = [](int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D,
                   kernels::AttentionConfig c = {}, bool causal = false,
-                  int64_t sms = 132) {
+                  int64_t sms = 132, double bandwidth = kH200) {
     kernels::AttentionShape s{B, H, Nq, Nk, D, causal, DType::bf16, 0};
-    return kernels::launchConfig(s, c, sms).smallTiles;
+    return kernels::launchConfig(s, c, sms, bandwidth).smallTiles;
   };
   EXPECT_EQ(small(16, 32, 1, 4096, 64), 1);   // 512 programs of 475
   EXPECT_EQ(small(64, 32, 16, 32768, 64), 1); // 2048
   EXPECT_EQ(small(8, 32, 1, 4096, 64), 0);    // 256: wgmma, not split
   EXPECT_EQ(small(4, 32, 1, 4096, 64), 0);    // split
-  EXPECT_EQ(small(32, 16, 1, 8192, 128), 0);  // D=128
   EXPECT_EQ(small(16, 32, 17, 4096, 64), 0);  // two row blocks a head
+  // D=128: the memory's bandwidth an SM decides too (D=64 takes no note).
+  EXPECT_EQ(small(32, 16, 1, 8192, 128), 1);  // 512 programs
+  EXPECT_EQ(small(32, 16, 16, 8192, 128), 1); // 16 queries
+  EXPECT_EQ(small(16, 16, 1, 4096, 128), 0);  // 256: wgmma, not split
+  EXPECT_EQ(small(32, 16, 1, 8192, 128, {}, false, 132, kH100), 0);
+  EXPECT_EQ(small(32, 16, 1, 8192, 128, {}, false, 132, 0), 0); // unknown
+  EXPECT_EQ(small(32, 16, 1, 8192, 128, {}, false, 160, kH200), 0);
+  EXPECT_EQ(small(16, 32, 1, 4096, 64, {}, false, 132, kH100), 1);
   EXPECT_EQ(small(1, 1, 1, 4096, 128, {.smallTiles = 1}), 1);
   EXPECT_EQ(small(16, 32, 1, 1000, 64), 0);               // short keys
   EXPECT_EQ(small(16, 32, 1, 4096, 64, {}, true), 0);     // causal

@@ -153,12 +153,11 @@ int cmdBench(Options &opts) {
       onlyNonCausal = opts.flag("non-causal");
   kernels::AttentionConfig cfg;
   forwardConfigFlags(opts, cfg);
-  // A second config, each row timed under both with their samples in turn
-  // (one process: no drift of clocks or placement between the two).
-  const std::string againstText = opts.string("against", "");
-  std::optional<kernels::AttentionConfig> against;
-  if (!againstText.empty())
-    against = withConfigItems(cfg, againstText);
+  // More configs (';' between them), each row timed under every one with
+  // their samples in turn (one process: no drift of clocks or placement
+  // between them).
+  const std::vector<kernels::AttentionConfig> against =
+      againstConfigs(cfg, opts.string("against", ""));
   std::string pipeline = opts.string("llvm-pipeline", "kiln");
   // Shapes compiled in, run-time, both (each row twice, back to back), or
   // the default's.
@@ -177,11 +176,11 @@ int cmdBench(Options &opts) {
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
   fmt::print(
-      "# kiln bench attention on {} ({}), blockM={} blockN={} warps={} "
-      "stages={} (0: the head dim's default), median of {} samples of {} "
-      "back-to-back launches\n",
-      dev.name, dev.arch(), cfg.blockM, cfg.blockN, cfg.warps, cfg.stages, reps,
-      batch);
+      "# kiln bench attention on {} ({}, {} SMs, {:.0f} GB/s DRAM), blockM={} "
+      "blockN={} warps={} stages={} (0: the head dim's default), median of {} "
+      "samples of {} back-to-back launches\n",
+      dev.name, dev.arch(), dev.smCount, dev.memoryBandwidth / 1e9, cfg.blockM,
+      cfg.blockN, cfg.warps, cfg.stages, reps, batch);
   fmt::print("dtype,B,H,N,D,causal,shapes,ms,tflops,registers,spill_bytes,"
              "smem{}\n",
              seqK ? ",Nk" : "");
@@ -235,20 +234,24 @@ int cmdBench(Options &opts) {
               }
             };
             std::vector<Timed> timed;
-            for (int which = 0; which < (against ? 2 : 1); ++which) {
-              kernels::AttentionConfig modeCfg = which ? *against : cfg;
+            for (size_t which = 0; which <= against.size(); ++which) {
+              kernels::AttentionConfig modeCfg =
+                  which ? against[which - 1] : cfg;
               modeCfg.staticShapes = mode;
               std::string name =
                   kernels::resolveConfig(s, modeCfg).staticShapes > 0
                       ? "static"
                       : "runtime";
-              if (against)
-                name += which ? "+against" : "";
+              // "+against", "+against2", ... in --against's order.
+              if (which)
+                name +=
+                    which == 1 ? "+against" : fmt::format("+against{}", which);
               Timed t{name, {}, {}, {}, {}, {}};
               std::map<std::string, TensorRef> mine = refs;
               // Key ranges: --split-keys, else the library's default; so
               // decoding's small tiles.
-              modeCfg = kernels::launchConfig(s, modeCfg, dev.smCount);
+              modeCfg = kernels::launchConfig(s, modeCfg, dev.smCount,
+                                              dev.memoryBandwidth);
               if (modeCfg.smallTiles > 0)
                 t.name += "+small";
               if (const int64_t S = modeCfg.splitKeys; S > 1) {

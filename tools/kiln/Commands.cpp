@@ -215,27 +215,34 @@ std::string scheduleSwitches(int warpSpecialize, int pingpong, int overlap,
   return out;
 }
 
-/// The SMs of GPU 0, 0 without a GPU.
+/// GPU 0's SMs and DRAM GB/s, 0 without a GPU.
 static int64_t gpuSmCount() {
   std::string why;
   return cuda::available(&why) ? cuda::device(0).smCount : 0;
 }
+static int64_t gpuMemoryGBps() {
+  std::string why;
+  return cuda::available(&why)
+             ? int64_t(cuda::device(0).memoryBandwidth / 1e9 + 0.5)
+             : 0;
+}
 
 static Problem attentionProblem(Options &opts, bool withData) {
   kernels::AttentionShape s = attentionShapeOptions(opts);
-  // First what the SM count decides, as the library decides it from the
+  // First what the GPU's size decides, as the library decides it from the
   // options given (launchConfig): the key ranges (--split-keys, else the
   // default for --sms SMs, the GPU's where there is one; none without) and
-  // whether decoding's small tiles apply.
+  // whether decoding's small tiles apply (at D=128 by --memory-gbps too).
   const int64_t sms = opts.integer("sms", gpuSmCount());
   if (sms < 0)
     throw UsageError("option --sms must be >= 0, got " + std::to_string(sms));
+  const int64_t memoryGBps = opts.integer("memory-gbps", gpuMemoryGBps(), 0);
   kernels::AttentionConfig given;
   forwardConfigFlags(opts, given);
   given.staticShapes = opts.int32("static-shapes", -1);
   const bool defaultSplit = given.splitKeys < 0,
              defaultSmall = given.smallTiles < 0;
-  given = kernels::launchConfig(s, given, sms);
+  given = kernels::launchConfig(s, given, sms, double(memoryGBps) * 1e9);
   const int ranges = given.splitKeys;
   // The schedule's defaults depend on the choices given: resolved once for
   // the tensor-core path given (and small tiles or not), whose tile, stages,
@@ -332,8 +339,11 @@ static Problem attentionProblem(Options &opts, bool withData) {
       c.warps, c.stages,
       c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma")
       : c.smallTiles > 0
-          ? " small-tiles" +
-                (defaultSmall ? fmt::format(" (default on {} SMs)", sms) : "")
+          ? " small-tiles" + (!defaultSmall ? ""
+                              : s.headDim == 128
+                                  ? fmt::format(" (default on {} SMs, {} GB/s)",
+                                                sms, memoryGBps)
+                                  : fmt::format(" (default on {} SMs)", sms))
           : "",
       scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
                        int(c.minBlocksPerSM), c.persistent, c.dynamicTiles,

@@ -65,7 +65,8 @@ commands:
                                         run-time, back to back; --against:
                                         each row also under the config with
                                         those of the flags above set, the
-                                        two's samples in turn;
+                                        samples in turn; "A; B": under each,
+                                        rows +against, +against2, ...;
                                         --ragged: also N=1000, 1023, 2049,
                                         3001, 4097, 8191 and the multiples of
                                         128 nearest them)
@@ -77,8 +78,8 @@ commands:
                                         together (TFLOP/s as 2.5x the
                                         forward's FLOPs; --against: also
                                         under the config with those of its
-                                        options set, samples in turn), each
-                                        one's time
+                                        options set, samples in turn; "A; B":
+                                        under each), each one's time
   bench gemm [--size N | --sizes N,N,...] [--shapes static|runtime|both]
       [--block-m M] [--block-n N] [--block-k K]
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
@@ -151,9 +152,11 @@ kernels and their shape options:
              the inspect commands compile, split by default; without it the
              library's default for --sms N SMs, the GPU's where there is
              one, else no split)
-             [--small-tiles 0|1] (decoding's mma.sync tiles: 16 rows at
-             D=64, 32 at D=128, three stages; default: D=64, few queries,
-             keys not split, where their programs fill the --sms SMs)
+             [--small-tiles 0|1] (decoding's mma.sync tiles: 16 rows on
+             one warp, three stages; default: few queries, keys not split,
+             where their programs fill the --sms SMs, at D=128 only where
+             --memory-gbps G, the GPU's DRAM GB/s (its own where there is
+             one, else 0), reaches 30 an SM)
   attention-backward  the attention options above but --lse-stride and
              the forward's schedule; [--part delta|dkdv|dq] (dk and dv with
              --separate-dk-dv 1: the kernel the inspect commands compile;

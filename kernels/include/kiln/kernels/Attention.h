@@ -32,10 +32,10 @@ struct AttentionConfig {
   /// 0: 2 (3 for small tiles).
   int warps = 0, stages = 0;
   /// Decoding (a few queries on long keys, keys not split): mma.sync tiles
-  /// of 16 rows on one warp at D=64, 32 rows on two warps at D=128, 64-key
-  /// blocks, three stages, each field taken where the config leaves it
-  /// unset: 1 yes, 0 no, -1 default (launchConfig decides it from the SM
-  /// count, at D=64 only; resolveConfig alone reads -1 as no).
+  /// of 16 rows on one warp, 64-key blocks at D=64 and 32-key ones at
+  /// D=128, three stages, each field taken where the config leaves it unset:
+  /// 1 yes, 0 no, -1 default (launchConfig decides it from the GPU's SMs,
+  /// and at D=128 its memory bandwidth; resolveConfig alone reads -1 as no).
   int smallTiles = -1;
   int reloadThreadIds = -1;  ///< -1: default, 0: no, 1: yes
   /// K/V copy destinations: 1 one full offset per register, 0 base plus
@@ -243,7 +243,8 @@ int64_t defaultSplitKeys(const AttentionShape &shape,
                          const AttentionConfig &config, int64_t sms);
 
 /// The forward's kernels in launch order (under launchConfig's config for
-/// `sms` SMs): attentionForward's alone, or, with S > 1 key ranges
+/// `sms` SMs and `memoryBandwidth`): attentionForward's alone, or, with S > 1
+/// key ranges
 /// (config.splitKeys, or with -1 defaultSplitKeys on `sms` SMs),
 /// attention_fwd_split (Q, K, V; the SplitKeysWorkspace's
 /// OSplit and LSESplit, which it writes whole) then attention_fwd_combine
@@ -251,17 +252,20 @@ int64_t defaultSplitKeys(const AttentionShape &shape,
 /// (Kernel::tensorsIn); splitKeysOf says how many ranges they take.
 std::vector<Kernel> attentionForwardKernels(const AttentionShape &shape,
                                             const AttentionConfig &config = {},
-                                            int64_t sms = 0);
+                                            int64_t sms = 0,
+                                            double memoryBandwidth = 0);
 /// The ranges attentionForwardKernels splits the keys into (1: none).
 int64_t splitKeysOf(const AttentionShape &shape, const AttentionConfig &config,
                     int64_t sms = 0);
-/// `config` with what the GPU's `sms` SMs decide filled in, as
-/// attentionForwardKernels launches it: splitKeys (splitKeysOf) and, left
-/// at -1, smallTiles (decoding's small tiles where the keys are not split
-/// and their programs fill the SMs; SplitKeys.cpp gives the rule). `sms` 0:
-/// neither.
+/// `config` with what the GPU decides filled in, as attentionForwardKernels
+/// launches it: splitKeys (splitKeysOf on `sms` SMs) and, left at -1,
+/// smallTiles (decoding's small tiles where the keys are not split and their
+/// programs fill the SMs; at D=128 only where `memoryBandwidth`, DRAM bytes
+/// a second as cuda::DeviceInfo gives it, is high for the SM count; 0:
+/// unknown. SplitKeys.cpp gives the rule). `sms` 0: neither.
 AttentionConfig launchConfig(const AttentionShape &shape,
-                             const AttentionConfig &config, int64_t sms = 0);
+                             const AttentionConfig &config, int64_t sms = 0,
+                             double memoryBandwidth = 0);
 
 } // namespace kiln::kernels
 

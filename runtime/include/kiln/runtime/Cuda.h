@@ -44,6 +44,9 @@ struct DeviceInfo {
   int maxSharedPerBlockOptin = 0; ///< bytes, with the opt-in attribute
   int driverVersion = 0;
   size_t totalMemory = 0;
+  /// DRAM bytes a second at its peak clock: 2 transfers a memory clock over
+  /// the bus width (0 where the driver reports neither).
+  double memoryBandwidth = 0;
   std::string arch() const; ///< "sm_90a" on Hopper, "sm_80" on Ampere...
 };
 
