@@ -27,7 +27,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <optional>
 #include <sstream>
 
 namespace kiln::cli {

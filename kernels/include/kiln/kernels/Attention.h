@@ -244,8 +244,7 @@ int64_t defaultSplitKeys(const AttentionShape &shape,
 
 /// The forward's kernels in launch order (under launchConfig's config for
 /// `sms` SMs and `memoryBandwidth`): attentionForward's alone, or, with S > 1
-/// key ranges
-/// (config.splitKeys, or with -1 defaultSplitKeys on `sms` SMs),
+/// key ranges (config.splitKeys, or with -1 defaultSplitKeys on `sms` SMs),
 /// attention_fwd_split (Q, K, V; the SplitKeysWorkspace's
 /// OSplit and LSESplit, which it writes whole) then attention_fwd_combine
 /// (OSplit, LSESplit; O, LSE). Each binds the tensors it takes
