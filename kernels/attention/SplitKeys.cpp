@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/Attention.h"
+#include "kiln/kernels/AttentionTune.h"
 
 #include <algorithm>
 
@@ -93,8 +94,9 @@ static constexpr double kWideSmallTilesFromBandwidthPerSm = 30e9;
 /// decoding's small mma.sync tiles by default on `sms` SMs: at most 16
 /// queries on at least 1024 keys, not causal, keys not split, the tiles and
 /// the tensor-core path left to the defaults, programs for 90% of the small
-/// tiles' CTA slots (4 an SM by shared memory: 475 on 132 SMs), and at D=128
-/// 30 GB/s of DRAM bandwidth an SM (H200: 4.8 TB/s on 132 SMs, 36; H100
+/// tiles' CTA slots (4 an SM by shared memory: 475 on 132 SMs), no tuned
+/// config for the shape on this GPU, and at D=128 30 GB/s of DRAM bandwidth
+/// an SM (H200: 4.8 TB/s on 132 SMs, 36; H100
 /// SXM: 3.35 TB/s, 25). Same process, bf16, small tiles against the default
 /// (kiln bench attention --against small-tiles=0|1, 1-16 queries on 1024-
 /// 32768 keys): D=64 4.3-6.5% faster at B*H = 512 and 2048 on an H200
@@ -111,6 +113,10 @@ static bool smallTilesByDefault(const AttentionShape &s,
     return false;
   if (s.headDim == 128 &&
       memoryBandwidth < kWideSmallTilesFromBandwidthPerSm * double(sms))
+    return false;
+  // `kiln tune` timed the small tiles against wgmma on this GPU: its winner
+  // decides (resolveConfig takes it).
+  if (tunedAttentionConfig(s))
     return false;
   AttentionConfig small = c;
   small.smallTiles = 1;

@@ -46,12 +46,20 @@ AttentionConfig parseConfigString(const std::string &text) {
   return parseConfigFields(text, kConfigFields, "attention config");
 }
 
+/// Decoding's queries: at most this many on more keys tune apart.
+static constexpr int64_t kDecodingQueries = 16;
+
+static bool decoding(const AttentionShape &s) {
+  return s.seqQ <= kDecodingQueries && s.seqQ < s.seqK;
+}
+
 std::string attentionTuneBucket(const AttentionShape &s) {
   checkAttentionShape(s); // sizes < 2^31: the doubling ends
   int64_t n = 512;
   while (n < std::max(s.seqQ, s.seqK))
     n *= 2;
-  return fmt::format("D={} causal={} N<={}", s.headDim, int(s.causal), n);
+  return fmt::format("D={} causal={} {}N<={}", s.headDim, int(s.causal),
+                     decoding(s) ? "Nq<=16 " : "", n);
 }
 
 std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
@@ -95,6 +103,28 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
               t.build = [s, c] { return attentionForward(s, c); };
               out.push_back(std::move(t));
             }
+  if (!decoding(s))
+    return out;
+  // Decoding: the small mma.sync tiles (AttentionConfig::smallTiles' 16 rows
+  // on one warp, and 32 on two), whose speed against wgmma differs by GPU
+  // (docs/experiments/2026-11-28-session49.txt).
+  for (int64_t bm : {16, 32})
+    for (int64_t bn : {32, 64})
+      for (int stages : {2, 3, 4}) {
+        AttentionConfig c;
+        c.wgmma = 0;
+        c.blockM = bm;
+        c.blockN = bn;
+        c.warps = int(bm / 16);
+        c.stages = stages;
+        c.reloadThreadIds = resolveConfig(s, c).reloadThreadIds;
+        TuneCandidate t;
+        t.config = configString(c);
+        t.sharedBytes = attentionSharedBytes(s, c);
+        t.registers = int((bm * D + bm * bn * 3 / 2) / (32 * c.warps));
+        t.build = [s, c] { return attentionForward(s, c); };
+        out.push_back(std::move(t));
+      }
   return out;
 }
 
@@ -224,9 +254,11 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
   // one measured 1.5x or more slower than the best wgmma one in the H200
   // tuning runs (D=128 N=4k: 0.99 against 0.63 ms causal), and the driver's
   // compile of each candidate's PTX is most of a tuning run's time.
+  // Decoding's small tiles stay (they lead on an H200).
   if (cuda::device().arch() == "sm_90a")
     std::erase_if(candidates, [](const TuneCandidate &c) {
-      return c.config.find("wgmma=0") != std::string::npos;
+      return c.config.find("wgmma=0") != std::string::npos &&
+             parseConfigString(c.config).blockM >= 64;
     });
   return autotune("attention", attentionTuneBucket(s), dtypeName(s.dtype),
                   std::move(candidates), h, options);

@@ -135,6 +135,48 @@ TEST(Tuning, AttentionConfigStringsRoundTrip) {
   s.headDim = 128;
   s.causal = true;
   EXPECT_EQ(kernels::attentionTuneBucket(s), "D=128 causal=1 N<=4096");
+  // Decoding tunes apart from the square shapes of its key count, with the
+  // small mma.sync tiles among its candidates (16 rows on one warp, 32 on
+  // two) and none of them for a square shape.
+  kernels::AttentionShape dec{32, 16, 1, 8192, 128, false, DType::bf16, 0};
+  EXPECT_EQ(kernels::attentionTuneBucket(dec), "D=128 causal=0 Nq<=16 N<=8192");
+  dec.seqQ = 16;
+  EXPECT_EQ(kernels::attentionTuneBucket(dec), "D=128 causal=0 Nq<=16 N<=8192");
+  dec.seqQ = 17;
+  EXPECT_EQ(kernels::attentionTuneBucket(dec), "D=128 causal=0 N<=8192");
+  dec.seqQ = dec.seqK = 8;
+  EXPECT_EQ(kernels::attentionTuneBucket(dec), "D=128 causal=0 N<=512");
+  auto smallOnes = [](const kernels::AttentionShape &shape) {
+    int n = 0;
+    for (const TuneCandidate &c : kernels::attentionCandidates(shape)) {
+      const kernels::AttentionConfig parsed =
+          kernels::parseConfigString(c.config);
+      if (parsed.blockM <= 32) {
+        EXPECT_EQ(parsed.wgmma, 0) << c.config;
+        EXPECT_EQ(parsed.warps, parsed.blockM / 16) << c.config;
+        EXPECT_GT(c.sharedBytes, 0) << c.config;
+        ++n;
+      }
+    }
+    return n;
+  };
+  EXPECT_EQ(smallOnes({32, 16, 1, 8192, 128, false, DType::bf16, 0}), 12);
+  EXPECT_EQ(smallOnes({32, 32, 4, 4096, 64, false, DType::bf16, 0}), 12);
+  EXPECT_EQ(smallOnes({4, 16, 8192, 8192, 128, false, DType::bf16, 0}), 0);
+  // Each builds the small tiles' kernel: the preset's, compiled, on mma.sync.
+  const kernels::AttentionShape one{32,  16,    1,           8192,
+                                    128, false, DType::bf16, 0};
+  for (const TuneCandidate &c : kernels::attentionCandidates(one))
+    if (c.config.starts_with("blockM=16 blockN=32 warps=1 stages=3 ")) {
+      CompiledKernel k = compileForGpu(c.build(), {"sm_90a", 0});
+      std::string report;
+      for (const std::string &line : k.report)
+        report += line + "\n";
+      EXPECT_THAT(report, HasSubstr("mma.sync m16n8k16")) << report;
+      EXPECT_THAT(report, ::testing::Not(HasSubstr("wgmma"))) << report;
+      return;
+    }
+  ADD_FAILURE() << "no candidate of the small tiles' preset";
 }
 
 TEST(Tuning, BackwardSpaceIsWholeSequencesOfBothWaysToDq) {

@@ -123,8 +123,8 @@ int cmdTune(Options &opts) {
     throw Error("kiln tune: --load " + load + ": " + dlerror());
   if (opts.flag("list")) {
     opts.checkAllUsed();
-    fmt::print("attention, attention-backward: --seq N --head-dim D "
-               "[--causal] ...\n");
+    fmt::print("attention, attention-backward: --seq N [--seq-k M] "
+               "--head-dim D [--causal] ...\n");
     for (const auto &[name, k] : tunableKernels()) {
       std::string sizes;
       for (const auto &[size, v] : k.sizes)
@@ -140,11 +140,13 @@ int cmdTune(Options &opts) {
     return tuneRegistered(opts, opts.positional[0]);
   const bool backward = opts.positional[0] == "attention-backward";
   kernels::AttentionShape s;
-  s.seqQ = s.seqK = positive(opts, "seq", 4096);
+  s.seqQ = positive(opts, "seq", 4096);
+  s.seqK = positive(opts, "seq-k", s.seqQ); // decoding: --seq 1 --seq-k 8192
   s.headDim = positive(opts, "head-dim", 128);
   s.causal = causalOption(opts);
   // The benchmark's shapes: B*N = 16k tokens, H*D = 2048.
-  s.batch = positive(opts, "batch", std::max<int64_t>(1, 16384 / s.seqQ));
+  s.batch = positive(opts, "batch",
+                     std::max<int64_t>(1, 16384 / std::max(s.seqQ, s.seqK)));
   s.heads = positive(opts, "heads", std::max<int64_t>(1, 2048 / s.headDim));
   std::string dtype = opts.string("dtype", "bf16");
   auto t = parseDType(dtype);
@@ -161,8 +163,9 @@ int cmdTune(Options &opts) {
     fmt::print("{}\n", line);
     std::fflush(stdout);
   };
-  fmt::print("kiln tune {} B={} H={} N={} D={} {} {} ({})\n",
-             opts.positional[0], s.batch, s.heads, s.seqQ, s.headDim,
+  fmt::print("kiln tune {} B={} H={} N={}{} D={} {} {} ({})\n",
+             opts.positional[0], s.batch, s.heads, s.seqQ,
+             s.seqK != s.seqQ ? fmt::format(" Nk={}", s.seqK) : "", s.headDim,
              s.causal ? "causal" : "non-causal", dtype,
              backward ? kernels::attentionBackwardTuneBucket(s)
                       : kernels::attentionTuneBucket(s));

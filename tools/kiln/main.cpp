@@ -87,7 +87,9 @@ commands:
       [--reps R] [--batch K]
                                         TFLOP/s of the DSL GEMM, bf16, N^3
   tune attention|attention-backward --seq N --head-dim D [--causal | --non-causal]
-      [--dtype bf16|fp16]
+      [--seq-k M] [--dtype bf16|fp16]  (--seq-k: M keys; at most 16
+                                        queries on more keys tune as
+                                        decoding, small mma.sync tiles too)
       [--batch B] [--heads H] [--budget S] [--threads T] [--force]
       [--exhaustive] [--reps R]         autotune on the GPU: every candidate's
       [--back-to-back K]                time (median of R samples of K back-

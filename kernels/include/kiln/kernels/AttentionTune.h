@@ -17,13 +17,16 @@ namespace kiln::kernels {
 std::string configString(const AttentionConfig &c);
 AttentionConfig parseConfigString(const std::string &text);
 
-/// Shapes tuned alike: head dim, causal, and N rounded up to a power of two
+/// Shapes tuned alike: head dim, causal, decoding (at most 16 queries on
+/// more keys: "Nq<=16") or not, and max(Nq, Nk) rounded up to a power of two
 /// (at least 512). Batch and heads do not split buckets.
 std::string attentionTuneBucket(const AttentionShape &s);
 
 /// The space searched: blockM {64, 128} x blockN {32, 64, 128} x warps
 /// {4, 8} x stages {2, 3} x thread-id reload {0, 1}, with blockM >= 16 per
-/// warp; each with its shared-memory and accumulator-register estimates.
+/// warp; for decoding also the small mma.sync tiles (16 rows on one warp or
+/// 32 on two, blockN {32, 64}, stages {2, 3, 4}); each with its
+/// shared-memory and accumulator-register estimates.
 std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s);
 
 /// Tunes attention for `s` (its batch and heads give the timed problem):
