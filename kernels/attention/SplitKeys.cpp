@@ -96,10 +96,10 @@ static constexpr double kWideSmallTilesFromBandwidthPerSm = 30e9;
 /// the tensor-core path left to the defaults, programs for 90% of the small
 /// tiles' CTA slots (4 an SM by shared memory: 475 on 132 SMs), no tuned
 /// config for the shape on this GPU, and at D=128 30 GB/s of DRAM bandwidth
-/// an SM (H200: 4.8 TB/s on 132 SMs, 36; H100
-/// SXM: 3.35 TB/s, 25). Same process, bf16, small tiles against the default
-/// (kiln bench attention --against small-tiles=0|1, 1-16 queries on 1024-
-/// 32768 keys): D=64 4.3-6.5% faster at B*H = 512 and 2048 on an H200
+/// an SM (H200: 4.8 TB/s on 132 SMs, 36; H100 SXM: 3.35 TB/s, 25). Same
+/// process, bf16, small tiles against the default (kiln bench attention
+/// --against small-tiles=0|1, 1-16 queries on 1024-32768 keys): D=64
+/// 4.3-6.5% faster at B*H = 512 and 2048 on an H200
 /// (docs/experiments/2026-11-27-session48.txt); D=128 (16 rows, 32-key
 /// blocks) 2.4-6.5% faster at B*H = 256-2048 on an H200 (two calls), 0.6%
 /// faster to 1.4% slower on an H100 (2026-11-28-session49.txt); 32-row tiles

@@ -259,9 +259,10 @@ int64_t splitKeysOf(const AttentionShape &shape, const AttentionConfig &config,
 /// `config` with what the GPU decides filled in, as attentionForwardKernels
 /// launches it: splitKeys (splitKeysOf on `sms` SMs) and, left at -1,
 /// smallTiles (decoding's small tiles where the keys are not split and their
-/// programs fill the SMs; at D=128 only where `memoryBandwidth`, DRAM bytes
-/// a second as cuda::DeviceInfo gives it, is high for the SM count; 0:
-/// unknown. SplitKeys.cpp gives the rule). `sms` 0: neither.
+/// programs fill the SMs and `kiln tune` recorded no winner for the shape;
+/// at D=128 only where `memoryBandwidth`, DRAM bytes a second as
+/// cuda::DeviceInfo gives it, is high for the SM count; 0: unknown.
+/// SplitKeys.cpp gives the rule). `sms` 0: neither.
 AttentionConfig launchConfig(const AttentionShape &shape,
                              const AttentionConfig &config, int64_t sms = 0,
                              double memoryBandwidth = 0);
