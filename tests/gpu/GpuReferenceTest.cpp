@@ -53,10 +53,15 @@ TEST(Nvrtc, CompilesAndAssemblesTheReferenceKernels) {
 TEST(Gpu, RuntimeBasics) {
   REQUIRE_GPU();
   const cuda::DeviceInfo &d = cuda::device();
-  std::printf("device %s, %s, %d SMs, %d KB shared memory per block (opt-in)\n",
+  std::printf("device %s, %s, %d SMs, %d KB shared memory per block "
+              "(opt-in), %.0f GB/s DRAM\n",
               d.name.c_str(), d.arch().c_str(), d.smCount,
-              d.maxSharedPerBlockOptin / 1024);
+              d.maxSharedPerBlockOptin / 1024, d.memoryBandwidth / 1e9);
   EXPECT_GT(d.smCount, 0);
+  // Decoding's default tiles at D=128 read it (launchConfig): a GPU's DRAM
+  // between 100 GB/s and 100 TB/s (the H100 SXM reads 3352).
+  EXPECT_GT(d.memoryBandwidth, 1e11);
+  EXPECT_LT(d.memoryBandwidth, 1e14);
   cuda::Buffer buf(1024);
   std::vector<uint8_t> host(1024), back(1024);
   for (size_t i = 0; i < host.size(); ++i)
