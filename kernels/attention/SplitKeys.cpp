@@ -108,7 +108,7 @@ static bool smallTilesByDefault(const AttentionShape &s,
                                 const AttentionConfig &c, int64_t sms,
                                 double memoryBandwidth) {
   if (s.causal || sms <= 0 || c.splitKeys > 1 || c.blockM || c.blockN ||
-      c.warps || c.wgmma >= 0 || dtypeSize(s.dtype) != 2 || s.seqQ > 16 ||
+      c.warps || c.wgmma >= 0 || dtypeSize(s.dtype) != 2 || !isDecoding(s) ||
       s.seqK < 1024)
     return false;
   if (s.headDim == 128 &&

@@ -46,11 +46,8 @@ AttentionConfig parseConfigString(const std::string &text) {
   return parseConfigFields(text, kConfigFields, "attention config");
 }
 
-/// Decoding's queries: at most this many on more keys tune apart.
-static constexpr int64_t kDecodingQueries = 16;
-
-static bool decoding(const AttentionShape &s) {
-  return s.seqQ <= kDecodingQueries && s.seqQ < s.seqK;
+bool isDecoding(const AttentionShape &s) {
+  return s.seqQ <= 16 && s.seqQ < s.seqK;
 }
 
 std::string attentionTuneBucket(const AttentionShape &s) {
@@ -59,12 +56,24 @@ std::string attentionTuneBucket(const AttentionShape &s) {
   while (n < std::max(s.seqQ, s.seqK))
     n *= 2;
   return fmt::format("D={} causal={} {}N<={}", s.headDim, int(s.causal),
-                     decoding(s) ? "Nq<=16 " : "", n);
+                     isDecoding(s) ? "Nq<=16 " : "", n);
+}
+
+/// The candidate of config `c` for `s`: its string, the forward's build and
+/// the pruning estimates (fp32 O and S accumulators, P packed to 16 bits).
+static TuneCandidate candidateOf(const AttentionShape &s,
+                                 const AttentionConfig &c) {
+  TuneCandidate t;
+  t.config = configString(c);
+  t.sharedBytes = attentionSharedBytes(s, c);
+  t.registers = int((c.blockM * s.headDim + c.blockM * c.blockN * 3 / 2) /
+                    (32 * c.warps));
+  t.build = [s, c] { return attentionForward(s, c); };
+  return t;
 }
 
 std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
   std::vector<TuneCandidate> out;
-  const int64_t D = s.headDim;
   for (int64_t bm : {64, 128})
     for (int64_t bn : {32, 64, 128})
       for (int warps : {4, 8})
@@ -94,16 +103,9 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
               c.warps = warps;
               c.stages = stages;
               c.reloadThreadIds = reload;
-              int64_t threads = 32 * warps;
-              TuneCandidate t;
-              t.config = configString(c);
-              t.sharedBytes = attentionSharedBytes(s, c);
-              // fp32 O and S accumulators, P packed to 16 bits.
-              t.registers = int((bm * D + bm * bn * 3 / 2) / threads);
-              t.build = [s, c] { return attentionForward(s, c); };
-              out.push_back(std::move(t));
+              out.push_back(candidateOf(s, c));
             }
-  if (!decoding(s))
+  if (!isDecoding(s))
     return out;
   // Decoding: the small mma.sync tiles (AttentionConfig::smallTiles' 16 rows
   // on one warp, and 32 on two), whose speed against wgmma differs by GPU
@@ -118,12 +120,7 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
         c.warps = int(bm / 16);
         c.stages = stages;
         c.reloadThreadIds = resolveConfig(s, c).reloadThreadIds;
-        TuneCandidate t;
-        t.config = configString(c);
-        t.sharedBytes = attentionSharedBytes(s, c);
-        t.registers = int((bm * D + bm * bn * 3 / 2) / (32 * c.warps));
-        t.build = [s, c] { return attentionForward(s, c); };
-        out.push_back(std::move(t));
+        out.push_back(candidateOf(s, c));
       }
   return out;
 }

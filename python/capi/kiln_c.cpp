@@ -143,10 +143,10 @@ std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
       // decoding's small tiles where their programs fill them (at D=128 on
       // fast memory; without a GPU nothing launches: neither).
       std::string why;
-      const bool gpu = cuda::available(&why);
-      const kernels::AttentionConfig launch =
-          kernels::launchConfig(s, {}, gpu ? cuda::device(device).smCount : 0,
-                                gpu ? cuda::device(device).memoryBandwidth : 0);
+      const cuda::DeviceInfo *gpu =
+          cuda::available(&why) ? &cuda::device(device) : nullptr;
+      const kernels::AttentionConfig launch = kernels::launchConfig(
+          s, {}, gpu ? gpu->smCount : 0, gpu ? gpu->memoryBandwidth : 0);
       made->splitKeys = launch.splitKeys;
       made->kernels = kernels::attentionForwardKernels(s, launch);
       if (made->splitKeys > 1)

@@ -241,10 +241,8 @@ int cmdBench(Options &opts) {
                   kernels::resolveConfig(s, modeCfg).staticShapes > 0
                       ? "static"
                       : "runtime";
-              // "+against", "+against2", ... in --against's order.
               if (which)
-                name +=
-                    which == 1 ? "+against" : fmt::format("+against{}", which);
+                name += "+" + againstLabel(which);
               Timed t{name, {}, {}, {}, {}, {}};
               std::map<std::string, TensorRef> mine = refs;
               // Key ranges: --split-keys, else the library's default; so

@@ -151,11 +151,7 @@ int benchAttentionBackward(Options &opts) {
             }
             const double tflops =
                 10.0 * B * H * N * N * D * (causal ? 0.5 : 1.0) / ms / 1e9;
-            // "default", "against", "against2", ... in --against's order.
-            const std::string config = which == 0 ? "default"
-                                       : which == 1
-                                           ? "against"
-                                           : fmt::format("against{}", which);
+            const std::string config = againstLabel(which);
             fmt::print("{},{},{},{},{},{},{:.3f},{:.1f},{}{}\n", dn, B, H, N, D,
                        int(causal), ms, tflops, each,
                        timed.size() == 1 ? "" : "," + config);

@@ -99,6 +99,9 @@ void forwardConfigFlags(Options &opts, kernels::AttentionConfig &c);
 /// --against's configs, as againstBackwardConfigs for the forward's flags.
 std::vector<kernels::AttentionConfig>
 againstConfigs(const kernels::AttentionConfig &base, const std::string &text);
+/// The bench rows' name of config `which` (0: the options' own): "default",
+/// then "against", "against2", ... in --against's order.
+std::string againstLabel(size_t which);
 /// The schedule switches a resolved Config turned on, for a summary line:
 /// " producer pingpong overlap min-blocks-per-sm=2 persistent (dynamic
 /// tiles) longest-first (groups of 4 heads)" (the ones > 0; a group of 0

@@ -12,6 +12,8 @@
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionBackward.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <limits>
@@ -182,6 +184,12 @@ std::vector<Config> withItemsList(const Config &base, const std::string &text,
 
 void forwardConfigFlags(Options &opts, AttentionConfig &c) {
   readFlags(opts, kForwardFlags, c);
+}
+
+std::string againstLabel(size_t which) {
+  return which == 0   ? "default"
+         : which == 1 ? "against"
+                      : fmt::format("against{}", which);
 }
 
 std::vector<AttentionConfig> againstConfigs(const AttentionConfig &base,

@@ -17,6 +17,10 @@ namespace kiln::kernels {
 std::string configString(const AttentionConfig &c);
 AttentionConfig parseConfigString(const std::string &text);
 
+/// Decoding: at most 16 queries on more keys. It tunes in a bucket of its
+/// own, and launchConfig's small tiles are for it.
+bool isDecoding(const AttentionShape &s);
+
 /// Shapes tuned alike: head dim, causal, decoding (at most 16 queries on
 /// more keys: "Nq<=16") or not, and max(Nq, Nk) rounded up to a power of two
 /// (at least 512). Batch and heads do not split buckets.
