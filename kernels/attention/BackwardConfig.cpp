@@ -6,6 +6,8 @@
 // forward.
 //
 //===----------------------------------------------------------------------===//
+#include "UntunedConfig.h"
+
 #include "kiln/kernels/AttentionBackward.h"
 #include "kiln/kernels/AttentionTune.h"
 #include "kiln/runtime/Error.h"
@@ -15,8 +17,9 @@
 
 namespace kiln::kernels {
 
-AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
-                                              AttentionBackwardConfig c) {
+/// resolveBackwardConfig, reading `kiln tune`'s record if `useTuned`.
+static AttentionBackwardConfig
+resolve(const AttentionShape &s, AttentionBackwardConfig c, bool useTuned) {
   checkAttentionShape(s);
   if (c.foldStatistics > 0 && c.scoresByQueries > 0)
     throw Error("attention backward: foldStatistics adds LSE and Delta in "
@@ -26,7 +29,7 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
   // bucket (`kiln tune attention-backward`), unless it takes the other way
   // to dQ than the one asked for, or scores by queries where folded
   // statistics are.
-  if (!c.blockM && !c.blockN && !c.dqBlockM)
+  if (useTuned && !c.blockM && !c.blockN && !c.dqBlockM)
     if (std::optional<AttentionBackwardConfig> t =
             tunedAttentionBackwardConfig(s);
         t && (c.deterministic < 0 || c.deterministic == t->deterministic) &&
@@ -184,6 +187,17 @@ AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
                   ">= 16, got " +
                   std::to_string(b));
   return c;
+}
+
+AttentionBackwardConfig resolveBackwardConfig(const AttentionShape &s,
+                                              AttentionBackwardConfig c) {
+  return resolve(s, c, /*useTuned=*/true);
+}
+
+AttentionBackwardConfig
+resolveUntunedBackwardConfig(const AttentionShape &s,
+                             AttentionBackwardConfig c) {
+  return resolve(s, c, /*useTuned=*/false);
 }
 
 } // namespace kiln::kernels

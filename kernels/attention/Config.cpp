@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "AttentionLoops.h"
 #include "HeadGroups.h"
+#include "UntunedConfig.h"
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/Attention.h"
@@ -133,7 +134,9 @@ int keyLoops(const AttentionShape &s, const AttentionConfig &c) {
   return split > 0 && split < s.seqK ? 2 : 1;
 }
 
-AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
+/// resolveConfig, reading `kiln tune`'s record for the shape if `useTuned`.
+static AttentionConfig resolve(const AttentionShape &s, AttentionConfig c,
+                               bool useTuned) {
   checkAttentionShape(s);
   // Run-time B, H, Nq and Nk: one compile serves every size of a class.
   if (c.staticShapes < 0)
@@ -148,7 +151,7 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
                 ") splits the keys of non-causal attention only");
   // No tile sizes chosen: the autotuner's winner for this GPU and shape
   // bucket, when `kiln tune` recorded one.
-  if (!c.blockM && !c.blockN && c.smallTiles <= 0)
+  if (useTuned && !c.blockM && !c.blockN && c.smallTiles <= 0)
     if (std::optional<AttentionConfig> tuned = tunedAttentionConfig(s)) {
       tuned->blockNDiagonal = c.blockNDiagonal;
       tuned->blockNRaggedEnd = c.blockNRaggedEnd;
@@ -426,6 +429,15 @@ AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
     c.headGroup = forwardHeadGroup(c, s.seqK, s.headDim * dtypeSize(s.dtype),
                                    s.batch * s.heads);
   return c;
+}
+
+AttentionConfig resolveConfig(const AttentionShape &s, AttentionConfig c) {
+  return resolve(s, c, /*useTuned=*/true);
+}
+
+AttentionConfig resolveUntunedConfig(const AttentionShape &s,
+                                     AttentionConfig c) {
+  return resolve(s, c, /*useTuned=*/false);
 }
 
 int64_t attentionSharedBytes(const AttentionShape &s,

@@ -10,6 +10,8 @@
 // tiles if there are enough of them to fill the SMs.
 //
 //===----------------------------------------------------------------------===//
+#include "UntunedConfig.h"
+
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionTune.h"
@@ -106,7 +108,7 @@ static constexpr double kWideSmallTilesFromBandwidthPerSm = 30e9;
 /// ran 14-28% slower at B*H = 128 (half their slots busy; session 48).
 static bool smallTilesByDefault(const AttentionShape &s,
                                 const AttentionConfig &c, int64_t sms,
-                                double memoryBandwidth) {
+                                double memoryBandwidth, bool useTuned) {
   if (s.causal || sms <= 0 || c.splitKeys > 1 || c.blockM || c.blockN ||
       c.warps || c.wgmma >= 0 || dtypeSize(s.dtype) != 2 || !isDecoding(s) ||
       s.seqK < 1024)
@@ -116,7 +118,7 @@ static bool smallTilesByDefault(const AttentionShape &s,
     return false;
   // `kiln tune` timed the small tiles against wgmma on this GPU: its winner
   // decides (resolveConfig takes it).
-  if (tunedAttentionConfig(s))
+  if (useTuned && tunedAttentionConfig(s))
     return false;
   AttentionConfig small = c;
   small.smallTiles = 1;
@@ -131,8 +133,18 @@ AttentionConfig launchConfig(const AttentionShape &s,
   AttentionConfig c = config;
   c.splitKeys = int(splitKeysOf(s, config, sms));
   if (c.smallTiles < 0)
-    c.smallTiles = smallTilesByDefault(s, c, sms, memoryBandwidth);
+    c.smallTiles = smallTilesByDefault(s, c, sms, memoryBandwidth,
+                                       /*useTuned=*/true);
   return c;
+}
+
+AttentionConfig untunedDefaultConfig(const AttentionShape &s, int64_t sms,
+                                     double memoryBandwidth) {
+  AttentionConfig c;
+  c.splitKeys = 1;
+  c.smallTiles = smallTilesByDefault(s, c, sms, memoryBandwidth,
+                                     /*useTuned=*/false);
+  return resolveUntunedConfig(s, c);
 }
 
 } // namespace kiln::kernels

@@ -1,5 +1,6 @@
 //===- Tune.cpp - attention's Config space and harness for the autotuner -===//
 #include "ConfigFields.h"
+#include "UntunedConfig.h"
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/AttentionTune.h"
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <tuple>
 
@@ -107,6 +109,8 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
             }
   if (!isDecoding(s))
     return out;
+  std::vector<TuneCandidate> square = std::move(out);
+  out.clear();
   // Decoding: the small mma.sync tiles (AttentionConfig::smallTiles' 16 rows
   // on one warp, and 32 on two), whose speed against wgmma differs by GPU
   // (docs/experiments/2026-11-28-session49.txt).
@@ -122,6 +126,8 @@ std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s) {
         c.reloadThreadIds = resolveConfig(s, c).reloadThreadIds;
         out.push_back(candidateOf(s, c));
       }
+  // ... before the square tiles, which a short budget may not reach.
+  std::move(square.begin(), square.end(), std::back_inserter(out));
   return out;
 }
 
@@ -252,11 +258,22 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
   // tuning runs (D=128 N=4k: 0.99 against 0.63 ms causal), and the driver's
   // compile of each candidate's PTX is most of a tuning run's time.
   // Decoding's small tiles stay (they lead on an H200).
-  if (cuda::device().arch() == "sm_90a")
+  const cuda::DeviceInfo &dev = cuda::device();
+  if (dev.arch() == "sm_90a")
     std::erase_if(candidates, [](const TuneCandidate &c) {
       return c.config.find("wgmma=0") != std::string::npos &&
              parseConfigString(c.config).blockM >= 64;
     });
+  // The schedule launches take untuned goes first and is timed whatever the
+  // budget: a decoding tuning whose budget ran out before the small tiles
+  // recorded a wgmma kernel 5% slower than them (H200, session 50).
+  TuneCandidate base =
+      candidateOf(s, untunedDefaultConfig(s, dev.smCount, dev.memoryBandwidth));
+  base.baseline = true;
+  std::erase_if(candidates, [&](const TuneCandidate &c) {
+    return c.config == base.config;
+  });
+  candidates.insert(candidates.begin(), std::move(base));
   return autotune("attention", attentionTuneBucket(s), dtypeName(s.dtype),
                   std::move(candidates), h, options);
 }

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ConfigFields.h"
+#include "UntunedConfig.h"
 
 #include "kiln/Compiler/Compile.h"
 #include "kiln/kernels/AttentionTune.h"
@@ -51,10 +52,31 @@ AttentionBackwardConfig parseBackwardConfigString(const std::string &text) {
   return parseConfigFields(text, kFields, "attention backward config");
 }
 
+/// The candidate of backward config `c` for `s`: its string, the kernels'
+/// build and the pruning estimates.
+static TuneCandidate backwardCandidateOf(const AttentionShape &s,
+                                         const AttentionBackwardConfig &c) {
+  const int64_t D = s.headDim, e = int64_t(dtypeSize(s.dtype));
+  const int64_t bn = c.blockN, bm = c.blockM, stages = c.stages;
+  const bool det = c.deterministic > 0, byQueries = c.scoresByQueries > 0;
+  const int64_t threads = 32 * c.warps;
+  TuneCandidate t;
+  t.config = backwardConfigString(c);
+  // K and V resident, Q and dO per stage; atomics stage dSᵀ and
+  // the fp32 dQ part; scores by queries stage P and dS.
+  const int64_t staged = byQueries ? 2 : det ? 0 : 1;
+  t.sharedBytes = 2 * bn * D * e + stages * 2 * bm * D * e +
+                  staged * bm * bn * e + (det ? 0 : bm * D * 4);
+  // dK and dV, the scores and dP (fp32, either way round), and
+  // dQ's part with atomics.
+  t.registers = int((2 * bn * D + 2 * bn * bm + (det ? 0 : bm * D)) / threads);
+  t.buildSequence = [s, c] { return attentionBackward(s, c); };
+  return t;
+}
+
 std::vector<TuneCandidate>
 attentionBackwardCandidates(const AttentionShape &s) {
   std::vector<TuneCandidate> out;
-  const int64_t D = s.headDim, e = int64_t(dtypeSize(s.dtype));
   for (int det : {1, 0})
     for (int64_t bn : {64, 128})
       for (int64_t bm : {64, 128})
@@ -72,20 +94,7 @@ attentionBackwardCandidates(const AttentionShape &s) {
               c.dqBlockM = dqBm;
               c.dqBlockN = det ? 64 : 0;
               c.dqWarps = det ? int(std::max<int64_t>(4, dqBm / 16)) : 0;
-              const int64_t threads = 32 * c.warps;
-              TuneCandidate t;
-              t.config = backwardConfigString(c);
-              // K and V resident, Q and dO per stage; atomics stage dSᵀ and
-              // the fp32 dQ part; scores by queries stage P and dS.
-              const int64_t staged = byQueries ? 2 : det ? 0 : 1;
-              t.sharedBytes = 2 * bn * D * e + stages * 2 * bm * D * e +
-                              staged * bm * bn * e + (det ? 0 : bm * D * 4);
-              // dK and dV, the scores and dP (fp32, either way round), and
-              // dQ's part with atomics.
-              t.registers = int(
-                  (2 * bn * D + 2 * bn * bm + (det ? 0 : bm * D)) / threads);
-              t.buildSequence = [s, c] { return attentionBackward(s, c); };
-              out.push_back(std::move(t));
+              out.push_back(backwardCandidateOf(s, c));
             }
   return out;
 }
@@ -198,9 +207,18 @@ TuneResult tuneAttentionBackward(const AttentionShape &s,
     }
     return "";
   };
+  // The schedule launches take untuned first, timed whatever the budget
+  // (the forward's tuneAttention says why).
+  std::vector<TuneCandidate> candidates = attentionBackwardCandidates(s);
+  TuneCandidate base =
+      backwardCandidateOf(s, resolveUntunedBackwardConfig(s, {}));
+  base.baseline = true;
+  std::erase_if(candidates, [&](const TuneCandidate &c) {
+    return c.config == base.config;
+  });
+  candidates.insert(candidates.begin(), std::move(base));
   return autotune("attention-backward", attentionBackwardTuneBucket(s),
-                  dtypeName(s.dtype), attentionBackwardCandidates(s), h,
-                  options);
+                  dtypeName(s.dtype), std::move(candidates), h, options);
 }
 
 std::optional<AttentionBackwardConfig>

@@ -12,6 +12,7 @@
 
 #include "kiln/Compiler/Autotuned.h"
 #include "kiln/Reference/CpuExecutor.h"
+#include "kiln/kernels/AttentionTune.h"
 #include "kiln/kernels/Reference.h"
 #include "kiln/kernels/RmsNorm.h"
 #include "kiln/runtime/Cuda.h"
@@ -180,6 +181,46 @@ TEST(Autotuned, LayerNormRunsOnTheCpu) {
     ErrorStats e = compareTensors(y, ref);
     EXPECT_EQ(e.nonFinite, 0) << c.name();
     EXPECT_LE(e.relative, 1e-2) << c.name();
+  }
+}
+
+// Attention's tunings time the schedule launches take untuned first,
+// whatever the budget: with none, it is the only candidate timed and the
+// winner, checked against the reference and recorded.
+TEST(GpuAutotuned, AttentionTimesTheUntunedDefaultWhateverTheBudget) {
+  REQUIRE_GPU();
+  OwnTuningDb db("kiln_untuned_default");
+  TuneOptions o;
+  o.budgetSeconds = 0;
+  o.force = true;
+  const cuda::DeviceInfo &dev = cuda::device();
+  const kernels::AttentionShape dec{32,  16,    1,           4096,
+                                    128, false, DType::bf16, 0};
+  const kernels::AttentionShape square{2,  4,     1000,        1000,
+                                       64, false, DType::bf16, 0};
+  for (bool backward : {false, true}) {
+    const kernels::AttentionShape &s = backward ? square : dec;
+    TuneResult r = backward ? kernels::tuneAttentionBackward(s, o)
+                            : kernels::tuneAttention(s, o);
+    EXPECT_FALSE(r.fromDatabase);
+    EXPECT_GT(r.baselineMs, 0) << backward;
+    EXPECT_EQ(r.config, r.baselineConfig) << backward;
+    if (!backward)
+      EXPECT_EQ(r.config, kernels::configString(kernels::untunedDefaultConfig(
+                              s, dev.smCount, dev.memoryBandwidth)));
+    int timed = 0, skipped = 0;
+    for (const TunedTiming &t : r.timings) {
+      timed += t.status == "ok";
+      skipped += t.status == "skipped: time budget spent";
+    }
+    EXPECT_EQ(timed, 1) << backward;
+    EXPECT_GT(skipped, 10) << backward;
+    std::optional<std::string> recorded =
+        tunedConfig(backward ? "attention-backward" : "attention",
+                    backward ? kernels::attentionBackwardTuneBucket(s)
+                             : kernels::attentionTuneBucket(s),
+                    "bf16");
+    EXPECT_EQ(recorded.value_or("none"), r.config) << backward;
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 using namespace kiln;
 using ::testing::HasSubstr;
@@ -163,6 +164,11 @@ TEST(Tuning, AttentionConfigStringsRoundTrip) {
   EXPECT_EQ(smallOnes({32, 16, 1, 8192, 128, false, DType::bf16, 0}), 12);
   EXPECT_EQ(smallOnes({32, 32, 4, 4096, 64, false, DType::bf16, 0}), 12);
   EXPECT_EQ(smallOnes({4, 16, 8192, 8192, 128, false, DType::bf16, 0}), 0);
+  // Decoding lists them first: a budget that runs out reaches them.
+  EXPECT_TRUE(kernels::attentionCandidates(
+                  {32, 16, 1, 8192, 128, false, DType::bf16, 0})
+                  .front()
+                  .config.starts_with("blockM=16 "));
   // Each builds the small tiles' kernel: the preset's, compiled, on mma.sync.
   const kernels::AttentionShape one{32,  16,    1,           8192,
                                     128, false, DType::bf16, 0};
@@ -177,6 +183,33 @@ TEST(Tuning, AttentionConfigStringsRoundTrip) {
       return;
     }
   ADD_FAILURE() << "no candidate of the small tiles' preset";
+}
+
+// The tuner's baseline is what launches take untuned on that GPU: D=128
+// decoding's small tiles by the memory's bandwidth an SM (H200, not H100),
+// wgmma elsewhere, keys never split.
+TEST(Tuning, UntunedDefaultIsTheLaunchesSchedule) {
+  const kernels::AttentionShape dec{32,  16,    1,           8192,
+                                    128, false, DType::bf16, 0};
+  const kernels::AttentionShape square{4,   16,   4096,        4096,
+                                       128, true, DType::bf16, 0};
+  for (auto [s, sms, bandwidth] :
+       {std::tuple{dec, 132, 4.8e12}, std::tuple{dec, 132, 3.35e12},
+        std::tuple{square, 132, 4.8e12}, std::tuple{dec, 0, 0.0}}) {
+    kernels::AttentionConfig u =
+        kernels::untunedDefaultConfig(s, sms, bandwidth);
+    kernels::AttentionConfig l =
+        kernels::resolveConfig(s, kernels::launchConfig(s, {}, sms, bandwidth));
+    EXPECT_EQ(kernels::configString(u), kernels::configString(l))
+        << s.seqQ << " " << bandwidth;
+    EXPECT_EQ(u.splitKeys, 1);
+  }
+  EXPECT_EQ(kernels::untunedDefaultConfig(dec, 132, 4.8e12).blockM, 16);
+  EXPECT_EQ(kernels::untunedDefaultConfig(dec, 132, 3.35e12).wgmma, 1);
+  // With few programs launches split the keys; the baseline does not.
+  const kernels::AttentionShape few{1, 4, 1, 8192, 128, false, DType::bf16, 0};
+  EXPECT_GT(kernels::launchConfig(few, {}, 132, 4.8e12).splitKeys, 1);
+  EXPECT_EQ(kernels::untunedDefaultConfig(few, 132, 4.8e12).splitKeys, 1);
 }
 
 TEST(Tuning, BackwardSpaceIsWholeSequencesOfBothWaysToDq) {

@@ -188,6 +188,10 @@ int cmdTune(Options &opts) {
                  s.headDim * (s.causal ? 0.5 : 1.0);
   fmt::print("winner {}: {:.3f} ms, {:.0f} TFLOP/s; tuned in {:.1f} s\n",
              r.config, r.ms, flops / r.ms / 1e9, r.seconds);
+  if (r.baselineMs > 0)
+    fmt::print("untuned default {}: {:.3f} ms (the winner {:.3f}x its "
+               "speed)\n",
+               r.baselineConfig, r.baselineMs, r.baselineMs / r.ms);
   if (o.exhaustive) {
     fmt::print("exhaustive best {}: {:.3f} ms (every candidate that "
                "compiles, {}x the launches); this run's winner is within "

@@ -135,6 +135,9 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
       todo.push_back(i);
     result.timings.push_back(t);
   }
+  // Baselines first: compiled and timed whatever the budget.
+  std::stable_partition(todo.begin(), todo.end(),
+                        [&](size_t i) { return candidates[i].baseline; });
   say(fmt::format("{} candidates, {} pruned by shared memory or register "
                   "estimates",
                   candidates.size(), candidates.size() - todo.size()));
@@ -152,7 +155,7 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
   auto worker = [&] {
     for (size_t j; (j = next++) < todo.size();) {
       size_t i = todo[j];
-      if (secondsSince(start) > o.budgetSeconds) {
+      if (!candidates[i].baseline && secondsSince(start) > o.budgetSeconds) {
         compiled[i].error = "skipped: time budget spent";
         continue;
       }
@@ -222,6 +225,10 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
     }
     if (previous && previous->config == t.config)
       result.previousWinnerMs = t.ms;
+    if (candidates[i].baseline) {
+      result.baselineConfig = t.config;
+      result.baselineMs = t.ms;
+    }
     if (candidates[i].registers <= 255 && (best == 0 || t.ms < best)) {
       best = t.ms;
       bestIdx = i;
@@ -257,7 +264,7 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
                              spills[i], o.pruneSpillBytes);
       continue;
     }
-    if (secondsSince(start) > o.budgetSeconds) {
+    if (!candidates[i].baseline && secondsSince(start) > o.budgetSeconds) {
       t.status = "skipped: time budget spent";
       continue;
     }
@@ -284,8 +291,9 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
                          o.exhaustive ? 3 * o.reps : o.reps, o.backToBack);
       t.status = "ok";
       say(fmt::format(
-          "  {:<56} {:8.3f} ms  {} regs{}", t.config, t.ms, t.registers,
-          t.spillBytes ? fmt::format(", {} B spills", t.spillBytes) : ""));
+          "  {:<56} {:8.3f} ms  {} regs{}{}", t.config, t.ms, t.registers,
+          t.spillBytes ? fmt::format(", {} B spills", t.spillBytes) : "",
+          candidates[i].baseline ? " (the untuned default)" : ""));
       account(i);
     } catch (const Error &e) {
       t.status = std::string("launch error: ") + e.what();
@@ -353,9 +361,14 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
   result.ms = best;
   result.seconds = secondsSince(start);
   db.record(result.key, result.config, result.ms);
-  say(fmt::format("winner {} ({:.3f} ms), checked against the reference; "
-                  "recorded in {}",
-                  result.config, result.ms, db.path()));
+  say(fmt::format(
+      "winner {} ({:.3f} ms{}), checked against the reference; "
+      "recorded in {}",
+      result.config, result.ms,
+      result.baselineMs > 0
+          ? fmt::format("; the untuned default {:.3f} ms", result.baselineMs)
+          : "",
+      db.path()));
   return result;
 }
 

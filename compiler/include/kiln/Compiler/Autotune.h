@@ -30,6 +30,9 @@ struct TuneCandidate {
   /// Instead of `build`: kernels launched one after the other, timed and
   /// checked as one (a backward pass of several kernels).
   std::function<std::vector<Kernel>()> buildSequence;
+  /// The schedule launches take with no tuned record: compiled and timed
+  /// first, whatever the budget, so that no winner is slower than it.
+  bool baseline = false;
 };
 
 /// How candidates run: argument lists over rotating buffer sets (so that
@@ -95,6 +98,10 @@ struct TuneResult {
   /// tuning got to the best.
   std::string previousWinner;
   double previousWinnerMs = 0;
+  /// The baseline candidate (TuneCandidate::baseline) and its time in this
+  /// run; empty and 0 when there was none.
+  std::string baselineConfig;
+  double baselineMs = 0;
 };
 
 /// Tunes `kernel` for `bucket` and `dtype` on the current GPU. Throws

@@ -28,14 +28,23 @@ std::string attentionTuneBucket(const AttentionShape &s);
 
 /// The space searched: blockM {64, 128} x blockN {32, 64, 128} x warps
 /// {4, 8} x stages {2, 3} x thread-id reload {0, 1}, with blockM >= 16 per
-/// warp; for decoding also the small mma.sync tiles (16 rows on one warp or
-/// 32 on two, blockN {32, 64}, stages {2, 3, 4}); each with its
+/// warp; for decoding, first, the small mma.sync tiles (16 rows on one warp
+/// or 32 on two, blockN {32, 64}, stages {2, 3, 4}); each with its
 /// shared-memory and accumulator-register estimates.
 std::vector<TuneCandidate> attentionCandidates(const AttentionShape &s);
 
+/// The forward's config for `s` on a GPU of `sms` SMs and `memoryBandwidth`
+/// DRAM bytes a second as launchConfig resolves it with no tuned record, keys
+/// not split (SplitKeys.cpp). tuneAttention times it first, whatever the
+/// budget (TuneCandidate::baseline), so that no recorded winner is slower
+/// than the schedule it replaces.
+AttentionConfig untunedDefaultConfig(const AttentionShape &s, int64_t sms,
+                                     double memoryBandwidth);
+
 /// Tunes attention for `s` (its batch and heads give the timed problem):
 /// random inputs in rotating buffer sets, the winner checked against the
-/// NVRTC reference on fresh inputs with poisoned outputs.
+/// NVRTC reference on fresh inputs with poisoned outputs. The untuned
+/// default first; for decoding the small tiles before the square tiles.
 TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options);
 
 /// The tuned config recorded for `s` on this GPU, if any.
@@ -51,7 +60,8 @@ std::string attentionBackwardTuneBucket(const AttentionShape &s);
 /// atomics, x blockN {64, 128} x blockM {64, 128} x stages {2, 3}; each
 /// candidate the whole sequence of kernels.
 std::vector<TuneCandidate> attentionBackwardCandidates(const AttentionShape &s);
-/// Tunes the backward for `s`: the sequences timed on the same rotating
+/// Tunes the backward for `s` (resolveBackwardConfig's untuned default
+/// first, whatever the budget): the sequences timed on the same rotating
 /// inputs (O and LSE from the forward), the winner checked against the fp64
 /// reference on a small problem of the same size classes.
 TuneResult tuneAttentionBackward(const AttentionShape &s,
