@@ -88,24 +88,25 @@ int64_t splitKeysOf(const AttentionShape &s, const AttentionConfig &config,
 /// waves' worth of programs on their CTA slots: fewer leave the SMs short of
 /// warps to stream K and V.
 static constexpr double kSmallTilesFrom = 0.9;
-/// At D=128 they need this many DRAM bytes a second per SM: where the
-/// memory is slower for the SMs, the wgmma kernel streams K and V as fast.
-static constexpr double kWideSmallTilesFromBandwidthPerSm = 30e9;
+/// They need this many DRAM bytes a second per SM: where the memory is
+/// slower for the SMs, the wgmma kernel streams K and V as fast.
+static constexpr double kSmallTilesFromBandwidthPerSm = 30e9;
 
 /// Whether the forward for `s` under `c` (its keys' ranges decided) takes
 /// decoding's small mma.sync tiles by default on `sms` SMs: at most 16
 /// queries on at least 1024 keys, not causal, keys not split, the tiles and
 /// the tensor-core path left to the defaults, programs for 90% of the small
 /// tiles' CTA slots (4 an SM by shared memory: 475 on 132 SMs), no tuned
-/// config for the shape on this GPU, and at D=128 30 GB/s of DRAM bandwidth
-/// an SM (H200: 4.8 TB/s on 132 SMs, 36; H100 SXM: 3.35 TB/s, 25). Same
-/// process, bf16, small tiles against the default (kiln bench attention
-/// --against small-tiles=0|1, 1-16 queries on 1024-32768 keys): D=64
-/// 4.3-6.5% faster at B*H = 512 and 2048 on an H200
-/// (docs/experiments/2026-11-27-session48.txt); D=128 (16 rows, 32-key
-/// blocks) 2.4-6.5% faster at B*H = 256-2048 on an H200 (two calls), 0.6%
-/// faster to 1.4% slower on an H100 (2026-11-28-session49.txt); 32-row tiles
-/// ran 14-28% slower at B*H = 128 (half their slots busy; session 48).
+/// config for the shape on this GPU, and 30 GB/s of DRAM bandwidth an SM
+/// (H200: 4.8 TB/s on 132 SMs, 36; H100 SXM: 3.35 TB/s, 25). Same process,
+/// bf16, small tiles against the default (kiln bench attention --against
+/// small-tiles=0|1, 1-16 queries on 1024-32768 keys): D=64 4.3-6.5% faster
+/// at B*H = 512 and 2048 on an H200 (docs/experiments/
+/// 2026-11-27-session48.txt), 1.1-1.7% slower at B*H = 512-1024 on an H100
+/// (2026-11-28-session50.txt); D=128 (16 rows, 32-key blocks) 2.4-6.5%
+/// faster at B*H = 256-2048 on an H200 (two calls), 0.6% faster to 1.4%
+/// slower on an H100 (2026-11-28-session49.txt); 32-row tiles ran 14-28%
+/// slower at B*H = 128 (half their slots busy; session 48).
 static bool smallTilesByDefault(const AttentionShape &s,
                                 const AttentionConfig &c, int64_t sms,
                                 double memoryBandwidth, bool useTuned) {
@@ -113,8 +114,7 @@ static bool smallTilesByDefault(const AttentionShape &s,
       c.warps || c.wgmma >= 0 || dtypeSize(s.dtype) != 2 || !isDecoding(s) ||
       s.seqK < 1024)
     return false;
-  if (s.headDim == 128 &&
-      memoryBandwidth < kWideSmallTilesFromBandwidthPerSm * double(sms))
+  if (memoryBandwidth < kSmallTilesFromBandwidthPerSm * double(sms))
     return false;
   // `kiln tune` timed the small tiles against wgmma on this GPU: its winner
   // decides (resolveConfig takes it).

@@ -151,9 +151,10 @@ TuneResult tuneAttention(const AttentionShape &s, const TuneOptions &options) {
                          int64_t(dtypeSize(s.dtype)) +
                      s.batch * s.heads * s.seqQ * 4;
   // Enough sets that consecutive launches never find their inputs in the
-  // 50 MB L2 (H100/H200): at least 128 MB of rotation, 2..16 sets.
+  // 50 MB L2 (H100/H200): at least 128 MB of rotation, 1..16 sets (one set
+  // of 128 MB or more is its own rotation).
   int sets = int(std::clamp<int64_t>(
-      (128 << 20) / std::max<int64_t>(setBytes, 1) + 1, 2, 16));
+      (128 << 20) / std::max<int64_t>(setBytes, 1) + 1, 1, 16));
   struct Set {
     std::shared_ptr<cuda::Buffer> q, k, v, o, lse;
   };

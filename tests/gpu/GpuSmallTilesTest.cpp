@@ -2,8 +2,8 @@
 //
 // The forward under AttentionConfig::smallTiles (16 rows on one warp, 64-key
 // blocks at D=64 and 32-key ones at D=128, three stages): chosen by
-// launchConfig's default where decoding's programs fill 132 SMs (and at D=128
-// the memory is an H200's), and asked for where they would not (ragged Nk,
+// launchConfig's default where decoding's programs fill 132 SMs and the
+// memory is an H200's, and asked for where they would not (ragged Nk,
 // more queries than one row block, keys split as well). Against the fp64 host
 // reference: fresh random inputs, O, LSE and the split workspace poisoned
 // before the launches, every element compared; each kernel's lowering report

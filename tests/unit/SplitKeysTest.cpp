@@ -165,8 +165,8 @@ TEST(SmallTilesOnCpu, MatchesFp64Reference) {
 // launchConfig's small tiles: at most 16 queries on 1024 keys or more, not
 // causal, keys not split, tiles and tensor-core path left to the defaults,
 // and programs for 90% of the small tiles' CTA slots (132 SMs, 4 CTAs an SM
-// by shared memory at both D: 475); at D=128 only on 30 GB/s of DRAM
-// bandwidth an SM (an H200's 4.8 TB/s on 132 SMs, not an H100's 3.35).
+// by shared memory at both D: 475), on 30 GB/s of DRAM bandwidth an SM (an
+// H200's 4.8 TB/s on 132 SMs, not an H100's 3.35).
 constexpr double kH200 = 4.8e12, kH100 = 3.35e12; // DRAM bytes a second
 TEST(SmallTilesDefault, FollowsThePrograms) {
   auto small = [](int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D,
@@ -180,14 +180,15 @@ TEST(SmallTilesDefault, FollowsThePrograms) {
   EXPECT_EQ(small(8, 32, 1, 4096, 64), 0);    // 256: wgmma, not split
   EXPECT_EQ(small(4, 32, 1, 4096, 64), 0);    // split
   EXPECT_EQ(small(16, 32, 17, 4096, 64), 0);  // two row blocks a head
-  // D=128: the memory's bandwidth an SM decides too (D=64 takes no note).
+  // The memory's bandwidth an SM decides too, at both D.
   EXPECT_EQ(small(32, 16, 1, 8192, 128), 1);  // 512 programs
   EXPECT_EQ(small(32, 16, 16, 8192, 128), 1); // 16 queries
   EXPECT_EQ(small(16, 16, 1, 4096, 128), 0);  // 256: wgmma, not split
   EXPECT_EQ(small(32, 16, 1, 8192, 128, {}, false, 132, kH100), 0);
   EXPECT_EQ(small(32, 16, 1, 8192, 128, {}, false, 132, 0), 0); // unknown
   EXPECT_EQ(small(32, 16, 1, 8192, 128, {}, false, 160, kH200), 0);
-  EXPECT_EQ(small(16, 32, 1, 4096, 64, {}, false, 132, kH100), 1);
+  EXPECT_EQ(small(16, 32, 1, 4096, 64, {}, false, 132, kH100), 0);
+  EXPECT_EQ(small(16, 32, 1, 4096, 64, {}, false, 132, 0), 0); // unknown
   EXPECT_EQ(small(1, 1, 1, 4096, 128, {.smallTiles = 1}), 1);
   EXPECT_EQ(small(16, 32, 1, 1000, 64), 0);               // short keys
   EXPECT_EQ(small(16, 32, 1, 4096, 64, {}, true), 0);     // causal
@@ -211,7 +212,7 @@ TEST(SmallTilesDefault, FollowsThePrograms) {
     EXPECT_THAT(e.what(), HasSubstr("contradicts"));
   }
   // The kernels follow it.
-  std::vector<Kernel> ks = kernels::attentionForwardKernels(s, {}, 132);
+  std::vector<Kernel> ks = kernels::attentionForwardKernels(s, {}, 132, kH200);
   ASSERT_EQ(ks.size(), 1u);
   CompiledKernel k = compileForGpu(ks[0], {"sm_90a", 0});
   const std::string report = test::reportOf(k);

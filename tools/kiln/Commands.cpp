@@ -232,7 +232,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   // First what the GPU's size decides, as the library decides it from the
   // options given (launchConfig): the key ranges (--split-keys, else the
   // default for --sms SMs, the GPU's where there is one; none without) and
-  // whether decoding's small tiles apply (at D=128 by --memory-gbps too).
+  // whether decoding's small tiles apply (by --memory-gbps too).
   const int64_t sms = opts.integer("sms", gpuSmCount());
   if (sms < 0)
     throw UsageError("option --sms must be >= 0, got " + std::to_string(sms));
@@ -339,11 +339,10 @@ static Problem attentionProblem(Options &opts, bool withData) {
       c.warps, c.stages,
       c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma")
       : c.smallTiles > 0
-          ? " small-tiles" + (!defaultSmall ? ""
-                              : s.headDim == 128
-                                  ? fmt::format(" (default on {} SMs, {} GB/s)",
-                                                sms, memoryGBps)
-                                  : fmt::format(" (default on {} SMs)", sms))
+          ? " small-tiles" + (!defaultSmall
+                                  ? ""
+                                  : fmt::format(" (default on {} SMs, {} GB/s)",
+                                                sms, memoryGBps))
           : "",
       scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
                        int(c.minBlocksPerSM), c.persistent, c.dynamicTiles,

@@ -156,7 +156,7 @@ kernels and their shape options:
              one, else no split)
              [--small-tiles 0|1] (decoding's mma.sync tiles: 16 rows on
              one warp, three stages; default: few queries, keys not split,
-             where their programs fill the --sms SMs, at D=128 only where
+             where their programs fill the --sms SMs and where
              --memory-gbps G, the GPU's DRAM GB/s (its own where there is
              one, else 0), reaches 30 an SM)
   attention-backward  the attention options above but --lse-stride and

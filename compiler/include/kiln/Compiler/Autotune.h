@@ -58,7 +58,9 @@ struct TuneHarness {
 };
 
 struct TuneOptions {
-  double budgetSeconds = 30; ///< compiling and timing stop past this
+  /// Compiling and timing stop past this (the harness's inputs, made on
+  /// their first use, do not count).
+  double budgetSeconds = 30;
   int threads = 0;           ///< compile threads; 0: the host's cores
   int reps = 10;             ///< timed samples per candidate (median)
   int backToBack = 10; ///< launches per sample, back to back (`kiln bench`)

@@ -34,8 +34,8 @@ struct AttentionConfig {
   /// Decoding (a few queries on long keys, keys not split): mma.sync tiles
   /// of 16 rows on one warp, 64-key blocks at D=64 and 32-key ones at
   /// D=128, three stages, each field taken where the config leaves it unset:
-  /// 1 yes, 0 no, -1 default (launchConfig decides it from the GPU's SMs,
-  /// and at D=128 its memory bandwidth; resolveConfig alone reads -1 as no).
+  /// 1 yes, 0 no, -1 default (launchConfig decides it from the GPU's SMs
+  /// and memory bandwidth; resolveConfig alone reads -1 as no).
   int smallTiles = -1;
   int reloadThreadIds = -1;  ///< -1: default, 0: no, 1: yes
   /// K/V copy destinations: 1 one full offset per register, 0 base plus
@@ -259,9 +259,9 @@ int64_t splitKeysOf(const AttentionShape &shape, const AttentionConfig &config,
 /// `config` with what the GPU decides filled in, as attentionForwardKernels
 /// launches it: splitKeys (splitKeysOf on `sms` SMs) and, left at -1,
 /// smallTiles (decoding's small tiles where the keys are not split and their
-/// programs fill the SMs and `kiln tune` recorded no winner for the shape;
-/// at D=128 only where `memoryBandwidth`, DRAM bytes a second as
-/// cuda::DeviceInfo gives it, is high for the SM count; 0: unknown.
+/// programs fill the SMs and `kiln tune` recorded no winner for the shape,
+/// only where `memoryBandwidth`, DRAM bytes a second as cuda::DeviceInfo
+/// gives it, is high for the SM count; 0: unknown, no small tiles.
 /// SplitKeys.cpp gives the rule). `sms` 0: neither.
 AttentionConfig launchConfig(const AttentionShape &shape,
                              const AttentionConfig &config, int64_t sms = 0,
