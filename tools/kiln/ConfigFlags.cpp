@@ -27,43 +27,50 @@ namespace {
 using kernels::AttentionBackwardConfig;
 using kernels::AttentionConfig;
 
+/// What a flag's value may be: any integer its field holds, a tile or a
+/// stage count (>= 1), or a switch (0 or 1; left out, the default).
+enum class FlagKind { Any, Positive, Switch };
+
 template <class Config> struct ConfigFlag {
   const char *name;
   std::variant<int64_t Config::*, int Config::*> field;
-  bool positive = false; ///< a tile or a stage count: >= 1
+  FlagKind kind = FlagKind::Any;
 };
 using ForwardFlag = ConfigFlag<AttentionConfig>;
 using BackwardFlag = ConfigFlag<AttentionBackwardConfig>;
 
 const ForwardFlag kForwardFlags[] = {
-    {"block-m", &AttentionConfig::blockM, true},
-    {"block-n", &AttentionConfig::blockN, true},
+    {"block-m", &AttentionConfig::blockM, FlagKind::Positive},
+    {"block-n", &AttentionConfig::blockN, FlagKind::Positive},
     {"warps", &AttentionConfig::warps},
-    {"stages", &AttentionConfig::stages, true},
-    {"reload-ids", &AttentionConfig::reloadThreadIds},
+    {"stages", &AttentionConfig::stages, FlagKind::Positive},
+    {"reload-ids", &AttentionConfig::reloadThreadIds, FlagKind::Switch},
     {"block-n-diagonal", &AttentionConfig::blockNDiagonal},
     {"block-n-ragged-end", &AttentionConfig::blockNRaggedEnd},
-    {"ragged-end-in-loop", &AttentionConfig::raggedEndInLoop},
-    {"masked-first", &AttentionConfig::maskedBlockFirst},
-    {"align-rows-to-end", &AttentionConfig::alignRowsToEnd},
-    {"narrow-in-diagonal", &AttentionConfig::narrowStepInDiagonal},
-    {"copy-per-register", &AttentionConfig::copyAddressesPerRegister},
-    {"longest-first-globally", &AttentionConfig::longestFirstGlobally},
+    {"ragged-end-in-loop", &AttentionConfig::raggedEndInLoop, FlagKind::Switch},
+    {"masked-first", &AttentionConfig::maskedBlockFirst, FlagKind::Switch},
+    {"align-rows-to-end", &AttentionConfig::alignRowsToEnd, FlagKind::Switch},
+    {"narrow-in-diagonal", &AttentionConfig::narrowStepInDiagonal,
+     FlagKind::Switch},
+    {"copy-per-register", &AttentionConfig::copyAddressesPerRegister,
+     FlagKind::Switch},
+    {"longest-first-globally", &AttentionConfig::longestFirstGlobally,
+     FlagKind::Switch},
     {"head-group", &AttentionConfig::headGroup},
-    {"dynamic-tiles", &AttentionConfig::dynamicTiles},
-    {"wgmma", &AttentionConfig::wgmma},
-    {"tma", &AttentionConfig::tma},
-    {"tma-store", &AttentionConfig::tmaStore},
-    {"skip-dead-rows", &AttentionConfig::skipDeadRows},
-    {"one-shot-loads", &AttentionConfig::oneShotLoads},
-    {"warp-specialize", &AttentionConfig::warpSpecialize},
-    {"pingpong", &AttentionConfig::pingpong},
-    {"overlap", &AttentionConfig::overlap},
-    {"peel-first", &AttentionConfig::peelFirstStep},
-    {"persistent", &AttentionConfig::persistent},
+    {"dynamic-tiles", &AttentionConfig::dynamicTiles, FlagKind::Switch},
+    {"wgmma", &AttentionConfig::wgmma, FlagKind::Switch},
+    {"tma", &AttentionConfig::tma, FlagKind::Switch},
+    {"tma-store", &AttentionConfig::tmaStore, FlagKind::Switch},
+    {"skip-dead-rows", &AttentionConfig::skipDeadRows, FlagKind::Switch},
+    {"one-shot-loads", &AttentionConfig::oneShotLoads, FlagKind::Switch},
+    {"warp-specialize", &AttentionConfig::warpSpecialize, FlagKind::Switch},
+    {"pingpong", &AttentionConfig::pingpong, FlagKind::Switch},
+    {"overlap", &AttentionConfig::overlap, FlagKind::Switch},
+    {"peel-first", &AttentionConfig::peelFirstStep, FlagKind::Switch},
+    {"persistent", &AttentionConfig::persistent, FlagKind::Switch},
     {"min-blocks-per-sm", &AttentionConfig::minBlocksPerSM},
     {"split-keys", &AttentionConfig::splitKeys},
-    {"small-tiles", &AttentionConfig::smallTiles}};
+    {"small-tiles", &AttentionConfig::smallTiles, FlagKind::Switch}};
 
 const BackwardFlag kBackwardFlags[] = {
     {"block-m", &AttentionBackwardConfig::blockM},
@@ -72,31 +79,40 @@ const BackwardFlag kBackwardFlags[] = {
     {"dq-block-n", &AttentionBackwardConfig::dqBlockN},
     {"warps", &AttentionBackwardConfig::warps},
     {"dq-warps", &AttentionBackwardConfig::dqWarps},
-    {"stages", &AttentionBackwardConfig::stages, true},
-    {"pingpong", &AttentionBackwardConfig::pingpong},
-    {"overlap", &AttentionBackwardConfig::overlap},
+    {"stages", &AttentionBackwardConfig::stages, FlagKind::Positive},
+    {"pingpong", &AttentionBackwardConfig::pingpong, FlagKind::Switch},
+    {"overlap", &AttentionBackwardConfig::overlap, FlagKind::Switch},
     {"min-blocks-per-sm", &AttentionBackwardConfig::minBlocksPerSM},
-    {"wgmma", &AttentionBackwardConfig::wgmma},
-    {"tma", &AttentionBackwardConfig::tma},
-    {"warp-specialize", &AttentionBackwardConfig::warpSpecialize},
-    {"static-shapes", &AttentionBackwardConfig::staticShapes},
-    {"separate-dk-dv", &AttentionBackwardConfig::separateDkDv},
-    {"deterministic", &AttentionBackwardConfig::deterministic},
-    {"reload-ids", &AttentionBackwardConfig::reloadThreadIds},
-    {"persistent", &AttentionBackwardConfig::persistent},
-    {"dynamic-tiles", &AttentionBackwardConfig::dynamicTiles},
-    {"longest-first-globally", &AttentionBackwardConfig::longestFirst},
-    {"kv-in-registers", &AttentionBackwardConfig::kvInRegisters},
-    {"scores-by-queries", &AttentionBackwardConfig::scoresByQueries},
-    {"fold-statistics", &AttentionBackwardConfig::foldStatistics},
-    {"tma-store", &AttentionBackwardConfig::tmaStore},
-    {"convert-dq-last", &AttentionBackwardConfig::convertDqLast},
-    {"overlap-dq-convert", &AttentionBackwardConfig::overlapDqConvert},
+    {"wgmma", &AttentionBackwardConfig::wgmma, FlagKind::Switch},
+    {"tma", &AttentionBackwardConfig::tma, FlagKind::Switch},
+    {"warp-specialize", &AttentionBackwardConfig::warpSpecialize,
+     FlagKind::Switch},
+    {"static-shapes", &AttentionBackwardConfig::staticShapes, FlagKind::Switch},
+    {"separate-dk-dv", &AttentionBackwardConfig::separateDkDv,
+     FlagKind::Switch},
+    {"deterministic", &AttentionBackwardConfig::deterministic,
+     FlagKind::Switch},
+    {"reload-ids", &AttentionBackwardConfig::reloadThreadIds, FlagKind::Switch},
+    {"persistent", &AttentionBackwardConfig::persistent, FlagKind::Switch},
+    {"dynamic-tiles", &AttentionBackwardConfig::dynamicTiles, FlagKind::Switch},
+    {"longest-first-globally", &AttentionBackwardConfig::longestFirst,
+     FlagKind::Switch},
+    {"kv-in-registers", &AttentionBackwardConfig::kvInRegisters,
+     FlagKind::Switch},
+    {"scores-by-queries", &AttentionBackwardConfig::scoresByQueries,
+     FlagKind::Switch},
+    {"fold-statistics", &AttentionBackwardConfig::foldStatistics,
+     FlagKind::Switch},
+    {"tma-store", &AttentionBackwardConfig::tmaStore, FlagKind::Switch},
+    {"convert-dq-last", &AttentionBackwardConfig::convertDqLast,
+     FlagKind::Switch},
+    {"overlap-dq-convert", &AttentionBackwardConfig::overlapDqConvert,
+     FlagKind::Switch},
     {"head-group", &AttentionBackwardConfig::headGroup}};
 
 /// Sets f's field of `c` to `value` (from --name or an --against item named
-/// `what`), refusing what the field's type cannot hold or a positive flag's
-/// value below 1.
+/// `what`), refusing what the field's type cannot hold, a positive flag's
+/// value below 1 and a switch's other than 0 or 1.
 template <class Config>
 void setField(const ConfigFlag<Config> &f, Config &c, int64_t value,
               const std::string &what) {
@@ -106,8 +122,11 @@ void setField(const ConfigFlag<Config> &f, Config &c, int64_t value,
         if (value < std::numeric_limits<T>::min() ||
             value > std::numeric_limits<T>::max())
           throw UsageError(what + " is out of range");
-        if (f.positive && value < 1)
+        if (f.kind == FlagKind::Positive && value < 1)
           throw UsageError(what + " must be >= 1, got " +
+                           std::to_string(value));
+        if (f.kind == FlagKind::Switch && value != 0 && value != 1)
+          throw UsageError(what + " must be 0 or 1, got " +
                            std::to_string(value));
         c.*member = T(value);
       },
