@@ -160,9 +160,10 @@ kernels and their shape options:
              --memory-gbps G, the GPU's DRAM GB/s (its own where there is
              one, else 0), reaches 30 an SM)
   attention-backward  the attention options above but --lse-stride and
-             the forward's schedule; [--part delta|dkdv|dq] (dk and dv with
-             --separate-dk-dv 1: the kernel the inspect commands compile;
-             run launches them all)
+             the forward's schedule; [--part P] (the kernel the inspect
+             commands compile, one of the schedule's: delta, dkdv and
+             dq_convert by default, dq with --deterministic 1, dk and dv
+             with --separate-dk-dv 1; run launches them all)
              [--block-m M] [--block-n N] (dK/dV: N keys per program, M
              queries per step) [--dq-block-m M] [--dq-block-n N] [--warps W]
              [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
