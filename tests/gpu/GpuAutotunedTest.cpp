@@ -10,6 +10,7 @@
 #include "../unit/TestUtil.h"
 #include "DeviceTensors.h"
 
+#include "kiln/Compiler/Autotune.h"
 #include "kiln/Compiler/Autotuned.h"
 #include "kiln/Reference/CpuExecutor.h"
 #include "kiln/kernels/AttentionTune.h"
@@ -222,6 +223,56 @@ TEST(GpuAutotuned, AttentionTimesTheUntunedDefaultWhateverTheBudget) {
                     "bf16");
     EXPECT_EQ(recorded.value_or("none"), r.config) << backward;
   }
+}
+
+// The baseline (TuneCandidate::baseline) is compiled and timed whatever the
+// budget and the estimates, which would prune any other candidate: with no
+// budget it is the one timed, the winner, checked against the reference.
+TEST(GpuAutotuned, BaselineEscapesTheBudgetAndTheEstimates) {
+  REQUIRE_GPU();
+  OwnTuningDb db("kiln_baseline");
+  const int64_t R = 256, C = 4096;
+  HostTensor x(DType::bf16, {R, C}), w(DType::bf16, {C}),
+      y(DType::bf16, {R, C}), ref(DType::f32, {R, C});
+  x.fillRandom(1);
+  w.fillRandom(2);
+  kernels::rmsNormReference(x, w, ref);
+  test::DeviceTensors dt;
+  dt.add("X", x, false);
+  dt.add("W", w, false);
+  dt.add("Y", y, true);
+  std::vector<TuneCandidate> cs;
+  for (const kernels::RmsNormConfig &c : kConfigs) {
+    TuneCandidate t;
+    t.config = c.name();
+    t.build = [C, c] { return kernels::rmsNorm(C, c); };
+    cs.push_back(std::move(t));
+  }
+  cs[2].baseline = true;
+  cs[2].sharedBytes = int64_t(1) << 40;
+  cs[2].registers = 1000;
+  TuneHarness h;
+  h.sets = 1;
+  h.args = [&](const Kernel &k, int) { return k.bind(k.tensorsIn(dt.refs)); };
+  h.check = [&](const Kernel &k, GpuKernel &g) -> std::string {
+    dt.poisonOutputs();
+    g.launch(k.bind(k.tensorsIn(dt.refs)));
+    cuda::synchronize();
+    dt.download("Y", y);
+    ErrorStats e = compareTensors(y, ref);
+    return e.nonFinite || e.relative > 1e-2 ? "wrong Y" : "";
+  };
+  TuneOptions o;
+  o.budgetSeconds = 0;
+  o.force = true;
+  TuneResult r = autotune("test_baseline", "cols=4096", "bf16", cs, h, o);
+  EXPECT_EQ(r.config, cs[2].config);
+  EXPECT_EQ(r.baselineConfig, cs[2].config);
+  EXPECT_GT(r.baselineMs, 0);
+  ASSERT_EQ(r.timings.size(), cs.size());
+  for (size_t i = 0; i < cs.size(); ++i)
+    EXPECT_EQ(r.timings[i].status, i == 2 ? "ok" : "skipped: time budget spent")
+        << cs[i].config;
 }
 
 TEST(Autotuned, RefusesAnEmptyOrAmbiguousConfigList) {

@@ -124,7 +124,10 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
   for (size_t i = 0; i < candidates.size(); ++i) {
     const TuneCandidate &c = candidates[i];
     TunedTiming t{c.config, 0, "", 0, 0};
-    if (c.sharedBytes > smemLimit)
+    // The baseline runs today: the compiled figures alone judge it.
+    if (c.baseline)
+      todo.push_back(i);
+    else if (c.sharedBytes > smemLimit)
       t.status = fmt::format("pruned: {} KB shared memory > {} KB",
                              c.sharedBytes / 1024, smemLimit / 1024);
     else if (c.registers > 255 && !o.exhaustive)
@@ -219,6 +222,9 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
     setupSeconds += secondsSince(t0);
     return args;
   };
+  auto estimateFits = [&](size_t i) {
+    return candidates[i].registers <= 255 || candidates[i].baseline;
+  };
   // A timing counts for the exhaustive reference, for the earlier winner's
   // figure and, unless the register estimate prunes it, for the winner.
   auto account = [&](size_t i) {
@@ -234,7 +240,7 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
       result.baselineConfig = t.config;
       result.baselineMs = t.ms;
     }
-    if (candidates[i].registers <= 255 && (best == 0 || t.ms < best)) {
+    if (estimateFits(i) && (best == 0 || t.ms < best)) {
       best = t.ms;
       bestIdx = i;
     }
@@ -262,7 +268,8 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
       t.status = compiled[i].error;
       continue;
     }
-    if (someSpillFree && spills[i] > o.pruneSpillBytes) {
+    if (someSpillFree && !candidates[i].baseline &&
+        spills[i] > o.pruneSpillBytes) {
       t.spillBytes = spills[i];
       t.status = fmt::format("pruned after compiling: {} B of register "
                              "spills (more than {}; other Configs have none)",
@@ -317,8 +324,7 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
     const TunedTiming &t = result.timings[i];
     bool earlier = o.exhaustive && previous && previous->config == t.config;
     if (t.status == "ok" &&
-        (earlier || ((o.exhaustive || candidates[i].registers <= 255) &&
-                     t.ms <= best * 1.05)))
+        (earlier || ((o.exhaustive || estimateFits(i)) && t.ms <= best * 1.05)))
       finalists.push_back(i);
   }
   if (finalists.size() > 1) {
