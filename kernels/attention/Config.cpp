@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "AttentionLoops.h"
+#include "ConfigFields.h"
 #include "HeadGroups.h"
 #include "UntunedConfig.h"
 
@@ -138,6 +139,27 @@ int keyLoops(const AttentionShape &s, const AttentionConfig &c) {
 static AttentionConfig resolve(const AttentionShape &s, AttentionConfig c,
                                bool useTuned) {
   checkAttentionShape(s);
+  checkSwitches("attention",
+                {{"smallTiles", c.smallTiles},
+                 {"reloadThreadIds", c.reloadThreadIds},
+                 {"copyAddressesPerRegister", c.copyAddressesPerRegister},
+                 {"raggedEndInLoop", c.raggedEndInLoop},
+                 {"maskedBlockFirst", c.maskedBlockFirst},
+                 {"alignRowsToEnd", c.alignRowsToEnd},
+                 {"narrowStepInDiagonal", c.narrowStepInDiagonal},
+                 {"longestFirstGlobally", c.longestFirstGlobally},
+                 {"wgmma", c.wgmma},
+                 {"tma", c.tma},
+                 {"warpSpecialize", c.warpSpecialize},
+                 {"pingpong", c.pingpong},
+                 {"overlap", c.overlap},
+                 {"peelFirstStep", c.peelFirstStep},
+                 {"persistent", c.persistent},
+                 {"dynamicTiles", c.dynamicTiles},
+                 {"tmaStore", c.tmaStore},
+                 {"skipDeadRows", c.skipDeadRows},
+                 {"staticShapes", c.staticShapes},
+                 {"oneShotLoads", c.oneShotLoads}});
   // Run-time B, H, Nq and Nk: one compile serves every size of a class.
   if (c.staticShapes < 0)
     c.staticShapes = 0;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <iterator>
 #include <sstream>
 #include <string>
@@ -19,6 +20,19 @@
 #include <variant>
 
 namespace kiln::kernels {
+
+/// Throws kiln::Error, prefixed with `what` ("attention"), naming the first
+/// of a Config's switches (1 yes, 0 no, -1 the default) that holds another
+/// value.
+inline void
+checkSwitches(const std::string &what,
+              std::initializer_list<std::pair<const char *, int>> switches) {
+  for (auto [name, value] : switches)
+    if (value < -1 || value > 1)
+      throw Error(what + ": " + name +
+                  " is 1 (yes), 0 (no) or -1 (the default), got " +
+                  std::to_string(value));
+}
 
 template <class Config>
 using ConfigField =

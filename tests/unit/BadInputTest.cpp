@@ -12,6 +12,7 @@
 #include "kiln/Reference/CpuExecutor.h"
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
+#include "kiln/kernels/AttentionBackward.h"
 #include "kiln/kernels/AttentionTune.h"
 #include "kiln/kernels/Gemm.h"
 #include "kiln/kernels/Softmax.h"
@@ -72,6 +73,22 @@ TEST(BadInput, BlockSizesAreCheckedBeforeUse) {
                 HasSubstr("must be powers of two in [1, 4096], got " +
                           std::to_string(bad)));
   }
+}
+
+// An attention Config's switches are 1, 0 or -1 (the default); another
+// value is refused by name, forward and backward, before anything is built.
+TEST(BadInput, AttentionSwitchesAreOneZeroOrDefault) {
+  const kernels::AttentionShape s{1, 2, 256, 256, 64, false, DType::bf16, 0};
+  EXPECT_THAT(errorOf([&] { kernels::attentionForward(s, {.wgmma = 2}); }),
+              HasSubstr("attention: wgmma is 1 (yes), 0 (no) or -1 (the "
+                        "default), got 2"));
+  EXPECT_THAT(errorOf([&] { kernels::resolveConfig(s, {.smallTiles = -3}); }),
+              HasSubstr("smallTiles is 1 (yes), 0 (no) or -1"));
+  EXPECT_THAT(
+      errorOf([&] { kernels::attentionBackward(s, {.deterministic = 5}); }),
+      HasSubstr("attention backward: deterministic is 1 (yes), 0 "
+                "(no) or -1 (the default), got 5"));
+  EXPECT_NO_THROW(kernels::resolveConfig(s, {.wgmma = 0, .tma = 0}));
 }
 
 // A bound tensor whose last element lies past 64-bit byte offsets (shape

@@ -239,7 +239,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   const int64_t memoryGBps = opts.integer("memory-gbps", gpuMemoryGBps(), 0);
   kernels::AttentionConfig given;
   forwardConfigFlags(opts, given);
-  given.staticShapes = opts.int32("static-shapes", -1);
+  given.staticShapes = int(opts.integer("static-shapes", -1, 0, 1));
   const bool defaultSplit = given.splitKeys < 0,
              defaultSmall = given.smallTiles < 0;
   given = kernels::launchConfig(s, given, sms, double(memoryGBps) * 1e9);
@@ -414,12 +414,13 @@ static Problem gemmProblem(Options &opts, bool withData) {
   c.blockK = positive(opts, "block-k", c.blockK);
   c.warps = opts.int32("warps", c.warps);
   c.stages = opts.int32("stages", c.stages);
-  c.wgmma = opts.integer("wgmma", c.wgmma) != 0;
-  c.tma = opts.integer("tma", c.tma) != 0;
-  c.warpSpecialize = opts.integer("warp-specialize", c.warpSpecialize) != 0;
-  c.persistent = opts.integer("persistent", c.persistent) != 0;
+  c.wgmma = opts.integer("wgmma", c.wgmma, 0, 1) != 0;
+  c.tma = opts.integer("tma", c.tma, 0, 1) != 0;
+  c.warpSpecialize =
+      opts.integer("warp-specialize", c.warpSpecialize, 0, 1) != 0;
+  c.persistent = opts.integer("persistent", c.persistent, 0, 1) != 0;
   c.groupM = opts.integer("group-m", c.groupM);
-  c.staticShapes = opts.integer("static-shapes", c.staticShapes) != 0;
+  c.staticShapes = opts.integer("static-shapes", c.staticShapes, 0, 1) != 0;
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::gemm(s, c);
@@ -465,7 +466,7 @@ static Problem softmaxProblem(Options &opts, bool withData) {
   kernels::SoftmaxConfig c;
   c.blockRows = positive(opts, "block-rows", c.blockRows);
   c.blockCols = positive(opts, "block-cols", c.blockCols);
-  c.staticShapes = opts.integer("static-shapes", c.staticShapes) != 0;
+  c.staticShapes = opts.integer("static-shapes", c.staticShapes, 0, 1) != 0;
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::softmax(s, c);
