@@ -22,25 +22,7 @@ namespace kiln::kernels {
 static AttentionBackwardConfig
 resolve(const AttentionShape &s, AttentionBackwardConfig c, bool useTuned) {
   checkAttentionShape(s);
-  checkSwitches("attention backward",
-                {{"wgmma", c.wgmma},
-                 {"tma", c.tma},
-                 {"warpSpecialize", c.warpSpecialize},
-                 {"pingpong", c.pingpong},
-                 {"overlap", c.overlap},
-                 {"separateDkDv", c.separateDkDv},
-                 {"deterministic", c.deterministic},
-                 {"staticShapes", c.staticShapes},
-                 {"persistent", c.persistent},
-                 {"dynamicTiles", c.dynamicTiles},
-                 {"kvInRegisters", c.kvInRegisters},
-                 {"scoresByQueries", c.scoresByQueries},
-                 {"foldStatistics", c.foldStatistics},
-                 {"longestFirst", c.longestFirst},
-                 {"reloadThreadIds", c.reloadThreadIds},
-                 {"tmaStore", c.tmaStore},
-                 {"convertDqLast", c.convertDqLast},
-                 {"overlapDqConvert", c.overlapDqConvert}});
+  checkSwitches("attention backward", c, attentionBackwardConfigFields());
   if (c.foldStatistics > 0 && c.scoresByQueries > 0)
     throw Error("attention backward: foldStatistics adds LSE and Delta in "
                 "the transposed scores' dots; scoresByQueries 1 has none "

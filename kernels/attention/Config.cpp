@@ -53,27 +53,7 @@ void checkAttentionShape(const AttentionShape &s) {
 static AttentionConfig resolve(const AttentionShape &s, AttentionConfig c,
                                bool useTuned) {
   checkAttentionShape(s);
-  checkSwitches("attention",
-                {{"smallTiles", c.smallTiles},
-                 {"reloadThreadIds", c.reloadThreadIds},
-                 {"copyAddressesPerRegister", c.copyAddressesPerRegister},
-                 {"raggedEndInLoop", c.raggedEndInLoop},
-                 {"maskedBlockFirst", c.maskedBlockFirst},
-                 {"alignRowsToEnd", c.alignRowsToEnd},
-                 {"narrowStepInDiagonal", c.narrowStepInDiagonal},
-                 {"longestFirstGlobally", c.longestFirstGlobally},
-                 {"wgmma", c.wgmma},
-                 {"tma", c.tma},
-                 {"warpSpecialize", c.warpSpecialize},
-                 {"pingpong", c.pingpong},
-                 {"overlap", c.overlap},
-                 {"peelFirstStep", c.peelFirstStep},
-                 {"persistent", c.persistent},
-                 {"dynamicTiles", c.dynamicTiles},
-                 {"tmaStore", c.tmaStore},
-                 {"skipDeadRows", c.skipDeadRows},
-                 {"staticShapes", c.staticShapes},
-                 {"oneShotLoads", c.oneShotLoads}});
+  checkSwitches("attention", c, attentionConfigFields());
   // Run-time B, H, Nq and Nk: one compile serves every size of a class.
   if (c.staticShapes < 0)
     c.staticShapes = 0;

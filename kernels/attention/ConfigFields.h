@@ -2,18 +2,20 @@
 //
 // Internal to kernels/attention: the forward's and the backward's Configs
 // are written to and read from the tuning database as "name=value" items,
-// each name bound to an integer field of the Config.
+// each name bound to an integer field of the Config; their switches are
+// checked by AttentionFields.h's tables.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_KERNELS_ATTENTION_CONFIGFIELDS_H
 #define KILN_KERNELS_ATTENTION_CONFIGFIELDS_H
 
+#include "kiln/kernels/AttentionFields.h"
 #include "kiln/runtime/Error.h"
 
 #include <algorithm>
 #include <cstdlib>
-#include <initializer_list>
 #include <iterator>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -22,27 +24,33 @@
 namespace kiln::kernels {
 
 /// Throws kiln::Error, prefixed with `what` ("attention"), naming the first
-/// of a Config's switches (1 yes, 0 no, -1 the default) that holds another
-/// value.
-inline void
-checkSwitches(const std::string &what,
-              std::initializer_list<std::pair<const char *, int>> switches) {
-  for (auto [name, value] : switches)
-    if (value < -1 || value > 1)
-      throw Error(what + ": " + name +
-                  " is 1 (yes), 0 (no) or -1 (the default), got " +
-                  std::to_string(value));
+/// switch of `fields` (1 yes, 0 no, -1 the default) that holds another value
+/// in `c`.
+template <class Config>
+void checkSwitches(const std::string &what, const Config &c,
+                   std::span<const AttentionField<Config>> fields) {
+  for (const AttentionField<Config> &f : fields)
+    if (f.kind == FieldKind::Switch)
+      std::visit(
+          [&](auto member) {
+            const int64_t value = c.*member;
+            if (value < -1 || value > 1)
+              throw Error(what + ": " + f.name +
+                          " is 1 (yes), 0 (no) or -1 (the default), got " +
+                          std::to_string(value));
+          },
+          f.member);
 }
 
 template <class Config>
-using ConfigField =
+using RecordField =
     std::pair<const char *, std::variant<int64_t Config::*, int Config::*>>;
 
 /// Sets the named fields of a default Config from "name=value ..."; throws
 /// kiln::Error, prefixed with `what` ("attention config"), naming the item.
 template <class Config, size_t N>
 Config parseConfigFields(const std::string &text,
-                         const ConfigField<Config> (&fields)[N],
+                         const RecordField<Config> (&fields)[N],
                          const std::string &what) {
   Config c;
   std::stringstream in(text);

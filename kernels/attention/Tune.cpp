@@ -31,7 +31,7 @@ std::string configString(const AttentionConfig &c) {
 
 /// The fields parseConfigString reads, by the names configString writes
 /// (and `tma`, which it does not).
-static const ConfigField<AttentionConfig> kConfigFields[] = {
+static const RecordField<AttentionConfig> kConfigFields[] = {
     {"blockM", &AttentionConfig::blockM},
     {"blockN", &AttentionConfig::blockN},
     {"warps", &AttentionConfig::warps},

@@ -25,7 +25,7 @@
 namespace kiln::kernels {
 
 /// The fields a backward config string names.
-static const ConfigField<AttentionBackwardConfig> kFields[] = {
+static const RecordField<AttentionBackwardConfig> kFields[] = {
     {"deterministic", &AttentionBackwardConfig::deterministic},
     {"blockM", &AttentionBackwardConfig::blockM},
     {"blockN", &AttentionBackwardConfig::blockN},

@@ -13,6 +13,7 @@
 #include "kiln/dsl/Dsl.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionBackward.h"
+#include "kiln/kernels/AttentionFields.h"
 #include "kiln/kernels/AttentionTune.h"
 #include "kiln/kernels/Gemm.h"
 #include "kiln/kernels/Softmax.h"
@@ -89,6 +90,37 @@ TEST(BadInput, AttentionSwitchesAreOneZeroOrDefault) {
       HasSubstr("attention backward: deterministic is 1 (yes), 0 "
                 "(no) or -1 (the default), got 5"));
   EXPECT_NO_THROW(kernels::resolveConfig(s, {.wgmma = 0, .tma = 0}));
+}
+
+// Every switch of the fields' tables (the CLI's flags) is checked by the
+// library, forward and backward, by its field's name.
+TEST(BadInput, EverySwitchOfTheFieldTablesIsChecked) {
+  const kernels::AttentionShape s{1, 2, 256, 256, 64, false, DType::bf16, 0};
+  int forward = 0, backward = 0;
+  for (const auto &f : kernels::attentionConfigFields()) {
+    if (f.kind != kernels::FieldKind::Switch)
+      continue;
+    kernels::AttentionConfig c;
+    std::visit([&](auto member) { c.*member = 2; }, f.member);
+    EXPECT_THAT(errorOf([&] { kernels::resolveConfig(s, c); }),
+                HasSubstr(std::string("attention: ") + f.name +
+                          " is 1 (yes), 0 (no) or -1 (the default), got 2"))
+        << f.flag;
+    ++forward;
+  }
+  for (const auto &f : kernels::attentionBackwardConfigFields()) {
+    if (f.kind != kernels::FieldKind::Switch)
+      continue;
+    kernels::AttentionBackwardConfig c;
+    std::visit([&](auto member) { c.*member = -2; }, f.member);
+    EXPECT_THAT(errorOf([&] { kernels::resolveBackwardConfig(s, c); }),
+                HasSubstr(std::string("attention backward: ") + f.name +
+                          " is 1 (yes), 0 (no) or -1 (the default), got -2"))
+        << f.flag;
+    ++backward;
+  }
+  EXPECT_EQ(forward, 20);
+  EXPECT_EQ(backward, 18);
 }
 
 // A bound tensor whose last element lies past 64-bit byte offsets (shape

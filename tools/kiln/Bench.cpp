@@ -169,6 +169,15 @@ int cmdBench(Options &opts) {
   if (shapeModes.empty())
     throw UsageError("option --shapes: '" + shapes +
                      "' is not default, static, runtime or both");
+  // --shapes static|runtime|both sets every config's; under the default
+  // each config keeps its own (--static-shapes, --against static-shapes=1).
+  bool someStatic = cfg.staticShapes >= 0;
+  for (const kernels::AttentionConfig &a : against)
+    someStatic |= a.staticShapes >= 0;
+  if (shapes != "default" && someStatic)
+    throw UsageError("option --shapes " + shapes +
+                     " sets every config's shapes: leave out --static-shapes "
+                     "and --against's static-shapes");
   opts.checkAllUsed();
   std::string why;
   if (!cuda::available(&why))
@@ -236,7 +245,8 @@ int cmdBench(Options &opts) {
             for (size_t which = 0; which <= against.size(); ++which) {
               kernels::AttentionConfig modeCfg =
                   which ? against[which - 1] : cfg;
-              modeCfg.staticShapes = mode;
+              if (mode >= 0)
+                modeCfg.staticShapes = mode;
               std::string name =
                   kernels::resolveConfig(s, modeCfg).staticShapes > 0
                       ? "static"

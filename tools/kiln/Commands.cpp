@@ -239,7 +239,6 @@ static Problem attentionProblem(Options &opts, bool withData) {
   const int64_t memoryGBps = opts.integer("memory-gbps", gpuMemoryGBps(), 0);
   kernels::AttentionConfig given;
   forwardConfigFlags(opts, given);
-  given.staticShapes = int(opts.integer("static-shapes", -1, 0, 1));
   const bool defaultSplit = given.splitKeys < 0,
              defaultSmall = given.smallTiles < 0;
   given = kernels::launchConfig(s, given, sms, double(memoryGBps) * 1e9);
@@ -262,7 +261,6 @@ static Problem attentionProblem(Options &opts, bool withData) {
   c.reloadThreadIds = resolved.reloadThreadIds;
   c.copyAddressesPerRegister = resolved.copyAddressesPerRegister;
   forwardConfigFlags(opts, c);
-  c.staticShapes = given.staticShapes;
   c.splitKeys = ranges;
   c = kernels::resolveConfig(s, c);
   std::string layout = opts.string("layout", "bhsd");

@@ -53,7 +53,8 @@ commands:
       [--copy-per-register 0|1] [--llvm-pipeline kiln|O1|O2|O3] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1] [--skip-dead-rows 0|1] [--one-shot-loads 0|1] [--warp-specialize 0|1]
       [--pingpong 0|1] [--overlap 0|1] [--peel-first 0|1] [--persistent 0|1]
       [--min-blocks-per-sm B] [--split-keys S] [--small-tiles 0|1]
-      [--shapes default|static|runtime|both] [--against "flag=V ..."]
+      [--static-shapes 0|1 | --shapes default|static|runtime|both]
+      [--against "flag=V ..."]
                                         TFLOP/s on the GPU over B*N=16k tokens
                                         (--tokens T: B = T / N;
                                         --seq-k M: M keys, N queries),
