@@ -22,10 +22,11 @@ if not torch.cuda.is_available():
 DEV = torch.device("cuda")
 
 
-def poison_allocator(nbytes=256 << 20):
-    """Leaves freed NaN blocks in torch's caching allocator, which the next
-    allocations (the op's outputs) reuse: an unwritten element stays NaN."""
-    x = torch.full((nbytes // 4,), float("nan"), device=DEV)
+def poison_allocator(nbytes=256 << 20, device=DEV):
+    """Leaves freed NaN blocks in torch's caching allocator (of `device`),
+    which the next allocations (the op's outputs) reuse: an unwritten
+    element stays NaN."""
+    x = torch.full((nbytes // 4,), float("nan"), device=device)
     del x
 
 
@@ -420,16 +421,37 @@ def test_many_lengths_stay_correct():
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="SKIPPED: one GPU")
-def test_second_device():
-    q, k, v = make(1, 2, 1000, 1000, 64, torch.bfloat16, "bhsd", seed=19)
-    o0 = kiln.attention(q, k, v, causal=True)
-    q1, k1, v1 = (t.to("cuda:1") for t in (q, k, v))
-    with torch.cuda.device(0):  # the current device is not the tensors'
-        o1 = kiln.attention(q1, k1, v1, causal=True)
+@pytest.mark.parametrize("B,H,Nq,Nk,D,causal", [
+    (1, 2, 1000, 1000, 64, True),
+    (2, 3, 2049, 2049, 128, False),
+    (4, 16, 1, 8192, 128, False),  # decoding: split keys, their workspace
+])
+def test_second_device(B, H, Nq, Nk, D, causal):
+    # Device 1 runs what device 0 runs, bit for bit (the backward in torch's
+    # deterministic mode), with the current device left at 0, and matches
+    # float64 math there.
+    q, k, v = make(B, H, Nq, Nk, D, torch.bfloat16, "bhsd", seed=19 + Nq)
+    grad_o = torch.randn_like(q)
+    on1 = [t.to("cuda:1").requires_grad_() for t in (q, k, v, grad_o)]
+    on0 = [t.requires_grad_() for t in (q, k, v)]
+    results = []
+    for (q_, k_, v_), g in ((on0, grad_o), (on1[:3], on1[3])):
+        with torch.cuda.device(0):  # for device 1: not the tensors' device
+            poison_allocator(device=q_.device)
+            o = kiln.attention(q_, k_, v_, causal=causal)
+            with deterministic():
+                grads = torch.autograd.grad(o, (q_, k_, v_), g)
+        results.append([o, *grads])
     torch.cuda.synchronize(1)
-    assert torch.equal(o1.cpu(), o0.cpu())
+    for name, a, b in zip(("o", "dq", "dk", "dv"), *results):
+        assert b.device == torch.device("cuda:1"), name
+        assert torch.equal(a, b.to("cuda:0")), name
+    o_ref, grads_ref = reference(*on1[:3], causal, "bhsd", on1[3])
+    for name, got, want in zip(("o", "dq", "dk", "dv"), results[1],
+                               [o_ref, *grads_ref]):
+        assert rel(got, want) < (1e-2 if name == "o" else 2e-2), name
     with pytest.raises(ValueError, match="one device"):
-        kiln.attention(q, k1, v1)
+        kiln.attention(q, on1[1], on1[2])
 
 
 def test_eager_path_matches_the_op():
