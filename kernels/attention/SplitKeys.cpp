@@ -86,8 +86,10 @@ int64_t splitKeysOf(const AttentionShape &s, const AttentionConfig &config,
 
 /// Decoding's small tiles (AttentionConfig::smallTiles) need this many
 /// waves' worth of programs on their CTA slots: fewer leave the SMs short of
-/// warps to stream K and V.
-static constexpr double kSmallTilesFrom = 0.9;
+/// warps to stream K and V (or need the keys split, which measured no
+/// better than wgmma's split on an H200: docs/experiments/
+/// 2026-11-28-session51.txt).
+static constexpr double kSmallTilesFrom = 0.48;
 /// They need this many DRAM bytes a second per SM: where the memory is
 /// slower for the SMs, the wgmma kernel streams K and V as fast.
 static constexpr double kSmallTilesFromBandwidthPerSm = 30e9;
@@ -95,8 +97,8 @@ static constexpr double kSmallTilesFromBandwidthPerSm = 30e9;
 /// Whether the forward for `s` under `c` (its keys' ranges decided) takes
 /// decoding's small mma.sync tiles by default on `sms` SMs: at most 16
 /// queries on at least 1024 keys, not causal, keys not split, the tiles and
-/// the tensor-core path left to the defaults, programs for 90% of the small
-/// tiles' CTA slots (4 an SM by shared memory: 475 on 132 SMs), no tuned
+/// the tensor-core path left to the defaults, programs for 48% of the small
+/// tiles' CTA slots (4 an SM by shared memory: 254 on 132 SMs), no tuned
 /// config for the shape on this GPU, and 30 GB/s of DRAM bandwidth an SM
 /// (H200: 4.8 TB/s on 132 SMs, 36; H100 SXM: 3.35 TB/s, 25). Same process,
 /// bf16, small tiles against the default (kiln bench attention --against
@@ -105,8 +107,10 @@ static constexpr double kSmallTilesFromBandwidthPerSm = 30e9;
 /// 2026-11-27-session48.txt), 1.1-1.7% slower at B*H = 512-1024 on an H100
 /// (2026-11-28-session50.txt); D=128 (16 rows, 32-key blocks) 2.4-6.5%
 /// faster at B*H = 256-2048 on an H200 (two calls), 0.6% faster to 1.4%
-/// slower on an H100 (2026-11-28-session49.txt); 32-row tiles ran 14-28%
-/// slower at B*H = 128 (half their slots busy; session 48).
+/// slower on an H100 (2026-11-28-session49.txt); at B*H = 256 (half their
+/// slots busy, keys not split) on an H200, 1-16 queries on 1024-8192 keys,
+/// D=128 1.5-8% faster, D=64 0-4.5% (2026-11-28-session51.txt); 32-row tiles
+/// ran 14-28% slower at B*H = 128 (session 48).
 static bool smallTilesByDefault(const AttentionShape &s,
                                 const AttentionConfig &c, int64_t sms,
                                 double memoryBandwidth, bool useTuned) {

@@ -80,8 +80,10 @@ TEST_P(SmallTilesOnGpu, MatchesFp64Reference) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SmallTilesOnGpu,
     ::testing::Values(
-        // The default's: 512 programs, one query and sixteen.
+        // The default's: 512 programs, one query and sixteen; 256.
         SmallTilesCase{{16, 32, 1, 1030, 64, 1}, true},
+        SmallTilesCase{{8, 32, 1, 2049, 64, 1}, true},
+        SmallTilesCase{{16, 16, 3, 1500, 128, 1}, true},
         SmallTilesCase{{16, 32, 16, 1100, 64, 1}, true},
         SmallTilesCase{{32, 16, 1, 1100, 128, 1}, true},
         SmallTilesCase{{32, 16, 16, 1030, 128, 1}, true},

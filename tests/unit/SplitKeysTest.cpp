@@ -164,8 +164,8 @@ TEST(SmallTilesOnCpu, MatchesFp64Reference) {
 
 // launchConfig's small tiles: at most 16 queries on 1024 keys or more, not
 // causal, keys not split, tiles and tensor-core path left to the defaults,
-// and programs for 90% of the small tiles' CTA slots (132 SMs, 4 CTAs an SM
-// by shared memory at both D: 475), on 30 GB/s of DRAM bandwidth an SM (an
+// and programs for 48% of the small tiles' CTA slots (132 SMs, 4 CTAs an SM
+// by shared memory at both D: 254), on 30 GB/s of DRAM bandwidth an SM (an
 // H200's 4.8 TB/s on 132 SMs, not an H100's 3.35).
 constexpr double kH200 = 4.8e12, kH100 = 3.35e12; // DRAM bytes a second
 TEST(SmallTilesDefault, FollowsThePrograms) {
@@ -175,18 +175,20 @@ TEST(SmallTilesDefault, FollowsThePrograms) {
     kernels::AttentionShape s{B, H, Nq, Nk, D, causal, DType::bf16, 0};
     return kernels::launchConfig(s, c, sms, bandwidth).smallTiles;
   };
-  EXPECT_EQ(small(16, 32, 1, 4096, 64), 1);   // 512 programs of 475
+  EXPECT_EQ(small(16, 32, 1, 4096, 64), 1);   // 512 programs of 254
   EXPECT_EQ(small(64, 32, 16, 32768, 64), 1); // 2048
-  EXPECT_EQ(small(8, 32, 1, 4096, 64), 0);    // 256: wgmma, not split
+  EXPECT_EQ(small(8, 32, 1, 4096, 64), 1);    // 256
+  EXPECT_EQ(small(1, 253, 1, 4096, 64), 0);   // 253
   EXPECT_EQ(small(4, 32, 1, 4096, 64), 0);    // split
   EXPECT_EQ(small(16, 32, 17, 4096, 64), 0);  // two row blocks a head
   // The memory's bandwidth an SM decides too, at both D.
   EXPECT_EQ(small(32, 16, 1, 8192, 128), 1);  // 512 programs
   EXPECT_EQ(small(32, 16, 16, 8192, 128), 1); // 16 queries
-  EXPECT_EQ(small(16, 16, 1, 4096, 128), 0);  // 256: wgmma, not split
+  EXPECT_EQ(small(16, 16, 1, 4096, 128), 1);  // 256 programs
+  EXPECT_EQ(small(8, 16, 1, 4096, 128), 0);   // 128: wgmma, keys split
   EXPECT_EQ(small(32, 16, 1, 8192, 128, {}, false, 132, kH100), 0);
   EXPECT_EQ(small(32, 16, 1, 8192, 128, {}, false, 132, 0), 0); // unknown
-  EXPECT_EQ(small(32, 16, 1, 8192, 128, {}, false, 160, kH200), 0);
+  EXPECT_EQ(small(32, 16, 1, 8192, 128, {}, false, 200, kH200), 0); // 24 GB/s
   EXPECT_EQ(small(16, 32, 1, 4096, 64, {}, false, 132, kH100), 0);
   EXPECT_EQ(small(16, 32, 1, 4096, 64, {}, false, 132, 0), 0); // unknown
   EXPECT_EQ(small(1, 1, 1, 4096, 128, {.smallTiles = 1}), 1);
