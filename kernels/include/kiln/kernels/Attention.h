@@ -258,8 +258,9 @@ int64_t splitKeysOf(const AttentionShape &shape, const AttentionConfig &config,
                     int64_t sms = 0);
 /// `config` with what the GPU decides filled in, as attentionForwardKernels
 /// launches it: splitKeys (splitKeysOf on `sms` SMs) and, left at -1,
-/// smallTiles (decoding's small tiles where the keys are not split and their
-/// programs fill the SMs and `kiln tune` recorded no winner for the shape,
+/// smallTiles (decoding's small tiles where the keys are not split, their
+/// programs fill half their CTA slots or more and `kiln tune` recorded no
+/// winner for the shape,
 /// only where `memoryBandwidth`, DRAM bytes a second as cuda::DeviceInfo
 /// gives it, is high for the SM count; 0: unknown, no small tiles.
 /// SplitKeys.cpp gives the rule). `sms` 0: neither.
