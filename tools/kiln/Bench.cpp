@@ -66,10 +66,10 @@ static int benchGemm(Options &opts) {
   c.blockK = opts.integer("block-k", c.blockK);
   c.warps = opts.int32("warps", c.warps);
   c.stages = opts.int32("stages", c.stages);
-  c.wgmma = opts.integer("wgmma", 1, 0, 1) != 0;
-  c.tma = opts.integer("tma", 1, 0, 1) != 0;
-  c.warpSpecialize = opts.integer("warp-specialize", 1, 0, 1) != 0;
-  c.persistent = opts.integer("persistent", 0, 0, 1) != 0;
+  c.wgmma = opts.onOff("wgmma", true);
+  c.tma = opts.onOff("tma", true);
+  c.warpSpecialize = opts.onOff("warp-specialize", true);
+  c.persistent = opts.onOff("persistent", false);
   c.groupM = opts.integer("group-m", 8);
   const bool bias = opts.flag("bias");
   const kernels::GemmActivation activation = activationOption(opts);

@@ -412,13 +412,12 @@ static Problem gemmProblem(Options &opts, bool withData) {
   c.blockK = positive(opts, "block-k", c.blockK);
   c.warps = opts.int32("warps", c.warps);
   c.stages = opts.int32("stages", c.stages);
-  c.wgmma = opts.integer("wgmma", c.wgmma, 0, 1) != 0;
-  c.tma = opts.integer("tma", c.tma, 0, 1) != 0;
-  c.warpSpecialize =
-      opts.integer("warp-specialize", c.warpSpecialize, 0, 1) != 0;
-  c.persistent = opts.integer("persistent", c.persistent, 0, 1) != 0;
+  c.wgmma = opts.onOff("wgmma", c.wgmma);
+  c.tma = opts.onOff("tma", c.tma);
+  c.warpSpecialize = opts.onOff("warp-specialize", c.warpSpecialize);
+  c.persistent = opts.onOff("persistent", c.persistent);
   c.groupM = opts.integer("group-m", c.groupM);
-  c.staticShapes = opts.integer("static-shapes", c.staticShapes, 0, 1) != 0;
+  c.staticShapes = opts.onOff("static-shapes", c.staticShapes);
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::gemm(s, c);
@@ -464,7 +463,7 @@ static Problem softmaxProblem(Options &opts, bool withData) {
   kernels::SoftmaxConfig c;
   c.blockRows = positive(opts, "block-rows", c.blockRows);
   c.blockCols = positive(opts, "block-cols", c.blockCols);
-  c.staticShapes = opts.integer("static-shapes", c.staticShapes, 0, 1) != 0;
+  c.staticShapes = opts.onOff("static-shapes", c.staticShapes);
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;
   p.kernel = kernels::softmax(s, c);

@@ -41,6 +41,10 @@ public:
   int64_t integer(const std::string &name, int64_t fallback,
                   int64_t lo = std::numeric_limits<int64_t>::min(),
                   int64_t hi = std::numeric_limits<int64_t>::max());
+  /// A switch given as an integer option: 0 or 1 (UsageError otherwise).
+  bool onOff(const std::string &name, bool fallback) {
+    return integer(name, fallback, 0, 1) != 0;
+  }
   /// An integer option that must fit an int.
   int int32(const std::string &name, int fallback);
   std::string string(const std::string &name, const std::string &fallback);

@@ -19,7 +19,7 @@ GpuTarget targetOptions(Options &opts) {
   target.arch = opts.string("arch", "sm_90a");
   target.numWarps = opts.int32("warps", 0);
   target.numStages = opts.int32("stages", 0);
-  target.reloadThreadIds = opts.integer("reload-ids", 0, 0, 1) != 0;
+  target.reloadThreadIds = opts.onOff("reload-ids", false);
   target.llvmPipeline = opts.string("llvm-pipeline", target.llvmPipeline);
   return target;
 }
