@@ -217,7 +217,40 @@ bool Lowerer::iterationSlice(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
   return ok;
 }
 
-void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
+bool Lowerer::pointerMovesWith(Value ptr, Value iv) {
+  llvm::SmallVector<Value> work{ptr};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (v == iv)
+      return true;
+    Operation *d = v.getDefiningOp();
+    if (!d || !seen.insert(v).second)
+      continue;
+    if (isa<AddPtrOp>(d) || d->getDialect()->getNamespace() == "arith")
+      work.append(d->operand_begin(), d->operand_end());
+  }
+  return false;
+}
+
+Regs Lowerer::lowerLoadIf(LoadOp ld, Value cond) {
+  const Layout l = layoutOf(ld.getResult());
+  Type elem = ld.getType().getElementType();
+  SmallVector<Type> types(size_t(l.numRegs()), elem);
+  // The branch is uniform: the induction variable is the same in every
+  // thread.
+  auto ifOp = scf::IfOp::create(b, loc, types, cond, /*withElse=*/true);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  Regs in = lowerLoad(ld);
+  scf::YieldOp::create(b, loc, in.regs);
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  Value pad = paddingValue(elem, ld.getPadding().convertToDouble(), 1);
+  scf::YieldOp::create(b, loc, SmallVector<Value>(types.size(), pad));
+  return Regs{l, SmallVector<Value>(ifOp.getResults()), {}};
+}
+
+void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t, Value guard) {
   Layout l = layoutOf(ld.getResult());
   Type elem = ld.getType().getElementType();
   SmallVector<Value> addrs, ok;
@@ -226,7 +259,8 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t) {
                  ok, 8);
   SmallVector<Value> ptrs = tilePtrs(t, l, 8, !copyAddressesPerRegister);
   for (int64_t r = 0; r < l.numRegs(); r += 8) {
-    Value bytes = arith::SelectOp::create(b, loc, ok[r], i32(16), i32(0));
+    Value copies = guard ? arith::AndIOp::create(b, loc, guard, ok[r]) : ok[r];
+    Value bytes = arith::SelectOp::create(b, loc, copies, i32(16), i32(0));
     NVVM::CpAsyncOp::create(
         b, loc, ptrs[r / 8], addrs[r], b.getI32IntegerAttr(16),
         NVVM::LoadCacheModifierKindAttr::get(b.getContext(),

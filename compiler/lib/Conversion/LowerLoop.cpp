@@ -77,6 +77,11 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     else
       scalars.erase(srcIv);
   };
+  // An iteration the loop runs (step > 0): its upper bound's compare.
+  auto belowUpperBound = [&](Value iv) -> Value {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, iv,
+                                 scalarOf(forOp.getUpperBound()));
+  };
   auto fetch = [&](Value iv, Value slot) {
     atIteration(iv, sliceOps, [&] {
       if (viaTma) {
@@ -86,15 +91,15 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
           bases.push_back(stageBuffer(ld, slot));
         issueTma(
             prefetched, bases, mbarrier(forOp, slot),
-            arith::AndIOp::create(
-                b, loc, isTmaLeader(),
-                arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, iv,
-                                      scalarOf(forOp.getUpperBound()))));
+            arith::AndIOp::create(b, loc, isTmaLeader(), belowUpperBound(iv)));
       } else {
         for (LoadOp ld : prefetched) {
           SmemTile t = *tileGeometry(layoutOf(ld.getResult()));
           t.base = stageBuffer(ld, slot);
-          issueAsyncCopy(ld, t);
+          issueAsyncCopy(ld, t,
+                         pointerMovesWith(ld.getPtr(), srcIv)
+                             ? belowUpperBound(iv)
+                             : Value());
         }
         NVVM::CpAsyncCommitGroupOp::create(b, loc);
       }
@@ -159,7 +164,9 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
         iv, aheadSlice,
         [&] {
           for (LoadOp ld : ahead) {
-            Regs r = lowerLoad(ld);
+            Regs r = !inRange && pointerMovesWith(ld.getPtr(), srcIv)
+                         ? lowerLoadIf(ld, belowUpperBound(iv))
+                         : lowerLoad(ld);
             regs.append(r.regs.begin(), r.regs.end());
           }
         },

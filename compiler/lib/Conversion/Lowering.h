@@ -293,7 +293,15 @@ public:
   bool loadingFirstAhead = false;
   /// cp.async of a load's block into a tile, 16 bytes per copy, zero-filled
   /// outside the tensor.
-  void issueAsyncCopy(LoadOp ld, const SmemTile &t);
+  void issueAsyncCopy(LoadOp ld, const SmemTile &t, mlir::Value guard = {});
+  /// Whether the kiln IR pointer `ptr` moves with the loop's induction
+  /// variable `iv` (an outer index taken at it, such as T[r]): at an
+  /// iteration the loop does not run it may point outside its tensor, where
+  /// the block's bounds checks cannot help (their out-of-range elements read
+  /// the block's first address).
+  bool pointerMovesWith(mlir::Value ptr, mlir::Value iv);
+  /// lowerLoad under the uniform `cond`, padding where it is false.
+  Regs lowerLoadIf(LoadOp ld, mlir::Value cond);
   /// Prefetched loads: numStages buffers of `smemBufferBytes`, the first at
   /// smemRegion, one every stageStride bytes (stage-major: see run).
   llvm::DenseMap<mlir::Value, int64_t> smemBufferBytes;
