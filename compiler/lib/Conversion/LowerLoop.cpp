@@ -370,8 +370,10 @@ void Lowerer::lowerFor(scf::ForOp forOp) {
     outerLane = savedOuterLane;
     outerWarp = savedOuterWarp;
   }
-  if (skip)
+  if (skip) {
     noteDeadRowSkip(forOp, *skip, opBarriers);
+    divergentBarriers = false; // skipped loops are top-level loops
+  }
   // After a persistent tile's loop, what follows (the tile's stores) takes
   // fresh ids too: from the tile's, LLVM computed its addresses at the
   // tile's start and held them across the loops (freshenForTile).

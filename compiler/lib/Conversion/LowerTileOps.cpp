@@ -54,7 +54,20 @@ void Lowerer::barrier() {
   // visible to wgmma's operand reads, which go through the async proxy.
   if (wgmma)
     fenceSharedForAsync();
-  if (consumerBarriers) // named barrier 1 over the compute warps only
+  if (divergentBarriers) {
+    // barrier.sync without .aligned: warps meet here and at the skipped
+    // warpgroup's barrier, another instruction (an aligned barrier must be
+    // the same instruction in every thread; compute-sanitizer's synccheck
+    // reports it).
+    SmallVector<Value> args{i32(consumerBarriers ? 1 : 0)};
+    if (consumerBarriers)
+      args.push_back(i32(32 * numWarps));
+    LLVM::CallIntrinsicOp::create(
+        b, loc,
+        b.getStringAttr(consumerBarriers ? "llvm.nvvm.barrier.cta.sync"
+                                         : "llvm.nvvm.barrier.cta.sync.all"),
+        ValueRange(args));
+  } else if (consumerBarriers) // named barrier 1 over the compute warps only
     NVVM::BarrierOp::create(b, loc, TypeRange{}, i32(1), i32(32 * numWarps), {},
                             Value());
   else

@@ -530,6 +530,10 @@ public:
   int producerWarps = 0; ///< 4 when a producer warpgroup issues the copies
   int producerRegisters = 0, consumerRegisters = 0;
   bool consumerBarriers = false; ///< barrier() syncs the compute warps only
+  /// Set while lowering a loop with a dead-row skip and its skeleton: warps
+  /// meet at barriers that are different instructions (barrier() emits
+  /// barrier.sync without .aligned).
+  bool divergentBarriers = false;
   /// Under a producer warpgroup: the ring's next stage and its mbarrier
   /// phase, where the last loop (on this side) left them.
   mlir::Value ringSlot, ringPhase;

@@ -202,6 +202,9 @@ std::optional<Lowerer::DeadRowSkip> Lowerer::skipDeadRows(
   if (!live)
     return std::nullopt;
   DeadRowSkip skip;
+  // Until the loop is lowered (lowerFor resets it): the skeleton's barriers
+  // and the loop's are different instructions.
+  divergentBarriers = true;
   Value lb = scalarOf(forOp.getLowerBound()),
         ub = scalarOf(forOp.getUpperBound()), step = scalarOf(forOp.getStep());
   const size_t stageArgs = !prefetches ? 0 : viaTma ? 2 : 1;
