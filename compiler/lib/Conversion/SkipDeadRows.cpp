@@ -20,7 +20,9 @@
 // before the loop. Then a skipped warpgroup's rows hold stale values only
 // in rows every store drops. And (lowerFor) no op in the loop meets the other
 // warpgroups at a barrier (a conversion or reduction across them): where
-// one does, every warpgroup runs the loop.
+// one does, every warpgroup runs the loop. Without a producer warpgroup the
+// skeleton meets the others at block barriers of its own: those and the
+// loop's are barrier.sync without .aligned (divergentBarriers).
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
