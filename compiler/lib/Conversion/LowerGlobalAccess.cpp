@@ -218,6 +218,9 @@ bool Lowerer::iterationSlice(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
 }
 
 bool Lowerer::pointerMovesWith(Value ptr, Value iv) {
+  // Only the loop body's ops can move with its induction variable (as in
+  // iterationSlice): the walk stops at values defined outside it.
+  Block *body = cast<BlockArgument>(iv).getOwner();
   llvm::SmallVector<Value> work{ptr};
   llvm::DenseSet<Value> seen;
   while (!work.empty()) {
@@ -225,7 +228,7 @@ bool Lowerer::pointerMovesWith(Value ptr, Value iv) {
     if (v == iv)
       return true;
     Operation *d = v.getDefiningOp();
-    if (!d || !seen.insert(v).second)
+    if (!d || d->getBlock() != body || !seen.insert(v).second)
       continue;
     if (isa<AddPtrOp>(d) || d->getDialect()->getNamespace() == "arith")
       work.append(d->operand_begin(), d->operand_end());
