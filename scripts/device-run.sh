@@ -19,7 +19,11 @@
 #              cuBLAS and cuBLASLt's fused epilogue (scripts/gemm_peers.py)
 #   sanitizer  compute-sanitizer memcheck over the GPU runtime tests, then
 #              memcheck, racecheck and synccheck over `kiln run` of the
-#              default kernels at ragged shapes (scripts/sanitize-kernels.sh)
+#              default kernels at ragged shapes and other schedules, and the
+#              Python ops (scripts/sanitize-kernels.sh --python)
+#   fuzz       random attention problems (shapes, dtypes, layouts, unaligned
+#              and strided views), forward and backward into poisoned,
+#              guarded outputs, against fp32 (scripts/fuzz-attention.py)
 # e.g. scripts/device-run.sh tests pytest bench backward
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,9 +68,13 @@ for job in "$@"; do
   sanitizer) (cd /tmp/k/bin && timeout 400 compute-sanitizer --tool memcheck \
       --report-api-errors no ./kiln-tests --gtest_filter='GpuRuntime*') > "$OUT/sanitizer.txt" 2>&1
     grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.txt" | head
-    scripts/sanitize-kernels.sh /tmp/k/bin/kiln > "$OUT/sanitize-kernels.txt" 2>&1
+    timeout 560 scripts/sanitize-kernels.sh /tmp/k/bin/kiln --python \
+      > "$OUT/sanitize-kernels.txt" 2>&1
     echo "sanitize-kernels exit $?: $(grep -c '| ok$' "$OUT/sanitize-kernels.txt") ok"
-    grep -v "| ok$" "$OUT/sanitize-kernels.txt" | head ;;
+    grep -v "| ok$" "$OUT/sanitize-kernels.txt" | head -40 ;;
+  fuzz) timeout 300 python3 scripts/fuzz-attention.py --cases 150 --seed "${FUZZ_SEED:-0}" \
+      > "$OUT/fuzz.txt" 2>&1
+    echo "fuzz exit $?"; grep -E "FAIL|fuzz-attention" "$OUT/fuzz.txt" | head -30 ;;
   *) echo "device-run: unknown job '$job'" >&2; exit 2 ;;
   esac
 done

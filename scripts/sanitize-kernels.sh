@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # compute-sanitizer's memcheck, racecheck and synccheck over `kiln run` of
 # the default kernels at ragged shapes (the GPU's result against fp64 too),
-# on a GPU machine: scripts/sanitize-kernels.sh [path/to/kiln]. One line per
-# run; exits 1 if any run reports an error or fails its check. (Session 52's
+# on a GPU machine: scripts/sanitize-kernels.sh [path/to/kiln] [--python].
+# One line per run; exits 1 if any run reports an error or fails its check.
+# --python: also scripts/sanitize-python-ops.py (the norms, rotary,
+# cross-entropy, linear and attention from PyTorch) under each tool, after
+# one run without the sanitizer that tunes and fills the caches. (Session 52's
 # run found an out-of-bounds read in the split-keys combine and divergent
 # aligned barriers under the dead-row skip; docs/experiments/2026-11-28-session52.txt.)
 set -uo pipefail
-KILN="${1:-kiln}"
+KILN=kiln PYTHON_OPS=0
+for arg in "$@"; do
+  case "$arg" in
+  --python) PYTHON_OPS=1 ;;
+  *) KILN="$arg" ;;
+  esac
+done
 RUNS=(
   "attention --head-dim 128 --seq 2049 --batch 1 --heads 2 --non-causal"
   "attention --head-dim 128 --seq 1001 --batch 1 --heads 2 --causal"
@@ -23,6 +32,34 @@ RUNS=(
   "attention-backward --head-dim 64 --seq 2049 --batch 1 --heads 1 --causal"
   "gemm --m 1000 --n 777 --k 300"
   "softmax --rows 300 --cols 3001"
+  # Schedules other than the defaults (what the tuner or a user's Config
+  # may pick), other dtypes, layouts and strides.
+  "attention --head-dim 128 --seq 1001 --batch 2 --heads 3 --causal --dtype fp16 --layout bshd"
+  "attention --head-dim 64 --seq 777 --batch 1 --heads 2 --non-causal --lse-stride 781"
+  "attention --head-dim 128 --seq 700 --seq-k 1500 --batch 1 --heads 2 --causal --static-shapes 1"
+  "attention --head-dim 128 --seq 1500 --seq-k 700 --batch 1 --heads 2 --non-causal --wgmma 0"
+  "attention --head-dim 64 --seq 1001 --batch 1 --heads 2 --causal --wgmma 0"
+  "attention --head-dim 128 --seq 2049 --batch 1 --heads 2 --non-causal --tma 0"
+  "attention --head-dim 128 --seq 2049 --batch 1 --heads 2 --causal --pingpong 0 --overlap 0"
+  "attention --head-dim 128 --seq 3001 --batch 1 --heads 2 --non-causal --persistent 1"
+  "attention --head-dim 128 --seq 1001 --batch 1 --heads 2 --non-causal --block-m 64"
+  "attention --head-dim 64 --seq 2049 --batch 1 --heads 2 --causal --warp-specialize 1"
+  "attention --head-dim 128 --seq 1001 --batch 1 --heads 2 --non-causal --skip-dead-rows 1"
+  "attention --head-dim 128 --seq 1001 --batch 1 --heads 2 --causal --tma-store 0"
+  "attention-backward --head-dim 128 --seq 1001 --batch 1 --heads 2 --non-causal --deterministic 1"
+  "attention-backward --head-dim 64 --seq 1001 --batch 1 --heads 2 --causal --separate-dk-dv 1"
+  "attention-backward --head-dim 128 --seq 777 --seq-k 1300 --batch 1 --heads 2 --causal --layout bshd --dtype fp16"
+  "attention-backward --head-dim 128 --seq 1001 --batch 1 --heads 2 --causal --convert-dq-last 0 --overlap-dq-convert 1"
+  "attention-backward --head-dim 64 --seq 1001 --batch 1 --heads 2 --non-causal --scores-by-queries 1"
+  "attention-backward --head-dim 64 --seq 1001 --batch 1 --heads 2 --non-causal --kv-in-registers 1 --fold-statistics 1"
+  "attention-backward --head-dim 128 --seq 1001 --batch 1 --heads 2 --non-causal --wgmma 0"
+  "attention-backward --head-dim 128 --seq 2049 --batch 1 --heads 2 --causal --persistent 1 --dynamic-tiles 1"
+  "attention-backward --head-dim 64 --seq 1001 --batch 1 --heads 2 --causal --tma-store 1"
+  "gemm --m 1000 --n 777 --k 300 --bias --activation gelu --wgmma 0"
+  "gemm --m 2049 --n 1000 --k 513 --persistent 1 --group-m 8"
+  "gemm --m 999 --n 1001 --k 77 --tma 0 --static-shapes 1"
+  "softmax --rows 3 --cols 100001 --dtype fp16"
+  "softmax --rows 1000 --cols 17"
 )
 failed=0
 for tool in memcheck racecheck synccheck; do
@@ -34,6 +71,24 @@ for tool in memcheck racecheck synccheck; do
     summary=$(echo "$out" | grep -oE "(ERROR|RACECHECK) SUMMARY: [^(]*" | head -1)
     [ "$rc" = 0 ] && verdict=ok || { verdict="FAILED (exit $rc)"; failed=1; }
     echo "$tool | $args | $summary | $verdict"
+    [ "$rc" = 0 ] || echo "$out" | grep -E "FAIL|Invalid|Race|Barrier|========= [A-Z]" | head -8
   done
 done
+if [ "$PYTHON_OPS" = 1 ]; then
+  script="$(dirname "$0")/sanitize-python-ops.py"
+  if ! out=$(timeout 300 python3 "$script" 2>&1); then
+    echo "$out" | tail -5
+    echo "python ops (no sanitizer) | FAILED"
+    failed=1
+  fi
+  for tool in memcheck racecheck synccheck; do
+    out=$(timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      python3 "$script" 2>&1)
+    rc=$?
+    summary=$(echo "$out" | grep -oE "(ERROR|RACECHECK) SUMMARY: [^(]*" | head -1)
+    [ "$rc" = 0 ] && verdict=ok || { verdict="FAILED (exit $rc)"; failed=1; }
+    echo "$tool | python ops | $summary | $verdict"
+    [ "$rc" = 0 ] || echo "$out" | grep -E "FAIL|Invalid|Race|Barrier|========= [A-Z]" | head -8
+  done
+fi
 exit "$failed"
