@@ -10,6 +10,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <ctime>
 
 namespace kiln::cli {
@@ -78,9 +79,32 @@ struct Inspected {
 static Inspected toInspect(Options &opts) {
   Inspected in{targetOptions(opts),
                makeProblem(kernelName(opts), opts, /*withData=*/false)};
+  // --unaligned Q,K: as for views at an odd offset or with padded rows.
+  std::vector<std::string> unaligned = in.problem.unaligned;
+  std::string given = opts.string("unaligned", "");
+  for (size_t at = 0; !given.empty() && at <= given.size();) {
+    size_t comma = std::min(given.find(',', at), given.size());
+    std::string name = given.substr(at, comma - at);
+    const auto &tensors = in.problem.kernel->tensors();
+    if (std::none_of(
+            tensors.begin(), tensors.end(),
+            [&](const TensorParamInfo &t) { return t.name == name; })) {
+      std::string names;
+      for (const TensorParamInfo &t : tensors)
+        names += (names.empty() ? "" : ", ") + t.name;
+      throw UsageError("option --unaligned: kernel " +
+                       in.problem.kernel->name() + " has no tensor '" + name +
+                       "' (its tensors: " + names + ")");
+    }
+    unaligned.push_back(name);
+    at = comma + 1;
+  }
+  std::sort(unaligned.begin(), unaligned.end());
+  unaligned.erase(std::unique(unaligned.begin(), unaligned.end()),
+                  unaligned.end());
   opts.checkAllUsed();
   // The variant `kiln run` launches for these tensors.
-  in.target.unalignedTensors = in.problem.unaligned;
+  in.target.unalignedTensors = unaligned;
   in.target.scalarClasses = scalarClasses(*in.problem.kernel, in.problem.dims);
   return in;
 }

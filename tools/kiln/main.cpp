@@ -139,7 +139,9 @@ commands:
 
 target options: --arch sm_80|sm_90a (default sm_90a) --warps W --stages S
   --reload-ids 0|1 --llvm-pipeline kiln|O1|O2|O3 (LLVM's middle end; kiln's
-  short pipeline by default). KILN_DUMP_DIR=<dir> writes every stage of every compile.
+  short pipeline by default) --unaligned T,T (compile as for those tensors
+  not 16-byte aligned: a view at an odd offset, padded rows).
+  KILN_DUMP_DIR=<dir> writes every stage of every compile.
 
 kernels and their shape options:
   attention  --seq N [--seq-k N] --head-dim 64|128 [--causal | --non-causal] [--batch B]

@@ -64,7 +64,7 @@ void Lowerer::barrier() {
       args.push_back(i32(32 * numWarps));
     LLVM::CallIntrinsicOp::create(
         b, loc,
-        b.getStringAttr(consumerBarriers ? "llvm.nvvm.barrier.cta.sync"
+        b.getStringAttr(consumerBarriers ? "llvm.nvvm.barrier.cta.sync.count"
                                          : "llvm.nvvm.barrier.cta.sync.all"),
         ValueRange(args));
   } else if (consumerBarriers) // named barrier 1 over the compute warps only
