@@ -89,18 +89,20 @@ def draw_case(rng):
     nq = draw_length(rng)
     nk = nq if rng.random() < 0.5 else draw_length(rng)
     scale = 1.0 / math.sqrt(d) if rng.random() < 0.7 else rng.uniform(0.02, 0.3)
-    return dtype, d, bshd, causal, b, h, nq, nk, scale
+    deterministic = rng.random() < 0.25  # dQ by its own kernel
+    return dtype, d, bshd, causal, b, h, nq, nk, scale, deterministic
 
 
 def run_case(rng, case, dev):
-    dtype, d, bshd, causal, b, h, nq, nk, scale = case
+    dtype, d, bshd, causal, b, h, nq, nk, scale, deterministic = case
     q, qk = make_input(rng, (b, h, nq, d), dtype, bshd, dev)
     k, kk = make_input(rng, (b, h, nk, d), dtype, bshd, dev)
     v, vk = make_input(rng, (b, h, nk, d), dtype, bshd, dev)
     do, _ = make_input(rng, (b, h, nq, d), dtype, bshd, dev)
     desc = (f"B={b} H={h} Nq={nq} Nk={nk} D={d} {str(dtype)[6:]} "
             f"{'bshd' if bshd else 'bhsd'} {'causal' if causal else 'full'} "
-            f"scale={scale:.3g} q:{qk} k:{kk} v:{vk}")
+            f"scale={scale:.3g} q:{qk} k:{kk} v:{vk}"
+            f"{' deterministic' if deterministic else ''}")
     oshape = (b, nq, h, d) if bshd else (b, h, nq, d)
     obuf, o = guarded(oshape, dtype, dev)
     lbuf, lse = guarded((b, h, nq), torch.float32, dev)
@@ -112,8 +114,12 @@ def run_case(rng, case, dev):
     bufs += [g[0] for g in grads]
     bws = torch.full((_lib.workspace_elements(b, h, nq, d),), float("nan"),
                      device=dev)
-    _lib.backward(q, k, v, o, do, lse, bws, *[g[1] for g in grads], causal,
-                  scale, bshd, _stream(q))
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        _lib.backward(q, k, v, o, do, lse, bws, *[g[1] for g in grads], causal,
+                      scale, bshd, _stream(q))
+    finally:
+        torch.use_deterministic_algorithms(False)
     truth = reference(q, k, v, do, causal, scale, bshd)
     low = reference(q, k, v, do, causal, scale, bshd, dtype)
     got = (o, lse, *[g[1] for g in grads])

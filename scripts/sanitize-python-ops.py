@@ -102,6 +102,15 @@ def attention():
     q = torch.randn(2, 4, 3, 128, device=DEV).bfloat16()
     k, v = (torch.randn(2, 4, 5003, 128, device=DEV).bfloat16() for _ in range(2))
     check("attention decoding", kiln.attention(q, k, v), reference(q, k, v, False))
+    # V a view at an odd offset (its own loads; Q and K by TMA), causal D=128:
+    # the dead-row skip's named barriers.
+    k, v = (torch.randn(1, 2, 1001, 128, device=DEV).bfloat16() for _ in range(2))
+    q = torch.randn(1, 2, 1001, 128, device=DEV).bfloat16()
+    buf = torch.empty(1 + v.numel(), device=DEV, dtype=v.dtype)
+    vo = buf[1:].view(v.shape)
+    vo.copy_(v)
+    check("attention V unaligned", kiln.attention(q, k, vo, causal=True),
+          reference(q, k, v, True))
     # Forward and backward through autograd, dQ by atomics and deterministic.
     q, k, v = (torch.randn(1, 3, 777, 128, device=DEV).bfloat16().requires_grad_()
                for _ in range(3))
