@@ -23,7 +23,8 @@
 #              Python ops (scripts/sanitize-kernels.sh --python)
 #   fuzz       random attention problems (shapes, dtypes, layouts, unaligned
 #              and strided views), forward and backward into poisoned,
-#              guarded outputs, against fp32 (scripts/fuzz-attention.py)
+#              guarded outputs, against fp32 (scripts/fuzz-attention.py);
+#              then linear, norms, rotary, cross-entropy (scripts/fuzz-ops.py)
 # e.g. scripts/device-run.sh tests pytest bench backward
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +75,10 @@ for job in "$@"; do
     grep -v "| ok$" "$OUT/sanitize-kernels.txt" | head -40 ;;
   fuzz) timeout 300 python3 scripts/fuzz-attention.py --cases 150 --seed "${FUZZ_SEED:-0}" \
       > "$OUT/fuzz.txt" 2>&1
-    echo "fuzz exit $?"; grep -E "FAIL|fuzz-attention" "$OUT/fuzz.txt" | head -30 ;;
+    echo "fuzz exit $?"; grep -E "FAIL|fuzz-attention" "$OUT/fuzz.txt" | head -30
+    timeout 300 python3 scripts/fuzz-ops.py --cases 80 --seed "${FUZZ_SEED:-0}" \
+      > "$OUT/fuzz-ops.txt" 2>&1
+    echo "fuzz-ops exit $?"; grep -E "FAIL|fuzz-ops" "$OUT/fuzz-ops.txt" | head -30 ;;
   *) echo "device-run: unknown job '$job'" >&2; exit 2 ;;
   esac
 done
