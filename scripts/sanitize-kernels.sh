@@ -62,16 +62,21 @@ RUNS=(
   "softmax --rows 1000 --cols 17"
 )
 failed=0
+# sanitize TOOL LABEL COMMAND...: one line, and the first findings on failure.
+sanitize() {
+  local tool="$1" label="$2" out rc summary verdict
+  shift 2
+  out=$(timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" 2>&1)
+  rc=$?
+  summary=$(echo "$out" | grep -oE "(ERROR|RACECHECK) SUMMARY: [^(]*" | head -1)
+  [ "$rc" = 0 ] && verdict=ok || { verdict="FAILED (exit $rc)"; failed=1; }
+  echo "$tool | $label | $summary | $verdict"
+  [ "$rc" = 0 ] || echo "$out" | grep -E "FAIL|Invalid|Race|Barrier|========= [A-Z]" | head -8
+}
 for tool in memcheck racecheck synccheck; do
   for args in "${RUNS[@]}"; do
     # shellcheck disable=SC2086
-    out=$(timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$KILN" run $args 2>&1)
-    rc=$?
-    summary=$(echo "$out" | grep -oE "(ERROR|RACECHECK) SUMMARY: [^(]*" | head -1)
-    [ "$rc" = 0 ] && verdict=ok || { verdict="FAILED (exit $rc)"; failed=1; }
-    echo "$tool | $args | $summary | $verdict"
-    [ "$rc" = 0 ] || echo "$out" | grep -E "FAIL|Invalid|Race|Barrier|========= [A-Z]" | head -8
+    sanitize "$tool" "$args" "$KILN" run $args
   done
 done
 if [ "$PYTHON_OPS" = 1 ]; then
@@ -82,13 +87,7 @@ if [ "$PYTHON_OPS" = 1 ]; then
     failed=1
   fi
   for tool in memcheck racecheck synccheck; do
-    out=$(timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      python3 "$script" 2>&1)
-    rc=$?
-    summary=$(echo "$out" | grep -oE "(ERROR|RACECHECK) SUMMARY: [^(]*" | head -1)
-    [ "$rc" = 0 ] && verdict=ok || { verdict="FAILED (exit $rc)"; failed=1; }
-    echo "$tool | python ops | $summary | $verdict"
-    [ "$rc" = 0 ] || echo "$out" | grep -E "FAIL|Invalid|Race|Barrier|========= [A-Z]" | head -8
+    sanitize "$tool" "python ops" python3 "$script"
   done
 fi
 exit "$failed"
