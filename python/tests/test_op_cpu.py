@@ -344,3 +344,30 @@ def test_bench_pairs_rows_and_their_flops():
     with pytest.raises(SystemExit) as e:
         kb.main(["--pairs", "4096x"])
     assert e.value.code == 2
+
+
+def test_keys_not_16_byte_aligned_are_copied(monkeypatch, capfd):
+    # K or V whose base or a stride is not a multiple of 16 bytes would take
+    # the compute warps' own copies (several times slower on an H200): the
+    # op copies them to aligned memory first, differentiably, and
+    # KILN_LOG=launch says so once per argument and reason.
+    from kiln import ops
+    aligned = torch.randn(2, 3, 10, 64).bfloat16()
+    buf = torch.randn(1 + aligned.numel()).bfloat16()
+    odd = buf[1:].view(aligned.shape)
+    padded = torch.randn(2, 3, 10, 67).bfloat16()[..., :64]
+    assert ops._misaligned(aligned) == ""
+    assert ops._misaligned(odd) == "a base address 2 bytes past 16"
+    assert "strides (2010, 670, 67, 1)" in ops._misaligned(padded)
+    assert ops._aligned_keys("k", aligned) is aligned
+    monkeypatch.setenv("KILN_LOG", "launch")
+    ops._logged_copies.clear()
+    leaf = padded.detach().requires_grad_()
+    for _ in range(2):
+        copy = ops._aligned_keys("v", leaf)
+    assert copy.is_contiguous() and torch.equal(copy, padded)
+    assert ops._misaligned(copy) == ""
+    (grad,) = torch.autograd.grad(copy.float().sum(), leaf)
+    assert torch.equal(grad, torch.ones_like(padded))
+    err = capfd.readouterr().err
+    assert err.count("kiln.attention: v is not 16-byte aligned") == 1, err
