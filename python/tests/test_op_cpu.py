@@ -359,12 +359,12 @@ def test_keys_not_16_byte_aligned_are_copied(monkeypatch, capfd):
     assert ops._misaligned(aligned) == ""
     assert ops._misaligned(odd) == "a base address 2 bytes past 16"
     assert "strides (2010, 670, 67, 1)" in ops._misaligned(padded)
-    assert ops._aligned_keys("k", aligned) is aligned
+    assert ops._aligned_copy("k", aligned) is aligned
     monkeypatch.setenv("KILN_LOG", "launch")
     ops._logged_copies.clear()
     leaf = padded.detach().requires_grad_()
     for _ in range(2):
-        copy = ops._aligned_keys("v", leaf)
+        copy = ops._aligned_copy("v", leaf)
     assert copy.is_contiguous() and torch.equal(copy, padded)
     assert ops._misaligned(copy) == ""
     (grad,) = torch.autograd.grad(copy.float().sum(), leaf)
