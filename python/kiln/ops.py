@@ -283,9 +283,10 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
     # Eager calls only: traces (torch.compile, functorch) stay as they were
     # (one GPU run of test_torch_compile_matches_eager failed with the copy
     # traced; not reproduced without a GPU).
-    if _eager(q, k, v):
+    eager = _eager(q, k, v)
+    if eager:
         k, v = _aligned_copy("k", k), _aligned_copy("v", v)
-    if not _eager(q, k, v):
+    if not eager:
         o, lse = torch.ops.kiln.attention_forward(q, k, v, causal, s, bshd)
     elif (cpp := _cpp.module()) is not None:  # the same launches, from C++
         o, lse = cpp.attention(q, k, v, causal, s, bshd)
