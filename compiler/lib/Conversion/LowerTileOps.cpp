@@ -9,6 +9,8 @@
 #include <map>
 
 #include "llvm/ADT/SetVector.h"
+#include "llvm/IR/Intrinsics.h"
+#include "llvm/IR/IntrinsicsNVPTX.h"
 
 using namespace mlir;
 
@@ -62,10 +64,13 @@ void Lowerer::barrier() {
     SmallVector<Value> args{i32(consumerBarriers ? 1 : 0)};
     if (consumerBarriers)
       args.push_back(i32(32 * numWarps));
+    // Named from LLVM's enum, so that a wrong name fails to build (a spelled
+    // one failed at translation, for the kernels that took it only).
+    llvm::Intrinsic::ID id = consumerBarriers
+                                 ? llvm::Intrinsic::nvvm_barrier_cta_sync_count
+                                 : llvm::Intrinsic::nvvm_barrier_cta_sync_all;
     LLVM::CallIntrinsicOp::create(
-        b, loc,
-        b.getStringAttr(consumerBarriers ? "llvm.nvvm.barrier.cta.sync.count"
-                                         : "llvm.nvvm.barrier.cta.sync.all"),
+        b, loc, b.getStringAttr(llvm::Intrinsic::getBaseName(id)),
         ValueRange(args));
   } else if (consumerBarriers) // named barrier 1 over the compute warps only
     NVVM::BarrierOp::create(b, loc, TypeRange{}, i32(1), i32(32 * numWarps), {},
