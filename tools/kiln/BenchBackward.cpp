@@ -59,15 +59,7 @@ int benchAttentionBackward(Options &opts) {
       seqs.empty() ? std::vector<int64_t>{} : positiveList(seqs, "seqs"),
       quick, ragged);
   llvm::json::Array rows;
-  for (const std::string &dn : [&] {
-         std::vector<std::string> out;
-         for (size_t at = 0; at <= dtypes.size();) {
-           size_t comma = std::min(dtypes.find(',', at), dtypes.size());
-           out.push_back(dtypes.substr(at, comma - at));
-           at = comma + 1;
-         }
-         return out;
-       }()) {
+  for (const std::string &dn : commaList(dtypes)) {
     auto dtype = parseDType(dn);
     if (!dtype || (*dtype != DType::bf16 && *dtype != DType::f16))
       throw UsageError("kiln bench: --dtypes takes bf16 and fp16, got " + dn);

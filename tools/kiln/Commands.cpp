@@ -10,6 +10,9 @@
 
 #include <fmt/core.h>
 
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -110,6 +113,12 @@ int64_t positive(Options &opts, const std::string &name, int64_t fallback,
     throw UsageError("option --" + name + " must be >= 1, got " +
                      std::to_string(v));
   return v;
+}
+
+std::vector<std::string> commaList(const std::string &text) {
+  llvm::SmallVector<llvm::StringRef> items;
+  llvm::StringRef(text).split(items, ',');
+  return std::vector<std::string>(items.begin(), items.end());
 }
 
 std::vector<int64_t> positiveList(const std::string &text,

@@ -142,6 +142,9 @@ std::map<std::string, TensorRef>
 uploadTensors(std::map<std::string, HostTensor> &tensors,
               std::map<std::string, cuda::Buffer> &buffers);
 
+/// The items of a comma-separated list, empty ones kept ("a,,b" has three,
+/// "" one), for the caller to refuse.
+std::vector<std::string> commaList(const std::string &text);
 /// --dtype as a float type; an integer option that must be >= 1.
 DType dtypeOption(Options &opts, const char *fallback);
 int64_t positive(Options &opts, const std::string &name, int64_t fallback,

@@ -82,9 +82,8 @@ static Inspected toInspect(Options &opts) {
   // --unaligned Q,K: as for views at an odd offset or with padded rows.
   std::vector<std::string> unaligned = in.problem.unaligned;
   std::string given = opts.string("unaligned", "");
-  for (size_t at = 0; !given.empty() && at <= given.size();) {
-    size_t comma = std::min(given.find(',', at), given.size());
-    std::string name = given.substr(at, comma - at);
+  for (const std::string &name :
+       given.empty() ? std::vector<std::string>{} : commaList(given)) {
     const auto &tensors = in.problem.kernel->tensors();
     if (std::none_of(
             tensors.begin(), tensors.end(),
@@ -97,7 +96,6 @@ static Inspected toInspect(Options &opts) {
                        "' (its tensors: " + names + ")");
     }
     unaligned.push_back(name);
-    at = comma + 1;
   }
   std::sort(unaligned.begin(), unaligned.end());
   unaligned.erase(std::unique(unaligned.begin(), unaligned.end()),
