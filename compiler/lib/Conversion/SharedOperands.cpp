@@ -8,22 +8,6 @@ using namespace mlir;
 namespace kiln::gpu {
 
 llvm::DenseSet<Value> findSharedOperands(func::FuncOp func) {
-  // Every use is a dot's a or b, through the conversion to the operand layout
-  // (and a transpose before it, for b = kᵀ).
-  std::function<bool(Value)> onlyDotOperand = [&](Value v) {
-    for (OpOperand &use : v.getUses()) {
-      Operation *user = use.getOwner();
-      if (isa<ConvertLayoutOp, TransOp>(user)) {
-        if (!onlyDotOperand(user->getResult(0)))
-          return false;
-        continue;
-      }
-      auto dot = dyn_cast<DotOp>(user);
-      if (!dot || use.getOperandNumber() == 2)
-        return false;
-    }
-    return !v.use_empty();
-  };
   llvm::DenseSet<Value> out;
   func.walk([&](LoadOp ld) {
     Type elem = ld.getType().getElementType();

@@ -330,6 +330,20 @@ static func::FuncOp ownerOf(BlockArgument arg) {
   return cast<func::FuncOp>(arg.getOwner()->getParentOp());
 }
 
+bool kiln::onlyDotOperand(Value v) {
+  for (OpOperand &use : v.getUses()) {
+    Operation *user = use.getOwner();
+    if (isa<ConvertLayoutOp, TransOp>(user)) {
+      if (!onlyDotOperand(user->getResult(0)))
+        return false;
+      continue;
+    }
+    if (!isa<DotOp>(user) || use.getOperandNumber() == 2)
+      return false;
+  }
+  return !v.use_empty();
+}
+
 bool kiln::isAlignedAccess(Value ptr) {
   BlockArgument arg = pointerArgumentOf(ptr);
   return arg && ownerOf(arg).getArgAttr(arg.getArgNumber(), kAlignedArgAttr);

@@ -42,6 +42,11 @@ mlir::RankedTensorType withLayout(mlir::Type type, const Layout &layout);
 /// a constant's value attribute along with it.
 void setTileType(mlir::Value v, mlir::RankedTensorType t);
 
+/// Whether every use of `v` is a dot's a or b operand, through layout
+/// conversions and transposes (b = kᵀ): a tile that lives only to be
+/// multiplied, which the GPU lowering stages in shared memory.
+bool onlyDotOperand(mlir::Value v);
+
 /// Registers every dialect a kiln module may contain.
 void registerKilnDialects(mlir::DialectRegistry &registry);
 } // namespace kiln
