@@ -12,7 +12,7 @@ torch's current stream. bf16 CUDA tensors.
 import torch
 
 from . import _lib
-from .ops import _stream
+from .ops import _log_copy, _misaligned, _stream
 
 
 def _need_tensor(fn, name, t, dtypes, device=None):
@@ -192,6 +192,25 @@ def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
 _ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
 
 
+def _padded_rows(name, t):
+    """A GEMM operand as the kernel reads it fast: rows whose length is not
+    a multiple of 8 elements (16 bytes), or a base off 16 bytes, would be
+    read by the compute warps one element at a time (a weight with N =
+    50257 columns, a K of 4095: several times slower), so such a t is copied
+    into rows padded to a multiple of 8 and the view of its columns passed
+    (the padding is never read: the kernel's bounds stop at the columns).
+    KILN_LOG=launch says so once per argument and reason."""
+    t = t.contiguous()
+    why = _misaligned(t)
+    if not why or t.numel() == 0:
+        return t
+    _log_copy("kiln.linear", name, why)
+    rows, cols = t.shape
+    padded = torch.empty(rows, -(-cols // 8) * 8, dtype=t.dtype,
+                         device=t.device)[:, :cols]
+    return padded.copy_(t)
+
+
 def linear(x, weight_t, bias=None, activation="none"):
     """act(x @ weight_t + bias) in one kernel (the bias and activation in
     the GEMM's epilogue): x (M, K), weight_t (K, N), bias (N,), bf16, the
@@ -211,7 +230,7 @@ def linear(x, weight_t, bias=None, activation="none"):
     if bias is not None and tuple(bias.shape) != (N,):
         raise ValueError(f"kiln.linear: bias must have shape ({N},), got "
                          f"{tuple(bias.shape)}")
-    x, weight_t = x.contiguous(), weight_t.contiguous()
+    x, weight_t = _padded_rows("x", x), _padded_rows("weight_t", weight_t)
     out = torch.empty(x.shape[0], N, device=x.device, dtype=torch.bfloat16)
     tensors = {"A": x, "B": weight_t, "C": out}
     if bias is not None:

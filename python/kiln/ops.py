@@ -113,6 +113,16 @@ def _misaligned(t):
 _logged_copies = set()
 
 
+def _log_copy(op, name, why):
+    """KILN_LOG=launch: one line per op, argument and reason that a copy was
+    made for."""
+    if "launch" in os.environ.get("KILN_LOG", "").split(",") and \
+            (op, name, why) not in _logged_copies:
+        _logged_copies.add((op, name, why))
+        print(f"{op}: {name} is not 16-byte aligned ({why}): copied to "
+              f"aligned memory first", file=sys.stderr)
+
+
 def _aligned_copy(name, t):
     """K or V as the kernels read them fast: where t is not 16-byte aligned
     its rows would be copied by the compute warps themselves, which spill
@@ -123,11 +133,7 @@ def _aligned_copy(name, t):
     why = _misaligned(t)
     if not why:
         return t
-    if "launch" in os.environ.get("KILN_LOG", "").split(",") and \
-            (name, why) not in _logged_copies:
-        _logged_copies.add((name, why))
-        print(f"kiln.attention: {name} is not 16-byte aligned ({why}): copied "
-              f"to aligned memory first", file=sys.stderr)
+    _log_copy("kiln.attention", name, why)
     return t.clone(memory_format=torch.contiguous_format)
 
 

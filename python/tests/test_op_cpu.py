@@ -371,3 +371,27 @@ def test_keys_not_16_byte_aligned_are_copied(monkeypatch, capfd):
     assert torch.equal(grad, torch.ones_like(padded))
     err = capfd.readouterr().err
     assert err.count("kiln.attention: v is not 16-byte aligned") == 1, err
+
+
+def test_linear_pads_rows_that_are_not_16_byte_aligned(monkeypatch, capfd):
+    # A GEMM operand whose rows are not a multiple of 16 bytes (a weight of
+    # N = 50257 columns) would be read one element at a time: kiln.linear
+    # copies it into padded rows and passes the view of its columns.
+    from kiln import fused, ops
+    aligned = torch.randn(5, 64).bfloat16()
+    assert fused._padded_rows("x", aligned) is aligned
+    monkeypatch.setenv("KILN_LOG", "launch")
+    ops._logged_copies.clear()
+    for cols in (1, 7, 77):
+        t = torch.randn(5, cols).bfloat16()
+        for _ in range(2):
+            p = fused._padded_rows("weight_t", t)
+        assert p.shape == t.shape and torch.equal(p, t)
+        assert p.stride() == (-(-cols // 8) * 8, 1) and ops._misaligned(p) == ""
+    # A view at an odd offset with aligned strides: copied too.
+    odd = torch.randn(5 * 64 + 1).bfloat16()[1:].view(5, 64)
+    p = fused._padded_rows("x", odd)
+    assert torch.equal(p, odd) and ops._misaligned(p) == ""
+    err = capfd.readouterr().err
+    assert err.count("kiln.linear: weight_t is not 16-byte aligned") == 3, err
+    assert err.count("kiln.linear: x is not 16-byte aligned") == 1, err

@@ -597,3 +597,15 @@ def test_linear_matches_float64(activation):
     if activation == "gelu":
         want = F.gelu(want, approximate="tanh")
     assert rel(y, want) < 1e-2
+
+
+@pytest.mark.parametrize("k, n", [(77, 1001), (768, 50257), (4095, 64)])
+def test_linear_rows_not_16_byte_aligned(k, n):
+    # Copied into padded rows first (fused._padded_rows), then the fast path;
+    # x also at an odd element offset.
+    torch.manual_seed(8)
+    x = torch.randn(257 * k + 1, device=DEV).bfloat16()[1:].view(257, k)
+    w = (torch.randn(k, n, device=DEV) / 30).bfloat16()
+    poison_allocator()
+    y = kiln.linear(x, w)
+    assert rel(y, x.double() @ w.double()) < 1e-2
