@@ -160,8 +160,9 @@ bool Lowerer::canPrefetch(LoadOp ld, SmallVectorImpl<Operation *> *slice) {
   if (!forOp)
     return false;
   const Layout l = layoutOf(ld.getResult());
+  // Rows of any length: TMA fills past their end with zeros, and cp.async
+  // copies the last vector's bytes that lie in the row (issueAsyncCopy).
   if (vectorWidth(l) < 8 || byteSize(ld.getType().getElementType()) != 2 ||
-      knownDivisor(ld.getShape().back()) % 8 ||
       knownDivisor(ld.getOffsets().back()) % 8 || !tileGeometry(l))
     return false;
   return iterationSlice(ld, slice);
@@ -261,9 +262,25 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t, Value guard) {
                  ld.getOffsets(), ld.getShape(), ld.getStrides(), elem, addrs,
                  ok, 8);
   SmallVector<Value> ptrs = tilePtrs(t, l, 8, !copyAddressesPerRegister);
+  // A row whose length may not be a multiple of 8: its last vector copies
+  // the bytes up to the row's end (cp.async zero-fills the rest).
+  const bool ragged = knownDivisor(ld.getShape().back()) % 8 != 0;
+  SmallVector<Value> tc = ragged ? threadCoord(l) : SmallVector<Value>();
+  const int64_t eb = byteSize(elem);
   for (int64_t r = 0; r < l.numRegs(); r += 8) {
     Value copies = guard ? arith::AndIOp::create(b, loc, guard, ok[r]) : ok[r];
-    Value bytes = arith::SelectOp::create(b, loc, copies, i32(16), i32(0));
+    Value full = i32(16);
+    if (ragged) {
+      Value col = arith::AddIOp::create(
+          b, loc, scalarOf(ld.getOffsets().back()),
+          arith::AddIOp::create(b, loc, tc.back(), i32(l.regCoord(r).back())));
+      Value left = arith::MulIOp::create(
+          b, loc,
+          arith::SubIOp::create(b, loc, scalarOf(ld.getShape().back()), col),
+          i32(eb));
+      full = arith::MinSIOp::create(b, loc, left, full);
+    }
+    Value bytes = arith::SelectOp::create(b, loc, copies, full, i32(0));
     NVVM::CpAsyncOp::create(
         b, loc, ptrs[r / 8], addrs[r], b.getI32IntegerAttr(16),
         NVVM::LoadCacheModifierKindAttr::get(b.getContext(),
