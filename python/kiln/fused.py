@@ -195,11 +195,12 @@ _ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
 def _padded_rows(name, t):
     """A GEMM operand as the kernel reads it fast: rows whose length is not
     a multiple of 8 elements (16 bytes), or a base off 16 bytes, would be
-    read by the compute warps one element at a time (a weight with N =
-    50257 columns, a K of 4095: several times slower), so such a t is copied
-    into rows padded to a multiple of 8 and the view of its columns passed
-    (the padding is never read: the kernel's bounds stop at the columns).
-    KILN_LOG=launch says so once per argument and reason."""
+    read by the compute warps one element at a time (H200: a weight of N =
+    50257 columns or a K of 4095 ran at half the speed of the copy first),
+    so such a t is copied into rows padded to a multiple of 8 and the view
+    of its columns passed (the padding is never read: the kernel's bounds
+    stop at the columns). KILN_LOG=launch says so once per argument and
+    reason."""
     t = t.contiguous()
     why = _misaligned(t)
     if not why or t.numel() == 0:
