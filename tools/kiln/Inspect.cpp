@@ -88,12 +88,21 @@ static Inspected toInspect(Options &opts) {
     if (std::none_of(
             tensors.begin(), tensors.end(),
             [&](const TensorParamInfo &t) { return t.name == name; })) {
-      std::string names;
+      std::string names, parts;
       for (const TensorParamInfo &t : tensors)
         names += (names.empty() ? "" : ", ") + t.name;
+      // A problem of several kernels (the backward): the parts that have it.
+      for (const Kernel &k : in.problem.sequence)
+        for (const TensorParamInfo &t : k.tensors())
+          if (t.name == name) {
+            const std::string &n = k.name();
+            parts += (parts.empty() ? "" : ", ") +
+                     n.substr(n.find('_', n.find('_') + 1) + 1);
+          }
       throw UsageError("option --unaligned: kernel " +
                        in.problem.kernel->name() + " has no tensor '" + name +
-                       "' (its tensors: " + names + ")");
+                       "' (its tensors: " + names + ")" +
+                       (parts.empty() ? "" : "; --part " + parts + " has it"));
     }
     unaligned.push_back(name);
   }
