@@ -14,6 +14,10 @@
 
 namespace kiln::cli {
 
+std::string backwardPartName(const Kernel &k) {
+  return k.name().substr(std::string("attention_bwd_").size());
+}
+
 Problem attentionBackwardProblem(Options &opts, bool withData) {
   const kernels::AttentionShape s = attentionShapeOptions(opts);
   kernels::AttentionBackwardConfig c =
@@ -35,8 +39,7 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
   p.sequence = kernels::attentionBackward(s, c);
   std::string parts;
   for (const Kernel &k : p.sequence) {
-    const std::string name =
-        k.name().substr(std::string("attention_bwd_").size());
+    const std::string name = backwardPartName(k);
     parts += (parts.empty() ? "" : ", ") + name;
     if (name == part || (part.empty() && k.name() == p.sequence[1].name()))
       p.kernel = k;

@@ -81,6 +81,8 @@ struct Problem {
 /// dQ, dK and dV checked; --part delta|dkdv|dq picks the kernel
 /// the inspect commands compile (dkdv by default).
 Problem attentionBackwardProblem(Options &opts, bool withData);
+/// A backward kernel's --part name (attention_bwd_dq_convert: dq_convert).
+std::string backwardPartName(const Kernel &k);
 /// --batch, --heads, --seq, --seq-k, --head-dim, --causal, --dtype.
 kernels::AttentionShape attentionShapeOptions(Options &opts);
 /// The sequence lengths `kiln bench attention` times: `given`, else 512..16k

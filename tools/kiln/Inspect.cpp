@@ -94,11 +94,8 @@ static Inspected toInspect(Options &opts) {
       // A problem of several kernels (the backward): the parts that have it.
       for (const Kernel &k : in.problem.sequence)
         for (const TensorParamInfo &t : k.tensors())
-          if (t.name == name) {
-            const std::string &n = k.name();
-            parts += (parts.empty() ? "" : ", ") +
-                     n.substr(n.find('_', n.find('_') + 1) + 1);
-          }
+          if (t.name == name)
+            parts += (parts.empty() ? "" : ", ") + backwardPartName(k);
       throw UsageError("option --unaligned: kernel " +
                        in.problem.kernel->name() + " has no tensor '" + name +
                        "' (its tensors: " + names + ")" +
