@@ -19,12 +19,14 @@ namespace kiln::gpu {
 /// Addresses and in-bounds predicates of a block access, per register.
 /// For every `step`-th register (the others get null values). Where the
 /// tensor is specialised as aligned (`aligned`) the last dimension's stride is
-/// the constant 1.
+/// the constant 1. With `rowLeft`, also the elements of the row from each
+/// register's column to the row's end (i32, may be <= 0).
 static void blockAddresses(Lowerer &L, const Layout &l, Value base,
                            bool unitLastStride, ValueRange offsets,
                            ValueRange shape, ValueRange strides, Type elem,
                            SmallVectorImpl<Value> &addrs,
-                           SmallVectorImpl<Value> &inBounds, int64_t step = 1) {
+                           SmallVectorImpl<Value> &inBounds, int64_t step = 1,
+                           SmallVectorImpl<Value> *rowLeft = nullptr) {
   SmallVector<Value> tc = L.threadCoord(l);
   OpBuilder &b = L.b;
   // Dimensions the whole block provably lies in need no compares.
@@ -36,6 +38,8 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
     if (r % step) {
       addrs.push_back({});
       inBounds.push_back({});
+      if (rowLeft)
+        rowLeft->push_back({});
       continue;
     }
     Coord rc = l.regCoord(r);
@@ -45,6 +49,9 @@ static void blockAddresses(Lowerer &L, const Layout &l, Value base,
       Value c = arith::AddIOp::create(
           b, L.loc, L.scalarOf(offsets[d]),
           arith::AddIOp::create(b, L.loc, tc[d], L.i32(rc[d])));
+      if (rowLeft && d + 1 == l.rank())
+        rowLeft->push_back(
+            arith::SubIOp::create(b, L.loc, L.scalarOf(shape[d]), c));
       // Unsigned compare: negative coordinates are out of range too.
       if (!within[d])
         ok = arith::AndIOp::create(
@@ -82,18 +89,21 @@ int64_t vectorWidth(const Layout &l) {
   return n;
 }
 
-/// Elements per vector access of a block in layout `l` (1: none): whole
-/// vectors are in or out of bounds when the row length and the block's
-/// offset along it are multiples of the vector width.
-static int64_t accessWidth(bool aligned, const Layout &l, Type elem,
-                           ValueRange shape, ValueRange offsets) {
+/// Elements per vector access of a block in layout `l` (1: none): a vector
+/// starts at a multiple of its width along the row when the block's offset
+/// is one; its bytes are then aligned in an aligned tensor.
+int64_t accessWidth(bool aligned, const Layout &l, Type elem,
+                    ValueRange offsets) {
   int64_t vec =
       aligned ? std::min<int64_t>(vectorWidth(l), 16 / byteSize(elem)) : 1;
-  // The row length: a constant, or a run-time dimension of a known class.
-  if (vec > 1 &&
-      (knownDivisor(shape.back()) % vec || knownDivisor(offsets.back()) % vec))
+  if (vec > 1 && knownDivisor(offsets.back()) % vec)
     vec = 1;
   return vec;
+}
+
+bool raggedVectors(int64_t vec, ValueRange shape) {
+  // The row length: a constant, or a run-time dimension of a known class.
+  return vec > 1 && knownDivisor(shape.back()) % vec != 0;
 }
 
 Value Lowerer::paddingValue(Type elem, double padding, int64_t vec) {
@@ -117,11 +127,13 @@ Regs Lowerer::lowerLoad(LoadOp op) {
   Layout l = layoutOf(op.getResult());
   Type elem = op.getType().getElementType();
   const bool aligned = isAlignedAccess(op.getPtr());
-  int64_t vec = accessWidth(aligned, l, elem, op.getShape(), op.getOffsets());
-  SmallVector<Value> addrs, ok;
+  const int64_t vec = accessWidth(aligned, l, elem, op.getOffsets());
+  const bool ragged = raggedVectors(vec, op.getShape());
+  SmallVector<Value> addrs, ok, left;
   blockAddresses(*this, l, scalarOf(op.getPtr()),
                  isContiguousAccess(op.getPtr()), op.getOffsets(),
-                 op.getShape(), op.getStrides(), elem, addrs, ok, vec);
+                 op.getShape(), op.getStrides(), elem, addrs, ok, vec,
+                 ragged ? &left : nullptr);
   Value pad = paddingValue(elem, op.getPadding().convertToDouble(), 1);
   bool unpadded = loadingFirstAhead;
   for (int64_t d = 0; unpadded && d < l.rank(); ++d)
@@ -137,8 +149,43 @@ Regs Lowerer::lowerLoad(LoadOp op) {
     auto vt = VectorType::get({vec}, elem);
     Value padVec = paddingValue(elem, op.getPadding().convertToDouble(), vec);
     for (int64_t r = 0; r < l.numRegs(); r += vec) {
-      Value v = LLVM::LoadOp::create(b, loc, vt, addrs[r],
-                                     /*alignment=*/vec * byteSize(elem));
+      Value v;
+      if (ragged) {
+        // A vector the row's end cuts reads its elements one by one (a
+        // vector load would read past the tensor in its last row).
+        Value whole = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                            left[r], i32(vec));
+        auto ifOp = scf::IfOp::create(b, loc, TypeRange{vt}, whole,
+                                      /*withElse=*/true);
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(ifOp.thenBlock());
+        scf::YieldOp::create(
+            b, loc,
+            ValueRange{LLVM::LoadOp::create(b, loc, vt, addrs[r],
+                                            /*alignment=*/vec * byteSize(elem))
+                           .getResult()});
+        b.setInsertionPointToStart(ifOp.elseBlock());
+        Value part = padVec;
+        for (int64_t i = 0; i < vec; ++i) {
+          Value in = arith::AndIOp::create(
+              b, loc, ok[r],
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, left[r],
+                                    i32(i)));
+          Value at = arith::SelectOp::create(
+              b, loc, in,
+              LLVM::GEPOp::create(b, loc, addrs[r].getType(), elem, addrs[r],
+                                  ValueRange{i32(i)}),
+              addrs[r]);
+          Value e = arith::SelectOp::create(
+              b, loc, in, LLVM::LoadOp::create(b, loc, elem, at), pad);
+          part = LLVM::InsertElementOp::create(b, loc, part, e, i32(i));
+        }
+        scf::YieldOp::create(b, loc, ValueRange{part});
+        v = ifOp.getResult(0);
+      } else {
+        v = LLVM::LoadOp::create(b, loc, vt, addrs[r],
+                                 /*alignment=*/vec * byteSize(elem));
+      }
       v = padded(ok[r], v, padVec);
       for (int64_t i = 0; i < vec; ++i)
         out.regs.push_back(LLVM::ExtractElementOp::create(b, loc, v, i32(i)));
@@ -257,29 +304,21 @@ Regs Lowerer::lowerLoadIf(LoadOp ld, Value cond) {
 void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t, Value guard) {
   Layout l = layoutOf(ld.getResult());
   Type elem = ld.getType().getElementType();
-  SmallVector<Value> addrs, ok;
-  blockAddresses(*this, l, scalarOf(ld.getPtr()), /*aligned=*/true,
-                 ld.getOffsets(), ld.getShape(), ld.getStrides(), elem, addrs,
-                 ok, 8);
-  SmallVector<Value> ptrs = tilePtrs(t, l, 8, !copyAddressesPerRegister);
   // A row whose length may not be a multiple of 8: its last vector copies
   // the bytes up to the row's end (cp.async zero-fills the rest).
-  const bool ragged = knownDivisor(ld.getShape().back()) % 8 != 0;
-  SmallVector<Value> tc = ragged ? threadCoord(l) : SmallVector<Value>();
+  const bool ragged = raggedVectors(8, ld.getShape());
+  SmallVector<Value> addrs, ok, left;
+  blockAddresses(*this, l, scalarOf(ld.getPtr()), /*aligned=*/true,
+                 ld.getOffsets(), ld.getShape(), ld.getStrides(), elem, addrs,
+                 ok, 8, ragged ? &left : nullptr);
+  SmallVector<Value> ptrs = tilePtrs(t, l, 8, !copyAddressesPerRegister);
   const int64_t eb = byteSize(elem);
   for (int64_t r = 0; r < l.numRegs(); r += 8) {
     Value copies = guard ? arith::AndIOp::create(b, loc, guard, ok[r]) : ok[r];
     Value full = i32(16);
-    if (ragged) {
-      Value col = arith::AddIOp::create(
-          b, loc, scalarOf(ld.getOffsets().back()),
-          arith::AddIOp::create(b, loc, tc.back(), i32(l.regCoord(r).back())));
-      Value left = arith::MulIOp::create(
-          b, loc,
-          arith::SubIOp::create(b, loc, scalarOf(ld.getShape().back()), col),
-          i32(eb));
-      full = arith::MinSIOp::create(b, loc, left, full);
-    }
+    if (ragged)
+      full = arith::MinSIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, left[r], i32(eb)), full);
     Value bytes = arith::SelectOp::create(b, loc, copies, full, i32(0));
     NVVM::CpAsyncOp::create(
         b, loc, ptrs[r / 8], addrs[r], b.getI32IntegerAttr(16),
@@ -291,20 +330,25 @@ void Lowerer::issueAsyncCopy(LoadOp ld, const SmemTile &t, Value guard) {
 
 /// Writes a tile's elements to a block of a global tensor (a store or an
 /// atomic): each element once (by the thread that owns it, its first
-/// register), in bounds only, `vec` consecutive registers per access; `write`
-/// emits the access for register r at `addr` under that predicate.
+/// register), in bounds only, `vec` consecutive registers per access (the
+/// last vector of a row the row's end cuts element by element); `write`
+/// emits the access of `width` registers from register r at `addr` under
+/// that predicate.
 static void writeBlock(
     Lowerer &L, Value value, Value ptr, ValueRange offsets, ValueRange shape,
     ValueRange strides, bool aligned, int64_t vec,
-    llvm::function_ref<void(const Regs &, int64_t r, Value addr)> write) {
+    llvm::function_ref<void(const Regs &, int64_t r, int64_t width, Value addr)>
+        write) {
   OpBuilder &b = L.b;
   Layout l = L.layoutOf(value);
   Regs in = L.regsIn(value, l);
   Type elem = cast<RankedTensorType>(value.getType()).getElementType();
   const int64_t dup = l.duplicateRegMask();
-  SmallVector<Value> addrs, ok;
+  const bool ragged = raggedVectors(vec, shape);
+  SmallVector<Value> addrs, ok, left;
   blockAddresses(L, l, L.scalarOf(ptr), aligned || isContiguousAccess(ptr),
-                 offsets, shape, strides, elem, addrs, ok, vec);
+                 offsets, shape, strides, elem, addrs, ok, vec,
+                 ragged ? &left : nullptr);
   Value owner = L.isOwner(l);
   for (int64_t r = 0; r < l.numRegs(); r += vec) {
     if (r & dup)
@@ -313,7 +357,31 @@ static void writeBlock(
     auto ifOp = scf::IfOp::create(b, L.loc, pred, /*withElse=*/false);
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
-    write(in, r, addrs[r]);
+    if (!ragged) {
+      write(in, r, vec, addrs[r]);
+      continue;
+    }
+    Value whole = arith::CmpIOp::create(b, L.loc, arith::CmpIPredicate::sge,
+                                        left[r], L.i32(vec));
+    auto split = scf::IfOp::create(b, L.loc, whole, /*withElse=*/true);
+    b.setInsertionPointToStart(split.thenBlock());
+    write(in, r, vec, addrs[r]);
+    b.setInsertionPointToStart(split.elseBlock());
+    // The vector's first element is in the row (`ok`); the rest up to its
+    // end.
+    write(in, r, 1, addrs[r]);
+    for (int64_t i = 1; i < vec; ++i) {
+      auto one = scf::IfOp::create(
+          b, L.loc,
+          arith::CmpIOp::create(b, L.loc, arith::CmpIPredicate::sgt, left[r],
+                                L.i32(i)),
+          /*withElse=*/false);
+      OpBuilder::InsertionGuard g2(b);
+      b.setInsertionPointToStart(one.thenBlock());
+      write(in, r + i, 1,
+            LLVM::GEPOp::create(b, L.loc, addrs[r].getType(), elem, addrs[r],
+                                ValueRange{L.i32(i)}));
+    }
   }
 }
 
@@ -322,8 +390,8 @@ int64_t Lowerer::atomicWidth(AtomicRMWOp op) {
   if (!vectorAtomics || !elem.isF32() || op.getKind() != ReduceKind::Sum)
     return 1;
   const Layout l = layoutOf(op.getValue());
-  int64_t vec = accessWidth(isAlignedAccess(op.getPtr()), l, elem,
-                            op.getShape(), op.getOffsets());
+  int64_t vec =
+      accessWidth(isAlignedAccess(op.getPtr()), l, elem, op.getOffsets());
   return l.duplicateRegMask() & (vec - 1) ? 1 : vec;
 }
 
@@ -345,8 +413,8 @@ void Lowerer::lowerAtomic(AtomicRMWOp op) {
   ptx += "};";
   writeBlock(*this, op.getValue(), op.getPtr(), op.getOffsets(), op.getShape(),
              op.getStrides(), vec > 1, vec,
-             [&](const Regs &in, int64_t r, Value addr) {
-               if (vec == 1) {
+             [&](const Regs &in, int64_t r, int64_t width, Value addr) {
+               if (width == 1) {
                  LLVM::AtomicRMWOp::create(b, loc, bin, addr, in.regs[r],
                                            LLVM::AtomicOrdering::monotonic);
                  return;
@@ -363,32 +431,44 @@ void Lowerer::lowerAtomic(AtomicRMWOp op) {
              });
 }
 
-void Lowerer::lowerStore(StoreOp op) {
-  Type elem = op.getValue().getType().getElementType();
-  const int64_t dup = layoutOf(op.getValue()).duplicateRegMask();
+int64_t Lowerer::storeWidth(StoreOp op) {
   // Consecutive registers along the row go out as one vector store (a
   // wgmma accumulator's column pairs: one 4-byte bf16x2 store instead of two
   // 2-byte ones), under the same conditions as vector loads.
-  const bool aligned = isAlignedAccess(op.getPtr());
-  int64_t vec = accessWidth(aligned, layoutOf(op.getValue()), elem,
-                            op.getShape(), op.getOffsets());
-  if (dup & (vec - 1))
-    vec = 1;
+  const Layout l = layoutOf(op.getValue());
+  const int64_t vec =
+      accessWidth(isAlignedAccess(op.getPtr()), l,
+                  op.getValue().getType().getElementType(), op.getOffsets());
+  return l.duplicateRegMask() & (vec - 1) ? 1 : vec;
+}
+
+void Lowerer::lowerStore(StoreOp op) {
+  Type elem = op.getValue().getType().getElementType();
   writeBlock(*this, op.getValue(), op.getPtr(), op.getOffsets(), op.getShape(),
-             op.getStrides(), aligned, vec,
-             [&](const Regs &in, int64_t r, Value addr) {
-               if (vec == 1) {
+             op.getStrides(), isAlignedAccess(op.getPtr()), storeWidth(op),
+             [&](const Regs &in, int64_t r, int64_t width, Value addr) {
+               if (width == 1) {
                  LLVM::StoreOp::create(b, loc, in.regs[r], addr);
                  return;
                }
-               Value packed =
-                   LLVM::UndefOp::create(b, loc, VectorType::get({vec}, elem));
-               for (int64_t i = 0; i < vec; ++i)
+               Value packed = LLVM::UndefOp::create(
+                   b, loc, VectorType::get({width}, elem));
+               for (int64_t i = 0; i < width; ++i)
                  packed = LLVM::InsertElementOp::create(b, loc, packed,
                                                         in.regs[r + i], i32(i));
                LLVM::StoreOp::create(b, loc, packed, addr,
-                                     /*alignment=*/vec * byteSize(elem));
+                                     /*alignment=*/width * byteSize(elem));
              });
+}
+
+std::string accessText(int64_t vec, Type elem, ValueRange shape,
+                       const char *what) {
+  if (vec == 1)
+    return std::string("element ") + what + "s";
+  return std::to_string(vec * byteSize(elem)) + "-byte vector " + what + "s" +
+         (raggedVectors(vec, shape)
+              ? " (element by element where a row's end cuts a vector)"
+              : "");
 }
 
 void Lowerer::noteLoads() {
@@ -396,6 +476,11 @@ void Lowerer::noteLoads() {
     const std::string shape = shapeText(ld.getType().getShape());
     const std::string within = boundsChecksText(ld.getOffsets(), ld.getShape(),
                                                 ld.getType().getShape());
+    Type elem = ld.getType().getElementType();
+    const std::string vectors =
+        accessText(accessWidth(isAlignedAccess(ld.getPtr()),
+                               layoutOf(ld.getResult()), elem, ld.getOffsets()),
+                   elem, ld.getShape(), "load");
     std::string ahead;
     if (smemBufferBytes.count(ld.getResult()))
       ahead =
@@ -425,9 +510,8 @@ void Lowerer::noteLoads() {
                         ? "; not TMA: " + tmaFallback[ld.getResult()]
                         : std::string()));
     else if (!sharedOperands.count(ld.getResult()) && loadsAhead(ld))
-      note(ld, "load " + shape + ": " +
-                   (isAlignedAccess(ld.getPtr()) ? "vector" : "element") +
-                   " loads to registers, 1 iteration ahead" + within +
+      note(ld, "load " + shape + ": " + vectors +
+                   " to registers, 1 iteration ahead" + within +
                    (isAlignedAccess(ld.getPtr())
                         ? std::string()
                         : "; " + unalignedReason(ld.getPtr())));
@@ -438,15 +522,15 @@ void Lowerer::noteLoads() {
                         : "") +
                    within + "; " + unalignedReason(ld.getPtr()));
     else if (sharedOperands.count(ld.getResult()))
-      note(ld, "load " + shape +
-                   ": vector loads to registers, stored to shared memory "
+      note(ld, "load " + shape + ": " + vectors +
+                   " to registers, stored to shared memory "
                    "(not pipelined: outside a loop or not prefetchable)" +
                    within +
                    (tmaFallback.count(ld.getResult())
                         ? "; not TMA: " + tmaFallback[ld.getResult()]
                         : std::string()));
     else
-      note(ld, "load " + shape + ": vector loads to registers" + within);
+      note(ld, "load " + shape + ": " + vectors + " to registers" + within);
   });
 }
 

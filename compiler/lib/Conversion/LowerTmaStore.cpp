@@ -369,8 +369,11 @@ void Lowerer::noteStores() {
       return;
     }
     std::string why = tmaStoreFallback.lookup(st);
-    note(st, "store " + shape + ": st.global from registers" + within +
-                 (why.empty() ? std::string() : "; not TMA: " + why));
+    note(st, "store " + shape + ": st.global from registers, " +
+                 accessText(storeWidth(st),
+                            st.getValue().getType().getElementType(),
+                            st.getShape(), "store") +
+                 within + (why.empty() ? std::string() : "; not TMA: " + why));
   });
   src.walk([&](AtomicRMWOp a) {
     const std::string shape = shapeText(a.getValue().getType().getShape());
@@ -387,7 +390,11 @@ void Lowerer::noteStores() {
          std::string("atomic ") + stringifyReduceKind(a.getKind()).str() + " " +
              shape + ": " +
              (vec > 1 ? "red.global.add.v" + std::to_string(vec) + ".f32, " +
-                            std::to_string(vec) + " elements per instruction,"
+                            std::to_string(vec) + " elements per instruction" +
+                            (raggedVectors(vec, a.getShape())
+                                 ? " (element by element where a row's end "
+                                   "cuts a vector),"
+                                 : ",")
                       : std::string("one red/atom.global per element")) +
              " from registers" + (why.empty() ? "" : "; not TMA: " + why));
   });

@@ -91,6 +91,19 @@ void checkDotOnTensorCores(DotOp op);
 /// n where registers 0..n-1 of layout `l` hold n consecutive elements of the
 /// last dimension (what one vector access can move).
 int64_t vectorWidth(const Layout &l);
+/// Elements per vector access of a block in layout `l` through a pointer
+/// `aligned` or not (1: none): what the layout, the element size and the
+/// block's offset along the row allow.
+int64_t accessWidth(bool aligned, const Layout &l, mlir::Type elem,
+                    mlir::ValueRange offsets);
+/// Whether vectors of `vec` elements may run past the end of a row of
+/// length `shape.back()` (not a known multiple of `vec`): the last vector of
+/// a row then goes element by element.
+bool raggedVectors(int64_t vec, mlir::ValueRange shape);
+/// "16-byte vector loads", "element stores", ...: an access of `vec`
+/// elements per instruction (`what`: "load" or "store"), for the report.
+std::string accessText(int64_t vec, mlir::Type elem, mlir::ValueRange shape,
+                       const char *what);
 
 /// Why accesses through `ptr` take no vectors, cp.async or TMA: its tensor
 /// argument is not specialised as aligned (kiln.aligned), for the report.
@@ -366,6 +379,8 @@ public:
   bool vectorAtomics = false;
   /// Elements of an atomic's value per red instruction.
   int64_t atomicWidth(AtomicRMWOp op);
+  /// Elements per st.global of a store through registers.
+  int64_t storeWidth(StoreOp op);
   // Shared memory (SharedMemoryPlan.cpp).
   /// Places every buffer of the kernel but the scratch area, by liveness
   /// over the body's top-level ops.

@@ -7,9 +7,9 @@
 // RUN: kiln-opt %s --kiln-assign-layouts="num-warps=4 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm | FileCheck %s --check-prefix=ALL
 
 // CHECK: kiln.lowering_report = [
-// CHECK-SAME: "aligned-per-tensor.mlir:33: load 64x64: vector loads to registers, stored to shared memory
+// CHECK-SAME: "aligned-per-tensor.mlir:33: load 64x64: 16-byte vector loads to registers, stored to shared memory
 // CHECK-SAME: "aligned-per-tensor.mlir:34: load 64x64: element loads to registers, stored to shared memory (not pipelined); within its tensor (no bounds checks); tensor B is not specialised as aligned (16-byte aligned base, contiguous rows, other strides multiples of 16 bytes)"
-// CHECK-SAME: "aligned-per-tensor.mlir:37: store 64x64: st.global from registers; within its tensor (no bounds checks)"
+// CHECK-SAME: "aligned-per-tensor.mlir:37: store 64x64: st.global from registers, 8-byte vector stores; within its tensor (no bounds checks)"
 // CHECK: llvm.func @two_tensors(
 // CHECK: llvm.load {{.*}} -> vector<8xbf16>
 // CHECK: llvm.load {{.*}} -> bf16

@@ -7,8 +7,8 @@
 // min(next, last iteration). Without kiln.at_least the checks stay.
 // RUN: kiln-opt %s --kiln-assign-layouts="num-warps=4 aligned=true" --kiln-remove-layout-conversions --cse --convert-kiln-to-llvm | FileCheck %s
 
-// CHECK: "convert-kiln-to-llvm-bounds-proof.mlir:{{[0-9]+}}: load 64: vector loads to registers, 1 iteration ahead; within its tensor (no bounds checks)"
-// CHECK: "convert-kiln-to-llvm-bounds-proof.mlir:{{[0-9]+}}: load 64: vector loads to registers, 1 iteration ahead"
+// CHECK: "convert-kiln-to-llvm-bounds-proof.mlir:{{[0-9]+}}: load 64: 16-byte vector loads to registers, 1 iteration ahead; within its tensor (no bounds checks)"
+// CHECK: "convert-kiln-to-llvm-bounds-proof.mlir:{{[0-9]+}}: load 64: 16-byte vector loads to registers, 1 iteration ahead"
 // The prologue's load (of an iteration the loop may not run) keeps its
 // check for its address; the loop's, of the next iteration clamped to the
 // last, has none. The prologue's value is read only if the loop runs, where

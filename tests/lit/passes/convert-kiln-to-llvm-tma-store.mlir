@@ -17,7 +17,7 @@
 
 // CHECK: kiln.lowering_report = [
 // CHECK-SAME: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: TMA (cp.async.bulk.tensor from a 128-byte swizzled staging tile of 32 KB; each warpgroup copies 2 box(es) of 64x64)"
-// CHECK-SAME: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: st.global from registers; within its tensor (no bounds checks); not TMA: its pointer is not a tensor argument's"
+// CHECK-SAME: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: st.global from registers, 4-byte vector stores; within its tensor (no bounds checks); not TMA: its pointer is not a tensor argument's"
 // CHECK-SAME: kiln.tensor_maps = ["ptr=1 elem=2 dims=4,512,128 strides=2,3,4 box=1,64,64", "ptr=1 elem=2 dims=512,128 strides=2,3 box=64,64"]
 // CHECK: llvm.func @store_tile(
 // CHECK: nvvm.wgmma.mma_async
@@ -68,7 +68,7 @@
 // scratch area; @store_tile has none and keeps its TMA store). Lowered
 // again, the scratch area takes the bytes of the dot operand.
 // RETRY: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: TMA
-// RETRY: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: st.global from registers; no bounds checks along dimension(s) 1; not TMA: its 32 KB staging tile and the scratch area for layout conversions and reductions took 36864 bytes of shared memory (limit 36000)"
+// RETRY: "convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}}: store 128x128: st.global from registers, 4-byte vector stores; no bounds checks along dimension(s) 1; not TMA: its 32 KB staging tile and the scratch area for layout conversions and reductions took 36864 bytes of shared memory (limit 36000)"
 // RETRY: "shared memory: 32768 bytes, placed by liveness: load {{.*}} [0, 32768) until {{.*}}; scratch of conversions and reductions [0, 4096) in the bytes of: load convert-kiln-to-llvm-tma-store.mlir:{{[0-9]+}} (no longer read there)"
 // RETRY-SAME: kiln.shared_bytes = 32768 : i64
 // RETRY-SAME: kiln.tensor_maps = ["ptr=1 elem=2 dims=4,512,128 strides=2,3,4 box=1,64,64"]

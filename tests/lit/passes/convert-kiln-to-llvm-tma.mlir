@@ -17,7 +17,7 @@
 // CHECK: kiln.lowering_report = [
 // CHECK-SAME: "convert-kiln-to-llvm-tma.mlir:{{[0-9]+}}: load 64x128: TMA (cp.async.bulk.tensor, 2 box(es) of 64x64, 128-byte swizzle, mbarrier completion) into shared memory, once, issued where it stands by one thread (an mbarrier of its own), waited for before its first reader (in a pipelined loop, after the loop's first copies are issued)"
 // CHECK-SAME: "convert-kiln-to-llvm-tma.mlir:{{[0-9]+}}: load 128x128: TMA (cp.async.bulk.tensor, 2 box(es) of 128x64, 128-byte swizzle, mbarrier completion) into shared memory, 1 iteration(s) ahead (2 buffers)"
-// CHECK-SAME: "convert-kiln-to-llvm-tma.mlir:{{[0-9]+}}: load 64x128: vector loads to registers, stored to shared memory (not pipelined: outside a loop or not prefetchable)
+// CHECK-SAME: "convert-kiln-to-llvm-tma.mlir:{{[0-9]+}}: load 64x128: 16-byte vector loads to registers, stored to shared memory (not pipelined: outside a loop or not prefetchable)
 // CHECK-SAME: "convert-kiln-to-llvm-tma.mlir:{{[0-9]+}}: load 128x128: cp.async (16 bytes) into shared memory, 1 iteration(s) ahead (2 buffers); not TMA: its pointer offset is not index x stride of a tensor dimension"
 // CHECK-SAME: kiln.tensor_maps = ["ptr=1 elem=2 dims=4,512,128 strides=2,3,4 box=1,128,64", "ptr=1 elem=2 dims=4,512,128 strides=2,3,4 box=1,64,64"]
 // CHECK: llvm.func @tma_gemm({{.*}}, %{{.*}}: !llvm.ptr {llvm.align = 64 : i32, llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant})

@@ -6,7 +6,7 @@
 // RUN: not kiln-opt %S/assign-layouts.mlir --kiln-assign-layouts --convert-kiln-to-llvm="num-stages=9" 2>&1 | FileCheck %s --check-prefix=STAGES
 
 // CHECK: module attributes {kiln.lowering_report = [
-// CHECK-SAME: "assign-layouts.mlir:47: load 64x64: vector loads to registers, stored to shared memory
+// CHECK-SAME: "assign-layouts.mlir:47: load 64x64: 16-byte vector loads to registers, stored to shared memory
 // CHECK-SAME: "assign-layouts.mlir:51: dot 64x64x64: mma.sync m16n8k16, A ldmatrix from shared memory, B ldmatrix from shared memory"
 // CHECK-SAME: "shared memory: {{[0-9]+}} bytes, placed by liveness: {{.*}}"]
 // CHECK-SAME: kiln.shared_bytes = {{[1-9][0-9]*}} : i64, kiln.smem_conversions = 0 : i64}
