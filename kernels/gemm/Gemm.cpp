@@ -30,7 +30,8 @@ std::optional<GemmActivation> parseGemmActivation(const std::string &name) {
 
 std::vector<std::pair<std::string, GemmConfig>> gemmConfigs(int sm) {
   std::vector<std::pair<std::string, GemmConfig>> out;
-  auto add = [&](int64_t m, int64_t n, int64_t k, int warps, int stages) {
+  auto add = [&](int64_t m, int64_t n, int64_t k, int warps, int stages,
+                 bool tmaStore = false) {
     GemmConfig c{.blockM = m,
                  .blockN = n,
                  .blockK = k,
@@ -38,9 +39,11 @@ std::vector<std::pair<std::string, GemmConfig>> gemmConfigs(int sm) {
                  .stages = stages,
                  .wgmma = sm >= 90,
                  .warpSpecialize = sm >= 90,
+                 .tmaStore = tmaStore,
                  .groupM = 8};
     out.push_back({std::to_string(m) + "x" + std::to_string(n) + "x" +
-                       std::to_string(k) + " s" + std::to_string(stages),
+                       std::to_string(k) + " s" + std::to_string(stages) +
+                       (tmaStore ? " tma-store" : ""),
                    c});
   };
   if (sm >= 90) {
@@ -49,6 +52,8 @@ std::vector<std::pair<std::string, GemmConfig>> gemmConfigs(int sm) {
     add(128, 256, 64, 8, 4);
     add(128, 128, 64, 8, 4);
     add(128, 128, 64, 8, 5);
+    add(128, 256, 64, 8, 3, true);
+    add(128, 128, 64, 8, 4, true);
   } else {
     add(128, 128, 32, 8, 3);
     add(128, 64, 32, 4, 3);
@@ -92,6 +97,7 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   k.setWgmma(c.wgmma);
   k.setTma(c.wgmma && c.tma);
   k.setWarpSpecialize(c.wgmma && c.warpSpecialize);
+  k.setTmaStores(c.wgmma && c.tma && c.tmaStore);
   k.setPersistent(c.persistent);
   auto A = k.tensorArg("A", s.dtype, {M, K});
   auto B = k.tensorArg("B", s.dtype, {K, N});

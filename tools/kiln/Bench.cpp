@@ -69,6 +69,7 @@ static int benchGemm(Options &opts) {
   c.wgmma = opts.onOff("wgmma", true);
   c.tma = opts.onOff("tma", true);
   c.warpSpecialize = opts.onOff("warp-specialize", true);
+  c.tmaStore = opts.onOff("tma-store", c.tmaStore);
   c.persistent = opts.onOff("persistent", false);
   c.groupM = opts.integer("group-m", 8);
   const bool bias = opts.flag("bias");

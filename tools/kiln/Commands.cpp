@@ -424,6 +424,7 @@ static Problem gemmProblem(Options &opts, bool withData) {
   c.wgmma = opts.onOff("wgmma", c.wgmma);
   c.tma = opts.onOff("tma", c.tma);
   c.warpSpecialize = opts.onOff("warp-specialize", c.warpSpecialize);
+  c.tmaStore = opts.onOff("tma-store", c.tmaStore);
   c.persistent = opts.onOff("persistent", c.persistent);
   c.groupM = opts.integer("group-m", c.groupM);
   c.staticShapes = opts.onOff("static-shapes", c.staticShapes);

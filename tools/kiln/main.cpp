@@ -84,7 +84,8 @@ commands:
   bench gemm [--size N | --sizes N,N,...] [--shapes static|runtime|both]
       [--block-m M] [--block-n N] [--block-k K]
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
-      [--persistent 0|1] [--group-m G] [--bias] [--activation none|relu|gelu]
+      [--tma-store 0|1] [--persistent 0|1] [--group-m G] [--bias]
+      [--activation none|relu|gelu]
       [--reps R] [--batch K]
                                         TFLOP/s of the DSL GEMM, bf16, N^3
   tune attention|attention-backward --seq N --head-dim D [--causal | --non-causal]
@@ -186,8 +187,8 @@ kernels and their shape options:
              [--overlap-dq-convert 0|1] (dq_convert starts before dK/dV ends,
              each head once its programs have arrived)
   gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
-             [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--persistent 0|1]
-             [--group-m G] [--static-shapes 0|1]
+             [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--tma-store 0|1]
+             [--persistent 0|1] [--group-m G] [--static-shapes 0|1]
              [--bias] [--activation none|relu|gelu]   C = act(A·B + bias)
   softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
              [--static-shapes 0|1]

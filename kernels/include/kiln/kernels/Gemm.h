@@ -41,6 +41,9 @@ struct GemmConfig {
   /// With TMA, a producer warpgroup issues the copies
   /// (KernelBuilder::setWarpSpecialize).
   bool warpSpecialize = false;
+  /// With TMA, C goes out through a swizzled staging tile and bulk copies
+  /// (KernelBuilder::setTmaStores) rather than st.global from registers.
+  bool tmaStore = false;
   /// One CTA per resident slot, looping over the output tiles
   /// (KernelBuilder::setPersistent).
   bool persistent = false;
