@@ -10,6 +10,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include <dlfcn.h>
@@ -26,6 +27,21 @@ static TuneOptions budgetAndThreads(Options &opts, int64_t budget) {
     throw UsageError("option --threads must be >= 0 (0: one per core), got " +
                      std::to_string(o.threads));
   return o;
+}
+
+/// A candidate's status in the table: a final-round time is the one the
+/// winner was chosen by, re-measured in turns with the other near-best ones
+/// (the first pass's can differ by a few percent as the clocks drift).
+static std::string statusText(const TunedTiming &t) {
+  return t.finalRound ? t.status + ", final round" : t.status;
+}
+
+static void printFinalRoundNote(const std::vector<TunedTiming> &timings) {
+  if (std::any_of(timings.begin(), timings.end(),
+                  [](const TunedTiming &t) { return t.finalRound; }))
+    fmt::print("final round: the candidates within 5% of the first pass's "
+               "best, timed again in turns; the winner is its fastest (the "
+               "other times are the first pass's)\n");
 }
 
 /// kiln tune <name>: a kernel of the registry (kiln/Compiler/Tunable.h):
@@ -99,7 +115,7 @@ static int tuneRegistered(Options &opts, const std::string &name) {
   fmt::print("{:<24} {:>9}  {}\n", "candidate", "ms", "status");
   for (const TunedTiming &tt : r.timings)
     fmt::print("{:<24} {:>9}  {}{}\n", tt.config,
-               tt.ms ? fmt::format("{:.4f}", tt.ms) : "-", tt.status,
+               tt.ms ? fmt::format("{:.4f}", tt.ms) : "-", statusText(tt),
                tt.registers
                    ? fmt::format(" ({} registers{})", tt.registers,
                                  tt.spillBytes ? fmt::format(", {} B spills",
@@ -111,6 +127,7 @@ static int tuneRegistered(Options &opts, const std::string &name) {
     rate = fmt::format(", {:.2f} TB/s", p.bytes / r.ms / 1e9);
   else if (p.flops)
     rate = fmt::format(", {:.0f} TFLOP/s", p.flops / r.ms / 1e9);
+  printFinalRoundNote(r.timings);
   fmt::print("winner {}: {:.4f} ms{}; recorded in {}\n", r.config, r.ms, rate,
              tuningDatabasePath());
   return 0;
@@ -181,11 +198,12 @@ int cmdTune(Options &opts) {
   fmt::print("\n{:<{}} {:>9}  {}\n", "candidate", width, "ms", "status");
   for (const TunedTiming &t : r.timings)
     fmt::print("{:<{}} {:>9}  {}\n", t.config, width,
-               t.ms ? fmt::format("{:.3f}", t.ms) : "-", t.status);
+               t.ms ? fmt::format("{:.3f}", t.ms) : "-", statusText(t));
   // The backward counted as 2.5x the forward's FLOPs (FlashAttention's
   // convention).
   double flops = (backward ? 10.0 : 4.0) * s.batch * s.heads * s.seqQ * s.seqK *
                  s.headDim * (s.causal ? 0.5 : 1.0);
+  printFinalRoundNote(r.timings);
   fmt::print("winner {}: {:.3f} ms, {:.0f} TFLOP/s; tuned in {:.1f} s\n",
              r.config, r.ms, flops / r.ms / 1e9, r.seconds);
   if (r.baselineMs > 0)

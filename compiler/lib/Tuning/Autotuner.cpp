@@ -342,6 +342,7 @@ TuneResult autotune(const std::string &kernelName, const std::string &bucket,
       std::sort(v.begin(), v.end());
       TunedTiming &t = result.timings[i];
       t.ms = v[v.size() / 2];
+      t.finalRound = true;
       say(fmt::format("  final round {:<44} {:8.3f} ms", t.config, t.ms));
       account(i);
     }

@@ -83,6 +83,10 @@ struct TunedTiming {
   double ms = 0;      ///< median; 0 when not timed
   std::string status; ///< "ok", or why not timed (pruned, compile error...)
   int registers = 0, spillBytes = 0;
+  /// Within 5% of the first pass's best and timed again, in turns with the
+  /// others so: `ms` is that final round's median, the one the winner was
+  /// chosen by (the others' is the first pass's).
+  bool finalRound = false;
 };
 
 struct TuneResult {
