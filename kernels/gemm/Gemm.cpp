@@ -47,12 +47,14 @@ std::vector<std::pair<std::string, GemmConfig>> gemmConfigs(int sm) {
                    c});
   };
   if (sm >= 90) {
-    // `kiln bench gemm`'s default first (H200: 699-742 TFLOP/s at 8192^3).
+    // `kiln bench gemm`'s default first; C through TMA stores measured
+    // 1.27x st.global's at an LM head's 8192x50264x768 (`kiln tune linear`,
+    // H200, docs/experiments/2026-11-28-session55.txt), 1.03-1.07x square.
+    add(128, 256, 64, 8, 3, true);
     add(128, 256, 64, 8, 3);
     add(128, 256, 64, 8, 4);
     add(128, 128, 64, 8, 4);
     add(128, 128, 64, 8, 5);
-    add(128, 256, 64, 8, 3, true);
     add(128, 128, 64, 8, 4, true);
   } else {
     add(128, 128, 32, 8, 3);
