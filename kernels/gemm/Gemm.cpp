@@ -31,7 +31,7 @@ std::optional<GemmActivation> parseGemmActivation(const std::string &name) {
 std::vector<std::pair<std::string, GemmConfig>> gemmConfigs(int sm) {
   std::vector<std::pair<std::string, GemmConfig>> out;
   auto add = [&](int64_t m, int64_t n, int64_t k, int warps, int stages,
-                 bool tmaStore = false) {
+                 bool tmaStore = false, bool persistent = false) {
     GemmConfig c{.blockM = m,
                  .blockN = n,
                  .blockK = k,
@@ -40,10 +40,12 @@ std::vector<std::pair<std::string, GemmConfig>> gemmConfigs(int sm) {
                  .wgmma = sm >= 90,
                  .warpSpecialize = sm >= 90,
                  .tmaStore = tmaStore,
+                 .persistent = persistent,
                  .groupM = 8};
     out.push_back({std::to_string(m) + "x" + std::to_string(n) + "x" +
                        std::to_string(k) + " s" + std::to_string(stages) +
-                       (tmaStore ? " tma-store" : ""),
+                       (tmaStore ? " tma-store" : "") +
+                       (persistent ? " persistent" : ""),
                    c});
   };
   if (sm >= 90) {
@@ -56,6 +58,10 @@ std::vector<std::pair<std::string, GemmConfig>> gemmConfigs(int sm) {
     add(128, 128, 64, 8, 4);
     add(128, 128, 64, 8, 5);
     add(128, 128, 64, 8, 4, true);
+    // Persistent CTAs overlap a tile's epilogue with the next one's loads:
+    // for a short K (an LM head's 768) the epilogue is a large share.
+    add(128, 256, 64, 8, 3, true, true);
+    add(128, 128, 64, 8, 4, true, true);
   } else {
     add(128, 128, 32, 8, 3);
     add(128, 64, 32, 4, 3);
