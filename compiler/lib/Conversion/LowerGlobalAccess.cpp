@@ -106,6 +106,12 @@ bool raggedVectors(int64_t vec, ValueRange shape) {
   return vec > 1 && knownDivisor(shape.back()) % vec != 0;
 }
 
+std::string raggedText(int64_t vec, ValueRange shape) {
+  return raggedVectors(vec, shape)
+             ? " (element by element where a row's end cuts a vector)"
+             : "";
+}
+
 Value Lowerer::paddingValue(Type elem, double padding, int64_t vec) {
   // An integer padding is made from the f64 directly: through f32, a large
   // one (INT32_MAX for a min) would round out of range.
@@ -466,9 +472,7 @@ std::string accessText(int64_t vec, Type elem, ValueRange shape,
   if (vec == 1)
     return std::string("element ") + what + "s";
   return std::to_string(vec * byteSize(elem)) + "-byte vector " + what + "s" +
-         (raggedVectors(vec, shape)
-              ? " (element by element where a row's end cuts a vector)"
-              : "");
+         raggedText(vec, shape);
 }
 
 void Lowerer::noteLoads() {

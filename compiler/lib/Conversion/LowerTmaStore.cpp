@@ -391,10 +391,7 @@ void Lowerer::noteStores() {
              shape + ": " +
              (vec > 1 ? "red.global.add.v" + std::to_string(vec) + ".f32, " +
                             std::to_string(vec) + " elements per instruction" +
-                            (raggedVectors(vec, a.getShape())
-                                 ? " (element by element where a row's end "
-                                   "cuts a vector),"
-                                 : ",")
+                            raggedText(vec, a.getShape()) + ","
                       : std::string("one red/atom.global per element")) +
              " from registers" + (why.empty() ? "" : "; not TMA: " + why));
   });

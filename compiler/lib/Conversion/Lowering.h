@@ -100,6 +100,9 @@ int64_t accessWidth(bool aligned, const Layout &l, mlir::Type elem,
 /// length `shape.back()` (not a known multiple of `vec`): the last vector of
 /// a row then goes element by element.
 bool raggedVectors(int64_t vec, mlir::ValueRange shape);
+/// " (element by element where a row's end cuts a vector)" when
+/// raggedVectors, else "": the report's words for it.
+std::string raggedText(int64_t vec, mlir::ValueRange shape);
 /// "16-byte vector loads", "element stores", ...: an access of `vec`
 /// elements per instruction (`what`: "load" or "store"), for the report.
 std::string accessText(int64_t vec, mlir::Type elem, mlir::ValueRange shape,
