@@ -30,42 +30,53 @@ std::optional<GemmActivation> parseGemmActivation(const std::string &name) {
 
 std::vector<std::pair<std::string, GemmConfig>> gemmConfigs(int sm) {
   std::vector<std::pair<std::string, GemmConfig>> out;
-  auto add = [&](int64_t m, int64_t n, int64_t k, int warps, int stages,
-                 bool tmaStore = false, bool persistent = false) {
+  struct Extra {
+    bool tmaStore = false, persistent = false;
+    int warps = 8, perSM = 0;
+  };
+  auto add = [&](int64_t m, int64_t n, int64_t k, int stages, Extra e = {}) {
     GemmConfig c{.blockM = m,
                  .blockN = n,
                  .blockK = k,
-                 .warps = warps,
+                 .warps = e.warps,
                  .stages = stages,
                  .wgmma = sm >= 90,
                  .warpSpecialize = sm >= 90,
-                 .tmaStore = tmaStore,
-                 .persistent = persistent,
-                 .groupM = 8};
+                 .tmaStore = e.tmaStore,
+                 .persistent = e.persistent,
+                 .groupM = e.persistent ? 16 : 8,
+                 .minBlocksPerSM = e.perSM};
     out.push_back({std::to_string(m) + "x" + std::to_string(n) + "x" +
                        std::to_string(k) + " s" + std::to_string(stages) +
-                       (tmaStore ? " tma-store" : "") +
-                       (persistent ? " persistent" : ""),
+                       (e.warps != 8 ? " w" + std::to_string(e.warps) : "") +
+                       (e.tmaStore ? " tma-store" : "") +
+                       (e.persistent ? " persistent" : "") +
+                       (e.perSM ? " " + std::to_string(e.perSM) + "/SM" : ""),
                    c});
   };
   if (sm >= 90) {
-    // `kiln bench gemm`'s default first; C through TMA stores measured
-    // 1.27x st.global's at an LM head's 8192x50264x768 (`kiln tune linear`,
-    // H200, docs/experiments/2026-11-28-session55.txt), 1.03-1.07x square.
-    add(128, 256, 64, 8, 3, true);
-    add(128, 256, 64, 8, 3);
-    add(128, 256, 64, 8, 4);
-    add(128, 128, 64, 8, 4);
-    add(128, 128, 64, 8, 5);
-    add(128, 128, 64, 8, 4, true);
-    // Persistent CTAs overlap a tile's epilogue with the next one's loads:
-    // for a short K (an LM head's 768) the epilogue is a large share.
-    add(128, 256, 64, 8, 3, true, true);
-    add(128, 128, 64, 8, 4, true, true);
+    // `kiln bench gemm`'s default first: persistent CTAs (a tile's epilogue
+    // beside the next one's loads) with C through TMA stores, groups of 16
+    // row blocks; on the H200 1.01-1.14x the same blocks one tile a CTA at
+    // 2048^3..8192^3, 8192x11008x4096, 16384x4096x1024 and an LM head's
+    // 8192x50264x768 (docs/experiments/2026-11-29-session56.txt).
+    add(128, 256, 64, 3, {.tmaStore = true, .persistent = true});
+    add(128, 128, 64, 4, {.tmaStore = true, .persistent = true});
+    add(128, 256, 64, 3, {.tmaStore = true});
+    add(128, 256, 64, 3);
+    add(128, 256, 64, 4);
+    add(128, 128, 64, 4);
+    add(128, 128, 64, 5);
+    add(128, 128, 64, 4, {.tmaStore = true});
+    // One compute warpgroup, two CTAs an SM: one's epilogue beside the
+    // other's MMAs; best where C's rows rule TMA stores out (8192x50257x768:
+    // 1.19x the first).
+    add(128, 128, 64, 2,
+        {.tmaStore = true, .persistent = true, .warps = 4, .perSM = 2});
   } else {
-    add(128, 128, 32, 8, 3);
-    add(128, 64, 32, 4, 3);
-    add(64, 64, 32, 4, 4);
+    add(128, 128, 32, 3);
+    add(128, 64, 32, 3, {.warps = 4});
+    add(64, 64, 32, 4, {.warps = 4});
   }
   return out;
 }
@@ -107,6 +118,8 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   k.setWarpSpecialize(c.wgmma && c.warpSpecialize);
   k.setTmaStores(c.wgmma && c.tma && c.tmaStore);
   k.setPersistent(c.persistent);
+  if (c.minBlocksPerSM > 0)
+    k.setMinBlocksPerSM(c.minBlocksPerSM);
   auto A = k.tensorArg("A", s.dtype, {M, K});
   auto B = k.tensorArg("B", s.dtype, {K, N});
   auto C = k.tensorArg("C", s.outDtype, {M, N});

@@ -22,7 +22,11 @@
 
 #include <fmt/core.h>
 
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -44,18 +48,20 @@ static double attendedPairs(int64_t nq, int64_t nk, bool causal) {
 }
 
 /// `kiln bench gemm`: C = A·B, bf16 in and out (as torch.matmul, the
-/// cuBLAS row of peers.py), M = N = K = each of --sizes (or --size); timed
-/// as peers.py does (backToBackMs); --shapes static, runtime or both (back to
-/// back).
+/// cuBLAS row of peers.py), M = N = K = each of --sizes (or --size), or
+/// each MxNxK of --mnk (an LM head's 8192x50264x768); timed as peers.py
+/// does (backToBackMs); --shapes static, runtime or both (back to back).
 static int benchGemm(Options &opts) {
   const std::string sizes =
       opts.string("sizes", std::to_string(opts.integer("size", 8192)));
+  const std::string mnk = opts.string("mnk", "");
   int reps = positive32(opts, "reps", 30),
       batch = positive32(opts, "batch", 10);
   // Measured best on the H200 (same run): 128x256 blocks, a producer
   // warpgroup, 3 stages, 699 TFLOP/s; 256x128 with 16 warps and no producer
   // 675; 128x128 4 stages 666. C through TMA stores: 760 and 690 TFLOP/s
   // at 4096^3 and 8192^3 against 707 and 659 from registers (session 55).
+  // Persistent CTAs in groups of 16 row blocks: gemmConfigs' first.
   kernels::GemmConfig c{.blockM = 128,
                         .blockN = 256,
                         .blockK = 64,
@@ -71,8 +77,9 @@ static int benchGemm(Options &opts) {
   c.tma = opts.onOff("tma", true);
   c.warpSpecialize = opts.onOff("warp-specialize", true);
   c.tmaStore = opts.onOff("tma-store", true);
-  c.persistent = opts.onOff("persistent", false);
-  c.groupM = opts.integer("group-m", 8);
+  c.persistent = opts.onOff("persistent", true);
+  c.groupM = opts.integer("group-m", 16);
+  c.minBlocksPerSM = opts.int32("min-blocks-per-sm", 0);
   const bool bias = opts.flag("bias");
   const kernels::GemmActivation activation = activationOption(opts);
   const std::string shapes = opts.string("shapes", "runtime");
@@ -80,14 +87,30 @@ static int benchGemm(Options &opts) {
     throw UsageError("option --shapes: '" + shapes +
                      "' is not static, runtime or both");
   opts.checkAllUsed();
-  const std::vector<int64_t> ns = positiveList(sizes, "sizes");
+  std::vector<std::array<int64_t, 3>> problems;
+  if (mnk.empty())
+    for (int64_t n : positiveList(sizes, "sizes"))
+      problems.push_back({n, n, n});
+  for (llvm::StringRef rest = mnk; !rest.empty();) {
+    auto [item, tail] = rest.split(',');
+    rest = tail;
+    llvm::SmallVector<llvm::StringRef, 3> dims;
+    item.split(dims, 'x');
+    std::array<int64_t, 3> p{};
+    if (dims.size() != 3 || dims[0].getAsInteger(10, p[0]) ||
+        dims[1].getAsInteger(10, p[1]) || dims[2].getAsInteger(10, p[2]) ||
+        p[0] < 1 || p[1] < 1 || p[2] < 1)
+      throw UsageError("option --mnk: '" + item.str() +
+                       "' is not MxNxK of integers >= 1 (8192x50264x768)");
+    problems.push_back(p);
+  }
   std::string why;
   if (!cuda::available(&why))
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
   fmt::print(
       "# kiln bench gemm{}{} on {} ({}): blocks {}x{}x{}, {} warps, {} "
-      "stages, {}\n",
+      "stages, {}{}{}, groups of {} row blocks\n",
       bias ? " +bias" : "",
       activation != kernels::GemmActivation::None
           ? std::string(" ") + kernels::gemmActivationName(activation)
@@ -96,23 +119,25 @@ static int benchGemm(Options &opts) {
       c.wgmma ? (c.tma ? (c.warpSpecialize ? "wgmma, TMA, producer warpgroup"
                                            : "wgmma, TMA")
                        : "wgmma, cp.async")
-              : "mma.sync");
+              : "mma.sync",
+      c.tmaStore ? ", C by TMA stores" : "",
+      c.persistent ? ", persistent CTAs" : "", c.groupM);
   fmt::print("gemm,n,shapes,ms,tflops,registers,spill_bytes,smem\n");
-  for (int64_t n : ns)
+  for (auto [m, n, kk] : problems)
     for (bool exact : {true, false}) {
       if ((exact && shapes == "runtime") || (!exact && shapes == "static"))
         continue;
       c.staticShapes = exact;
       Kernel kernel = kernels::gemm(
-          {n, n, n, DType::bf16, DType::bf16, bias, activation}, c);
-      size_t count = size_t(n * n);
-      cuda::Buffer a = randomDevice(DType::bf16, count, 1),
-                   b = randomDevice(DType::bf16, count, 2), out(count * 2),
+          {m, n, kk, DType::bf16, DType::bf16, bias, activation}, c);
+      cuda::Buffer a = randomDevice(DType::bf16, size_t(m * kk), 1),
+                   b = randomDevice(DType::bf16, size_t(kk * n), 2),
+                   out(size_t(m * n) * 2),
                    biasRow = randomDevice(DType::bf16, size_t(n), 3);
       std::map<std::string, TensorRef> refs{
-          {"A", {a.data(), DType::bf16, {n, n}, {n, 1}}},
-          {"B", {b.data(), DType::bf16, {n, n}, {n, 1}}},
-          {"C", {out.data(), DType::bf16, {n, n}, {n, 1}}}};
+          {"A", {a.data(), DType::bf16, {m, kk}, {kk, 1}}},
+          {"B", {b.data(), DType::bf16, {kk, n}, {n, 1}}},
+          {"C", {out.data(), DType::bf16, {m, n}, {n, 1}}}};
       if (bias)
         refs["Bias"] = {biasRow.data(), DType::bf16, {n}, {1}};
       CompiledKernel compiled = compileForGpu(
@@ -121,8 +146,11 @@ static int benchGemm(Options &opts) {
       auto args = kernel.bind(refs);
       double ms = backToBackMs([&] { g.launch(args); }, reps, batch);
       cuda::FunctionAttributes attr = g.attributes();
-      fmt::print("gemm,{},{},{:.3f},{:.1f},{},{},{}\n", n,
-                 exact ? "static" : "runtime", ms, 2.0 * n * n * n / ms / 1e9,
+      std::string size = m == n && n == kk ? std::to_string(n)
+                                           : fmt::format("{}x{}x{}", m, n, kk);
+      fmt::print("gemm,{},{},{:.3f},{:.1f},{},{},{}\n", size,
+                 exact ? "static" : "runtime", ms,
+                 2.0 * double(m) * double(n) * double(kk) / ms / 1e9,
                  attr.registers, attr.localBytes, compiled.sharedBytes);
       std::fflush(stdout);
     }

@@ -413,6 +413,12 @@ static Problem gemmProblem(Options &opts, bool withData) {
   s.N = positive(opts, "n", 256);
   s.K = positive(opts, "k", 256);
   s.dtype = dtypeOption(opts, "bf16");
+  const std::string out = opts.string("out-dtype", "fp32");
+  auto outType = parseDType(out);
+  if (!outType || !isFloat(*outType))
+    throw UsageError("option --out-dtype: '" + out +
+                     "' is not bf16, fp16 or fp32");
+  s.outDtype = *outType;
   s.bias = opts.flag("bias");
   s.activation = activationOption(opts);
   kernels::GemmConfig c;
@@ -427,6 +433,7 @@ static Problem gemmProblem(Options &opts, bool withData) {
   c.tmaStore = opts.onOff("tma-store", c.tmaStore);
   c.persistent = opts.onOff("persistent", c.persistent);
   c.groupM = opts.integer("group-m", c.groupM);
+  c.minBlocksPerSM = opts.int32("min-blocks-per-sm", c.minBlocksPerSM);
   c.staticShapes = opts.onOff("static-shapes", c.staticShapes);
   uint64_t seed = uint64_t(opts.integer("seed", 1));
   Problem p;

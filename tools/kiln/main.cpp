@@ -81,13 +81,15 @@ commands:
                                         under the config with those of its
                                         options set, samples in turn; "A; B":
                                         under each), each one's time
-  bench gemm [--size N | --sizes N,N,...] [--shapes static|runtime|both]
+  bench gemm [--size N | --sizes N,N,... | --mnk MxNxK,...]
+      [--shapes static|runtime|both]
       [--block-m M] [--block-n N] [--block-k K]
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
       [--tma-store 0|1] [--persistent 0|1] [--group-m G] [--bias]
-      [--activation none|relu|gelu]
+      [--activation none|relu|gelu] [--min-blocks-per-sm B]
       [--reps R] [--batch K]
                                         TFLOP/s of the DSL GEMM, bf16, N^3
+                                        (or M x N x K)
   tune attention|attention-backward --seq N --head-dim D [--causal | --non-causal]
       [--seq-k M] [--dtype bf16|fp16]  (--seq-k: M keys; at most 16
                                         queries on more keys tune as
@@ -186,9 +188,11 @@ kernels and their shape options:
              (dQ converted by each head's last dK/dV program, or a kernel)
              [--overlap-dq-convert 0|1] (dq_convert starts before dK/dV ends,
              each head once its programs have arrived)
-  gemm       --m M --n N --k K [--dtype ...] [--block-m] [--block-n] [--block-k]
+  gemm       --m M --n N --k K [--dtype ...] [--out-dtype fp32|bf16|fp16]
+             [--block-m] [--block-n] [--block-k]
              [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1] [--tma-store 0|1]
              [--persistent 0|1] [--group-m G] [--static-shapes 0|1]
+             [--min-blocks-per-sm B] (CTAs an SM must hold at once)
              [--bias] [--activation none|relu|gelu]   C = act(A·B + bias)
   softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
              [--static-shapes 0|1]

@@ -52,6 +52,10 @@ struct GemmConfig {
   /// blocks in L2 (8, `kiln bench gemm`'s default, measured 727 against 695
   /// TFLOP/s at bf16 8192^3 on the H200); 0 or 1: row blocks fastest.
   int64_t groupM = 0;
+  /// CTAs an SM must hold at once (KernelBuilder::setMinBlocksPerSM): with
+  /// 2, one CTA's epilogue runs beside another's MMAs; 0 leaves it to
+  /// ptxas.
+  int minBlocksPerSM = 0;
   /// M, N and K compiled in (a compile per shape) rather than run-time
   /// arguments bound from the tensors (one compile per class of their
   /// values).
