@@ -125,7 +125,8 @@ int kiln_c_op(const char *op, int64_t option,
           kernelFor(name, {double(bias), double(option), double(sm)},
                     [=] { return kernels::linearTuned(bias, act, sm); });
       launch(k,
-             kernels::linearKey(dim(t, "A", 0), dim(t, "B", 1), dim(t, "A", 1)),
+             kernels::linearKey(dim(t, "A", 0), dim(t, "B", 1), dim(t, "A", 1),
+                                bias, act),
              t, stream, device);
     } else {
       throw Error("unknown op '" + name +

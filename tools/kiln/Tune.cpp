@@ -112,9 +112,12 @@ static int tuneRegistered(Options &opts, const std::string &name) {
   p.kernel->launch(p.key, t, p.scalars);
   cuda::synchronize();
   const TuneResult &r = *p.kernel->lastTuning();
-  fmt::print("{:<24} {:>9}  {}\n", "candidate", "ms", "status");
+  size_t width = 24; // the longest candidate's name sets the column
   for (const TunedTiming &tt : r.timings)
-    fmt::print("{:<24} {:>9}  {}{}\n", tt.config,
+    width = std::max(width, tt.config.size());
+  fmt::print("{:<{}} {:>9}  {}\n", "candidate", width, "ms", "status");
+  for (const TunedTiming &tt : r.timings)
+    fmt::print("{:<{}} {:>9}  {}{}\n", tt.config, width,
                tt.ms ? fmt::format("{:.4f}", tt.ms) : "-", statusText(tt),
                tt.registers
                    ? fmt::format(" ({} registers{})", tt.registers,

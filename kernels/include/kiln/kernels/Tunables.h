@@ -36,10 +36,13 @@ crossEntropyTuned(bool backward, int64_t ignoreIndex, bool perRowGrad);
 std::string crossEntropyKey(int64_t rows, int64_t vocab);
 
 /// The GEMM with its epilogue, bf16 in and out, for compute capability
-/// `sm` (90, 80): "kiln.linear", key linearKey(M, N, K).
+/// `sm` (90, 80): "kiln.linear", key linearKey(M, N, K, bias, act).
 std::unique_ptr<AutotunedKernel> linearTuned(bool bias, GemmActivation act,
                                              int sm);
-std::string linearKey(int64_t M, int64_t N, int64_t K);
+/// "M=2^13 N=50264 K=768 bf16 bias gelu": M by power of two, the epilogue
+/// named (each tunes on its own).
+std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
+                      GemmActivation act);
 
 } // namespace kiln::kernels
 
