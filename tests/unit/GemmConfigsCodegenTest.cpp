@@ -47,10 +47,12 @@ TEST(Codegen, EveryHopperGemmConfigAssembles) {
 TEST(Codegen, LinearKeyNamesTheEpilogue) {
   using kernels::GemmActivation;
   EXPECT_EQ(kernels::linearKey(8192, 50264, 768, false, GemmActivation::None),
-            "M=2^13 N=50264 K=768 bf16");
+            "M=2^13 N=50264 K=768 bf16 epilogue=none");
   EXPECT_EQ(
       kernels::linearKey(8000, 50264, 768, true, GemmActivation::GeluTanh),
-      "M=2^13 N=50264 K=768 bf16 bias gelu");
-  EXPECT_NE(kernels::linearKey(64, 64, 64, false, GemmActivation::Relu),
-            kernels::linearKey(64, 64, 64, true, GemmActivation::Relu));
+      "M=2^13 N=50264 K=768 bf16 epilogue=bias+gelu");
+  EXPECT_EQ(kernels::linearKey(64, 64, 64, false, GemmActivation::Relu),
+            "M=2^6 N=64 K=64 bf16 epilogue=relu");
+  EXPECT_EQ(kernels::linearKey(64, 64, 64, true, GemmActivation::None),
+            "M=2^6 N=64 K=64 bf16 epilogue=bias");
 }

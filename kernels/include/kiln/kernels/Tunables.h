@@ -39,8 +39,8 @@ std::string crossEntropyKey(int64_t rows, int64_t vocab);
 /// `sm` (90, 80): "kiln.linear", key linearKey(M, N, K, bias, act).
 std::unique_ptr<AutotunedKernel> linearTuned(bool bias, GemmActivation act,
                                              int sm);
-/// "M=2^13 N=50264 K=768 bf16 bias gelu": M by power of two, the epilogue
-/// named (each tunes on its own).
+/// "M=2^13 N=50264 K=768 bf16 epilogue=bias+gelu" (or none, bias, relu...):
+/// M by power of two, the epilogue named (each tunes on its own).
 std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
                       GemmActivation act);
 
