@@ -91,6 +91,9 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
       throw Error("gemm: blockM, blockN and blockK must be powers of two in "
                   "[1, 1024], got " +
                   std::to_string(b));
+  if (c.minBlocksPerSM < 0)
+    throw Error("gemm: minBlocksPerSM must be >= 0 (0: as ptxas fits), got " +
+                std::to_string(c.minBlocksPerSM));
   if (s.M > std::numeric_limits<int32_t>::max() ||
       s.N > std::numeric_limits<int32_t>::max() ||
       s.K > std::numeric_limits<int32_t>::max())

@@ -52,9 +52,17 @@ static double attendedPairs(int64_t nq, int64_t nk, bool causal) {
 /// each MxNxK of --mnk (an LM head's 8192x50264x768); timed as peers.py
 /// does (backToBackMs); --shapes static, runtime or both (back to back).
 static int benchGemm(Options &opts) {
-  const std::string sizes =
-      opts.string("sizes", std::to_string(opts.integer("size", 8192)));
+  const int64_t size = opts.integer("size", -1);
+  const std::string givenSizes = opts.string("sizes", "");
   const std::string mnk = opts.string("mnk", "");
+  if (size != -1 && size < 1)
+    throw UsageError("option --size: " + std::to_string(size) + " is not >= 1");
+  if (!mnk.empty() && (size != -1 || !givenSizes.empty()))
+    throw UsageError("kiln bench gemm: --mnk and --size/--sizes both given "
+                     "(square sizes or MxNxK: one of them)");
+  const std::string sizes = !givenSizes.empty()
+                                ? givenSizes
+                                : std::to_string(size != -1 ? size : 8192);
   int reps = positive32(opts, "reps", 30),
       batch = positive32(opts, "batch", 10);
   // Measured best on the H200 (same run): 128x256 blocks, a producer
