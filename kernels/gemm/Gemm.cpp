@@ -91,6 +91,10 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
       throw Error("gemm: blockM, blockN and blockK must be powers of two in "
                   "[1, 1024], got " +
                   std::to_string(b));
+  if (c.groupM < 0)
+    throw Error("gemm: groupM must be >= 0 (0 or 1: row blocks fastest), "
+                "got " +
+                std::to_string(c.groupM));
   if (c.minBlocksPerSM < 0)
     throw Error("gemm: minBlocksPerSM must be >= 0 (0: as ptxas fits), got " +
                 std::to_string(c.minBlocksPerSM));

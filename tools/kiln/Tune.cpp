@@ -153,8 +153,16 @@ int cmdTune(Options &opts) {
     }
     return 0;
   }
-  if (opts.positional.size() != 1)
-    throw UsageError("kiln tune: name one kernel (kiln tune --list)");
+  if (opts.positional.size() != 1) {
+    // A value after a flag-like option (--bias 2) lands here: name what was
+    // left over.
+    std::string got;
+    for (const std::string &p : opts.positional)
+      got += (got.empty() ? "" : " ") + ("'" + p + "'");
+    throw UsageError("kiln tune: name one kernel (kiln tune --list)" +
+                     (got.empty() ? std::string() : ", got " + got) +
+                     "; a size is --<size> N or --sizes a=N,b=M");
+  }
   if (opts.positional[0] != "attention" &&
       opts.positional[0] != "attention-backward")
     return tuneRegistered(opts, opts.positional[0]);
