@@ -1,6 +1,5 @@
 //===- CodegenTest.cpp - what the GPU compiler emits (no GPU needed) ------===//
 #include "CodegenUtil.h"
-#include "GemmColumnSums.h"
 #include "TestUtil.h"
 
 #include "kiln/Compiler/Compile.h"
@@ -74,48 +73,6 @@ TEST(Codegen, AttentionIsOneFusedKernel) {
     EXPECT_EQ(c.params[19].name, "O");
     EXPECT_EQ(c.params[24].name, "LSE");
   }
-}
-
-/// `kiln bench gemm`'s schedule (128x256x64 blocks, wgmma, TMA, a producer
-/// warpgroup) and a Hopper target with M, N and K multiples of 16.
-static kernels::GemmConfig benchGemmConfig() {
-  return {.blockM = 128,
-          .blockN = 256,
-          .blockK = 64,
-          .warps = 8,
-          .stages = 3,
-          .wgmma = true,
-          .warpSpecialize = true};
-}
-static GpuTarget hopperGemmTarget() {
-  GpuTarget target{.arch = "sm_90a"};
-  for (const char *dim : {"M", "N", "K"})
-    target.scalarClasses[dim] = ScalarClass::DivisibleBy16;
-  return target;
-}
-
-// A GEMM epilogue of bias and GELU adds no layout conversion of the
-// accumulator and no shared memory: the bias row is loaded in the slice of
-// the accumulator's layout (issue 21 measured 279552 bytes, past the H200's
-// 232448, when the 128x256 fp32 accumulator went through shared memory).
-TEST(Codegen, GemmEpilogueAddsNoSharedMemory) {
-  const kernels::GemmConfig big = benchGemmConfig();
-  const GpuTarget target = hopperGemmTarget();
-  auto compile = [&](bool bias, kernels::GemmActivation act) {
-    return compileForGpu(
-        kernels::gemm({8192, 8192, 8192, DType::bf16, DType::bf16, bias, act},
-                      big),
-        target);
-  };
-  CompiledKernel plain = compile(false, kernels::GemmActivation::None),
-                 fused = compile(true, kernels::GemmActivation::GeluTanh);
-  EXPECT_EQ(fused.sharedBytes, plain.sharedBytes);
-  EXPECT_LE(fused.sharedBytes, sharedMemoryLimit("sm_90a"));
-  auto conversions = [](const CompiledKernel &c) {
-    return c.layouts.substr(c.layouts.rfind("convert_layout ops left"));
-  };
-  EXPECT_EQ(conversions(fused), conversions(plain));
-  EXPECT_THAT(fused.layouts, HasSubstr("tensor<256xbf16, #mma1>"));
 }
 
 TEST(Codegen, PtxAssemblesWithPtxas) {
@@ -565,84 +522,4 @@ TEST(Codegen, JitCacheKeysOnIrAndTarget) {
   EXPECT_EQ(after.hits - before.hits, 2);
   // Compiled, or found on disk by an earlier run.
   EXPECT_EQ(after.misses + after.diskHits - before.misses - before.diskHits, 4);
-}
-
-// Shared memory is placed by liveness: the epilogue's scratch area and TMA
-// staging tile take the stage ring's bytes once the loop is over, so the
-// epilogue needs no more than the main loop had (issue 21; before, the
-// column sums added 8 KB and the staging tile 64 KB).
-TEST(Codegen, EpilogueReusesThePipelineBuffers) {
-  const GpuTarget target = hopperGemmTarget();
-  CompiledKernel plain =
-      compileForGpu(test::gemmWithColumnSums(false, false), target);
-  for (bool tmaStore : {false, true}) {
-    CompiledKernel c =
-        compileForGpu(test::gemmWithColumnSums(true, tmaStore), target);
-    std::string report = reportOf(c);
-    EXPECT_EQ(c.sharedBytes, plain.sharedBytes) << report;
-    EXPECT_THAT(report, HasSubstr(tmaStore ? "[1024, 66560); scratch "
-                                             "of conversions and reductions "
-                                             "[66560, 74752) in the bytes of: "
-                                             "stage ring"
-                                           : "scratch of conversions and "
-                                             "reductions [1024, 9216) in the "
-                                             "bytes of: stage ring"));
-  }
-  // Persistent CTAs run the body again (the producer fetches the next
-  // tile's stages during the epilogue): every buffer lives throughout.
-  CompiledKernel p =
-      compileForGpu(test::gemmWithColumnSums(true, false, true), target);
-  EXPECT_EQ(p.sharedBytes, plain.sharedBytes + 8192) << reportOf(p);
-  EXPECT_THAT(reportOf(p), Not(HasSubstr("in the bytes of")));
-  EXPECT_THAT(reportOf(p), Not(HasSubstr("placed by liveness within")));
-}
-
-// Persistent with 4 stages (192 KB of ring): the 64 KB staging tile does not
-// fit beside the ring when every buffer lives across tiles, so the producer
-// waits for each tile's end instead and the epilogue takes the ring's bytes:
-// no more shared memory than the main loop, and C still goes out by TMA.
-TEST(Codegen, PersistentEpilogueWaitsRatherThanGrows) {
-  const GpuTarget target = hopperGemmTarget();
-  CompiledKernel plain =
-      compileForGpu(test::gemmWithColumnSums(false, false, true, 4), target);
-  CompiledKernel p =
-      compileForGpu(test::gemmWithColumnSums(true, true, true, 4), target);
-  const std::string report = reportOf(p);
-  EXPECT_EQ(p.sharedBytes, plain.sharedBytes) << report;
-  EXPECT_THAT(report, HasSubstr("persistent: each tile's buffers are placed "
-                                "by liveness within the tile, and the "
-                                "producer fetches a tile's first blocks only "
-                                "once the compute warps are done with the "
-                                "previous tile (an mbarrier): with every "
-                                "buffer live across tiles the kernel needed "
-                                "263168 bytes"));
-  EXPECT_THAT(report, HasSubstr("store 128x256: TMA"));
-  EXPECT_THAT(report, HasSubstr("in the bytes of: stage ring"));
-  // Tiles handed out by a counter wait the same way.
-  CompiledKernel d = compileForGpu(
-      test::gemmWithColumnSums(true, true, true, 4, true), target);
-  EXPECT_EQ(d.sharedBytes, plain.sharedBytes) << reportOf(d);
-  EXPECT_THAT(reportOf(d), HasSubstr("placed by liveness within the tile"));
-  // Where everything fits live across tiles, nothing waits.
-  EXPECT_THAT(reportOf(plain), Not(HasSubstr("placed by liveness within")));
-}
-// A residual tile added in the epilogue is loaded in the accumulator's layout
-// (pairs of columns a thread) rather than loaded blocked and moved through
-// shared memory: nothing of the epilogue goes through shared memory.
-TEST(Codegen, GemmResidualEpilogueMovesNothing) {
-  const kernels::GemmConfig big = benchGemmConfig();
-  const GpuTarget target = hopperGemmTarget();
-  CompiledKernel plain = compileForGpu(
-      kernels::gemm({8192, 8192, 8192, DType::bf16, DType::bf16}, big), target);
-  CompiledKernel fused = compileForGpu(
-      kernels::gemm({8192, 8192, 8192, DType::bf16, DType::bf16, true,
-                     kernels::GemmActivation::GeluTanh, true},
-                    big),
-      target);
-  EXPECT_EQ(fused.sharedBytes, plain.sharedBytes);
-  EXPECT_THAT(fused.layouts,
-              HasSubstr("of them through shared memory (not ldmatrix, not "
-                        "register renames): 0"));
-  EXPECT_THAT(fused.layouts, HasSubstr("tensor<128x256xbf16, #mma"));
-  EXPECT_THAT(reportOf(fused), Not(HasSubstr("scratch of conversions")));
 }
