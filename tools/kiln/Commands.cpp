@@ -65,11 +65,12 @@ void Options::checkAllUsed() const {
       throw UsageError("unknown option --" + name + " for this command");
 }
 
-DType dtypeOption(Options &opts, const char *fallback) {
-  std::string name = opts.string("dtype", fallback);
+DType dtypeOption(Options &opts, const char *fallback, const char *option) {
+  std::string name = opts.string(option, fallback);
   auto t = parseDType(name);
   if (!t || !isFloat(*t))
-    throw UsageError("option --dtype: '" + name + "' is not bf16, fp16 or fp32");
+    throw UsageError(std::string("option --") + option + ": '" + name +
+                     "' is not bf16, fp16 or fp32");
   return *t;
 }
 
@@ -413,12 +414,7 @@ static Problem gemmProblem(Options &opts, bool withData) {
   s.N = positive(opts, "n", 256);
   s.K = positive(opts, "k", 256);
   s.dtype = dtypeOption(opts, "bf16");
-  const std::string out = opts.string("out-dtype", "fp32");
-  auto outType = parseDType(out);
-  if (!outType || !isFloat(*outType))
-    throw UsageError("option --out-dtype: '" + out +
-                     "' is not bf16, fp16 or fp32");
-  s.outDtype = *outType;
+  s.outDtype = dtypeOption(opts, "fp32", "out-dtype");
   s.bias = opts.flag("bias");
   s.activation = activationOption(opts);
   kernels::GemmConfig c;

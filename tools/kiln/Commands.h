@@ -147,8 +147,10 @@ uploadTensors(std::map<std::string, HostTensor> &tensors,
 /// The items of a comma-separated list, empty ones kept ("a,,b" has three,
 /// "" one), for the caller to refuse.
 std::vector<std::string> commaList(const std::string &text);
-/// --dtype as a float type; an integer option that must be >= 1.
-DType dtypeOption(Options &opts, const char *fallback);
+/// --dtype (or --<option>) as a float type; an integer option that must be
+/// >= 1.
+DType dtypeOption(Options &opts, const char *fallback,
+                  const char *option = "dtype");
 int64_t positive(Options &opts, const std::string &name, int64_t fallback,
                  int64_t hi = std::numeric_limits<int64_t>::max());
 /// --causal, or --non-causal (the default, said explicitly); both is an error.

@@ -36,6 +36,14 @@ static std::string statusText(const TunedTiming &t) {
   return t.finalRound ? t.status + ", final round" : t.status;
 }
 
+/// The candidate column: at least `least` wide, else the longest name's.
+static int candidateWidth(const std::vector<TunedTiming> &timings,
+                          size_t least) {
+  for (const TunedTiming &t : timings)
+    least = std::max(least, t.config.size());
+  return int(least);
+}
+
 static void printFinalRoundNote(const std::vector<TunedTiming> &timings) {
   if (std::any_of(timings.begin(), timings.end(),
                   [](const TunedTiming &t) { return t.finalRound; }))
@@ -112,9 +120,7 @@ static int tuneRegistered(Options &opts, const std::string &name) {
   p.kernel->launch(p.key, t, p.scalars);
   cuda::synchronize();
   const TuneResult &r = *p.kernel->lastTuning();
-  size_t width = 24; // the longest candidate's name sets the column
-  for (const TunedTiming &tt : r.timings)
-    width = std::max(width, tt.config.size());
+  const int width = candidateWidth(r.timings, 24);
   fmt::print("{:<{}} {:>9}  {}\n", "candidate", width, "ms", "status");
   for (const TunedTiming &tt : r.timings)
     fmt::print("{:<{}} {:>9}  {}{}\n", tt.config, width,
@@ -205,7 +211,7 @@ int cmdTune(Options &opts) {
                r.config, r.ms, r.seconds);
     return 0;
   }
-  const int width = backward ? 92 : 56;
+  const int width = candidateWidth(r.timings, backward ? 92 : 56);
   fmt::print("\n{:<{}} {:>9}  {}\n", "candidate", width, "ms", "status");
   for (const TunedTiming &t : r.timings)
     fmt::print("{:<{}} {:>9}  {}\n", t.config, width,
