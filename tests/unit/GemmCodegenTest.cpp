@@ -20,9 +20,10 @@
 #include <gtest/gtest.h>
 
 using namespace kiln;
+using test::reportOf;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using test::reportOf;
 
 /// `kiln bench gemm`'s blocks (128x256x64, wgmma, TMA, a producer
 /// warpgroup; one tile a CTA, C from registers) and a Hopper target with M,
@@ -43,10 +44,14 @@ static GpuTarget hopperGemmTarget() {
   return target;
 }
 
-// A GEMM epilogue of bias and GELU adds no layout conversion of the
-// accumulator and no shared memory: the bias row is loaded in the slice of
-// the accumulator's layout (issue 21 measured 279552 bytes, past the H200's
-// 232448, when the 128x256 fp32 accumulator went through shared memory).
+// A GEMM epilogue of bias and GELU converts nothing of the accumulator and
+// adds no shared memory (issue 21 measured 279552 bytes, past the H200's
+// 232448, when the 128x256 fp32 accumulator went through shared memory). The
+// bias row is loaded blocked, each element once, and moves to the slice of
+// the accumulator's layout through 512 bytes of shared memory that the stage
+// ring no longer uses: loaded in that slice (64 registers, each element in 64
+// threads) it took 32 loads a thread after the loop (kiln bench gemm, H200,
+// 8192x50264x768: 1.41 ms against 1.18).
 TEST(Codegen, GemmEpilogueAddsNoSharedMemory) {
   const kernels::GemmConfig big = benchGemmConfig();
   const GpuTarget target = hopperGemmTarget();
@@ -60,11 +65,33 @@ TEST(Codegen, GemmEpilogueAddsNoSharedMemory) {
                  fused = compile(true, kernels::GemmActivation::GeluTanh);
   EXPECT_EQ(fused.sharedBytes, plain.sharedBytes);
   EXPECT_LE(fused.sharedBytes, sharedMemoryLimit("sm_90a"));
-  auto conversions = [](const CompiledKernel &c) {
-    return c.layouts.substr(c.layouts.rfind("convert_layout ops left"));
-  };
-  EXPECT_EQ(conversions(fused), conversions(plain));
-  EXPECT_THAT(fused.layouts, HasSubstr("tensor<256xbf16, #mma1>"));
+  EXPECT_THAT(fused.layouts, Not(ContainsRegex("convert_layout[^\n]*128x256")));
+  EXPECT_THAT(fused.layouts,
+              ContainsRegex("convert_layout %[0-9]+ : tensor<256xbf16, "
+                            "#blocked[0-9]*> -> tensor<256xbf16, #mma1>"));
+  EXPECT_THAT(fused.layouts,
+              HasSubstr("of them through shared memory (not ldmatrix, not "
+                        "register renames): 1"));
+  // Through shared memory as vectors: each thread's column pairs in one
+  // 4-byte read, not two 2-byte ones.
+  EXPECT_THAT(fused.ptx, HasSubstr("ld.shared.v2.b16"));
+  EXPECT_THAT(fused.ptx, Not(HasSubstr("ld.shared.b16")));
+  const std::string report = reportOf(fused);
+  EXPECT_THAT(report, HasSubstr("load 256: 16-byte vector loads to registers"));
+  EXPECT_THAT(report, HasSubstr("scratch of conversions and reductions [1024, "
+                                "1536) in the bytes of: stage ring"));
+  // Persistent CTAs keep the scratch beside the ring: 512 bytes more.
+  kernels::GemmConfig persistent = big;
+  persistent.persistent = persistent.tmaStore = true;
+  CompiledKernel p =
+      compileForGpu(kernels::gemm({8192, 8192, 8192, DType::bf16, DType::bf16,
+                                   true, kernels::GemmActivation::GeluTanh},
+                                  persistent),
+                    target);
+  CompiledKernel q = compileForGpu(
+      kernels::gemm({8192, 8192, 8192, DType::bf16, DType::bf16}, persistent),
+      target);
+  EXPECT_EQ(p.sharedBytes, q.sharedBytes + 512) << reportOf(p);
 }
 
 // Shared memory is placed by liveness: the epilogue's scratch area and TMA
@@ -127,8 +154,9 @@ TEST(Codegen, PersistentEpilogueWaitsRatherThanGrows) {
   EXPECT_THAT(reportOf(plain), Not(HasSubstr("placed by liveness within")));
 }
 // A residual tile added in the epilogue is loaded in the accumulator's layout
-// (pairs of columns a thread) rather than loaded blocked and moved through
-// shared memory: nothing of the epilogue goes through shared memory.
+// (pairs of columns a thread, no element in two threads) rather than loaded
+// blocked and moved through shared memory: of the epilogue only the bias row
+// goes through shared memory.
 TEST(Codegen, GemmResidualEpilogueMovesNothing) {
   const kernels::GemmConfig big = benchGemmConfig();
   const GpuTarget target = hopperGemmTarget();
@@ -142,9 +170,9 @@ TEST(Codegen, GemmResidualEpilogueMovesNothing) {
   EXPECT_EQ(fused.sharedBytes, plain.sharedBytes);
   EXPECT_THAT(fused.layouts,
               HasSubstr("of them through shared memory (not ldmatrix, not "
-                        "register renames): 0"));
+                        "register renames): 1"));
   EXPECT_THAT(fused.layouts, HasSubstr("tensor<128x256xbf16, #mma"));
-  EXPECT_THAT(reportOf(fused), Not(HasSubstr("scratch of conversions")));
+  EXPECT_THAT(fused.layouts, Not(ContainsRegex("convert_layout[^\n]*128x256")));
 }
 
 TEST(Codegen, EveryHopperGemmConfigAssembles) {

@@ -146,23 +146,46 @@ void Lowerer::convertLayout(const Regs &in, const Layout &to, Type elem,
   smemBytes = std::max(smemBytes, from.numElements() * esize);
   Type memTy = elem.isInteger(1) ? b.getI8Type() : elem;
   barrier(); // earlier readers of the scratch area are done
+  // Registers that hold consecutive elements of a row move as one vector
+  // (up to 16 bytes): their row-major positions are consecutive, and the
+  // first one's is a multiple of the width (no thread or warp moves an
+  // element along the bits the registers span).
+  auto widthOf = [&](const Layout &l) -> int64_t {
+    if (elem.isInteger(1))
+      return 1;
+    return std::min<int64_t>(vectorWidth(l), std::max<int64_t>(1, 16 / esize));
+  };
   SmallVector<Value> tc = threadCoord(from);
   int64_t dup = from.duplicateRegMask();
-  for (int64_t r = 0; r < from.numRegs(); ++r) {
+  const int64_t vin = widthOf(from);
+  for (int64_t r = 0; r < from.numRegs(); r += vin) {
     if (r & dup)
       continue;
     Value idx = linearIndex(*this, from, from.regCoord(r), tc);
     Value v = in.regs[r];
     if (elem.isInteger(1))
       v = arith::ExtUIOp::create(b, loc, b.getI8Type(), v);
+    if (vin > 1) {
+      v = LLVM::UndefOp::create(b, loc, VectorType::get({vin}, elem));
+      for (int64_t i = 0; i < vin; ++i)
+        v = LLVM::InsertElementOp::create(b, loc, v, in.regs[r + i], i32(i));
+    }
     Value off = arith::MulIOp::create(b, loc, idx, i32(esize));
-    LLVM::StoreOp::create(b, loc, v, smemPtr(off));
+    LLVM::StoreOp::create(b, loc, v, smemPtr(off), /*alignment=*/vin * esize);
   }
   barrier();
   SmallVector<Value> tcTo = threadCoord(to);
-  for (int64_t r = 0; r < to.numRegs(); ++r) {
+  const int64_t vout = widthOf(to);
+  for (int64_t r = 0; r < to.numRegs(); r += vout) {
     Value idx = linearIndex(*this, to, to.regCoord(r), tcTo);
     Value off = arith::MulIOp::create(b, loc, idx, i32(esize));
+    if (vout > 1) {
+      Value v = LLVM::LoadOp::create(b, loc, VectorType::get({vout}, elem),
+                                     smemPtr(off), /*alignment=*/vout * esize);
+      for (int64_t i = 0; i < vout; ++i)
+        out.push_back(LLVM::ExtractElementOp::create(b, loc, v, i32(i)));
+      continue;
+    }
     Value v = LLVM::LoadOp::create(b, loc, memTy, smemPtr(off));
     if (elem.isInteger(1))
       v = arith::TruncIOp::create(b, loc, b.getI1Type(), v);
