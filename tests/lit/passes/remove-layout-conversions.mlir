@@ -104,3 +104,36 @@ func.func @broadcast_row(%p: !kiln.ptr<f32>, %n: i32) {
   kiln.store %r, %p[%c0, %c0] shape[%n, %n] strides[%c4, %c1] : tensor<16x8xf32, #bacc>, !kiln.ptr<f32>
   return
 }
+
+// A bias row of 256 columns added to a 128x256 accumulator on 8 warps: in
+// the slice of the accumulator's layout each thread would hold 64 of its
+// elements and each element would sit in 64 threads, so the row stays loaded
+// blocked (each element once) and is converted; the accumulator is not.
+#wblk = #kiln.layout<blocked, [128, 256], reg = [[1, 0], [2, 0], [4, 0], [8, 0], [16, 0], [32, 0], [64, 0]], lane = [[0, 1], [0, 2], [0, 4], [0, 8], [0, 16]], warp = [[0, 32], [0, 64], [0, 128]]>
+#wrow = #kiln.layout<blocked, [256], reg = [[1], [2], [4]], lane = [[8], [16], [32], [64], [128]], warp = [[0], [0], [0]]>
+#we1 = #kiln.layout<blocked, [1, 256], reg = [[0, 1], [0, 2], [0, 4]], lane = [[0, 8], [0, 16], [0, 32], [0, 64], [0, 128]], warp = [[0, 0], [0, 0], [0, 0]]>
+#we2 = #kiln.layout<blocked, [1, 256], reg = [], lane = [[0, 1], [0, 2], [0, 4], [0, 8], [0, 16]], warp = [[0, 32], [0, 64], [0, 128]]>
+#wacc = #kiln.layout<mma, [128, 256], reg = [[0, 1], [8, 0], [0, 8], [0, 16], [0, 32], [0, 64], [0, 128]], lane = [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp = [[16, 0], [32, 0], [64, 0]]>
+
+// CHECK-LABEL: func.func @broadcast_wide_row
+// CHECK: %[[R:.*]] = kiln.load {{.*}} -> tensor<256xbf16, #[[ROW:blocked[0-9]*]]>
+// CHECK-NEXT: kiln.convert_layout %[[R]] : tensor<256xbf16, #[[ROW]]> -> tensor<256xbf16, #[[SLICE:mma[0-9]*]]>
+// CHECK-NEXT: kiln.convert {{.*}} -> tensor<256xf32, #[[SLICE]]>
+// CHECK-NEXT: kiln.expand_dims
+// CHECK-NEXT: kiln.broadcast
+// CHECK-NEXT: arith.addf
+// CHECK-NOT: kiln.convert_layout
+func.func @broadcast_wide_row(%p: !kiln.ptr<bf16>, %q: !kiln.ptr<f32>, %n: i32) {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %acc = arith.constant dense<1.0> : tensor<128x256xf32, #wacc>
+  %x = kiln.load %p[%c0] shape[%n] strides[%c1] : !kiln.ptr<bf16> -> tensor<256xbf16, #wrow>
+  %f = kiln.convert %x : tensor<256xbf16, #wrow> -> tensor<256xf32, #wrow>
+  %e = kiln.expand_dims %f axis = 0 : tensor<256xf32, #wrow> -> tensor<1x256xf32, #we1>
+  %e2 = kiln.convert_layout %e : tensor<1x256xf32, #we1> -> tensor<1x256xf32, #we2>
+  %b = kiln.broadcast %e2 : tensor<1x256xf32, #we2> -> tensor<128x256xf32, #wblk>
+  %bc = kiln.convert_layout %b : tensor<128x256xf32, #wblk> -> tensor<128x256xf32, #wacc>
+  %y = arith.addf %acc, %bc : tensor<128x256xf32, #wacc>
+  kiln.store %y, %q[%c0, %c0] shape[%n, %n] strides[%n, %c1] : tensor<128x256xf32, #wacc>, !kiln.ptr<f32>
+  return
+}
