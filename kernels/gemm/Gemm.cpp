@@ -160,14 +160,9 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
     acc = acc + row(load(Bias->block({n0}, {c.blockN})).to(f32));
   if (s.activation == GemmActivation::Relu)
     acc = max(acc, 0.0);
-  if (s.activation == GemmActivation::GeluTanh) {
-    // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) in five FP instructions an
-    // element (x², an FMA, a product, the half, an FMA) besides the tanh.
-    Tile half = 0.5 * acc;
-    Tile t = tanh(acc * (0.7978845608028654 +
-                         0.7978845608028654 * 0.044715 * (acc * acc)));
-    acc = half + half * t;
-  }
+  if (s.activation == GemmActivation::GeluTanh)
+    acc = 0.5 * acc *
+          (1.0 + tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
   if (R)
     acc = acc + load(R->block({m0, n0}, {c.blockM, c.blockN})).to(f32);
   store(C.block({m0, n0}), acc.to(s.outDtype));
