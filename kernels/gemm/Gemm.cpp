@@ -154,8 +154,8 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
     Tile b = load(B.block({k0, n0}, {c.blockK, c.blockN}));
     acc = dot(a, b, acc);
   });
-  // The epilogue, on the accumulator in its own layout: the bias row is
-  // loaded in that layout's slice, so nothing of the accumulator moves.
+  // The epilogue, on the accumulator in its own layout: nothing of it moves
+  // (the bias row reaches its column slice through shared memory).
   if (Bias)
     acc = acc + row(load(Bias->block({n0}, {c.blockN})).to(f32));
   if (s.activation == GemmActivation::Relu)
