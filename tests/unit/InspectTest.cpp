@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <tuple>
+#include <unistd.h>
 
 using namespace kiln;
 using ::testing::HasSubstr;
@@ -105,6 +106,29 @@ TEST(Inspect, PtxasReportsRegistersAndSpills) {
   EXPECT_EQ(a.cubin.substr(1, 3), "ELF");
   c.ptx = "this is not ptx";
   EXPECT_THROW(assembleWithPtxas(c), Error);
+}
+
+// cuobjdump 13 needs nvdisasm for SASS; where cuobjdump fails and nvdisasm
+// is there, the disassembly comes from nvdisasm (fake tools first on PATH).
+TEST(Inspect, DisassemblyFallsBackToNvdisasm) {
+  fs::path dir = fs::temp_directory_path() /
+                 ("kiln-fake-tools-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto tool = [&](const char *name, const char *body) {
+    std::ofstream(dir / name) << "#!/bin/sh\n" << body << "\n";
+    fs::permissions(dir / name, fs::perms::owner_all);
+  };
+  tool("cuobjdump",
+       "echo \"Could not find executable file 'nvdisasm'\"; exit 1");
+  tool("nvdisasm", "echo FAKE-SASS $1");
+  const char *old = getenv("PATH");
+  const std::string saved = old ? old : "";
+  setenv("PATH", (dir.string() + ":" + saved).c_str(), 1);
+  std::string sass;
+  EXPECT_NO_THROW(sass = disassemble("not a cubin"));
+  setenv("PATH", saved.c_str(), 1);
+  fs::remove_all(dir);
+  EXPECT_THAT(sass, HasSubstr("FAKE-SASS -c"));
 }
 
 TEST(Tuning, AttentionConfigStringsRoundTrip) {

@@ -120,20 +120,33 @@ Assembled assembleWithPtxas(const CompiledKernel &kernel) {
 std::string disassemble(const std::string &cubin) {
   std::optional<std::string> objdump = findCudaTool("cuobjdump");
   std::optional<std::string> nvdisasm = findCudaTool("nvdisasm");
+  // cuobjdump 13 (PyPI's wheel) runs nvdisasm for SASS: nvdisasm is what
+  // is needed.
+  const char *install =
+      "PyPI has it alone: pip download --no-deps nvidia-cuda-nvdisasm, unzip "
+      "the wheel, put its nvidia/cu*/bin on PATH";
   if (!objdump && !nvdisasm)
-    throw Error("neither cuobjdump nor nvdisasm (CUDA toolkit) is installed "
-                "(looked in PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): "
-                "cannot disassemble the cubin to SASS (PyPI has them "
-                "alone: pip download --no-deps nvidia-cuda-cuobjdump, "
-                "unzip the wheel, put its nvidia/cu*/bin on PATH)");
+    throw Error(std::string("neither cuobjdump nor nvdisasm (CUDA toolkit) is "
+                            "installed (looked in PATH, $CUDA_HOME/bin, "
+                            "/usr/local/cuda/bin): cannot disassemble the "
+                            "cubin to SASS (") +
+                install + ")");
   TempDir tmp;
   std::string file = tmp.path + "/kernel.cubin";
   std::ofstream(file, std::ios::binary) << cubin;
   std::string out;
   int rc = objdump ? run(quote(*objdump) + " -sass " + quote(file), out)
                    : run(quote(*nvdisasm) + " -c " + quote(file), out);
+  if (rc != 0 && objdump && nvdisasm) {
+    out.clear();
+    rc = run(quote(*nvdisasm) + " -c " + quote(file), out);
+  }
   if (rc != 0)
-    throw Error("disassembling the cubin failed:\n" + out);
+    throw Error("disassembling the cubin failed" +
+                (nvdisasm ? std::string()
+                          : std::string(" (cuobjdump without nvdisasm? ") +
+                                install + ")") +
+                ":\n" + out);
   return out;
 }
 
