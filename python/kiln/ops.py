@@ -113,14 +113,14 @@ def _misaligned(t):
 _logged_copies = set()
 
 
-def _log_copy(op, name, why):
-    """KILN_LOG=launch: one line per op, argument and reason that a copy was
-    made for."""
+def _log_copy(op, name, why, what="copied to aligned memory first"):
+    """KILN_LOG=launch: one line per op, argument and reason that a copy (or
+    another way round a misaligned tensor, `what`) was made for."""
     if "launch" in os.environ.get("KILN_LOG", "").split(",") and \
             (op, name, why) not in _logged_copies:
         _logged_copies.add((op, name, why))
-        print(f"{op}: {name} is not 16-byte aligned ({why}): copied to "
-              f"aligned memory first", file=sys.stderr)
+        print(f"{op}: {name} is not 16-byte aligned ({why}): {what}",
+              file=sys.stderr)
 
 
 def _aligned_copy(name, t):
