@@ -220,9 +220,8 @@ def linear(x, weight_t, bias=None, activation="none"):
     8 (rows of 16-byte multiples) the result is the (M, N) view of rows
     padded to the next multiple of 8 (stride(0) that length), as a padded
     vocabulary's logits[:, :N] would be: its rows then go out by TMA, not an
-    element at a time (H200, same process: 8192x50257x768 1.39 ms against
-    2.58, 8192x3001x768 0.106 against 0.169; 4097x3001x768 0.117 against
-    0.098, not explained yet)."""
+    element at a time (H200, 8192x50257x768: 1.39 ms against 2.58; see
+    docs/python.md)."""
     _need_tensor("linear", "x", x, (torch.bfloat16,))
     _need_tensor("linear", "weight_t", weight_t, (torch.bfloat16,), x.device)
     if bias is not None:
