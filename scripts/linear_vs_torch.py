@@ -1,0 +1,56 @@
+"""kiln.linear against torch in one process, on the same standard normal
+tensors, samples in turn (kiln.bench's bench_interleaved_ms: CUDA events
+around back-to-back calls, each sample of each function in rotation): x @ w,
+and with bias + GELU torch._addmm_activation(bias, x, w, use_gelu=True)
+(cuBLASLt's fused epilogue, GELU's tanh form). The first kiln call of a
+shape and epilogue tunes it (first_call_s) unless KILN_TUNING_DB has it.
+Session 56-57's README figures came from this measurement.
+
+Usage: python3 scripts/linear_vs_torch.py [--mnk 8192x50264x768,...]
+           [--epilogues none,bias+gelu] [--reps 20]
+"""
+import argparse, os, sys, time
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import kiln  # noqa: E402
+from kiln.bench import bench_interleaved_ms  # noqa: E402
+
+p = argparse.ArgumentParser()
+p.add_argument("--mnk", default="8192x50264x768,8192x50257x768,8192x3072x768,"
+               "4097x3001x768,8192x11008x4096")
+p.add_argument("--epilogues", default="none,bias+gelu")
+p.add_argument("--reps", type=int, default=20)
+args = p.parse_args()
+epilogues = args.epilogues.split(",")
+for e in epilogues:
+    if e not in ("none", "bias+gelu"):
+        sys.exit(f"--epilogues: {e!r} is not none or bias+gelu")
+dev = torch.device("cuda")
+print(f"# {torch.cuda.get_device_name()} torch {torch.__version__}")
+print("shape,epilogue,kiln_ms,torch_ms,kiln_tflops,torch_tflops,kiln/torch,"
+      "maxrelerr,stride0,first_call_s")
+for shape in args.mnk.split(","):
+    m, n, k = (int(d) for d in shape.split("x"))
+    g = torch.Generator(device=dev).manual_seed(n)
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16, generator=g)
+    w = torch.randn(k, n, device=dev, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, device=dev, dtype=torch.bfloat16, generator=g)
+    for epi in epilogues:
+        if epi == "none":
+            kf, tf = (lambda: kiln.linear(x, w)), (lambda: x @ w)
+        else:
+            kf = lambda: kiln.linear(x, w, b, activation="gelu")
+            tf = lambda: torch._addmm_activation(b, x, w, use_gelu=True)
+        t0 = time.time()
+        y = kf()
+        torch.cuda.synchronize()
+        first = time.time() - t0
+        ref = tf().float()
+        err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+        r = bench_interleaved_ms({"kiln": kf, "torch": tf}, reps=args.reps)
+        flops = 2 * m * n * k
+        print(f"{shape},{epi},{r['kiln']:.4f},{r['torch']:.4f},"
+              f"{flops / r['kiln'] / 1e9:.0f},{flops / r['torch'] / 1e9:.0f},"
+              f"{r['torch'] / r['kiln']:.3f},{err:.1e},{y.stride(0)},{first:.1f}",
+              flush=True)
