@@ -192,6 +192,12 @@ def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
 _ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
 
 
+def _padded_cols(cols):
+    """cols rounded up to a multiple of 8 elements (16 bytes of bf16): a row
+    length the GEMM reads and writes by TMA."""
+    return -(-cols // 8) * 8
+
+
 def _padded_rows(name, t):
     """A GEMM operand as the kernel reads it fast: rows whose length is not
     a multiple of 8 elements (16 bytes), or a base off 16 bytes, would be
@@ -207,7 +213,7 @@ def _padded_rows(name, t):
         return t
     _log_copy("kiln.linear", name, why)
     rows, cols = t.shape
-    padded = torch.empty(rows, -(-cols // 8) * 8, dtype=t.dtype,
+    padded = torch.empty(rows, _padded_cols(cols), dtype=t.dtype,
                          device=t.device)[:, :cols]
     return padded.copy_(t)
 
@@ -237,7 +243,7 @@ def linear(x, weight_t, bias=None, activation="none"):
         raise ValueError(f"kiln.linear: bias must have shape ({N},), got "
                          f"{tuple(bias.shape)}")
     x, weight_t = _padded_rows("x", x), _padded_rows("weight_t", weight_t)
-    cols = -(-N // 8) * 8
+    cols = _padded_cols(N)
     if cols != N:
         _log_copy("kiln.linear", "the result", f"{N} columns of 2 bytes",
                   f"written into rows of {cols}, returned as their view")
