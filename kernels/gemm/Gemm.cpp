@@ -127,7 +127,8 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   if (c.minBlocksPerSM > 0)
     k.setMinBlocksPerSM(c.minBlocksPerSM);
   auto A = k.tensorArg("A", s.dtype, {M, K});
-  auto B = k.tensorArg("B", s.dtype, {K, N});
+  auto B = s.bTransposed ? k.tensorArg("BT", s.dtype, {N, K})
+                         : k.tensorArg("B", s.dtype, {K, N});
   auto C = k.tensorArg("C", s.outDtype, {M, N});
   std::optional<TensorView> Bias;
   if (s.bias)
@@ -151,7 +152,9 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   // Out-of-range rows and columns of A and B read 0 and add nothing.
   forRange(0, K, c.blockK, carry(acc), [&](Index k0) {
     Tile a = load(A.block({m0, k0}, {c.blockM, c.blockK}));
-    Tile b = load(B.block({k0, n0}, {c.blockK, c.blockN}));
+    Tile b = s.bTransposed
+                 ? transpose(load(B.block({n0, k0}, {c.blockN, c.blockK})))
+                 : load(B.block({k0, n0}, {c.blockK, c.blockN}));
     acc = dot(a, b, acc);
   });
   // The epilogue, on the accumulator in its own layout: nothing of it moves

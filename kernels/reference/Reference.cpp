@@ -131,6 +131,18 @@ void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
   }
 }
 
+HostTensor transposeMatrix(const HostTensor &m) {
+  if (m.shape().size() != 2)
+    throw Error("transposeMatrix: a matrix (rank 2) is needed, got rank " +
+                std::to_string(m.shape().size()));
+  const int64_t R = m.shape()[0], C = m.shape()[1];
+  HostTensor t(m.dtype(), {C, R});
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < C; ++j)
+      t.flatSet(j * R + i, m.flatAt(i * C + j));
+  return t;
+}
+
 void ropeTables(int64_t positions, int64_t headDim, HostTensor &cos,
                 HostTensor &sin) {
   const int64_t half = headDim / 2;

@@ -92,17 +92,19 @@ std::string crossEntropyKey(int64_t rows, int64_t vocab) {
 }
 
 std::unique_ptr<AutotunedKernel> linearTuned(bool bias, GemmActivation act,
-                                             int sm) {
+                                             int sm, bool bTransposed) {
   std::vector<NamedGemm> configs;
   for (auto &[label, c] : gemmConfigs(sm))
     configs.push_back({label, c});
   return tuned("kiln.linear", configs, {"C"}, [=](const NamedGemm &c) {
-    return gemm({1, 1, 1, DType::bf16, DType::bf16, bias, act}, c.config);
+    return gemm(
+        {1, 1, 1, DType::bf16, DType::bf16, bias, act, false, bTransposed},
+        c.config);
   });
 }
 
 std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
-                      GemmActivation act) {
+                      GemmActivation act, bool bTransposed) {
   // The epilogue is part of the key: a GELU's tanh per element moves the
   // best schedule (8192x50264x768 on the H200: two one-warpgroup CTAs an SM
   // won with bias + GELU, 128x256 persistent by 1.22x without). "epilogue="
@@ -113,7 +115,8 @@ std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
     epilogue += (bias ? "+" : "") + std::string(gemmActivationName(act));
   return "M=" + bucket(M) + " N=" + std::to_string(N) +
          " K=" + std::to_string(K) +
-         " bf16 epilogue=" + (epilogue.empty() ? "none" : epilogue);
+         " bf16 epilogue=" + (epilogue.empty() ? "none" : epilogue) +
+         (bTransposed ? " B=NxK" : "");
 }
 
 namespace {
@@ -205,21 +208,30 @@ const RegisterTunable kCrossEntropyBackward(
 const RegisterTunable kLinear(
     {"linear",
      "GEMM (+ bias when --bias 1) + activation (0 none, 1 relu, 2 gelu), "
-     "bf16 (kiln.linear)",
-     {{"m", 8192}, {"n", 8192}, {"k", 8192}, {"activation", 2}, {"bias", 1}},
+     "bf16 (kiln.linear); --b-transposed 1: the weight as BT (N x K)",
+     {{"m", 8192},
+      {"n", 8192},
+      {"k", 8192},
+      {"activation", 2},
+      {"bias", 1},
+      {"b-transposed", 0}},
      [](const TuneSizes &s) {
        const int64_t M = s.at("m"), N = s.at("n"), K = s.at("k"),
-                     act = s.at("activation"), bias = s.at("bias");
+                     act = s.at("activation"), bias = s.at("bias"),
+                     bT = s.at("b-transposed");
        if (M < 1 || N < 1 || K < 1 || act < 0 || act > 2 || bias < 0 ||
-           bias > 1)
+           bias > 1 || bT < 0 || bT > 1)
          throw Error("--m, --n and --k must be positive, --activation 0, 1 "
-                     "or 2, --bias 0 or 1");
+                     "or 2, --bias and --b-transposed 0 or 1");
        const int sm = cuda::device().major * 10;
-       TuneProblem p{linearTuned(bias, GemmActivation(act), sm),
-                     linearKey(M, N, K, bias, GemmActivation(act))};
+       TuneProblem p{linearTuned(bias, GemmActivation(act), sm, bT),
+                     linearKey(M, N, K, bias, GemmActivation(act), bT)};
        p.tensors.emplace("A", randomTensor(DType::bf16, {M, K}, 1));
-       p.tensors.emplace("B",
-                         randomTensor(DType::bf16, {K, N}, 2, -0.05, 0.05));
+       p.tensors.emplace(bT ? "BT" : "B",
+                         randomTensor(DType::bf16,
+                                      bT ? std::vector<int64_t>{N, K}
+                                         : std::vector<int64_t>{K, N},
+                                      2, -0.05, 0.05));
        if (bias)
          p.tensors.emplace("Bias", randomTensor(DType::bf16, {N}, 3));
        p.tensors.emplace("C", HostTensor(DType::bf16, {M, N}));

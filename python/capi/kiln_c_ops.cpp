@@ -119,14 +119,17 @@ int kiln_c_op(const char *op, int64_t option,
                     "(gelu), got " +
                     std::to_string(option));
       const bool bias = t.count("Bias");
+      // The weight as B (K x N) or, as nn.Linear stores it, BT (N x K).
+      const bool bT = t.count("BT");
       const auto act = kernels::GemmActivation(option);
       const int sm = cuda::device(device).major * 10;
-      AutotunedKernel &k =
-          kernelFor(name, {double(bias), double(option), double(sm)},
-                    [=] { return kernels::linearTuned(bias, act, sm); });
+      AutotunedKernel &k = kernelFor(
+          name, {double(bias), double(option), double(sm), double(bT)},
+          [=] { return kernels::linearTuned(bias, act, sm, bT); });
       launch(k,
-             kernels::linearKey(dim(t, "A", 0), dim(t, "B", 1), dim(t, "A", 1),
-                                bias, act),
+             kernels::linearKey(dim(t, "A", 0),
+                                bT ? dim(t, "BT", 0) : dim(t, "B", 1),
+                                dim(t, "A", 1), bias, act, bT),
              t, stream, device);
     } else {
       throw Error("unknown op '" + name +

@@ -222,7 +222,10 @@ def linear(x, weight_t, bias=None, activation="none"):
     """act(x @ weight_t + bias) in one kernel (the bias and activation in
     the GEMM's epilogue): x (M, K), weight_t (K, N), bias (N,), bf16, the
     result (M, N) bf16; activation "none", "relu" or "gelu" (tanh form, as
-    torch's approximate='tanh'). Forward only. Where N is not a multiple of
+    torch's approximate='tanh'). Forward only. weight_t may be the
+    transpose of an nn.Linear's (N, K) weight (`layer.weight.t()`): that is
+    read as it is stored (the kernel takes it N x K), not copied. Where N is
+    not a multiple of
     8 (rows of 16-byte multiples) the result is the (M, N) view of rows
     padded to the next multiple of 8 (stride(0) that length), as a padded
     vocabulary's logits[:, :N] would be: its rows then go out by TMA, not an
@@ -242,14 +245,20 @@ def linear(x, weight_t, bias=None, activation="none"):
     if bias is not None and tuple(bias.shape) != (N,):
         raise ValueError(f"kiln.linear: bias must have shape ({N},), got "
                          f"{tuple(bias.shape)}")
-    x, weight_t = _padded_rows("x", x), _padded_rows("weight_t", weight_t)
+    x = _padded_rows("x", x)
+    # nn.Linear's weight (N, K), transposed: the kernel reads it as BT.
+    transposed = not weight_t.is_contiguous() and weight_t.t().is_contiguous()
+    if transposed:
+        weight = _padded_rows("weight_t.t()", weight_t.t())
+    else:
+        weight = _padded_rows("weight_t", weight_t)
     cols = _padded_cols(N)
     if cols != N:
         _log_copy("kiln.linear", "the result", f"{N} columns of 2 bytes",
                   f"written into rows of {cols}, returned as their view")
     out = torch.empty(x.shape[0], cols, device=x.device,
                       dtype=torch.bfloat16)[:, :N]
-    tensors = {"A": x, "B": weight_t, "C": out}
+    tensors = {"A": x, "BT" if transposed else "B": weight, "C": out}
     if bias is not None:
         tensors["Bias"] = bias.contiguous()
     if out.numel():

@@ -611,3 +611,30 @@ def test_linear_rows_not_16_byte_aligned(k, n):
     assert rel(y, x.double() @ w.double()) < 1e-2
     # The result's rows padded to a multiple of 8 too (written by TMA).
     assert y.shape == (257, n) and y.stride() == (-(-n // 8) * 8, 1)
+
+
+@pytest.mark.parametrize("n, k", [(3072, 768), (50257, 768), (1001, 77)])
+def test_linear_reads_nn_linear_weight_as_stored(monkeypatch, n, k):
+    # layer.weight.t() (the transpose of an (N, K) weight) goes to the kernel
+    # as BT, the weight's own memory, not a transposed copy; K = 77 pads its
+    # rows (a copy of the (N, K) weight, still not transposed).
+    from kiln import fused
+    torch.manual_seed(9)
+    x = torch.randn(300, k, device=DEV).bfloat16()
+    w = (torch.randn(n, k, device=DEV) / 30).bfloat16()
+    b = torch.randn(n, device=DEV).bfloat16()
+    seen = {}
+    op = fused._lib.op
+
+    def spy(name, option, tensors, *rest):
+        seen.update(tensors)
+        return op(name, option, tensors, *rest)
+
+    monkeypatch.setattr(fused._lib, "op", spy)
+    poison_allocator()
+    y = kiln.linear(x, w.t(), b, activation="gelu")
+    want = F.gelu(F.linear(x.double(), w.double(), b.double()),
+                  approximate="tanh")
+    assert rel(y, want) < 1e-2
+    assert "B" not in seen and seen["BT"].shape == (n, k)
+    assert (seen["BT"].data_ptr() == w.data_ptr()) == (k % 8 == 0)

@@ -117,6 +117,41 @@ TEST(GpuFusedOps, GemmBiasGeluEveryConfig) {
     }
 }
 
+// The weight as nn.Linear stores it, BT (N x K), read as stored: every
+// Config, against fp64 on its transpose; N = 1000 (C's rows aligned) and
+// 1001 (C's rows not: st.global), BT's rows (K = 512) aligned in both.
+TEST(GpuFusedOps, GemmTransposedWeightEveryConfig) {
+  REQUIRE_GPU();
+  const int64_t M = 333, K = 512;
+  const int sm = cuda::device().major * 10;
+  for (int64_t N : {1000, 1001}) {
+    HostTensor a(DType::bf16, {M, K}), bt(DType::bf16, {N, K}),
+        bias(DType::bf16, {N}), c(DType::bf16, {M, N}), ref(DType::f32, {M, N});
+    a.fillRandom(uint64_t(N));
+    bt.fillRandom(uint64_t(N) + 1);
+    bias.fillRandom(uint64_t(N) + 2, -2, 2);
+    kernels::gemmReference(a, kernels::transposeMatrix(bt), ref, &bias,
+                           kernels::GemmActivation::GeluTanh);
+    for (const auto &[name, config] : kernels::gemmConfigs(sm)) {
+      SCOPED_TRACE(name + " N=" + std::to_string(N));
+      c.poison();
+      DeviceTensors dt;
+      dt.add("A", a, false);
+      dt.add("BT", bt, false);
+      dt.add("Bias", bias, false);
+      dt.add("C", c, true);
+      kernels::GemmShape s{1, 1, 1, DType::bf16, DType::bf16, true,
+                           kernels::GemmActivation::GeluTanh};
+      s.bTransposed = true;
+      runOnGpu(kernels::gemm(s, config), dt);
+      dt.download("C", c);
+      ErrorStats e = compareTensors(c, ref);
+      EXPECT_LE(e.relative, 1e-2); // bf16 output, tanh.approx
+      EXPECT_EQ(e.nonFinite, 0);
+    }
+  }
+}
+
 // Persistent CTAs over more tiles than SMs (352 at 4000x2576), C through a
 // TMA staging tile and column sums through the scratch area: with 3 stages
 // every buffer lives across tiles; with 4 the staging tile and the scratch

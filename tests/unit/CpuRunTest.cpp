@@ -173,6 +173,35 @@ TEST(GemmOnCpu, EpilogueMatchesFp64Reference) {
   }
 }
 
+// B given as BT (N x K, nn.Linear's weight layout), read as stored: ragged
+// M, N and K, with the bias and GELU, against fp64 on B = BT's transpose.
+TEST(GemmOnCpu, TransposedWeightMatchesFp64Reference) {
+  kernels::GemmShape s{
+      100, 70, 33, bf16, DType::f32, true, kernels::GemmActivation::GeluTanh};
+  s.bTransposed = true;
+  Kernel k = kernels::gemm(s);
+  HostTensor a(bf16, {100, 33}), bt(bf16, {70, 33}), bias(bf16, {70});
+  HostTensor out(DType::f32, {100, 70}), ref(DType::f32, {100, 70});
+  a.fillRandom(1);
+  bt.fillRandom(2);
+  bias.fillRandom(3, -4, 4);
+  out.poison();
+  runOnCpu(k, k.bind({{"A", a.ref()},
+                      {"BT", bt.ref()},
+                      {"Bias", bias.ref()},
+                      {"C", out.ref()}}));
+  kernels::gemmReference(a, kernels::transposeMatrix(bt), ref, &bias,
+                         kernels::GemmActivation::GeluTanh);
+  ErrorStats e = compareTensors(out, ref);
+  EXPECT_LE(e.relative, 1e-5);
+  EXPECT_EQ(e.nonFinite, 0);
+  // Given as B (K x N) it is refused by name.
+  EXPECT_ANY_THROW(k.bind({{"A", a.ref()},
+                           {"B", bt.ref()},
+                           {"Bias", bias.ref()},
+                           {"C", out.ref()}}));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmOnCpu,
     ::testing::Values(GemmCase{64, 64, 32, bf16}, GemmCase{1, 1, 1, bf16},

@@ -175,30 +175,56 @@ TEST(Codegen, GemmResidualEpilogueMovesNothing) {
   EXPECT_THAT(fused.layouts, Not(ContainsRegex("convert_layout[^\n]*128x256")));
 }
 
+// B given as BT (N x K, nn.Linear's weight as stored): its blocks come by
+// TMA as B's do and feed wgmma K-major, with no conversion of either
+// operand and the shared memory B's kernel has; an N of 50257 leaves BT's
+// rows (K elements) aligned, so only C's stores change path.
+TEST(Codegen, GemmTransposedWeightTakesTheSamePaths) {
+  kernels::GemmConfig c = benchGemmConfig();
+  c.persistent = c.tmaStore = true;
+  const GpuTarget target = hopperGemmTarget();
+  kernels::GemmShape s{8192, 8192, 8192, DType::bf16, DType::bf16};
+  CompiledKernel b = compileForGpu(kernels::gemm(s, c), target);
+  s.bTransposed = true;
+  CompiledKernel bt = compileForGpu(kernels::gemm(s, c), target);
+  EXPECT_EQ(bt.sharedBytes, b.sharedBytes);
+  const std::string report = reportOf(bt);
+  EXPECT_THAT(bt.layouts, HasSubstr("kiln.aligned, kiln.name = \"BT\""));
+  EXPECT_THAT(report, HasSubstr("load 256x64: TMA"));
+  EXPECT_THAT(report, HasSubstr("B descriptor, K-major shared memory"));
+  EXPECT_THAT(bt.layouts,
+              HasSubstr("of them through shared memory (not ldmatrix, not "
+                        "register renames): 0"));
+}
+
 TEST(Codegen, EveryHopperGemmConfigAssembles) {
   if (!findCudaTool("ptxas"))
     GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
-  for (bool ragged : {false, true})
-    for (const auto &[name, config] : kernels::gemmConfigs(90)) {
-      SCOPED_TRACE(name + (ragged ? " (N = 50257)" : ""));
-      GpuTarget target{.arch = "sm_90a"};
-      target.scalarClasses["M"] = target.scalarClasses["K"] =
-          ScalarClass::DivisibleBy16;
-      target.scalarClasses["N"] =
-          ragged ? ScalarClass::Any : ScalarClass::DivisibleBy16;
-      if (ragged) // rows of 50257 elements: B's and C's are not 16-byte
-        target.unalignedTensors = {"B", "C"};
-      CompiledKernel c = compileForGpu(
-          kernels::gemm({1, 1, 1, DType::bf16, DType::bf16}, config), target);
-      EXPECT_LE(c.sharedBytes, sharedMemoryLimit("sm_90a"));
-      Assembled a = assembleWithPtxas(c);
-      if (!ragged) // N = 50257 spills 8-44 bytes (B by element loads)
-        EXPECT_EQ(a.spillStoreBytes, 0);
-      Occupancy o = estimateOccupancy("sm_90a", c.threads, a.registers,
-                                      c.sharedBytes);
-      EXPECT_GE(o.blocksPerSM, std::max(1, config.minBlocksPerSM))
-          << o.limiter;
-    }
+  for (bool bT : {false, true})
+    for (bool ragged : {false, true})
+      for (const auto &[name, config] : kernels::gemmConfigs(90)) {
+        SCOPED_TRACE(name + (ragged ? " (N = 50257)" : "") + (bT ? " BT" : ""));
+        GpuTarget target{.arch = "sm_90a"};
+        target.scalarClasses["M"] = target.scalarClasses["K"] =
+            ScalarClass::DivisibleBy16;
+        target.scalarClasses["N"] =
+            ragged ? ScalarClass::Any : ScalarClass::DivisibleBy16;
+        // Rows of 50257 elements: B's and C's are not 16-byte aligned
+        // (BT's rows are K long).
+        if (ragged)
+          target.unalignedTensors = {bT ? "C" : "B", "C"};
+        kernels::GemmShape shape{1, 1, 1, DType::bf16, DType::bf16};
+        shape.bTransposed = bT;
+        CompiledKernel c = compileForGpu(kernels::gemm(shape, config), target);
+        EXPECT_LE(c.sharedBytes, sharedMemoryLimit("sm_90a"));
+        Assembled a = assembleWithPtxas(c);
+        if (!ragged) // N = 50257 spills 8-44 bytes (B by element loads)
+          EXPECT_EQ(a.spillStoreBytes, 0);
+        Occupancy o =
+            estimateOccupancy("sm_90a", c.threads, a.registers, c.sharedBytes);
+        EXPECT_GE(o.blocksPerSM, std::max(1, config.minBlocksPerSM))
+            << o.limiter;
+      }
 }
 
 // The epilogue is in kiln.linear's tuning key: a GELU's best schedule is not
@@ -214,4 +240,8 @@ TEST(Codegen, LinearKeyNamesTheEpilogue) {
             "M=2^6 N=64 K=64 bf16 epilogue=relu");
   EXPECT_EQ(kernels::linearKey(64, 64, 64, true, GemmActivation::None),
             "M=2^6 N=64 K=64 bf16 epilogue=bias");
+  // A weight given as BT (nn.Linear's layout) tunes on its own.
+  EXPECT_EQ(
+      kernels::linearKey(8192, 50257, 768, false, GemmActivation::None, true),
+      "M=2^13 N=50257 K=768 bf16 epilogue=none B=NxK");
 }

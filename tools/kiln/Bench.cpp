@@ -89,6 +89,7 @@ static int benchGemm(Options &opts) {
   c.groupM = opts.integer("group-m", 16);
   c.minBlocksPerSM = opts.int32("min-blocks-per-sm", 0);
   const bool bias = opts.flag("bias");
+  const bool bTransposed = opts.flag("b-transposed");
   const kernels::GemmActivation activation = activationOption(opts);
   const std::string shapes = opts.string("shapes", "runtime");
   if (shapes != "static" && shapes != "runtime" && shapes != "both")
@@ -117,9 +118,9 @@ static int benchGemm(Options &opts) {
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
   fmt::print(
-      "# kiln bench gemm{}{} on {} ({}): blocks {}x{}x{}, {} warps, {} "
+      "# kiln bench gemm{}{}{} on {} ({}): blocks {}x{}x{}, {} warps, {} "
       "stages, {}{}{}, groups of {} row blocks\n",
-      bias ? " +bias" : "",
+      bTransposed ? " (B as BT, N x K)" : "", bias ? " +bias" : "",
       activation != kernels::GemmActivation::None
           ? std::string(" ") + kernels::gemmActivationName(activation)
           : "",
@@ -136,15 +137,18 @@ static int benchGemm(Options &opts) {
       if ((exact && shapes == "runtime") || (!exact && shapes == "static"))
         continue;
       c.staticShapes = exact;
-      Kernel kernel = kernels::gemm(
-          {m, n, kk, DType::bf16, DType::bf16, bias, activation}, c);
+      Kernel kernel = kernels::gemm({m, n, kk, DType::bf16, DType::bf16, bias,
+                                     activation, false, bTransposed},
+                                    c);
       cuda::Buffer a = randomDevice(DType::bf16, size_t(m * kk), 1),
                    b = randomDevice(DType::bf16, size_t(kk * n), 2),
                    out(size_t(m * n) * 2),
                    biasRow = randomDevice(DType::bf16, size_t(n), 3);
       std::map<std::string, TensorRef> refs{
           {"A", {a.data(), DType::bf16, {m, kk}, {kk, 1}}},
-          {"B", {b.data(), DType::bf16, {kk, n}, {n, 1}}},
+          {bTransposed ? "BT" : "B",
+           bTransposed ? TensorRef{b.data(), DType::bf16, {n, kk}, {kk, 1}}
+                       : TensorRef{b.data(), DType::bf16, {kk, n}, {n, 1}}},
           {"C", {out.data(), DType::bf16, {m, n}, {n, 1}}}};
       if (bias)
         refs["Bias"] = {biasRow.data(), DType::bf16, {n}, {1}};

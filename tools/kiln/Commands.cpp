@@ -417,6 +417,7 @@ static Problem gemmProblem(Options &opts, bool withData) {
   s.outDtype = dtypeOption(opts, "fp32", "out-dtype");
   s.bias = opts.flag("bias");
   s.activation = activationOption(opts);
+  s.bTransposed = opts.flag("b-transposed");
   kernels::GemmConfig c;
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
@@ -436,15 +437,18 @@ static Problem gemmProblem(Options &opts, bool withData) {
   p.kernel = kernels::gemm(s, c);
   p.dims = {{"M", s.M}, {"N", s.N}, {"K", s.K}};
   noteLayout(p, "A", s.dtype, {s.K, 1});
-  noteLayout(p, "B", s.dtype, {s.N, 1});
+  if (s.bTransposed)
+    noteLayout(p, "BT", s.dtype, {s.K, 1});
+  else
+    noteLayout(p, "B", s.dtype, {s.N, 1});
   noteLayout(p, "C", s.outDtype, {s.N, 1});
   if (s.bias)
     noteLayout(p, "Bias", s.dtype, {1});
   p.summary = fmt::format(
-      "gemm M={} N={} K={} {} -> {}{}{} blockM={} blockN={} blockK={} "
+      "gemm M={} N={} K={}{} {} -> {}{}{} blockM={} blockN={} blockK={} "
       "warps={} stages={}{}",
-      s.M, s.N, s.K, dtypeName(s.dtype), dtypeName(s.outDtype),
-      s.bias ? " +bias" : "",
+      s.M, s.N, s.K, s.bTransposed ? " (B as BT, N x K)" : "",
+      dtypeName(s.dtype), dtypeName(s.outDtype), s.bias ? " +bias" : "",
       s.activation != kernels::GemmActivation::None
           ? std::string(" ") + kernels::gemmActivationName(s.activation)
           : "",
@@ -462,7 +466,10 @@ static Problem gemmProblem(Options &opts, bool withData) {
   if (bias)
     p.tensors.emplace("Bias", std::move(*bias));
   p.tensors.emplace("A", std::move(a));
-  p.tensors.emplace("B", std::move(b));
+  if (s.bTransposed)
+    p.tensors.emplace("BT", kernels::transposeMatrix(b));
+  else
+    p.tensors.emplace("B", std::move(b));
   p.tensors.emplace("C", std::move(cOut));
   p.expected.emplace_back("C", std::move(cRef));
   return p;

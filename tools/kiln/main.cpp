@@ -86,7 +86,7 @@ commands:
       [--block-m M] [--block-n N] [--block-k K]
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
       [--tma-store 0|1] [--persistent 0|1] [--group-m G] [--bias]
-      [--activation none|relu|gelu] [--min-blocks-per-sm B]
+      [--activation none|relu|gelu] [--min-blocks-per-sm B] [--b-transposed]
       [--reps R] [--batch K]
                                         TFLOP/s of the DSL GEMM, bf16, N^3
                                         (or M x N x K)
@@ -194,6 +194,7 @@ kernels and their shape options:
              [--persistent 0|1] [--group-m G] [--static-shapes 0|1]
              [--min-blocks-per-sm B] (CTAs an SM must hold at once)
              [--bias] [--activation none|relu|gelu]   C = act(A·B + bias)
+             [--b-transposed]  B given as BT (N x K), nn.Linear's weight
   softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
              [--static-shapes 0|1]
   every run takes --seed S for its random inputs and --tolerance T for the
@@ -232,10 +233,10 @@ int main(int argc, char **argv) {
   std::string cmd = args[0];
   args.erase(args.begin());
   try {
-    std::set<std::string> flags{"causal",     "cpu",        "loc",
-                                "quick",      "ragged",     "unoptimized",
-                                "force",      "exhaustive", "backward",
-                                "non-causal", "bias",       "list"};
+    std::set<std::string> flags{
+        "causal",      "cpu",   "loc",         "quick",    "ragged",
+        "unoptimized", "force", "exhaustive",  "backward", "non-causal",
+        "bias",        "list",  "b-transposed"};
     bool benchJit = cmd == "bench" && !args.empty() && args[0] == "jit";
     if (cmd == "lower") {
       flags.insert("json");

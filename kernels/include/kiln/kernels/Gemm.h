@@ -30,6 +30,10 @@ struct GemmShape {
   /// A tensor R (M x N, dtype) added after the activation (a residual
   /// connection), read in the accumulator's layout.
   bool residual = false;
+  /// B given as its transpose: a tensor BT (N x K, K contiguous) in place
+  /// of B, as a torch nn.Linear stores its weight (out x in features), read
+  /// as it is (wgmma takes B K-major; no transposing copy).
+  bool bTransposed = false;
 };
 
 struct GemmConfig {

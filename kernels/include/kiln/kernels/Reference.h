@@ -31,6 +31,9 @@ void gemmReference(const HostTensor &a, const HostTensor &b, HostTensor &c,
                    const HostTensor *bias = nullptr,
                    GemmActivation activation = GemmActivation::None,
                    const HostTensor *residual = nullptr);
+/// The transpose of a matrix (R x C -> C x R, contiguous, same dtype): B
+/// from the BT a GEMM with GemmShape::bTransposed reads, or back.
+HostTensor transposeMatrix(const HostTensor &m);
 void softmaxReference(const HostTensor &x, HostTensor &y);
 /// RoPE's tables: cos and sin (positions, headDim/2) of p·10000^(-2i/D),
 /// computed in fp64 and stored in their tensors' dtype.

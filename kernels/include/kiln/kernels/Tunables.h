@@ -36,13 +36,15 @@ crossEntropyTuned(bool backward, int64_t ignoreIndex, bool perRowGrad);
 std::string crossEntropyKey(int64_t rows, int64_t vocab);
 
 /// The GEMM with its epilogue, bf16 in and out, for compute capability
-/// `sm` (90, 80): "kiln.linear", key linearKey(M, N, K, bias, act).
+/// `sm` (90, 80): "kiln.linear", key linearKey(M, N, K, bias, act, bT);
+/// with bTransposed the weight is BT (N x K, GemmShape::bTransposed).
 std::unique_ptr<AutotunedKernel> linearTuned(bool bias, GemmActivation act,
-                                             int sm);
+                                             int sm, bool bTransposed = false);
 /// "M=2^13 N=50264 K=768 bf16 epilogue=bias+gelu" (or none, bias, relu...):
-/// M by power of two, the epilogue named (each tunes on its own).
+/// M by power of two, the epilogue named (each tunes on its own); " B=NxK"
+/// after it for a weight given as BT.
 std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
-                      GemmActivation act);
+                      GemmActivation act, bool bTransposed = false);
 
 } // namespace kiln::kernels
 
