@@ -114,8 +114,9 @@ typedef struct {
  *     option: the ignored label.
  *   "cross_entropy_bwd": X, Labels, LSE, Scale (1) f32, DLoss (R) f32 (or
  *     none: 1 for every row), DX (R, V) bf16; option: the ignored label.
- *   "linear": A (M, K), B (K, N), C (M, N) bf16, Bias (N) bf16 (optional);
- *     option 0: no activation, 1: ReLU, 2: GELU (tanh form).
+ *   "linear": A (M, K), B (K, N) or BT (N, K) (nn.Linear's weight as
+ *     stored), C (M, N) bf16, Bias (N) bf16 (optional); option 0: no
+ *     activation, 1: ReLU, 2: GELU (tanh form).
  * Bad input (a missing or misshapen tensor, an unknown op) is refused
  * before anything is launched. */
 KILN_C_API int kiln_c_op(const char *op, int64_t option,
