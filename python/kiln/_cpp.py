@@ -1,4 +1,6 @@
-"""kiln.attention's eager autograd in C++ (csrc/attention_autograd.cpp).
+"""kiln.attention's eager autograd in C++ (csrc/attention_autograd.cpp), and
+kiln_c_op's launches without ctypes (csrc/ops.cpp: kiln.linear's common case
+decided and launched in one call; rotary and cross-entropy packed in C++).
 
 A Python autograd.Function's backward runs in autograd's device thread under
 the GIL: at D=64 N=2048 that host time before the first kernel read 2.5% of
@@ -42,10 +44,16 @@ def _build():
     import torch
     from torch.utils import cpp_extension
     here = os.path.dirname(os.path.abspath(__file__))
-    # Named by torch's version and the C ABI it calls (kiln_c.h): a build
-    # against an older header is never bound to a newer library.
-    with open(os.path.join(here, os.pardir, "capi", "kiln_c.h"), "rb") as f:
-        abi = hashlib.sha1(f.read()).hexdigest()[:10]
+    # Named by torch's version, the C ABI it calls (kiln_c.h) and its own
+    # sources: a build against an older header, or of older sources, is
+    # never bound to a newer library.
+    sources = [os.path.join(here, "csrc", f)
+               for f in ("attention_autograd.cpp", "ops.cpp")]
+    digest = hashlib.sha1()
+    for path in [os.path.join(here, os.pardir, "capi", "kiln_c.h")] + sources:
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    abi = digest.hexdigest()[:10]
     name = ("kiln_autograd_" + re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
             + "_" + abi)
     cache = os.environ.get("KILN_CACHE_DIR") or os.path.join(
@@ -60,7 +68,7 @@ def _build():
                   file=sys.stderr)
         m = cpp_extension.load(
             name=name,
-            sources=[os.path.join(here, "csrc", "attention_autograd.cpp")],
+            sources=sources,
             extra_include_paths=[os.path.join(here, os.pardir, "capi"),
                                  os.path.join(cuda, "include")],
             extra_cflags=["-O2"], extra_ldflags=["-lc10_cuda"],
@@ -71,10 +79,12 @@ def _build():
             lib.kiln_c_attention_forward_workspace,
             lib.kiln_c_attention_backward,
             lib.kiln_c_attention_backward_workspace)))
+        m.bind_op(ctypes.cast(lib.kiln_c_op, ctypes.c_void_p).value)
         return m
     except Exception as e:  # no compiler, headers or ninja: say so, go on
         print(f"kiln: the C++ autograd path is unavailable ({type(e).__name__}:"
               f" {str(e).strip()[:300]}); kiln.attention's eager autograd "
-              f"runs its backward from Python (KILN_CPP_AUTOGRAD=0 skips the "
-              f"build)", file=sys.stderr)
+              f"runs its backward from Python and the other ops launch "
+              f"through ctypes (KILN_CPP_AUTOGRAD=0 skips the build)",
+              file=sys.stderr)
         return None

@@ -11,7 +11,7 @@ torch's current stream. bf16 CUDA tensors.
 """
 import torch
 
-from . import _lib
+from . import _cpp, _lib
 from .ops import _log_copy, _misaligned, _stream
 
 
@@ -65,9 +65,9 @@ def _rotary_run(x, cos, sin, positions, bshd, inverse):
     y = torch.empty_like(x)
     ys = y.view(B * N, H, D).transpose(0, 1) if bshd else y.view(B * H, N, D)
     if x.numel():
-        _lib.op("rotary", int(inverse),
-                {"X": seen, "Y": ys, "Pos": pos, "Cos": cos, "Sin": sin},
-                _stream(x), x.device.index, "kiln.rotary")
+        _op("rotary", int(inverse),
+            {"X": seen, "Y": ys, "Pos": pos, "Cos": cos, "Sin": sin}, x,
+            "kiln.rotary")
     return y
 
 
@@ -133,9 +133,9 @@ class _CrossEntropy(torch.autograd.Function):
         lse = torch.empty(R, device=logits.device, dtype=torch.float32)
         loss = torch.empty(R, device=logits.device, dtype=torch.float32)
         if R:
-            _lib.op("cross_entropy_fwd", ignore_index,
-                    {"X": logits, "Labels": labels, "LSE": lse, "Loss": loss},
-                    _stream(logits), logits.device.index, "kiln.cross_entropy")
+            _op("cross_entropy_fwd", ignore_index,
+                {"X": logits, "Labels": labels, "LSE": lse, "Loss": loss},
+                logits, "kiln.cross_entropy")
         count = None
         if reduction == "mean":
             count = (labels != ignore_index).sum().to(torch.float32)
@@ -160,9 +160,8 @@ class _CrossEntropy(torch.autograd.Function):
         dx = torch.empty_like(logits)
         tensors["DX"] = dx
         if logits.shape[0]:
-            _lib.op("cross_entropy_bwd", ctx.ignore_index, tensors,
-                    _stream(logits), logits.device.index,
-                    "kiln.cross_entropy")
+            _op("cross_entropy_bwd", ctx.ignore_index, tensors, logits,
+                "kiln.cross_entropy")
         return dx, None, None, None
 
 
@@ -190,6 +189,19 @@ def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
 
 
 _ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
+
+
+def _op(name, option, tensors, like, what):
+    """kiln_c_op on {name: tensor} on like's device and torch's current
+    stream there: from the C++ extension where it is built (_cpp; ctypes and
+    the packing cost ~13 us a call, docs/experiments/2026-11-29-session58.txt),
+    else through ctypes."""
+    cpp = _cpp.module()
+    if cpp is not None:
+        cpp.op(name, option, list(tensors), list(tensors.values()),
+               like.device.index, what)
+    else:
+        _lib.op(name, option, tensors, _stream(like), like.device.index, what)
 
 
 def _padded_cols(cols):
@@ -231,6 +243,16 @@ def linear(x, weight_t, bias=None, activation="none"):
     vocabulary's logits[:, :N] would be: its rows then go out by TMA, not an
     element at a time (H200, 8192x50257x768: 1.39 ms against 2.58; see
     docs/python.md)."""
+    # The common case (aligned bf16 operands, N a multiple of 8, a weight
+    # (K, N) or nn.Linear's (N, K) transposed) decided and launched in C++:
+    # 15-20 us of host time a call fewer (docs/python.md).
+    if (type(x) is torch.Tensor and type(weight_t) is torch.Tensor and
+            (bias is None or type(bias) is torch.Tensor) and x.is_cuda and
+            isinstance(activation, str) and activation in _ACTIVATIONS and
+            (cpp := _cpp.module()) is not None):
+        y = cpp.linear(x, weight_t, bias, _ACTIVATIONS[activation])
+        if y is not None:
+            return y
     _need_tensor("linear", "x", x, (torch.bfloat16,))
     _need_tensor("linear", "weight_t", weight_t, (torch.bfloat16,), x.device)
     if bias is not None:
@@ -262,6 +284,5 @@ def linear(x, weight_t, bias=None, activation="none"):
     if bias is not None:
         tensors["Bias"] = bias.contiguous()
     if out.numel():
-        _lib.op("linear", _ACTIVATIONS[activation], tensors, _stream(x),
-                x.device.index, "kiln.linear")
+        _op("linear", _ACTIVATIONS[activation], tensors, x, "kiln.linear")
     return out

@@ -180,6 +180,8 @@ def test_cpp_autograd_builds_and_binds():
     m = _cpp.module()
     assert m is not None, "the C++ autograd path did not build (see stderr)"
     assert callable(m.attention) and callable(m.bind)
+    # kiln_c_op's launches (kiln.linear, rotary, cross-entropy) from C++ too.
+    assert callable(m.op) and callable(m.linear) and callable(m.bind_op)
 
 
 def test_cpp_autograd_can_be_switched_off():
