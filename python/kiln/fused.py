@@ -9,20 +9,22 @@ torch's current stream. bf16 CUDA tensors.
     loss = kiln.cross_entropy(logits, labels)       # mean, autograd
     y = kiln.linear(x, w_t, bias, activation="gelu")  # x @ w_t + bias, GELU
 """
+from typing import Optional
+
 import torch
 
 from . import _cpp, _lib
 from .ops import _log_copy, _misaligned, _stream
 
 
-def _need_tensor(fn, name, t, dtypes, device=None):
+def _need_tensor(fn, name, t, dtypes, device=None, types=("cuda",)):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"kiln.{fn}: {name} must be a torch.Tensor, got "
                         f"{type(t).__name__}")
     if t.dtype not in dtypes:
         raise TypeError(f"kiln.{fn}: {name} has dtype {t.dtype}; kiln takes "
                         + " or ".join(str(d) for d in dtypes))
-    if t.device.type != "cuda":
+    if t.device.type not in types:
         raise ValueError(f"kiln.{fn}: {name} is on {t.device}; kiln runs on "
                          f"CUDA tensors")
     if device is not None and t.device != device:
@@ -242,21 +244,27 @@ def linear(x, weight_t, bias=None, activation="none"):
     padded to the next multiple of 8 (stride(0) that length), as a padded
     vocabulary's logits[:, :N] would be: its rows then go out by TMA, not an
     element at a time (H200, 8192x50257x768: 1.39 ms against 2.58; see
-    docs/python.md)."""
+    docs/python.md). Under torch.compile (or on meta tensors) it is the
+    op torch.ops.kiln.linear, with a fake implementation for tracing."""
+    traced = (torch.compiler.is_compiling() or
+              torch._C._are_functorch_transforms_active())
     # The common case (aligned bf16 operands, N a multiple of 8, a weight
     # (K, N) or nn.Linear's (N, K) transposed) decided and launched in C++:
     # 15-20 us of host time a call fewer (docs/python.md).
-    if (type(x) is torch.Tensor and type(weight_t) is torch.Tensor and
+    if (not traced and type(x) is torch.Tensor and
+            type(weight_t) is torch.Tensor and
             (bias is None or type(bias) is torch.Tensor) and x.is_cuda and
             isinstance(activation, str) and activation in _ACTIVATIONS and
             (cpp := _cpp.module()) is not None):
         y = cpp.linear(x, weight_t, bias, _ACTIVATIONS[activation])
         if y is not None:
             return y
-    _need_tensor("linear", "x", x, (torch.bfloat16,))
-    _need_tensor("linear", "weight_t", weight_t, (torch.bfloat16,), x.device)
+    on = ("cuda", "meta")
+    _need_tensor("linear", "x", x, (torch.bfloat16,), types=on)
+    _need_tensor("linear", "weight_t", weight_t, (torch.bfloat16,), x.device,
+                 on)
     if bias is not None:
-        _need_tensor("linear", "bias", bias, (torch.bfloat16,), x.device)
+        _need_tensor("linear", "bias", bias, (torch.bfloat16,), x.device, on)
     if activation not in _ACTIVATIONS:
         raise ValueError(f"kiln.linear: activation must be 'none', 'relu' or "
                          f"'gelu', got {activation!r}")
@@ -267,6 +275,30 @@ def linear(x, weight_t, bias=None, activation="none"):
     if bias is not None and tuple(bias.shape) != (N,):
         raise ValueError(f"kiln.linear: bias must have shape ({N},), got "
                          f"{tuple(bias.shape)}")
+    if traced or x.device.type == "meta" or type(x) is not torch.Tensor:
+        return torch.ops.kiln.linear(x, weight_t, bias,
+                                     _ACTIVATIONS[activation])
+    return _linear_body(x, weight_t, bias, _ACTIVATIONS[activation])
+
+
+@torch.library.custom_op("kiln::linear", mutates_args=(), device_types="cuda")
+def _linear_op(x: torch.Tensor, weight_t: torch.Tensor,
+               bias: Optional[torch.Tensor], activation: int) -> torch.Tensor:
+    return _linear_body(x, weight_t, bias, activation)
+
+
+@_linear_op.register_fake
+def _(x, weight_t, bias, activation):
+    # As the body's result: rows padded to a multiple of 8 elements.
+    N = weight_t.shape[1]
+    return x.new_empty_strided((x.shape[0], N), (_padded_cols(N), 1))
+
+
+def _linear_body(x, weight_t, bias, activation):
+    """kiln.linear on checked CUDA tensors: operands whose rows are not
+    16-byte aligned copied into padded rows, the weight passed as B or BT,
+    the result's rows padded to a multiple of 8 elements."""
+    N = weight_t.shape[1]
     x = _padded_rows("x", x)
     # nn.Linear's weight (N, K), transposed: the kernel reads it as BT.
     transposed = not weight_t.is_contiguous() and weight_t.t().is_contiguous()
@@ -284,5 +316,5 @@ def linear(x, weight_t, bias=None, activation="none"):
     if bias is not None:
         tensors["Bias"] = bias.contiguous()
     if out.numel():
-        _op("linear", _ACTIVATIONS[activation], tensors, x, "kiln.linear")
+        _op("linear", activation, tensors, x, "kiln.linear")
     return out

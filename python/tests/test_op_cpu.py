@@ -66,6 +66,29 @@ def test_torch_compile_traces_one_graph():
     assert "torch.ops.kiln.attention_forward" in graphs[0].code
 
 
+def test_linear_traces_as_one_op_under_torch_compile():
+    # kiln.linear is torch.ops.kiln.linear to a trace, its fake result
+    # shaped as the real one: rows padded to a multiple of 8 elements.
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    x = torch.empty(64, 768, dtype=torch.bfloat16, device=META)
+    w = torch.empty(3001, 768, dtype=torch.bfloat16, device=META)
+    b = torch.empty(3001, dtype=torch.bfloat16, device=META)
+    y = kiln.linear(x, w.t(), b, activation="gelu")
+    assert y.shape == (64, 3001) and y.stride() == (3008, 1)
+    f = torch.compile(lambda x, w, b: kiln.linear(x, w.t(), b, "gelu") * 2,
+                      backend=backend, fullgraph=True)
+    assert f(x, w, b).shape == (64, 3001)
+    assert len(graphs) == 1
+    assert "torch.ops.kiln.linear" in graphs[0].code
+    with pytest.raises(ValueError, match="bias must have shape"):
+        kiln.linear(x, w.t(), b[:3000])
+
+
 def test_torch_compile_with_autograd():
     f = torch.compile(lambda q, k, v: kiln.attention(q, k, v, causal=True),
                       backend="aot_eager", fullgraph=True)
