@@ -4,12 +4,14 @@ around back-to-back calls, each sample of each function in rotation): x @ w,
 and with bias + GELU torch._addmm_activation(bias, x, w, use_gelu=True)
 (cuBLASLt's fused epilogue, GELU's tanh form). --weights nk: the weight as
 nn.Linear stores it, (N, K), passed as w.t() to both (kiln reads it as BT).
+--backward: forward and backward (dX, dW, db through autograd, the same
+upstream gradient) against torch's F.linear (+ GELU) with autograd.
 The first kiln call of a
 shape and epilogue tunes it (first_call_s) unless KILN_TUNING_DB has it.
 Session 56-57's README figures came from this measurement.
 
 Usage: python3 scripts/linear_vs_torch.py [--mnk 8192x50264x768,...]
-           [--epilogues none,bias+gelu] [--weights kn,nk] [--reps 20]
+           [--epilogues none,bias+gelu] [--weights kn,nk] [--backward] [--reps 20]
 """
 import argparse, os, sys, time
 import torch
@@ -24,6 +26,7 @@ p.add_argument("--mnk", default="8192x50264x768,8192x50257x768,8192x3072x768,"
 p.add_argument("--epilogues", default="none,bias+gelu")
 p.add_argument("--weights", default="kn")
 p.add_argument("--reps", type=int, default=20)
+p.add_argument("--backward", action="store_true")
 args = p.parse_args()
 epilogues = args.epilogues.split(",")
 for e in epilogues:
@@ -45,7 +48,26 @@ for shape in args.mnk.split(","):
     for layout, epi in [(l, e) for l in args.weights.split(",") for e in epilogues]:
         # nk: the same values stored (N, K), as nn.Linear keeps its weight.
         w = stored if layout == "kn" else stored.t().contiguous().t()
-        if epi == "none":
+        if args.backward:
+            xs, ws, bs = (t.detach().requires_grad_() for t in (x, w, b))
+            gy = torch.randn(m, n, device=dev, dtype=torch.bfloat16,
+                             generator=g)
+            grad_of = [xs, ws] + ([bs] if epi != "none" else [])
+
+            def train(f):
+                def step():
+                    y = f()
+                    torch.autograd.grad(y, grad_of, gy)
+                    return y.detach()
+                return step
+            if epi == "none":
+                kf = train(lambda: kiln.linear(xs, ws))
+                tf = train(lambda: xs @ ws)
+            else:
+                kf = train(lambda: kiln.linear(xs, ws, bs, activation="gelu"))
+                tf = train(lambda: torch.nn.functional.gelu(
+                    torch.addmm(bs, xs, ws), approximate="tanh"))
+        elif epi == "none":
             kf, tf = (lambda: kiln.linear(x, w)), (lambda: x @ w)
         else:
             kf = lambda: kiln.linear(x, w, b, activation="gelu")
@@ -57,7 +79,7 @@ for shape in args.mnk.split(","):
         ref = tf().float()
         err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
         r = bench_interleaved_ms({"kiln": kf, "torch": tf}, reps=args.reps)
-        flops = 2 * m * n * k
+        flops = 2 * m * n * k * (3 if args.backward else 1)
         print(f"{shape},{layout},{epi},{r['kiln']:.4f},{r['torch']:.4f},"
               f"{flops / r['kiln'] / 1e9:.0f},{flops / r['torch'] / 1e9:.0f},"
               f"{r['torch'] / r['kiln']:.3f},{err:.1e},{y.stride(0)},{first:.1f}",

@@ -126,16 +126,19 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   k.setPersistent(c.persistent);
   if (c.minBlocksPerSM > 0)
     k.setMinBlocksPerSM(c.minBlocksPerSM);
-  auto A = k.tensorArg("A", s.dtype, {M, K});
+  auto A = s.aTransposed ? k.tensorArg("AT", s.dtype, {K, M})
+                         : k.tensorArg("A", s.dtype, {M, K});
   auto B = s.bTransposed ? k.tensorArg("BT", s.dtype, {N, K})
                          : k.tensorArg("B", s.dtype, {K, N});
   auto C = k.tensorArg("C", s.outDtype, {M, N});
   std::optional<TensorView> Bias;
   if (s.bias)
     Bias = k.tensorArg("Bias", s.dtype, {N});
-  std::optional<TensorView> R;
+  std::optional<TensorView> R, Z;
   if (s.residual)
     R = k.tensorArg("R", s.dtype, {M, N});
+  if (s.preActivation)
+    Z = k.tensorArg("Z", s.outDtype, {M, N});
 
   Index mBlock = programId(0), nBlock = programId(1);
   if (grouped) {
@@ -151,7 +154,9 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   Tile acc = zeros({c.blockM, c.blockN}, f32);
   // Out-of-range rows and columns of A and B read 0 and add nothing.
   forRange(0, K, c.blockK, carry(acc), [&](Index k0) {
-    Tile a = load(A.block({m0, k0}, {c.blockM, c.blockK}));
+    Tile a = s.aTransposed
+                 ? transpose(load(A.block({k0, m0}, {c.blockK, c.blockM})))
+                 : load(A.block({m0, k0}, {c.blockM, c.blockK}));
     Tile b = s.bTransposed
                  ? transpose(load(B.block({n0, k0}, {c.blockN, c.blockK})))
                  : load(B.block({k0, n0}, {c.blockK, c.blockN}));
@@ -161,6 +166,8 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   // (the bias row reaches its column slice through shared memory).
   if (Bias)
     acc = acc + row(load(Bias->block({n0}, {c.blockN})).to(f32));
+  if (Z)
+    store(Z->block({m0, n0}), acc.to(s.outDtype));
   if (s.activation == GemmActivation::Relu)
     acc = max(acc, 0.0);
   if (s.activation == GemmActivation::GeluTanh)

@@ -92,19 +92,21 @@ std::string crossEntropyKey(int64_t rows, int64_t vocab) {
 }
 
 std::unique_ptr<AutotunedKernel> linearTuned(bool bias, GemmActivation act,
-                                             int sm, bool bTransposed) {
+                                             int sm, LinearLayout layout) {
   std::vector<NamedGemm> configs;
   for (auto &[label, c] : gemmConfigs(sm))
     configs.push_back({label, c});
   return tuned("kiln.linear", configs, {"C"}, [=](const NamedGemm &c) {
-    return gemm(
-        {1, 1, 1, DType::bf16, DType::bf16, bias, act, false, bTransposed},
-        c.config);
+    GemmShape s{1, 1, 1, DType::bf16, DType::bf16, bias, act};
+    s.bTransposed = layout.bTransposed;
+    s.aTransposed = layout.aTransposed;
+    s.preActivation = layout.preActivation;
+    return gemm(s, c.config);
   });
 }
 
 std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
-                      GemmActivation act, bool bTransposed) {
+                      GemmActivation act, LinearLayout layout) {
   // The epilogue is part of the key: a GELU's tanh per element moves the
   // best schedule (8192x50264x768 on the H200: two one-warpgroup CTAs an SM
   // won with bias + GELU, 128x256 persistent by 1.22x without). "epilogue="
@@ -116,7 +118,9 @@ std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
   return "M=" + bucket(M) + " N=" + std::to_string(N) +
          " K=" + std::to_string(K) +
          " bf16 epilogue=" + (epilogue.empty() ? "none" : epilogue) +
-         (bTransposed ? " B=NxK" : "");
+         (layout.aTransposed ? " A=KxM" : "") +
+         (layout.bTransposed ? " B=NxK" : "") +
+         (layout.preActivation ? " +Z" : "");
 }
 
 namespace {
@@ -224,8 +228,9 @@ const RegisterTunable kLinear(
          throw Error("--m, --n and --k must be positive, --activation 0, 1 "
                      "or 2, --bias and --b-transposed 0 or 1");
        const int sm = cuda::device().major * 10;
-       TuneProblem p{linearTuned(bias, GemmActivation(act), sm, bT),
-                     linearKey(M, N, K, bias, GemmActivation(act), bT)};
+       const LinearLayout layout{.bTransposed = bT != 0};
+       TuneProblem p{linearTuned(bias, GemmActivation(act), sm, layout),
+                     linearKey(M, N, K, bias, GemmActivation(act), layout)};
        p.tensors.emplace("A", randomTensor(DType::bf16, {M, K}, 1));
        p.tensors.emplace(bT ? "BT" : "B",
                          randomTensor(DType::bf16,

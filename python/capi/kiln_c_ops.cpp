@@ -119,17 +119,24 @@ int kiln_c_op(const char *op, int64_t option,
                     "(gelu), got " +
                     std::to_string(option));
       const bool bias = t.count("Bias");
-      // The weight as B (K x N) or, as nn.Linear stores it, BT (N x K).
-      const bool bT = t.count("BT");
+      // The weight as B (K x N) or, as nn.Linear stores it, BT (N x K); A
+      // as AT (K x M) for a weight gradient; Z the pre-activation too.
+      const kernels::LinearLayout layout{.bTransposed = t.count("BT") > 0,
+                                         .aTransposed = t.count("AT") > 0,
+                                         .preActivation = t.count("Z") > 0};
       const auto act = kernels::GemmActivation(option);
       const int sm = cuda::device(device).major * 10;
       AutotunedKernel &k = kernelFor(
-          name, {double(bias), double(option), double(sm), double(bT)},
-          [=] { return kernels::linearTuned(bias, act, sm, bT); });
+          name,
+          {double(bias), double(option), double(sm), double(layout.bTransposed),
+           double(layout.aTransposed), double(layout.preActivation)},
+          [=] { return kernels::linearTuned(bias, act, sm, layout); });
+      const bool aT = layout.aTransposed, bT = layout.bTransposed;
       launch(k,
-             kernels::linearKey(dim(t, "A", 0),
+             kernels::linearKey(aT ? dim(t, "AT", 1) : dim(t, "A", 0),
                                 bT ? dim(t, "BT", 0) : dim(t, "B", 1),
-                                dim(t, "A", 1), bias, act, bT),
+                                aT ? dim(t, "AT", 0) : dim(t, "A", 1), bias,
+                                act, layout),
              t, stream, device);
     } else {
       throw Error("unknown op '" + name +

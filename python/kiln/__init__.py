@@ -13,7 +13,8 @@ SDPA's flash and cuDNN backends on the same tensors.
 from .ops import attention
 from .packed import attention_qkvpacked
 from .norms import layer_norm, rms_norm
-from .fused import cross_entropy, linear, rotary
+from .fused import cross_entropy, rotary
+from .gemm import linear
 from ._lib import cache_stats, version
 
 __all__ = ["attention", "attention_qkvpacked", "layer_norm", "rms_norm", "rotary", "cross_entropy",

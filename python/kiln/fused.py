@@ -1,16 +1,14 @@
 """kiln's fused kernels of a transformer beside attention, from PyTorch:
 rotary embedding, softmax cross-entropy (with its backward) and a linear
-layer with bias and activation in the GEMM's epilogue. Each is a DSL kernel
-(kernels/rotary, kernels/loss, kernels/gemm) whose schedule is tuned on the
-first call for its class of problem and recorded for the GPU; launched on
-torch's current stream. bf16 CUDA tensors.
+layer with bias and activation in the GEMM's epilogue (kiln/gemm.py). Each
+is a DSL kernel (kernels/rotary, kernels/loss, kernels/gemm) whose schedule
+is tuned on the first call for its class of problem and recorded for the
+GPU; launched on torch's current stream. bf16 CUDA tensors.
 
     q = kiln.rotary(q, cos, sin)                    # (B, N, H, D), autograd
     loss = kiln.cross_entropy(logits, labels)       # mean, autograd
     y = kiln.linear(x, w_t, bias, activation="gelu")  # x @ w_t + bias, GELU
 """
-from typing import Optional
-
 import torch
 
 from . import _cpp, _lib
@@ -190,9 +188,6 @@ def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
                                reduction)
 
 
-_ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
-
-
 def _op(name, option, tensors, like, what):
     """kiln_c_op on {name: tensor} on like's device and torch's current
     stream there: from the C++ extension where it is built (_cpp; ctypes and
@@ -204,117 +199,3 @@ def _op(name, option, tensors, like, what):
                like.device.index, what)
     else:
         _lib.op(name, option, tensors, _stream(like), like.device.index, what)
-
-
-def _padded_cols(cols):
-    """cols rounded up to a multiple of 8 elements (16 bytes of bf16): a row
-    length the GEMM reads and writes by TMA."""
-    return -(-cols // 8) * 8
-
-
-def _padded_rows(name, t):
-    """A GEMM operand as the kernel reads it fast: rows whose length is not
-    a multiple of 8 elements (16 bytes), or a base off 16 bytes, would be
-    read by the compute warps one element at a time (H200: a weight of N =
-    50257 columns or a K of 4095 ran at half the speed of the copy first),
-    so such a t is copied into rows padded to a multiple of 8 and the view
-    of its columns passed (the padding is never read: the kernel's bounds
-    stop at the columns). KILN_LOG=launch says so once per argument and
-    reason."""
-    t = t.contiguous()
-    why = _misaligned(t)
-    if not why or t.numel() == 0:
-        return t
-    _log_copy("kiln.linear", name, why)
-    rows, cols = t.shape
-    padded = torch.empty(rows, _padded_cols(cols), dtype=t.dtype,
-                         device=t.device)[:, :cols]
-    return padded.copy_(t)
-
-
-def linear(x, weight_t, bias=None, activation="none"):
-    """act(x @ weight_t + bias) in one kernel (the bias and activation in
-    the GEMM's epilogue): x (M, K), weight_t (K, N), bias (N,), bf16, the
-    result (M, N) bf16; activation "none", "relu" or "gelu" (tanh form, as
-    torch's approximate='tanh'). Forward only. weight_t may be the
-    transpose of an nn.Linear's (N, K) weight (`layer.weight.t()`): that is
-    read as it is stored (the kernel takes it N x K), not copied. Where N is
-    not a multiple of
-    8 (rows of 16-byte multiples) the result is the (M, N) view of rows
-    padded to the next multiple of 8 (stride(0) that length), as a padded
-    vocabulary's logits[:, :N] would be: its rows then go out by TMA, not an
-    element at a time (H200, 8192x50257x768: 1.39 ms against 2.58; see
-    docs/python.md). Under torch.compile (or on meta tensors) it is the
-    op torch.ops.kiln.linear, with a fake implementation for tracing."""
-    traced = (torch.compiler.is_compiling() or
-              torch._C._are_functorch_transforms_active())
-    # The common case (aligned bf16 operands, N a multiple of 8, a weight
-    # (K, N) or nn.Linear's (N, K) transposed) decided and launched in C++:
-    # 15-20 us of host time a call fewer (docs/python.md).
-    if (not traced and type(x) is torch.Tensor and
-            type(weight_t) is torch.Tensor and
-            (bias is None or type(bias) is torch.Tensor) and x.is_cuda and
-            isinstance(activation, str) and activation in _ACTIVATIONS and
-            (cpp := _cpp.module()) is not None):
-        y = cpp.linear(x, weight_t, bias, _ACTIVATIONS[activation])
-        if y is not None:
-            return y
-    on = ("cuda", "meta")
-    _need_tensor("linear", "x", x, (torch.bfloat16,), types=on)
-    _need_tensor("linear", "weight_t", weight_t, (torch.bfloat16,), x.device,
-                 on)
-    if bias is not None:
-        _need_tensor("linear", "bias", bias, (torch.bfloat16,), x.device, on)
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"kiln.linear: activation must be 'none', 'relu' or "
-                         f"'gelu', got {activation!r}")
-    if x.dim() != 2 or weight_t.dim() != 2 or x.shape[1] != weight_t.shape[0]:
-        raise ValueError(f"kiln.linear: x (M, K) and weight_t (K, N) do not "
-                         f"match: {tuple(x.shape)}, {tuple(weight_t.shape)}")
-    N = weight_t.shape[1]
-    if bias is not None and tuple(bias.shape) != (N,):
-        raise ValueError(f"kiln.linear: bias must have shape ({N},), got "
-                         f"{tuple(bias.shape)}")
-    if traced or x.device.type == "meta" or type(x) is not torch.Tensor:
-        return torch.ops.kiln.linear(x, weight_t, bias,
-                                     _ACTIVATIONS[activation])
-    return _linear_body(x, weight_t, bias, _ACTIVATIONS[activation])
-
-
-@torch.library.custom_op("kiln::linear", mutates_args=(), device_types="cuda")
-def _linear_op(x: torch.Tensor, weight_t: torch.Tensor,
-               bias: Optional[torch.Tensor], activation: int) -> torch.Tensor:
-    return _linear_body(x, weight_t, bias, activation)
-
-
-@_linear_op.register_fake
-def _(x, weight_t, bias, activation):
-    # As the body's result: rows padded to a multiple of 8 elements.
-    N = weight_t.shape[1]
-    return x.new_empty_strided((x.shape[0], N), (_padded_cols(N), 1))
-
-
-def _linear_body(x, weight_t, bias, activation):
-    """kiln.linear on checked CUDA tensors: operands whose rows are not
-    16-byte aligned copied into padded rows, the weight passed as B or BT,
-    the result's rows padded to a multiple of 8 elements."""
-    N = weight_t.shape[1]
-    x = _padded_rows("x", x)
-    # nn.Linear's weight (N, K), transposed: the kernel reads it as BT.
-    transposed = not weight_t.is_contiguous() and weight_t.t().is_contiguous()
-    if transposed:
-        weight = _padded_rows("weight_t.t()", weight_t.t())
-    else:
-        weight = _padded_rows("weight_t", weight_t)
-    cols = _padded_cols(N)
-    if cols != N:
-        _log_copy("kiln.linear", "the result", f"{N} columns of 2 bytes",
-                  f"written into rows of {cols}, returned as their view")
-    out = torch.empty(x.shape[0], cols, device=x.device,
-                      dtype=torch.bfloat16)[:, :N]
-    tensors = {"A": x, "BT" if transposed else "B": weight, "C": out}
-    if bias is not None:
-        tensors["Bias"] = bias.contiguous()
-    if out.numel():
-        _op("linear", activation, tensors, x, "kiln.linear")
-    return out

@@ -89,6 +89,27 @@ def test_linear_traces_as_one_op_under_torch_compile():
         kiln.linear(x, w.t(), b[:3000])
 
 
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+def test_linear_gradients_have_their_tensors_shapes(activation):
+    # Differentiable in x, weight_t (either layout) and bias: the fake
+    # backward gives each gradient its tensor's shape, eager and compiled.
+    x = torch.empty(64, 768, dtype=torch.bfloat16, device=META,
+                    requires_grad=True)
+    w = torch.empty(3001, 768, dtype=torch.bfloat16, device=META,
+                    requires_grad=True)
+    b = torch.empty(3001, dtype=torch.bfloat16, device=META,
+                    requires_grad=True)
+    kiln.linear(x, w.t(), b, activation).float().sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+    assert b.grad.shape == b.shape
+    w_kn = torch.empty(768, 3001, dtype=torch.bfloat16, device=META,
+                       requires_grad=True)
+    f = torch.compile(lambda x, w: kiln.linear(x, w, None, activation).sum(),
+                      backend="aot_eager", fullgraph=True)
+    f(x, w_kn).backward()
+    assert w_kn.grad.shape == w_kn.shape
+
+
 def test_torch_compile_with_autograd():
     f = torch.compile(lambda q, k, v: kiln.attention(q, k, v, causal=True),
                       backend="aot_eager", fullgraph=True)
@@ -402,20 +423,20 @@ def test_linear_pads_rows_that_are_not_16_byte_aligned(monkeypatch, capfd):
     # A GEMM operand whose rows are not a multiple of 16 bytes (a weight of
     # N = 50257 columns) would be read one element at a time: kiln.linear
     # copies it into padded rows and passes the view of its columns.
-    from kiln import fused, ops
+    from kiln import gemm, ops
     aligned = torch.randn(5, 64).bfloat16()
-    assert fused._padded_rows("x", aligned) is aligned
+    assert gemm._padded_rows("x", aligned) is aligned
     monkeypatch.setenv("KILN_LOG", "launch")
     ops._logged_copies.clear()
     for cols in (1, 7, 77):
         t = torch.randn(5, cols).bfloat16()
         for _ in range(2):
-            p = fused._padded_rows("weight_t", t)
+            p = gemm._padded_rows("weight_t", t)
         assert p.shape == t.shape and torch.equal(p, t)
         assert p.stride() == (-(-cols // 8) * 8, 1) and ops._misaligned(p) == ""
     # A view at an odd offset with aligned strides: copied too.
     odd = torch.randn(5 * 64 + 1).bfloat16()[1:].view(5, 64)
-    p = fused._padded_rows("x", odd)
+    p = gemm._padded_rows("x", odd)
     assert torch.equal(p, odd) and ops._misaligned(p) == ""
     err = capfd.readouterr().err
     assert err.count("kiln.linear: weight_t is not 16-byte aligned") == 3, err

@@ -721,3 +721,44 @@ def test_linear_under_torch_compile(backend):
     got = f(x, w, b)
     want = kiln.linear(x, w.t(), b, "gelu") + 1
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("activation, m, k, n, layout", [
+    ("none", 300, 768, 1024, "nk"), ("none", 300, 768, 1024, "kn"),
+    ("relu", 300, 768, 1024, "nk"), ("gelu", 300, 768, 1024, "nk"),
+    ("gelu", 300, 768, 1024, "kn"), ("gelu", 257, 77, 1001, "nk"),
+    ("relu", 257, 77, 1001, "kn")])
+def test_linear_gradients_match_float64(activation, m, k, n, layout):
+    # dX, dW (as the weight is stored: nn.Linear's (N, K) or (K, N)) and db
+    # through autograd, against float64 on the same bf16 values; ragged N
+    # and K take the padded rows.
+    torch.manual_seed(m + k + n)
+    x = torch.randn(m, k, device=DEV).bfloat16().requires_grad_()
+    shape = (n, k) if layout == "nk" else (k, n)
+    w = (torch.randn(shape, device=DEV) / 30).bfloat16().requires_grad_()
+    b = torch.randn(n, device=DEV).bfloat16().requires_grad_()
+    g = torch.randn(m, n, device=DEV).bfloat16()
+    poison_allocator()
+    y = kiln.linear(x, w.t() if layout == "nk" else w, b, activation)
+    grads = torch.autograd.grad(y, (x, w, b), g)
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    yd = xd @ (wd.t() if layout == "nk" else wd) + bd
+    if activation == "relu":
+        yd = F.relu(yd)
+    elif activation == "gelu":
+        yd = F.gelu(yd, approximate="tanh")
+    want = torch.autograd.grad(yd, (xd, wd, bd), g.double())
+    assert rel(y, yd) < 1e-2
+    for got, ref in zip(grads, want):
+        assert got.shape == ref.shape and rel(got, ref) < 1e-2
+    # No bias, the weight's gradient alone (x needs none).
+    y2 = kiln.linear(x.detach(), w.t() if layout == "nk" else w, None,
+                     activation)
+    (dw,) = torch.autograd.grad(y2, (w,), g)
+    yd2 = xd.detach() @ (wd.t() if layout == "nk" else wd)
+    if activation == "relu":
+        yd2 = F.relu(yd2)
+    elif activation == "gelu":
+        yd2 = F.gelu(yd2, approximate="tanh")
+    (dw_ref,) = torch.autograd.grad(yd2, (wd,), g.double())
+    assert rel(dw, dw_ref) < 1e-2

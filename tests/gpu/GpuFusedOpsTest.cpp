@@ -152,6 +152,55 @@ TEST(GpuFusedOps, GemmTransposedWeightEveryConfig) {
   }
 }
 
+// The backward's GEMMs: A given as AT (K x M, a weight gradient's X^T) by
+// every Config, and a forward writing Z (the pre-activation) beside C;
+// M = 333 (AT's rows of 333 elements are not 16-byte aligned: its loads
+// take their other path) and 336, against fp64.
+TEST(GpuFusedOps, GemmTransposedInputAndPreActivationEveryConfig) {
+  REQUIRE_GPU();
+  const int64_t N = 1000, K = 512;
+  const int sm = cuda::device().major * 10;
+  for (int64_t M : {333, 336}) {
+    HostTensor at(DType::bf16, {K, M}), b(DType::bf16, {K, N}),
+        bias(DType::bf16, {N}), c(DType::bf16, {M, N}), z(DType::bf16, {M, N}),
+        cRef(DType::f32, {M, N}), zRef(DType::f32, {M, N});
+    at.fillRandom(uint64_t(M));
+    b.fillRandom(uint64_t(M) + 1);
+    bias.fillRandom(uint64_t(M) + 2, -2, 2);
+    const HostTensor a = kernels::transposeMatrix(at);
+    kernels::gemmReference(a, b, cRef, &bias,
+                           kernels::GemmActivation::GeluTanh);
+    kernels::gemmReference(a, b, zRef, &bias);
+    for (const auto &[name, config] : kernels::gemmConfigs(sm)) {
+      SCOPED_TRACE(name + " M=" + std::to_string(M));
+      c.poison();
+      z.poison();
+      DeviceTensors dt;
+      dt.add("AT", at, false);
+      dt.add("B", b, false);
+      dt.add("Bias", bias, false);
+      dt.add("C", c, true);
+      dt.add("Z", z, true);
+      kernels::GemmShape s{1,
+                           1,
+                           1,
+                           DType::bf16,
+                           DType::bf16,
+                           true,
+                           kernels::GemmActivation::GeluTanh};
+      s.aTransposed = s.preActivation = true;
+      runOnGpu(kernels::gemm(s, config), dt);
+      dt.download("C", c);
+      dt.download("Z", z);
+      for (auto [out, ref] : {std::pair{&c, &cRef}, std::pair{&z, &zRef}}) {
+        ErrorStats e = compareTensors(*out, *ref);
+        EXPECT_LE(e.relative, 1e-2);
+        EXPECT_EQ(e.nonFinite, 0);
+      }
+    }
+  }
+}
+
 // Persistent CTAs over more tiles than SMs (352 at 4000x2576), C through a
 // TMA staging tile and column sums through the scratch area: with 3 stages
 // every buffer lives across tiles; with 4 the staging tile and the scratch

@@ -202,6 +202,36 @@ TEST(GemmOnCpu, TransposedWeightMatchesFp64Reference) {
                            {"C", out.ref()}}));
 }
 
+// A given as AT (K x M: a weight gradient's X^T read as X is stored), B as
+// BT, and Z (the pre-activation a GELU's gradient needs) written beside C.
+TEST(GemmOnCpu, TransposedInputAndPreActivation) {
+  kernels::GemmShape s{
+      100, 70, 33, bf16, DType::f32, true, kernels::GemmActivation::GeluTanh};
+  s.aTransposed = s.bTransposed = s.preActivation = true;
+  Kernel k = kernels::gemm(s);
+  HostTensor at(bf16, {33, 100}), bt(bf16, {70, 33}), bias(bf16, {70});
+  HostTensor c(DType::f32, {100, 70}), z(DType::f32, {100, 70});
+  HostTensor cRef(DType::f32, {100, 70}), zRef(DType::f32, {100, 70});
+  at.fillRandom(1);
+  bt.fillRandom(2);
+  bias.fillRandom(3, -4, 4);
+  c.poison();
+  z.poison();
+  runOnCpu(k, k.bind({{"AT", at.ref()},
+                      {"BT", bt.ref()},
+                      {"Bias", bias.ref()},
+                      {"C", c.ref()},
+                      {"Z", z.ref()}}));
+  HostTensor a = kernels::transposeMatrix(at), b = kernels::transposeMatrix(bt);
+  kernels::gemmReference(a, b, cRef, &bias, kernels::GemmActivation::GeluTanh);
+  kernels::gemmReference(a, b, zRef, &bias);
+  for (auto [out, ref] : {std::pair{&c, &cRef}, std::pair{&z, &zRef}}) {
+    ErrorStats e = compareTensors(*out, *ref);
+    EXPECT_LE(e.relative, 1e-5);
+    EXPECT_EQ(e.nonFinite, 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmOnCpu,
     ::testing::Values(GemmCase{64, 64, 32, bf16}, GemmCase{1, 1, 1, bf16},

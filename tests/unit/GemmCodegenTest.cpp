@@ -241,7 +241,15 @@ TEST(Codegen, LinearKeyNamesTheEpilogue) {
   EXPECT_EQ(kernels::linearKey(64, 64, 64, true, GemmActivation::None),
             "M=2^6 N=64 K=64 bf16 epilogue=bias");
   // A weight given as BT (nn.Linear's layout) tunes on its own.
-  EXPECT_EQ(
-      kernels::linearKey(8192, 50257, 768, false, GemmActivation::None, true),
-      "M=2^13 N=50257 K=768 bf16 epilogue=none B=NxK");
+  EXPECT_EQ(kernels::linearKey(8192, 50257, 768, false, GemmActivation::None,
+                               {.bTransposed = true}),
+            "M=2^13 N=50257 K=768 bf16 epilogue=none B=NxK");
+  // So do the backward's GEMMs: X^T·dZ with A as AT, and a forward that
+  // keeps the pre-activation for the gradient.
+  EXPECT_EQ(kernels::linearKey(768, 3072, 8192, false, GemmActivation::None,
+                               {.aTransposed = true}),
+            "M=2^10 N=3072 K=8192 bf16 epilogue=none A=KxM");
+  EXPECT_EQ(kernels::linearKey(8192, 3072, 768, true, GemmActivation::GeluTanh,
+                               {.bTransposed = true, .preActivation = true}),
+            "M=2^13 N=3072 K=768 bf16 epilogue=bias+gelu B=NxK +Z");
 }

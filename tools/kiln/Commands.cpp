@@ -418,6 +418,8 @@ static Problem gemmProblem(Options &opts, bool withData) {
   s.bias = opts.flag("bias");
   s.activation = activationOption(opts);
   s.bTransposed = opts.flag("b-transposed");
+  s.aTransposed = opts.flag("a-transposed");
+  s.preActivation = opts.flag("pre-activation");
   kernels::GemmConfig c;
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
@@ -436,7 +438,10 @@ static Problem gemmProblem(Options &opts, bool withData) {
   Problem p;
   p.kernel = kernels::gemm(s, c);
   p.dims = {{"M", s.M}, {"N", s.N}, {"K", s.K}};
-  noteLayout(p, "A", s.dtype, {s.K, 1});
+  if (s.aTransposed)
+    noteLayout(p, "AT", s.dtype, {s.M, 1});
+  else
+    noteLayout(p, "A", s.dtype, {s.K, 1});
   if (s.bTransposed)
     noteLayout(p, "BT", s.dtype, {s.K, 1});
   else
@@ -445,10 +450,11 @@ static Problem gemmProblem(Options &opts, bool withData) {
   if (s.bias)
     noteLayout(p, "Bias", s.dtype, {1});
   p.summary = fmt::format(
-      "gemm M={} N={} K={}{} {} -> {}{}{} blockM={} blockN={} blockK={} "
+      "gemm M={} N={} K={}{}{} {} -> {}{}{} blockM={} blockN={} blockK={} "
       "warps={} stages={}{}",
-      s.M, s.N, s.K, s.bTransposed ? " (B as BT, N x K)" : "",
-      dtypeName(s.dtype), dtypeName(s.outDtype), s.bias ? " +bias" : "",
+      s.M, s.N, s.K, s.aTransposed ? " (A as AT, K x M)" : "",
+      s.bTransposed ? " (B as BT, N x K)" : "", dtypeName(s.dtype),
+      dtypeName(s.outDtype), s.bias ? " +bias" : "",
       s.activation != kernels::GemmActivation::None
           ? std::string(" ") + kernels::gemmActivationName(s.activation)
           : "",
@@ -463,9 +469,19 @@ static Problem gemmProblem(Options &opts, bool withData) {
   if (s.bias)
     bias = randomTensor(s.dtype, {s.N}, seed + 2);
   kernels::gemmReference(a, b, cRef, bias ? &*bias : nullptr, s.activation);
+  if (s.preActivation) { // Z: the same without the activation
+    HostTensor zOut(s.outDtype, {s.M, s.N}), zRef(DType::f32, {s.M, s.N});
+    zOut.poison();
+    kernels::gemmReference(a, b, zRef, bias ? &*bias : nullptr);
+    p.tensors.emplace("Z", std::move(zOut));
+    p.expected.emplace_back("Z", std::move(zRef));
+  }
   if (bias)
     p.tensors.emplace("Bias", std::move(*bias));
-  p.tensors.emplace("A", std::move(a));
+  if (s.aTransposed)
+    p.tensors.emplace("AT", kernels::transposeMatrix(a));
+  else
+    p.tensors.emplace("A", std::move(a));
   if (s.bTransposed)
     p.tensors.emplace("BT", kernels::transposeMatrix(b));
   else

@@ -195,6 +195,8 @@ kernels and their shape options:
              [--min-blocks-per-sm B] (CTAs an SM must hold at once)
              [--bias] [--activation none|relu|gelu]   C = act(A·B + bias)
              [--b-transposed]  B given as BT (N x K), nn.Linear's weight
+             [--a-transposed]  A given as AT (K x M), as X in X^T·dY
+             [--pre-activation]  also Z = A·B + bias (the activation's input)
   softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
              [--static-shapes 0|1]
   every run takes --seed S for its random inputs and --tolerance T for the
@@ -234,9 +236,10 @@ int main(int argc, char **argv) {
   args.erase(args.begin());
   try {
     std::set<std::string> flags{
-        "causal",      "cpu",   "loc",         "quick",    "ragged",
-        "unoptimized", "force", "exhaustive",  "backward", "non-causal",
-        "bias",        "list",  "b-transposed"};
+        "causal",       "cpu",          "loc",           "quick",
+        "ragged",       "unoptimized",  "force",         "exhaustive",
+        "backward",     "non-causal",   "bias",          "list",
+        "b-transposed", "a-transposed", "pre-activation"};
     bool benchJit = cmd == "bench" && !args.empty() && args[0] == "jit";
     if (cmd == "lower") {
       flags.insert("json");

@@ -34,6 +34,13 @@ struct GemmShape {
   /// of B, as a torch nn.Linear stores its weight (out x in features), read
   /// as it is (wgmma takes B K-major; no transposing copy).
   bool bTransposed = false;
+  /// A given as its transpose: a tensor AT (K x M, M contiguous) in place
+  /// of A, as a weight gradient's X^T·dY reads the activations X (M x K)
+  /// it was given, without a transposing copy.
+  bool aTransposed = false;
+  /// Also writes Z (M x N, outDtype): A·B + bias before the activation,
+  /// what the activation's gradient needs in a backward pass.
+  bool preActivation = false;
 };
 
 struct GemmConfig {

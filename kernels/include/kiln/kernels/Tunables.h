@@ -35,16 +35,21 @@ std::unique_ptr<AutotunedKernel>
 crossEntropyTuned(bool backward, int64_t ignoreIndex, bool perRowGrad);
 std::string crossEntropyKey(int64_t rows, int64_t vocab);
 
+/// How kiln.linear's GEMM takes its operands and what it writes besides C
+/// (GemmShape's fields of the same names): the forward's weight as BT, the
+/// backward's X^T·dZ with A as AT, the pre-activation Z for the gradient.
+struct LinearLayout {
+  bool bTransposed = false, aTransposed = false, preActivation = false;
+};
 /// The GEMM with its epilogue, bf16 in and out, for compute capability
-/// `sm` (90, 80): "kiln.linear", key linearKey(M, N, K, bias, act, bT);
-/// with bTransposed the weight is BT (N x K, GemmShape::bTransposed).
+/// `sm` (90, 80): "kiln.linear", key linearKey(M, N, K, bias, act, layout).
 std::unique_ptr<AutotunedKernel> linearTuned(bool bias, GemmActivation act,
-                                             int sm, bool bTransposed = false);
+                                             int sm, LinearLayout layout = {});
 /// "M=2^13 N=50264 K=768 bf16 epilogue=bias+gelu" (or none, bias, relu...):
-/// M by power of two, the epilogue named (each tunes on its own); " B=NxK"
-/// after it for a weight given as BT.
+/// M by power of two, the epilogue named (each tunes on its own); then
+/// " A=KxM", " B=NxK", " +Z" for the layout's fields that are set.
 std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
-                      GemmActivation act, bool bTransposed = false);
+                      GemmActivation act, LinearLayout layout = {});
 
 } // namespace kiln::kernels
 
