@@ -132,11 +132,61 @@ def linear(x, weight_t, bias=None, activation="none"):
     if x.shape[1] == 0:
         raise ValueError("kiln.linear: K = 0 (x has no columns)")
     act = _ACTIVATIONS[activation]
-    if grad:
+    traced = traced or x.device.type == "meta" or type(x) is not torch.Tensor
+    if grad and traced:
         return torch.ops.kiln.linear_train(x, weight_t, bias, act)[0]
-    if traced or x.device.type == "meta" or type(x) is not torch.Tensor:
+    if grad:  # a custom op's dispatch cost ~0.4 ms of host time a step
+        return _EagerLinear.apply(x, weight_t, bias, act)
+    if traced:
         return torch.ops.kiln.linear(x, weight_t, bias, act)
     return _gemm(x, weight_t, act, bias)
+
+
+def _train_body(x, weight_t, bias, activation):
+    """(Y, Z): Z the pre-activation under GELU (its gradient needs it),
+    else an empty tensor."""
+    gelu = activation == _ACTIVATIONS["gelu"]
+    z = _result(x.shape[0], weight_t.shape[1], x) if gelu else x.new_empty(0)
+    return _gemm(x, weight_t, activation, bias, z if gelu else None), z
+
+
+def _backward_body(grad_y, x, weight_t, y, z, activation, has_bias, needs):
+    """(dX, dW, db) of Y = act(X·W + b), W = weight_t, each an empty tensor
+    where `needs` says it is not needed."""
+    if activation == _ACTIVATIONS["gelu"]:
+        dz = torch.ops.aten.gelu_backward(grad_y, z, approximate="tanh")
+    elif activation == _ACTIVATIONS["relu"]:
+        dz = torch.ops.aten.threshold_backward(grad_y, y, 0)
+    else:
+        dz = grad_y
+    # (A custom op's outputs may not alias each other: one empty each.)
+    dx = _gemm(dz, weight_t.t()) if needs[0] else x.new_empty(0)
+    dw = x.new_empty(0)
+    if needs[1]:
+        # As W is stored: nn.Linear's (N, K) as dZᵀ·X, a (K, N) as Xᵀ·dZ.
+        if not weight_t.is_contiguous() and weight_t.t().is_contiguous():
+            dw = _gemm(dz.t(), x).t()
+        else:
+            dw = _gemm(x.t(), dz)
+    db = dz.sum(0, dtype=torch.float32).to(grad_y.dtype) \
+        if needs[2] and has_bias else x.new_empty(0)
+    return dx, dw, db
+
+
+class _EagerLinear(torch.autograd.Function):
+    """kiln.linear with a gradient, eager: the bodies of linear_train and
+    linear_backward without the custom ops' dispatch."""
+
+    @staticmethod
+    def forward(ctx, x, weight_t, bias, activation):
+        y, z = _train_body(x, weight_t, bias, activation)
+        ctx.activation, ctx.has_bias = activation, bias is not None
+        ctx.save_for_backward(x, weight_t, y if activation == 1 else None, z)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        return _grads(ctx, grad_y)
 
 
 def _fake_result(rows, cols, like):
@@ -159,11 +209,7 @@ def _(x, weight_t, bias, activation):
 def _linear_train(x: torch.Tensor, weight_t: torch.Tensor,
                   bias: Optional[torch.Tensor],
                   activation: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Y, Z): Z the pre-activation under GELU (its gradient needs it),
-    else an empty tensor."""
-    gelu = activation == _ACTIVATIONS["gelu"]
-    z = _result(x.shape[0], weight_t.shape[1], x) if gelu else x.new_empty(0)
-    return _gemm(x, weight_t, activation, bias, z if gelu else None), z
+    return _train_body(x, weight_t, bias, activation)
 
 
 @_linear_train.register_fake
@@ -181,26 +227,8 @@ def _linear_backward(grad_y: torch.Tensor, x: torch.Tensor,
                      activation: int, has_bias: bool,
                      needs: list[bool]) -> tuple[torch.Tensor, torch.Tensor,
                                                   torch.Tensor]:
-    """(dX, dW, db) of Y = act(X·W + b), W = weight_t, each an empty tensor
-    where `needs` says it is not needed."""
-    if activation == _ACTIVATIONS["gelu"]:
-        dz = torch.ops.aten.gelu_backward(grad_y, z, approximate="tanh")
-    elif activation == _ACTIVATIONS["relu"]:
-        dz = torch.ops.aten.threshold_backward(grad_y, y, 0)
-    else:
-        dz = grad_y
-    none = x.new_empty(0)
-    dx = _gemm(dz, weight_t.t()) if needs[0] else none
-    dw = none
-    if needs[1]:
-        # As W is stored: nn.Linear's (N, K) as dZᵀ·X, a (K, N) as Xᵀ·dZ.
-        if not weight_t.is_contiguous() and weight_t.t().is_contiguous():
-            dw = _gemm(dz.t(), x).t()
-        else:
-            dw = _gemm(x.t(), dz)
-    db = dz.sum(0, dtype=torch.float32).to(grad_y.dtype) \
-        if needs[2] and has_bias else none
-    return dx, dw, db
+    return _backward_body(grad_y, x, weight_t, y, z, activation, has_bias,
+                          needs)
 
 
 @_linear_backward.register_fake
@@ -224,14 +252,20 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(x, weight_t, y if activation == 1 else None, z)
 
 
-def _backward(ctx, grad_y, grad_z):
+def _grads(ctx, grad_y, backward=_backward_body):
+    """The four inputs' gradients (None where none is needed) of a forward
+    that saved (x, weight_t, y or None, z)."""
     x, weight_t, y, z = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:3])
-    grads = torch.ops.kiln.linear_backward(
-        grad_y, x, weight_t, y if y is not None else x.new_empty(0), z,
-        ctx.activation, ctx.has_bias, needs)
+    grads = backward(grad_y, x, weight_t,
+                     y if y is not None else x.new_empty(0), z,
+                     ctx.activation, ctx.has_bias, needs)
     dx, dw, db = (g if need else None for g, need in zip(grads, needs))
     return dx, dw, db if ctx.has_bias else None, None
+
+
+def _backward(ctx, grad_y, grad_z):
+    return _grads(ctx, grad_y, torch.ops.kiln.linear_backward)
 
 
 _linear_train.register_autograd(_backward, setup_context=_setup_context)

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import kiln
 
@@ -108,6 +109,43 @@ def test_linear_gradients_have_their_tensors_shapes(activation):
                       backend="aot_eager", fullgraph=True)
     f(x, w_kn).backward()
     assert w_kn.grad.shape == w_kn.shape
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_linear_eager_autograd_plumbing(monkeypatch, activation, layout):
+    # The eager autograd Function's forward and backward with the GEMM
+    # replaced by torch's (CPU, bf16): the gradients of x, the weight as it
+    # is stored and the bias match torch's autograd of the same formula.
+    from kiln import gemm
+
+    def fake_gemm(a, b, act=0, bias=None, z=None):
+        pre = a.float() @ b.float() + (0 if bias is None else bias.float())
+        if z is not None:
+            z.copy_(pre)
+        out = {0: pre, 1: F.relu(pre),
+               2: F.gelu(pre, approximate="tanh")}[act]
+        return out.to(torch.bfloat16)
+
+    monkeypatch.setattr(gemm, "_gemm", fake_gemm)
+    monkeypatch.setattr(gemm, "_result",
+                        lambda r, c, like: torch.empty(r, c,
+                                                       dtype=torch.bfloat16))
+    torch.manual_seed(3)
+    x = torch.randn(20, 16).bfloat16().requires_grad_()
+    w = torch.randn((12, 16) if layout == "nk" else (16, 12)).bfloat16()
+    w.requires_grad_()
+    b = torch.randn(12).bfloat16().requires_grad_()
+    wt = w.t() if layout == "nk" else w
+    act = gemm._ACTIVATIONS[activation]
+    y = gemm._EagerLinear.apply(x, wt, b, act)
+    g = torch.randn(20, 12).bfloat16()
+    got = torch.autograd.grad(y, (x, w, b), g)
+    want = torch.autograd.grad(fake_gemm(x, wt, act, b), (x, w, b), g)
+    for a, r in zip(got, want):
+        assert a.shape == r.shape
+        assert (a.float() - r.float()).abs().max() <= \
+            2e-2 * r.float().abs().max() + 1e-2
 
 
 def test_torch_compile_with_autograd():
