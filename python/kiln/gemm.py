@@ -35,10 +35,13 @@ def _padded_rows(name, t):
     so such a t is copied into rows padded to a multiple of 8 and the view
     of its columns passed (the padding is never read: the kernel's bounds
     stop at the columns). KILN_LOG=launch says so once per argument and
-    reason."""
+    reason. Rows already so (a padded result of kiln.linear's) pass as
+    they are."""
+    if t.numel() == 0 or (t.stride(-1) == 1 and not _misaligned(t)):
+        return t
     t = t.contiguous()
     why = _misaligned(t)
-    if not why or t.numel() == 0:
+    if not why:
         return t
     _log_copy("kiln.linear", name, why)
     rows, cols = t.shape
@@ -64,7 +67,9 @@ def _gemm(a, b, activation=0, bias=None, z=None):
     else copied to contiguous padded rows; z, when given, receives a @ b +
     bias."""
     def operand(name, t):
-        if not t.is_contiguous() and t.t().is_contiguous():
+        # Column-major (the transpose of row-major storage): given as its
+        # transpose, AT or BT.
+        if t.stride(1) != 1 and t.stride(0) == 1:
             return name + "T", _padded_rows(name + "T", t.t())
         return name, _padded_rows(name, t)
     out = _result(a.shape[0], b.shape[1], a)

@@ -148,6 +148,36 @@ def test_linear_eager_autograd_plumbing(monkeypatch, activation, layout):
             2e-2 * r.float().abs().max() + 1e-2
 
 
+def test_linear_gemm_reads_operands_as_stored(monkeypatch):
+    # Each GEMM operand goes to the kernel as it is stored: row-major as A
+    # or B (padded rows included), column-major as AT or BT (its transpose,
+    # the same memory); only other strides are copied.
+    from kiln import gemm
+    seen = {}
+    monkeypatch.setattr(gemm, "_op",
+                        lambda name, act, tensors, like, what:
+                        seen.update(tensors))
+    x = torch.randn(40, 64).bfloat16()
+    w = torch.randn(24, 64).bfloat16()  # nn.Linear's (N, K)
+    gemm._gemm(x, w.t())
+    assert seen["A"] is x and seen["BT"].data_ptr() == w.data_ptr()
+    seen.clear()
+    dz = torch.randn(40, 24).bfloat16()
+    gemm._gemm(x.t(), dz)  # a weight gradient, X^T dZ
+    assert seen["AT"].data_ptr() == x.data_ptr() and seen["B"] is dz
+    seen.clear()
+    padded = torch.randn(40, 32).bfloat16()[:, :24]
+    gemm._gemm(padded, w)
+    assert seen["A"] is padded and seen["B"] is w
+    seen.clear()
+    gemm._gemm(x, w.t()[:, ::2])  # every second row of w: still BT
+    assert seen["BT"].data_ptr() == w.data_ptr()
+    seen.clear()
+    b = torch.randn(64, 48).bfloat16()[:, ::2]  # every second column
+    gemm._gemm(x, b)
+    assert seen["B"].stride() == (24, 1) and torch.equal(seen["B"], b)
+
+
 def test_torch_compile_with_autograd():
     f = torch.compile(lambda q, k, v: kiln.attention(q, k, v, causal=True),
                       backend="aot_eager", fullgraph=True)
@@ -472,6 +502,9 @@ def test_linear_pads_rows_that_are_not_16_byte_aligned(monkeypatch, capfd):
             p = gemm._padded_rows("weight_t", t)
         assert p.shape == t.shape and torch.equal(p, t)
         assert p.stride() == (-(-cols // 8) * 8, 1) and ops._misaligned(p) == ""
+    # Rows padded already (kiln.linear's result for N = 3001): as they are.
+    padded_view = torch.randn(5, 3008).bfloat16()[:, :3001]
+    assert gemm._padded_rows("x", padded_view) is padded_view
     # A view at an odd offset with aligned strides: copied too.
     odd = torch.randn(5 * 64 + 1).bfloat16()[1:].view(5, 64)
     p = gemm._padded_rows("x", odd)
