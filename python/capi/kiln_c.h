@@ -90,7 +90,7 @@ KILN_C_API int kiln_c_attention_backward(const kiln_c_attention_options *options
 
 /* Y = RMSNorm(X) * W (kind 0) or LayerNorm(X) * W + B (kind 1) over the
  * rows of bf16 x and y (2-D, rows contiguous) with bf16 w and b (1-D,
- * cols), cols a power of two; the schedule tuned for cols on first use.
+ * cols), any cols; the schedule tuned for cols on first use.
  * Launched on `stream` on device `device`. b is ignored for kind 0. */
 KILN_C_API int kiln_c_row_norm(int kind, const kiln_c_tensor *x,
                                const kiln_c_tensor *w, const kiln_c_tensor *b,

@@ -1,7 +1,8 @@
 """kiln.rms_norm and kiln.layer_norm: row norms written in kiln's DSL
 (kernels/norm/RmsNorm.cpp), their schedule tuned per column count on the
 first call and recorded for the GPU. Forward only (no autograd); bf16 CUDA
-tensors, rows of a power-of-two length, launched on torch's current stream.
+tensors, rows of any length (a tile of the power of two at or above it, the
+columns past the row masked), launched on torch's current stream.
 
     y = kiln.rms_norm(x, weight, eps=1e-6)          # x: (..., cols)
     y = kiln.layer_norm(x, weight, bias, eps=1e-5)
@@ -36,9 +37,6 @@ def _check(name, x, params, eps):
         raise ValueError(f"kiln.{name}: x must have a last dimension, got "
                          f"shape {tuple(x.shape)}")
     cols = x.shape[-1]
-    if cols & (cols - 1):
-        raise ValueError(f"kiln.{name}: the last dimension must be a power "
-                         f"of two, got {cols}")
     for arg, t in params:
         if t.dim() != 1 or t.shape[0] != cols:
             raise ValueError(f"kiln.{name}: {arg} must have shape ({cols},), "

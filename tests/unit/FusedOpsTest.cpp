@@ -101,10 +101,13 @@ TEST(FusedOpsOnCpu, BadConfigsAndTensorsAreRefused) {
 TEST(FusedOpsOnCpu, EveryConfigCompilesForHopper) {
   GpuTarget target{.arch = "sm_90a"};
   for (const kernels::RmsNormConfig &c : kernels::rmsNormConfigs()) {
-    EXPECT_NO_THROW(compileForGpu(kernels::rmsNorm(4096, c), target))
-        << c.name();
-    EXPECT_NO_THROW(compileForGpu(kernels::layerNorm(8192, c), target))
-        << c.name();
+    // Rows of a power of two, and not (GPT-2's 768, Llama-13B's 5120).
+    for (int64_t cols : {4096, 768})
+      EXPECT_NO_THROW(compileForGpu(kernels::rmsNorm(cols, c), target))
+          << c.name() << " cols " << cols;
+    for (int64_t cols : {8192, 5120})
+      EXPECT_NO_THROW(compileForGpu(kernels::layerNorm(cols, c), target))
+          << c.name() << " cols " << cols;
   }
   for (const kernels::RotaryConfig &c : kernels::rotaryConfigs())
     EXPECT_NO_THROW(compileForGpu(kernels::rotary(128, c), target)) << c.name();

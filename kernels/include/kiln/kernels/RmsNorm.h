@@ -20,14 +20,15 @@ struct RmsNormConfig {
 std::vector<RmsNormConfig> rmsNormConfigs();
 
 /// Y = X / sqrt(mean(X^2 over a row) + eps) * W for bf16 X, Y (R, cols) and
-/// W (cols); R is a run-time argument bound from the tensors. cols must be
-/// a power of two (a row is one tile).
+/// W (cols); R is a run-time argument bound from the tensors. A row is one
+/// tile of the power of two at or above cols (the columns past it load as
+/// 0, are masked where they would count, and are not stored).
 Kernel rmsNorm(int64_t cols, const RmsNormConfig &config = {},
                double eps = 1e-6);
 
 /// Y = (X - mean) / sqrt(var + eps) * W + B over each row (torch's
 /// layer_norm), bf16 X, Y (R, cols), W and B (cols), the same schedule
-/// space; cols a power of two.
+/// space, any cols.
 Kernel layerNorm(int64_t cols, const RmsNormConfig &config = {},
                  double eps = 1e-5);
 
