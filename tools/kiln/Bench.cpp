@@ -90,6 +90,7 @@ static int benchGemm(Options &opts) {
   c.minBlocksPerSM = opts.int32("min-blocks-per-sm", 0);
   const bool bias = opts.flag("bias");
   const bool bTransposed = opts.flag("b-transposed");
+  const bool aTransposed = opts.flag("a-transposed");
   const kernels::GemmActivation activation = activationOption(opts);
   const std::string shapes = opts.string("shapes", "runtime");
   if (shapes != "static" && shapes != "runtime" && shapes != "both")
@@ -118,8 +119,9 @@ static int benchGemm(Options &opts) {
     throw Error("kiln bench: no GPU here (" + why + ")");
   const cuda::DeviceInfo &dev = cuda::device();
   fmt::print(
-      "# kiln bench gemm{}{}{} on {} ({}): blocks {}x{}x{}, {} warps, {} "
+      "# kiln bench gemm{}{}{}{} on {} ({}): blocks {}x{}x{}, {} warps, {} "
       "stages, {}{}{}, groups of {} row blocks\n",
+      aTransposed ? " (A as AT, K x M)" : "",
       bTransposed ? " (B as BT, N x K)" : "", bias ? " +bias" : "",
       activation != kernels::GemmActivation::None
           ? std::string(" ") + kernels::gemmActivationName(activation)
@@ -137,15 +139,19 @@ static int benchGemm(Options &opts) {
       if ((exact && shapes == "runtime") || (!exact && shapes == "static"))
         continue;
       c.staticShapes = exact;
-      Kernel kernel = kernels::gemm({m, n, kk, DType::bf16, DType::bf16, bias,
-                                     activation, false, bTransposed},
-                                    c);
+      kernels::GemmShape shape{m,           n,    kk,        DType::bf16,
+                               DType::bf16, bias, activation};
+      shape.bTransposed = bTransposed;
+      shape.aTransposed = aTransposed;
+      Kernel kernel = kernels::gemm(shape, c);
       cuda::Buffer a = randomDevice(DType::bf16, size_t(m * kk), 1),
                    b = randomDevice(DType::bf16, size_t(kk * n), 2),
                    out(size_t(m * n) * 2),
                    biasRow = randomDevice(DType::bf16, size_t(n), 3);
       std::map<std::string, TensorRef> refs{
-          {"A", {a.data(), DType::bf16, {m, kk}, {kk, 1}}},
+          {aTransposed ? "AT" : "A",
+           aTransposed ? TensorRef{a.data(), DType::bf16, {kk, m}, {m, 1}}
+                       : TensorRef{a.data(), DType::bf16, {m, kk}, {kk, 1}}},
           {bTransposed ? "BT" : "B",
            bTransposed ? TensorRef{b.data(), DType::bf16, {n, kk}, {kk, 1}}
                        : TensorRef{b.data(), DType::bf16, {kk, n}, {n, 1}}},
