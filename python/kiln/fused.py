@@ -12,7 +12,7 @@ GPU; launched on torch's current stream. bf16 CUDA tensors.
 import torch
 
 from . import _cpp, _lib
-from .ops import _log_copy, _misaligned, _stream
+from .ops import _stream
 
 
 def _need_tensor(fn, name, t, dtypes, device=None, types=("cuda",)):
