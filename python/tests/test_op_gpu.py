@@ -599,7 +599,7 @@ def test_linear_matches_float64(activation):
 
 @pytest.mark.parametrize("k, n", [(77, 1001), (768, 50257), (4095, 64)])
 def test_linear_rows_not_16_byte_aligned(k, n):
-    # Copied into padded rows first (fused._padded_rows), then the fast path;
+    # Copied into padded rows first (gemm._padded_rows), then the fast path;
     # x also at an odd element offset.
     torch.manual_seed(8)
     x = torch.randn(257 * k + 1, device=DEV).bfloat16()[1:].view(257, k)
