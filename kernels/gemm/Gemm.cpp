@@ -94,6 +94,13 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
     throw Error("gemm: groupM must be >= 0 (0 or 1: row blocks fastest), "
                 "got " +
                 std::to_string(c.groupM));
+  if (c.splitK < 1)
+    throw Error("gemm: splitK must be >= 1, got " + std::to_string(c.splitK));
+  if (c.splitK > 1 && (s.outDtype != DType::f32 || s.bias || s.residual ||
+                       s.preActivation || s.activation != GemmActivation::None))
+    throw Error("gemm: splitK > 1 adds each range's product into C by "
+                "atomics: C must be fp32 and the epilogue empty (no bias, "
+                "activation, residual or Z)");
   if (c.minBlocksPerSM < 0)
     throw Error("gemm: minBlocksPerSM must be >= 0 (0: as ptxas fits), got " +
                 std::to_string(c.minBlocksPerSM));
@@ -113,10 +120,14 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   // Rows of blocks per group: at most the row blocks there are.
   const Index group = c.groupM > 1 ? min(Index(c.groupM), mBlocks) : Index(1);
   const bool grouped = !group.isConstant() || group.constant() > 1;
+  // Split-K's ranges on the grid's last dimension.
+  const bool split = c.splitK > 1;
   if (grouped)
-    k.setGrid({mBlocks * nBlocks});
+    k.setGrid(split ? std::vector<Index>{mBlocks * nBlocks, Index(c.splitK)}
+                    : std::vector<Index>{mBlocks * nBlocks});
   else
-    k.setGrid({mBlocks, nBlocks});
+    k.setGrid(split ? std::vector<Index>{mBlocks, nBlocks, Index(c.splitK)}
+                    : std::vector<Index>{mBlocks, nBlocks});
   k.setWarps(c.warps);
   k.setStages(c.stages);
   k.setWgmma(c.wgmma);
@@ -152,8 +163,16 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   }
   Index m0 = mBlock * c.blockM, n0 = nBlock * c.blockN;
   Tile acc = zeros({c.blockM, c.blockN}, f32);
+  // This program's K steps: all of them, or under split-K its range of
+  // whole blocks (the last may be short or empty: it adds nothing).
+  Index kBegin = 0, kEnd = K;
+  if (split) {
+    Index perRange = cdiv(cdiv(K, c.blockK), Index(c.splitK)) * c.blockK;
+    kBegin = programId(grouped ? 1 : 2) * perRange;
+    kEnd = min(kBegin + perRange, K);
+  }
   // Out-of-range rows and columns of A and B read 0 and add nothing.
-  forRange(0, K, c.blockK, carry(acc), [&](Index k0) {
+  forRange(kBegin, kEnd, c.blockK, carry(acc), [&](Index k0) {
     Tile a = s.aTransposed
                  ? transpose(load(A.block({k0, m0}, {c.blockK, c.blockM})))
                  : load(A.block({m0, k0}, {c.blockM, c.blockK}));
@@ -175,7 +194,10 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
           (1.0 + tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
   if (R)
     acc = acc + load(R->block({m0, n0}, {c.blockM, c.blockN})).to(f32);
-  store(C.block({m0, n0}), acc.to(s.outDtype));
+  if (split)
+    atomicAdd(C.block({m0, n0}), acc);
+  else
+    store(C.block({m0, n0}), acc.to(s.outDtype));
   return k.finish();
 }
 

@@ -201,6 +201,37 @@ TEST(GpuFusedOps, GemmTransposedInputAndPreActivationEveryConfig) {
   }
 }
 
+// Split-K by every Config: K = 8000 in 3 ranges added into a zeroed fp32 C
+// (TMA reductions where C's rows allow, else red.global), M = 333 ragged,
+// A as AT (a weight gradient's layout), against fp64.
+TEST(GpuFusedOps, GemmSplitKEveryConfig) {
+  REQUIRE_GPU();
+  const int64_t M = 333, N = 512, K = 8000;
+  const int sm = cuda::device().major * 10;
+  HostTensor at(DType::bf16, {K, M}), b(DType::bf16, {K, N}),
+      c(DType::f32, {M, N}), ref(DType::f32, {M, N});
+  at.fillRandom(31);
+  b.fillRandom(32);
+  kernels::gemmReference(kernels::transposeMatrix(at), b, ref);
+  for (const auto &[name, base] : kernels::gemmConfigs(sm)) {
+    SCOPED_TRACE(name);
+    kernels::GemmConfig config = base;
+    config.splitK = 3;
+    c = HostTensor(DType::f32, {M, N}); // zeros: the ranges add into it
+    DeviceTensors dt;
+    dt.add("AT", at, false);
+    dt.add("B", b, false);
+    dt.add("C", c, true);
+    kernels::GemmShape s{1, 1, 1, DType::bf16, DType::f32};
+    s.aTransposed = true;
+    runOnGpu(kernels::gemm(s, config), dt);
+    dt.download("C", c);
+    ErrorStats e = compareTensors(c, ref);
+    EXPECT_LE(e.relative, 1e-3);
+    EXPECT_EQ(e.nonFinite, 0);
+  }
+}
+
 // Persistent CTAs over more tiles than SMs (352 at 4000x2576), C through a
 // TMA staging tile and column sums through the scratch area: with 3 stages
 // every buffer lives across tiles; with 4 the staging tile and the scratch

@@ -232,6 +232,49 @@ TEST(GemmOnCpu, TransposedInputAndPreActivation) {
   }
 }
 
+// Split-K: each range of K steps adds its product into C by atomics, so C
+// ends as its starting values plus A·B; K = 333 in blocks of 32 (11 steps:
+// ranges of 4, 4 and 3, and with 16 ranges five empty ones), grouped launch
+// order or not, A as AT too. An epilogue, or a C other than fp32, is refused.
+TEST(GemmOnCpu, SplitKAddsEveryRangeIntoC) {
+  const int64_t M = 100, N = 70, K = 333;
+  HostTensor a(bf16, {M, K}), b(bf16, {K, N}), start(DType::f32, {M, N});
+  a.fillRandom(1);
+  b.fillRandom(2);
+  start.fillRandom(3, -4, 4);
+  HostTensor ref(DType::f32, {M, N});
+  kernels::gemmReference(a, b, ref);
+  for (int64_t i = 0; i < M * N; ++i)
+    ref.flatSet(i, ref.flatAt(i) + start.flatAt(i));
+  HostTensor at = kernels::transposeMatrix(a);
+  for (int64_t splits : {3, 16})
+    for (int64_t groupM : {0, 4})
+      for (bool aT : {false, true}) {
+        SCOPED_TRACE(std::to_string(splits) + " ranges, groupM " +
+                     std::to_string(groupM) + (aT ? ", AT" : ""));
+        kernels::GemmShape s{M, N, K, bf16, DType::f32};
+        s.aTransposed = aT;
+        kernels::GemmConfig c{.blockM = 32,
+                              .blockN = 32,
+                              .blockK = 32,
+                              .groupM = groupM,
+                              .splitK = splits};
+        Kernel k = kernels::gemm(s, c);
+        HostTensor out = start;
+        runOnCpu(k, k.bind({{aT ? "AT" : "A", aT ? at.ref() : a.ref()},
+                            {"B", b.ref()},
+                            {"C", out.ref()}}));
+        ErrorStats e = compareTensors(out, ref);
+        EXPECT_LE(e.relative, 1e-5);
+        EXPECT_EQ(e.nonFinite, 0);
+      }
+  kernels::GemmConfig c{.splitK = 2};
+  EXPECT_THROW(kernels::gemm({M, N, K, bf16, DType::f32, true}, c), Error);
+  EXPECT_THROW(kernels::gemm({M, N, K, bf16, bf16}, c), Error);
+  c.splitK = 0;
+  EXPECT_THROW(kernels::gemm({M, N, K, bf16, DType::f32}, c), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmOnCpu,
     ::testing::Values(GemmCase{64, 64, 32, bf16}, GemmCase{1, 1, 1, bf16},

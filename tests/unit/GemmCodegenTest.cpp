@@ -197,6 +197,29 @@ TEST(Codegen, GemmTransposedWeightTakesTheSamePaths) {
                         "register renames): 0"));
 }
 
+// Split-K on Hopper: each range's tile is added into C by a TMA reduction
+// (cp.reduce.async.bulk.tensor add) from the staging tile, with no more
+// shared memory or registers than the plain kernel and no spills.
+TEST(Codegen, GemmSplitKAddsByTmaReduction) {
+  if (!findCudaTool("ptxas"))
+    GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
+  kernels::GemmConfig c = benchGemmConfig();
+  c.persistent = c.tmaStore = true;
+  c.groupM = 16;
+  kernels::GemmShape s{768, 3072, 8192, DType::bf16, DType::f32};
+  s.aTransposed = true; // a weight gradient's X^T·dZ
+  CompiledKernel plain = compileForGpu(kernels::gemm(s, c), hopperGemmTarget());
+  c.splitK = 4;
+  CompiledKernel split = compileForGpu(kernels::gemm(s, c), hopperGemmTarget());
+  EXPECT_THAT(reportOf(split), HasSubstr("atomic sum 128x256: TMA reduction "
+                                         "(cp.reduce.async.bulk.tensor add"));
+  EXPECT_THAT(split.ptx, HasSubstr("cp.reduce.async.bulk.tensor"));
+  EXPECT_EQ(split.sharedBytes, plain.sharedBytes);
+  Assembled a = assembleWithPtxas(split);
+  EXPECT_EQ(a.spillStoreBytes, 0);
+  EXPECT_LE(a.registers, assembleWithPtxas(plain).registers);
+}
+
 TEST(Codegen, EveryHopperGemmConfigAssembles) {
   if (!findCudaTool("ptxas"))
     GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";

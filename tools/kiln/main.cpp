@@ -198,6 +198,7 @@ kernels and their shape options:
              [--b-transposed]  B given as BT (N x K), nn.Linear's weight
              [--a-transposed]  A given as AT (K x M), as X in X^T·dY
              [--pre-activation]  also Z = A·B + bias (the activation's input)
+             [--split-k S]  K in S ranges added into C by atomics (fp32 C)
   softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
              [--static-shapes 0|1]
   every run takes --seed S for its random inputs and --tolerance T for the

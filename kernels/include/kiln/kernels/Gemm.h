@@ -71,6 +71,14 @@ struct GemmConfig {
   /// arguments bound from the tensors (one compile per class of their
   /// values).
   bool staticShapes = false;
+  /// Split-K: each output tile's K steps in splitK ranges, one program
+  /// each (the grid's last dimension), every range's product added into C
+  /// by atomics: C must be fp32, hold its starting values (zeros for a
+  /// plain product) and take no epilogue (bias, activation, residual, Z).
+  /// For few output tiles over a long K (a weight gradient's 768x3072 over
+  /// 8192 rows: 72 tiles of 128x256 on 132 SMs). Not among gemmConfigs'
+  /// candidates yet: the tuner reruns candidates on one output.
+  int64_t splitK = 1;
 };
 
 /// The Configs AutotunedKernel chooses among for a GPU of compute
