@@ -88,6 +88,9 @@ static int benchGemm(Options &opts) {
   c.persistent = opts.onOff("persistent", true);
   c.groupM = opts.integer("group-m", 16);
   c.minBlocksPerSM = opts.int32("min-blocks-per-sm", 0);
+  // Split-K adds into an fp32 C (the timing's launches keep adding).
+  c.splitK = positive(opts, "split-k", 1);
+  const DType cType = c.splitK > 1 ? DType::f32 : DType::bf16;
   const bool bias = opts.flag("bias");
   const bool bTransposed = opts.flag("b-transposed");
   const bool aTransposed = opts.flag("a-transposed");
@@ -139,14 +142,13 @@ static int benchGemm(Options &opts) {
       if ((exact && shapes == "runtime") || (!exact && shapes == "static"))
         continue;
       c.staticShapes = exact;
-      kernels::GemmShape shape{m,           n,    kk,        DType::bf16,
-                               DType::bf16, bias, activation};
+      kernels::GemmShape shape{m, n, kk, DType::bf16, cType, bias, activation};
       shape.bTransposed = bTransposed;
       shape.aTransposed = aTransposed;
       Kernel kernel = kernels::gemm(shape, c);
       cuda::Buffer a = randomDevice(DType::bf16, size_t(m * kk), 1),
                    b = randomDevice(DType::bf16, size_t(kk * n), 2),
-                   out(size_t(m * n) * 2),
+                   out(size_t(m * n) * dtypeSize(cType)),
                    biasRow = randomDevice(DType::bf16, size_t(n), 3);
       std::map<std::string, TensorRef> refs{
           {aTransposed ? "AT" : "A",
@@ -155,7 +157,7 @@ static int benchGemm(Options &opts) {
           {bTransposed ? "BT" : "B",
            bTransposed ? TensorRef{b.data(), DType::bf16, {n, kk}, {kk, 1}}
                        : TensorRef{b.data(), DType::bf16, {kk, n}, {n, 1}}},
-          {"C", {out.data(), DType::bf16, {m, n}, {n, 1}}}};
+          {"C", {out.data(), cType, {m, n}, {n, 1}}}};
       if (bias)
         refs["Bias"] = {biasRow.data(), DType::bf16, {n}, {1}};
       CompiledKernel compiled = compileForGpu(

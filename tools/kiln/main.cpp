@@ -87,7 +87,7 @@ commands:
       [--warps W] [--stages S] [--wgmma 0|1] [--tma 0|1] [--warp-specialize 0|1]
       [--tma-store 0|1] [--persistent 0|1] [--group-m G] [--bias]
       [--activation none|relu|gelu] [--min-blocks-per-sm B] [--b-transposed]
-      [--a-transposed]
+      [--a-transposed] [--split-k S]  (S > 1: fp32 C, no epilogue)
       [--reps R] [--batch K]
                                         TFLOP/s of the DSL GEMM, bf16, N^3
                                         (or M x N x K)
