@@ -120,14 +120,13 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   // Rows of blocks per group: at most the row blocks there are.
   const Index group = c.groupM > 1 ? min(Index(c.groupM), mBlocks) : Index(1);
   const bool grouped = !group.isConstant() || group.constant() > 1;
+  std::vector<Index> grid = grouped ? std::vector<Index>{mBlocks * nBlocks}
+                                    : std::vector<Index>{mBlocks, nBlocks};
   // Split-K's ranges on the grid's last dimension.
   const bool split = c.splitK > 1;
-  if (grouped)
-    k.setGrid(split ? std::vector<Index>{mBlocks * nBlocks, Index(c.splitK)}
-                    : std::vector<Index>{mBlocks * nBlocks});
-  else
-    k.setGrid(split ? std::vector<Index>{mBlocks, nBlocks, Index(c.splitK)}
-                    : std::vector<Index>{mBlocks, nBlocks});
+  if (split)
+    grid.push_back(Index(c.splitK));
+  k.setGrid(grid);
   k.setWarps(c.warps);
   k.setStages(c.stages);
   k.setWgmma(c.wgmma);
@@ -168,7 +167,7 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
   Index kBegin = 0, kEnd = K;
   if (split) {
     Index perRange = cdiv(cdiv(K, c.blockK), Index(c.splitK)) * c.blockK;
-    kBegin = programId(grouped ? 1 : 2) * perRange;
+    kBegin = programId(int(grid.size()) - 1) * perRange;
     kEnd = min(kBegin + perRange, K);
   }
   // Out-of-range rows and columns of A and B read 0 and add nothing.

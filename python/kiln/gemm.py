@@ -185,8 +185,7 @@ class _EagerLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight_t, bias, activation):
         y, z = _train_body(x, weight_t, bias, activation)
-        ctx.activation, ctx.has_bias = activation, bias is not None
-        ctx.save_for_backward(x, weight_t, y if activation == 1 else None, z)
+        _setup_context(ctx, (x, weight_t, bias, activation), (y, z))
         return y
 
     @staticmethod
