@@ -201,30 +201,35 @@ TEST(GpuFusedOps, GemmTransposedInputAndPreActivationEveryConfig) {
   }
 }
 
-// Split-K by every Config: K = 8000 in 3 ranges added into a zeroed fp32 C
-// (TMA reductions where C's rows allow, else red.global), M = 333 ragged,
-// A as AT (a weight gradient's layout), against fp64.
+// Split-K by every Config: K = 8000 in 3 ranges added into an fp32 C that
+// starts from random values the sums must keep (TMA reductions where C's rows
+// allow, else red.global), M = 333 ragged, A as AT (a weight gradient's
+// layout), against fp64. C is an input here: poisoning it would add into NaN.
 TEST(GpuFusedOps, GemmSplitKEveryConfig) {
   REQUIRE_GPU();
   const int64_t M = 333, N = 512, K = 8000;
   const int sm = cuda::device().major * 10;
   HostTensor at(DType::bf16, {K, M}), b(DType::bf16, {K, N}),
-      c(DType::f32, {M, N}), ref(DType::f32, {M, N});
+      start(DType::f32, {M, N}), ref(DType::f32, {M, N});
   at.fillRandom(31);
   b.fillRandom(32);
+  start.fillRandom(33, -4, 4);
   kernels::gemmReference(kernels::transposeMatrix(at), b, ref);
+  for (int64_t i = 0; i < M * N; ++i)
+    ref.flatSet(i, ref.flatAt(i) + start.flatAt(i));
   for (const auto &[name, base] : kernels::gemmConfigs(sm)) {
     SCOPED_TRACE(name);
     kernels::GemmConfig config = base;
     config.splitK = 3;
-    c = HostTensor(DType::f32, {M, N}); // zeros: the ranges add into it
+    HostTensor c = start;
     DeviceTensors dt;
     dt.add("AT", at, false);
     dt.add("B", b, false);
-    dt.add("C", c, true);
+    dt.add("C", c, false);
     kernels::GemmShape s{1, 1, 1, DType::bf16, DType::f32};
     s.aTransposed = true;
     runOnGpu(kernels::gemm(s, config), dt);
+    c.poison();
     dt.download("C", c);
     ErrorStats e = compareTensors(c, ref);
     EXPECT_LE(e.relative, 1e-3);
