@@ -1,6 +1,7 @@
 """kiln.attention's eager autograd in C++ (csrc/attention_autograd.cpp), and
-kiln_c_op's launches without ctypes (csrc/ops.cpp: kiln.linear's common case
-decided and launched in one call; rotary and cross-entropy packed in C++).
+kiln_c_op's launches without ctypes (csrc/ops.cpp: the row norms' common case
+decided and launched in one call; rotary and cross-entropy packed in C++;
+csrc/linear.cpp: kiln.linear's common case, with its gradient a C++ Function).
 
 A Python autograd.Function's backward runs in autograd's device thread under
 the GIL: at D=64 N=2048 that host time before the first kernel read 2.5% of
@@ -48,9 +49,10 @@ def _build():
     # sources: a build against an older header, or of older sources, is
     # never bound to a newer library.
     sources = [os.path.join(here, "csrc", f)
-               for f in ("attention_autograd.cpp", "ops.cpp")]
+               for f in ("attention_autograd.cpp", "ops.cpp", "linear.cpp")]
     digest = hashlib.sha1()
-    for path in [os.path.join(here, os.pardir, "capi", "kiln_c.h")] + sources:
+    for path in [os.path.join(here, os.pardir, "capi", "kiln_c.h"),
+                 os.path.join(here, "csrc", "ops.h")] + sources:
         with open(path, "rb") as f:
             digest.update(f.read())
     abi = digest.hexdigest()[:10]
@@ -79,7 +81,8 @@ def _build():
             lib.kiln_c_attention_forward_workspace,
             lib.kiln_c_attention_backward,
             lib.kiln_c_attention_backward_workspace)))
-        m.bind_op(ctypes.cast(lib.kiln_c_op, ctypes.c_void_p).value)
+        m.bind_op(*(ctypes.cast(f, ctypes.c_void_p).value
+                    for f in (lib.kiln_c_op, lib.kiln_c_row_norm)))
         return m
     except Exception as e:  # no compiler, headers or ninja: say so, go on
         print(f"kiln: the C++ autograd path is unavailable ({type(e).__name__}:"

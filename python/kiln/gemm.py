@@ -1,8 +1,9 @@
 """kiln.linear: act(x @ weight_t + bias) with the bias and activation in the
 GEMM's epilogue (kernels/gemm), forward and backward.
 
-Eager calls that need no gradient launch from C++ where the extension is
-built (kiln._cpp: aligned bf16 operands, N a multiple of 8); the rest, and
+Eager calls launch from C++ where the extension is built (kiln._cpp:
+aligned bf16 operands, K and N multiples of 8), with a gradient through a
+C++ autograd Function of the same kernels and formulas; the rest, and
 every traced call (torch.compile, meta tensors), go through two ops:
 torch.ops.kiln.linear (no gradient) and torch.ops.kiln.linear_train, whose
 backward is torch.ops.kiln.linear_backward: dZ from dY (GELU's from the
@@ -108,14 +109,16 @@ def linear(x, weight_t, bias=None, activation="none"):
         isinstance(t, torch.Tensor) and t.requires_grad
         for t in (x, weight_t, bias))
     # The common case (aligned bf16 operands, N a multiple of 8, a weight
-    # (K, N) or nn.Linear's (N, K) transposed, no gradient) decided and
-    # launched in C++: 15-20 us of host time a call fewer (docs/python.md).
-    if (not traced and not grad and type(x) is torch.Tensor and
+    # (K, N) or nn.Linear's (N, K) transposed) decided and launched in C++:
+    # 15-20 us of host time a call fewer (docs/python.md); with a gradient
+    # a C++ autograd Function (csrc/linear.cpp).
+    if (not traced and type(x) is torch.Tensor and
             type(weight_t) is torch.Tensor and
             (bias is None or type(bias) is torch.Tensor) and x.is_cuda and
             isinstance(activation, str) and activation in _ACTIVATIONS and
             (cpp := _cpp.module()) is not None):
-        y = cpp.linear(x, weight_t, bias, _ACTIVATIONS[activation])
+        y = (cpp.linear_train if grad else cpp.linear)(
+            x, weight_t, bias, _ACTIVATIONS[activation])
         if y is not None:
             return y
     on = ("cuda", "meta")

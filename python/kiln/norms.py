@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from . import _lib
+from . import _cpp, _lib
 from .ops import _raw_stream
 
 
@@ -62,13 +62,25 @@ def _run(kind, name, x, w, b, eps):
     return y if y.dim() == x.dim() else y.reshape(x.shape)
 
 
+def _fast(kind, x, w, b, eps):
+    """The common case (a contiguous bf16 x, contiguous parameters on its
+    device) checked and launched in C++ (csrc/ops.cpp); None otherwise."""
+    if (type(x) is torch.Tensor and type(w) is torch.Tensor and
+            (b is None or type(b) is torch.Tensor) and type(eps) is float and
+            x.is_cuda and (cpp := _cpp.module()) is not None):
+        return cpp.row_norm(kind, x, w, b, eps)
+    return None
+
+
 def rms_norm(x, weight, eps=1e-6):
     """x / sqrt(mean(x², last dim) + eps) * weight, as
     torch.nn.functional.rms_norm(x, (cols,), weight, eps)."""
-    return _run(0, "rms_norm", x, weight, None, eps)
+    y = _fast(0, x, weight, None, eps)
+    return y if y is not None else _run(0, "rms_norm", x, weight, None, eps)
 
 
 def layer_norm(x, weight, bias, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension,
     as torch.nn.functional.layer_norm(x, (cols,), weight, bias, eps)."""
-    return _run(1, "layer_norm", x, weight, bias, eps)
+    y = _fast(1, x, weight, bias, eps) if bias is not None else None
+    return y if y is not None else _run(1, "layer_norm", x, weight, bias, eps)

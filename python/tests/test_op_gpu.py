@@ -759,3 +759,66 @@ def test_linear_gradients_match_float64(activation, m, k, n, layout):
     (dw_ref,) = torch.autograd.grad(reference(xd.detach(), 0), (wd,),
                                     g.double())
     assert rel(dw, dw_ref) < 1e-2
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_linear_gradient_runs_from_cpp_as_python_does(activation, layout):
+    # With a gradient, the common case is a C++ autograd Function
+    # (csrc/linear.cpp) of the Python Function's kernels and formulas: the
+    # same bits for Y, dX, dW and db, an expanded dY (from .sum()) too.
+    from kiln import _cpp, fused
+    assert _cpp.module() is not None, "the C++ extension did not build"
+    torch.manual_seed(14)
+    x = torch.randn(264, 768, device=DEV).bfloat16().requires_grad_()
+    shape = (1024, 768) if layout == "nk" else (768, 1024)
+    w = (torch.randn(shape, device=DEV) / 30).bfloat16().requires_grad_()
+    b = torch.randn(1024, device=DEV).bfloat16().requires_grad_()
+    g = torch.randn(264, 1024, device=DEV).bfloat16()
+    wt = w.t() if layout == "nk" else w
+
+    def run():
+        poison_allocator()
+        y = kiln.linear(x, wt, b, activation)
+        grads = torch.autograd.grad(y, (x, w, b), g)
+        y2 = kiln.linear(x, wt, b, activation)
+        summed = torch.autograd.grad(y2.float().sum(), (w, b))
+        return y, grads, summed, y.grad_fn.name()
+
+    y, grads, summed, node = run()
+    assert "CppNode" in node and "Linear" in node, node
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fused._cpp, "module", lambda: None)
+        y_py, grads_py, summed_py, node_py = run()
+    assert "CppNode" not in node_py, node_py
+    assert torch.equal(y, y_py)
+    for got, want in zip(grads + summed, grads_py + summed_py):
+        assert got.shape == want.shape and torch.equal(got, want)
+    # Only what autograd asks for: dX alone.
+    (dx,) = torch.autograd.grad(kiln.linear(x, wt, b, activation), (x,), g)
+    assert torch.equal(dx, grads[0])
+
+
+def test_norms_common_case_launches_from_cpp(monkeypatch):
+    # A contiguous bf16 x with contiguous parameters is checked and launched
+    # in C++ (csrc/ops.cpp); anything else returns None there and the Python
+    # path checks it (and names the problem). The same kernel: the same bits.
+    from kiln import _cpp, norms
+    cpp = _cpp.module()
+    assert cpp is not None, "the C++ extension did not build"
+    torch.manual_seed(15)
+    x = torch.randn(4, 33, 768, device=DEV).bfloat16()
+    w = torch.randn(768, device=DEV).bfloat16()
+    b = torch.randn(768, device=DEV).bfloat16()
+    rms, ln = cpp.row_norm(0, x, w, None, 1e-6), cpp.row_norm(1, x, w, b, 1e-5)
+    assert rms is not None and ln is not None and rms.shape == x.shape
+    assert cpp.row_norm(0, x.transpose(0, 1), w, None, 1e-6) is None
+    assert cpp.row_norm(0, x.float(), w, None, 1e-6) is None
+    assert cpp.row_norm(0, x, w[:-8], None, 1e-6) is None
+    assert cpp.row_norm(1, x, w, None, 1e-5) is None
+    assert cpp.row_norm(0, x, w, None, float("nan")) is None
+    with pytest.raises(ValueError, match="eps"):
+        kiln.rms_norm(x, w, float("nan"))
+    monkeypatch.setattr(norms._cpp, "module", lambda: None)
+    assert torch.equal(rms, kiln.rms_norm(x, w))
+    assert torch.equal(ln, kiln.layer_norm(x, w, b))

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_c.h"
+#include "ops.h"
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
@@ -238,26 +239,16 @@ void bind(int64_t forward, int64_t forwardWorkspace, int64_t backward,
 
 } // namespace
 
-// ops.cpp: kiln_c_op's launches (kiln.linear, kiln.rotary,
-// kiln.cross_entropy) without ctypes.
-namespace kiln_ext {
-extern decltype(&kiln_c_op) opFn;
-void op(const std::string &name, int64_t option,
-        const std::vector<std::string> &names,
-        const std::vector<at::Tensor> &tensors, int64_t device,
-        const std::string &what);
-std::optional<at::Tensor> linear(const at::Tensor &x, const at::Tensor &w,
-                                 const std::optional<at::Tensor> &bias,
-                                 int64_t activation);
-} // namespace kiln_ext
-
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &attention);
   m.def("attention_qkvpacked", &attentionPacked);
   m.def("bind", &bind);
-  m.def("bind_op", [](int64_t fn) {
-    kiln_ext::opFn = reinterpret_cast<decltype(&kiln_c_op)>(fn);
+  m.def("bind_op", [](int64_t op, int64_t rowNorm) {
+    kiln_ext::opFn = reinterpret_cast<decltype(&kiln_c_op)>(op);
+    kiln_ext::rowNormFn = reinterpret_cast<decltype(&kiln_c_row_norm)>(rowNorm);
   });
   m.def("op", &kiln_ext::op);
   m.def("linear", &kiln_ext::linear);
+  m.def("linear_train", &kiln_ext::linearTrain);
+  m.def("row_norm", &kiln_ext::rowNorm);
 }

@@ -5,27 +5,26 @@
 // call against torch's 14, of which 11 us were kiln_c_op itself and the
 // rest the interpreter (the checks, the padding decisions, packing the
 // tensors for ctypes; docs/experiments/2026-11-29-session58.txt). Here the
-// same C function is called with the tensors packed in C++, and
-// kiln.linear's common case (aligned bf16 operands, a weight (K, N) or an
-// nn.Linear's (N, K) transposed, N a multiple of 8) is decided and launched
-// in one call; anything else returns None and the Python path runs, with its
-// copies, its KILN_LOG lines and its errors.
+// same C functions are called with the tensors packed in C++, and the row
+// norms' common case (a contiguous bf16 x) is decided and launched in one
+// call (linear.cpp: kiln.linear's); anything else returns None and the
+// Python path runs, with its copies, its KILN_LOG lines and its errors.
 //
 //===----------------------------------------------------------------------===//
-#include "kiln_c.h"
+#include "ops.h"
 
-#include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace kiln_ext {
 
-using OpFn = decltype(&kiln_c_op);
-OpFn opFn = nullptr;
+decltype(&kiln_c_op) opFn = nullptr;
+decltype(&kiln_c_row_norm) rowNormFn = nullptr;
 
 namespace {
 
@@ -47,6 +46,8 @@ int dtypeCode(const at::Tensor &t) {
   }
 }
 
+} // namespace
+
 kiln_c_named_tensor named(const char *name, const at::Tensor &t) {
   TORCH_CHECK_VALUE(t.dim() >= 1 && t.dim() <= 4, "kiln: tensor ", name,
                     " must have 1 to 4 dimensions, got ", t.dim());
@@ -59,8 +60,6 @@ kiln_c_named_tensor named(const char *name, const at::Tensor &t) {
   return n;
 }
 
-/// kiln_c_op on torch's current stream of `device`; the Python path's
-/// exceptions (ValueError for refused input, else RuntimeError).
 void launch(const char *op, int64_t option,
             const std::vector<kiln_c_named_tensor> &tensors, int device,
             const std::string &what) {
@@ -74,12 +73,6 @@ void launch(const char *op, int64_t option,
   TORCH_CHECK_VALUE(code != KILN_C_BAD_INPUT, what, ": ", error);
   TORCH_CHECK(false, what, ": ", error);
 }
-
-bool aligned(const at::Tensor &t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-}
-
-} // namespace
 
 /// kiln_c_op(name, option, {names[i]: tensors[i]}) on `device`: _lib.op
 /// without ctypes.
@@ -95,38 +88,43 @@ void op(const std::string &name, int64_t option,
   launch(name.c_str(), option, packed, int(device), what);
 }
 
-/// kiln.linear's common case: act(x @ weight_t + bias) into a new (M, N)
-/// tensor, weight_t (K, N) contiguous or the transpose of a contiguous
-/// (N, K) (passed as BT); None for anything else.
-std::optional<at::Tensor> linear(const at::Tensor &x, const at::Tensor &w,
-                                 const std::optional<at::Tensor> &bias,
-                                 int64_t activation) {
-  const auto bf16 = at::kBFloat16;
-  if (!opFn || activation < 0 || activation > 2 || !x.is_cuda() ||
-      x.scalar_type() != bf16 || x.dim() != 2 || x.numel() == 0 ||
-      x.size(1) % 8 || !x.is_contiguous() || x.stride(0) % 8 || !aligned(x))
+/// kiln.rms_norm (kind 0) or kiln.layer_norm (kind 1) of a contiguous bf16
+/// x's rows into a new tensor shaped like x, contiguous 1-D parameters on
+/// x's device; None for anything else (the Python path checks it and names
+/// the problem).
+std::optional<at::Tensor> rowNorm(int64_t kind, const at::Tensor &x,
+                                  const at::Tensor &w,
+                                  const std::optional<at::Tensor> &b,
+                                  double eps) {
+  if (!rowNormFn || (kind != 0 && kind != 1) || !x.is_cuda() ||
+      x.scalar_type() != at::kBFloat16 || x.dim() < 1 || x.numel() == 0 ||
+      !x.is_contiguous() || !std::isfinite(eps) || eps < 0)
     return std::nullopt;
-  const int64_t K = x.size(1);
-  if (w.device() != x.device() || w.scalar_type() != bf16 || w.dim() != 2 ||
-      w.size(0) != K || !aligned(w))
+  const int64_t cols = x.size(-1), rows = x.numel() / cols;
+  auto parameter = [&](const at::Tensor &t) {
+    return t.device() == x.device() && t.scalar_type() == at::kBFloat16 &&
+           t.dim() == 1 && t.size(0) == cols && t.is_contiguous();
+  };
+  if (!parameter(w) || b.has_value() != (kind == 1) || (b && !parameter(*b)))
     return std::nullopt;
-  const int64_t N = w.size(1);
-  const bool transposed = !w.is_contiguous();
-  if (N == 0 || N % 8 ||
-      (transposed ? w.stride(0) != 1 || w.stride(1) != K : w.stride(0) % 8))
-    return std::nullopt;
-  if (bias &&
-      (bias->device() != x.device() || bias->scalar_type() != bf16 ||
-       bias->dim() != 1 || bias->size(0) != N || !bias->is_contiguous()))
-    return std::nullopt;
-  at::Tensor out = at::empty({x.size(0), N}, x.options());
-  at::Tensor weight = transposed ? w.t() : w;
-  std::vector<kiln_c_named_tensor> t{
-      named("A", x), named(transposed ? "BT" : "B", weight), named("C", out)};
-  if (bias)
-    t.push_back(named("Bias", *bias));
-  launch("linear", activation, t, x.device().index(), "kiln.linear");
-  return out;
+  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+  auto matrix = [&](const at::Tensor &t) {
+    return kiln_c_tensor{t.data_ptr(), {rows, cols, 0, 0}, {cols, 1, 0, 0}};
+  };
+  auto vector = [&](const at::Tensor &t) {
+    return kiln_c_tensor{t.data_ptr(), {cols, 0, 0, 0}, {1, 0, 0, 0}};
+  };
+  const kiln_c_tensor tx = matrix(x), ty = matrix(y), tw = vector(w),
+                      tb = vector(b ? *b : w);
+  const int device = x.device().index();
+  char error[1024] = {0};
+  const int code = rowNormFn(int(kind), &tx, &tw, &tb, &ty, eps,
+                             c10::cuda::getCurrentCUDAStream(device).stream(),
+                             device, error, sizeof error);
+  const char *what = kind ? "kiln.layer_norm" : "kiln.rms_norm";
+  TORCH_CHECK_VALUE(code != KILN_C_BAD_INPUT, what, ": ", error);
+  TORCH_CHECK(code == KILN_C_OK, what, ": ", error);
+  return y;
 }
 
 } // namespace kiln_ext

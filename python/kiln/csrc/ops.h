@@ -1,0 +1,56 @@
+//===- ops.h - kiln_c_op from C++: what ops.cpp and linear.cpp share ------===//
+#pragma once
+
+#include "kiln_c.h"
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln_ext {
+
+extern decltype(&kiln_c_op) opFn;
+extern decltype(&kiln_c_row_norm) rowNormFn;
+
+/// `t` as the C API takes it, under the kernel's name for it.
+kiln_c_named_tensor named(const char *name, const at::Tensor &t);
+
+/// kiln_c_op on torch's current stream of `device`; the Python path's
+/// exceptions (ValueError for refused input, else RuntimeError).
+void launch(const char *op, int64_t option,
+            const std::vector<kiln_c_named_tensor> &tensors, int device,
+            const std::string &what);
+
+/// A base address on 16 bytes (TMA's and vector accesses' requirement).
+inline bool aligned(const at::Tensor &t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+/// A 2-D bf16 matrix whose rows the kernels read and write by TMA as it is
+/// stored: unit column stride, a row stride of 16-byte multiples, an
+/// aligned base.
+inline bool rowsAligned(const at::Tensor &t) {
+  return t.dim() == 2 && t.scalar_type() == at::kBFloat16 && t.stride(1) == 1 &&
+         t.stride(0) % 8 == 0 && aligned(t);
+}
+
+/// The entries bound in attention_autograd.cpp's module (ops.cpp and
+/// linear.cpp); the optional ones return None for the Python path.
+void op(const std::string &name, int64_t option,
+        const std::vector<std::string> &names,
+        const std::vector<at::Tensor> &tensors, int64_t device,
+        const std::string &what);
+std::optional<at::Tensor> rowNorm(int64_t kind, const at::Tensor &x,
+                                  const at::Tensor &w,
+                                  const std::optional<at::Tensor> &b,
+                                  double eps);
+std::optional<at::Tensor> linear(const at::Tensor &x, const at::Tensor &w,
+                                 const std::optional<at::Tensor> &bias,
+                                 int64_t activation);
+std::optional<at::Tensor> linearTrain(const at::Tensor &x, const at::Tensor &w,
+                                      const std::optional<at::Tensor> &bias,
+                                      int64_t activation);
+
+} // namespace kiln_ext
