@@ -822,3 +822,52 @@ def test_norms_common_case_launches_from_cpp(monkeypatch):
     monkeypatch.setattr(norms._cpp, "module", lambda: None)
     assert torch.equal(rms, kiln.rms_norm(x, w))
     assert torch.equal(ln, kiln.layer_norm(x, w, b))
+
+
+def test_attention_common_case_checked_in_cpp(monkeypatch):
+    # kiln.attention's common case is checked and launched in C++
+    # (attentionChecked); anything else returns None there, and the Python
+    # path names the problem or copies a misaligned K / V, as before. The
+    # same kernels: the same bits, with and without a gradient.
+    from kiln import _cpp, ops
+    cpp = _cpp.module()
+    assert cpp is not None, "the C++ extension did not build"
+    q, k, v = make(2, 4, 1, 1000, 128, torch.bfloat16, "bshd", seed=31)
+    o, lse = cpp.attention_checked(q, k, v, True, None, True)
+    assert o.shape == q.shape and lse.shape == (2, 4, 1)
+    b = [t.transpose(1, 2) for t in (q, k, v)]  # the same tensors as bhsd
+    assert torch.equal(cpp.attention_checked(*b, True, 0.125, False)[0]
+                       .transpose(1, 2),
+                       cpp.attention_checked(q, k, v, True, 0.125, True)[0])
+    odd = torch.randn(2 * 1000 * 4 * 128 + 1, device=DEV).bfloat16()[1:]
+    k_odd = odd.view(2, 1000, 4, 128)
+    assert cpp.attention_checked(q, k_odd, v, True, None, True) is None
+    assert cpp.attention_checked(q.float(), k.float(), v.float(), True, None,
+                                 True) is None
+    assert cpp.attention_checked(q[..., :96], k[..., :96], v[..., :96], True,
+                                 None, True) is None
+    assert cpp.attention_checked(q, k[:1], v[:1], True, None, True) is None
+    assert cpp.attention_checked(q, k, v, True, float("nan"), True) is None
+    with pytest.raises(ValueError, match="head_dim 96"):
+        kiln.attention(q[..., :96].contiguous(), k[..., :96].contiguous(),
+                       v[..., :96].contiguous(), layout="bshd")
+    with pytest.raises(ValueError, match="scale"):
+        kiln.attention(q, k, v, scale=float("nan"), layout="bshd")
+    qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    grad_o = torch.randn_like(q)
+    with deterministic():  # dQ without atomics: comparable bit for bit
+        fast = kiln.attention(qg, kg, vg, causal=True, layout="bshd",
+                              return_lse=True)
+        assert "CppNode" in fast[0].grad_fn.name()
+        grads = torch.autograd.grad(fast[0], (qg, kg, vg), grad_o)
+        monkeypatch.setattr(ops._cpp, "module", lambda: None)
+        slow = kiln.attention(qg, kg, vg, causal=True, layout="bshd",
+                              return_lse=True)
+        assert "CppNode" not in slow[0].grad_fn.name()
+        assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+        for got, want in zip(grads, torch.autograd.grad(slow[0], (qg, kg, vg),
+                                                         grad_o)):
+            assert torch.isfinite(got).all() and torch.equal(got, want)
+    k_odd.copy_(k)  # misaligned: the Python path copies it, same bits
+    assert torch.equal(kiln.attention(q, k_odd, v, causal=True, layout="bshd"),
+                       fast[0])
