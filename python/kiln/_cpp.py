@@ -1,7 +1,8 @@
 """kiln.attention's eager autograd in C++ (csrc/attention_autograd.cpp), and
 kiln_c_op's launches without ctypes (csrc/ops.cpp: the row norms' common case
-decided and launched in one call; rotary and cross-entropy packed in C++;
-csrc/linear.cpp: kiln.linear's common case, with its gradient a C++ Function).
+decided and launched in one call, cross-entropy's tensors packed in C++;
+csrc/linear.cpp and rotary.cpp: kiln.linear's and kiln.rotary's common
+cases, with a gradient C++ Functions).
 
 A Python autograd.Function's backward runs in autograd's device thread under
 the GIL: at D=64 N=2048 that host time before the first kernel read 2.5% of
@@ -49,7 +50,8 @@ def _build():
     # sources: a build against an older header, or of older sources, is
     # never bound to a newer library.
     sources = [os.path.join(here, "csrc", f)
-               for f in ("attention_autograd.cpp", "ops.cpp", "linear.cpp")]
+               for f in ("attention_autograd.cpp", "ops.cpp", "linear.cpp",
+                         "rotary.cpp")]
     digest = hashlib.sha1()
     for path in [os.path.join(here, os.pardir, "capi", "kiln_c.h"),
                  os.path.join(here, "csrc", "ops.h")] + sources:

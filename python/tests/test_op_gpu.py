@@ -871,3 +871,51 @@ def test_attention_common_case_checked_in_cpp(monkeypatch):
     k_odd.copy_(k)  # misaligned: the Python path copies it, same bits
     assert torch.equal(kiln.attention(q, k_odd, v, causal=True, layout="bshd"),
                        fast[0])
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_rotary_common_case_runs_from_cpp_as_python_does(layout):
+    # kiln.rotary's common case is checked and launched in C++ (with a
+    # gradient a C++ Function): the same bits as the Python path, forward
+    # and backward, default or given positions, a non-contiguous x (a slice
+    # of a fused qkv) too; None for what the Python checks refuse.
+    from kiln import _cpp, fused
+    cpp = _cpp.module()
+    assert cpp is not None, "the C++ extension did not build"
+    torch.manual_seed(16)
+    shape = (2, 300, 3 * 4, 64) if layout == "bshd" else (2, 3 * 4, 300, 64)
+    qkv = torch.randn(shape, device=DEV).bfloat16()
+    x = (qkv[:, :, :4] if layout == "bshd" else qkv[:, :4]).detach()
+    cos, sin = rope_tables(4096, 64)
+    pos = torch.randperm(4096, device=DEV)[:300]
+    g = torch.randn_like(x.contiguous())
+    bshd = layout == "bshd"
+
+    def run():
+        out = []
+        for p in (None, pos, pos.int()):
+            xg = x.detach().requires_grad_()
+            y = kiln.rotary(xg, cos, sin, p, layout=layout)
+            out += [y, kiln.rotary(x, cos, sin, p, layout=layout),
+                    torch.autograd.grad(y, xg, g)[0], y.grad_fn.name()]
+        return out
+
+    poison_allocator()
+    fast = run()
+    assert all("CppNode" in n for n in fast[3::4]), fast[3::4]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fused._cpp, "module", lambda: None)
+        slow = run()
+    assert not any("CppNode" in n for n in slow[3::4]), slow[3::4]
+    for a, b in zip(fast, slow):
+        if isinstance(a, torch.Tensor):
+            assert torch.isfinite(a).all() and torch.equal(a, b)
+    assert cpp.rotary(x.float(), cos, sin, None, bshd) is None
+    assert cpp.rotary(x[..., :48], cos[:, :24].contiguous(),
+                      sin[:, :24].contiguous(), None, bshd) is None
+    assert cpp.rotary(x, cos.double(), sin.double(), None, bshd) is None
+    assert cpp.rotary(x, cos, sin[:100], None, bshd) is None
+    assert cpp.rotary(x, cos, sin, pos[:299], bshd) is None
+    with pytest.raises(ValueError, match="power of two"):
+        kiln.rotary(x[..., :48], cos[:, :24].contiguous(),
+                    sin[:, :24].contiguous(), layout=layout)

@@ -287,4 +287,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &kiln_ext::linear);
   m.def("linear_train", &kiln_ext::linearTrain);
   m.def("row_norm", &kiln_ext::rowNorm);
+  m.def("rotary", &kiln_ext::rotary);
 }

@@ -36,8 +36,9 @@ inline bool rowsAligned(const at::Tensor &t) {
          t.stride(0) % 8 == 0 && aligned(t);
 }
 
-/// The entries bound in attention_autograd.cpp's module (ops.cpp and
-/// linear.cpp); the optional ones return None for the Python path.
+/// The entries bound in attention_autograd.cpp's module (ops.cpp,
+/// linear.cpp, rotary.cpp); the optional ones return None for the Python
+/// path.
 void op(const std::string &name, int64_t option,
         const std::vector<std::string> &names,
         const std::vector<at::Tensor> &tensors, int64_t device,
@@ -49,6 +50,10 @@ std::optional<at::Tensor> rowNorm(int64_t kind, const at::Tensor &x,
 std::optional<at::Tensor> linear(const at::Tensor &x, const at::Tensor &w,
                                  const std::optional<at::Tensor> &bias,
                                  int64_t activation);
+std::optional<at::Tensor> rotary(const at::Tensor &x, const at::Tensor &cos,
+                                 const at::Tensor &sin,
+                                 const std::optional<at::Tensor> &positions,
+                                 bool bshd);
 std::optional<at::Tensor> linearTrain(const at::Tensor &x, const at::Tensor &w,
                                       const std::optional<at::Tensor> &bias,
                                       int64_t activation);
