@@ -90,8 +90,9 @@ def _gemm(a, b, activation=0, bias=None, z=None):
 
 def linear(x, weight_t, bias=None, activation="none"):
     """act(x @ weight_t + bias) in one kernel (the bias and activation in
-    the GEMM's epilogue): x (M, K), weight_t (K, N), bias (N,), bf16, the
-    result (M, N) bf16; activation "none", "relu" or "gelu" (tanh form, as
+    the GEMM's epilogue): x (..., K) (as torch.nn.functional.linear's
+    input: its leading dimensions are the GEMM's M rows), weight_t (K, N),
+    bias (N,), bf16, the result (..., N) bf16; activation "none", "relu" or "gelu" (tanh form, as
     torch's approximate='tanh'). Differentiable in x, weight_t and bias.
     weight_t may be the transpose of an nn.Linear's (N, K) weight
     (`layer.weight.t()`): that is read as it is stored (the kernel takes it
@@ -130,15 +131,20 @@ def linear(x, weight_t, bias=None, activation="none"):
     if activation not in _ACTIVATIONS:
         raise ValueError(f"kiln.linear: activation must be 'none', 'relu' or "
                          f"'gelu', got {activation!r}")
-    if x.dim() != 2 or weight_t.dim() != 2 or x.shape[1] != weight_t.shape[0]:
-        raise ValueError(f"kiln.linear: x (M, K) and weight_t (K, N) do not "
-                         f"match: {tuple(x.shape)}, {tuple(weight_t.shape)}")
+    if (x.dim() < 1 or weight_t.dim() != 2 or
+            x.shape[-1] != weight_t.shape[0]):
+        raise ValueError(f"kiln.linear: x (..., K) and weight_t (K, N) do "
+                         f"not match: {tuple(x.shape)}, "
+                         f"{tuple(weight_t.shape)}")
     N = weight_t.shape[1]
     if bias is not None and tuple(bias.shape) != (N,):
         raise ValueError(f"kiln.linear: bias must have shape ({N},), got "
                          f"{tuple(bias.shape)}")
-    if x.shape[1] == 0:
+    if x.shape[-1] == 0:
         raise ValueError("kiln.linear: K = 0 (x has no columns)")
+    if x.dim() != 2:  # the leading dimensions are the GEMM's rows
+        y = linear(x.reshape(-1, x.shape[-1]), weight_t, bias, activation)
+        return y.view(*x.shape[:-1], N)
     act = _ACTIVATIONS[activation]
     traced = traced or x.device.type == "meta" or type(x) is not torch.Tensor
     if grad and traced:

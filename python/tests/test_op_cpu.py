@@ -90,6 +90,23 @@ def test_linear_traces_as_one_op_under_torch_compile():
         kiln.linear(x, w.t(), b[:3000])
 
 
+def test_linear_takes_leading_dimensions_as_rows():
+    # x (..., K), as F.linear's input: (B, S, K) and (K,) give (B, S, N)
+    # and (N,), views of the padded rows; gradients keep x's shape.
+    w = torch.empty(3001, 768, dtype=torch.bfloat16, device=META,
+                    requires_grad=True)
+    x = torch.empty(4, 16, 768, dtype=torch.bfloat16, device=META,
+                    requires_grad=True)
+    y = kiln.linear(x, w.t(), None, "gelu")
+    assert y.shape == (4, 16, 3001) and y.stride() == (16 * 3008, 3008, 1)
+    y.float().sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+    v = torch.empty(768, dtype=torch.bfloat16, device=META)
+    assert kiln.linear(v, w.t()).shape == (3001,)
+    with pytest.raises(ValueError, match=r"x \(\.\.\., K\) and weight_t"):
+        kiln.linear(x[..., :767], w.t())
+
+
 @pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
 def test_linear_gradients_have_their_tensors_shapes(activation):
     # Differentiable in x, weight_t (either layout) and bias: the fake

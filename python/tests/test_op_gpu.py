@@ -919,3 +919,40 @@ def test_rotary_common_case_runs_from_cpp_as_python_does(layout):
     with pytest.raises(ValueError, match="power of two"):
         kiln.rotary(x[..., :48], cos[:, :24].contiguous(),
                     sin[:, :24].contiguous(), layout=layout)
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_linear_takes_leading_dimensions_as_rows(layout):
+    # x (B, S, K), as F.linear's input: the same bits as the 2-D call on its
+    # rows, from C++ and from Python, forward and gradient; a transposed
+    # (non-contiguous) x and a 1-D x too.
+    from kiln import fused
+    torch.manual_seed(17)
+    x = torch.randn(4, 66, 768, device=DEV).bfloat16()
+    w = (torch.randn((1024, 768) if layout == "nk" else (768, 1024),
+                     device=DEV) / 30).bfloat16()
+    b = torch.randn(1024, device=DEV).bfloat16()
+    wt = w.t() if layout == "nk" else w
+    g = torch.randn(4, 66, 1024, device=DEV).bfloat16()
+    want = kiln.linear(x.reshape(-1, 768), wt, b, "gelu").view(4, 66, 1024)
+    x2 = x.reshape(-1, 768).clone().requires_grad_()
+    (dx_want,) = torch.autograd.grad(kiln.linear(x2, wt, b, "gelu"), x2,
+                                     g.reshape(-1, 1024))
+    for cpp in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            if not cpp:
+                mp.setattr(fused._cpp, "module", lambda: None)
+            poison_allocator()
+            assert torch.equal(kiln.linear(x, wt, b, "gelu"), want), cpp
+            xt = x.transpose(0, 1)
+            assert torch.equal(kiln.linear(xt, wt, b, "gelu"),
+                               want.transpose(0, 1)), cpp
+            xg = x.clone().requires_grad_()
+            y = kiln.linear(xg, wt, b, "gelu")
+            (dx,) = torch.autograd.grad(y, xg, g)
+            assert y.shape == (4, 66, 1024) and torch.equal(y, want), cpp
+            assert torch.equal(dx, dx_want.view(4, 66, 768)), cpp
+            v = kiln.linear(x[1, 2], wt, b, "gelu")
+            ref = F.gelu(x[1, 2].double() @ wt.double() + b.double(),
+                         approximate="tanh")
+            assert v.shape == (1024,) and rel(v, ref) < 1e-2, cpp

@@ -1,6 +1,6 @@
 //===- linear.cpp - kiln.linear's common case from C++, with its gradient -===//
 //
-// kiln.linear with aligned bf16 operands (x (M, K) contiguous; a weight
+// kiln.linear with aligned bf16 operands (x (..., K) contiguous; a weight
 // (K, N) with aligned rows, or an nn.Linear's contiguous (N, K) transposed;
 // K and N multiples of 8) decided and launched in one call. With a gradient
 // it is a torch::autograd::Function whose backward runs in autograd's
@@ -18,6 +18,7 @@
 #include <torch/extension.h>
 
 #include <optional>
+#include <vector>
 
 namespace kiln_ext {
 namespace {
@@ -131,26 +132,45 @@ struct Linear : torch::autograd::Function<Linear> {
   }
 };
 
+/// x (..., K) as the GEMM's rows: a contiguous x's leading dimensions
+/// merged (a view); the result's back by `unrows`.
+at::Tensor rows(const at::Tensor &x) {
+  return x.dim() == 2 || !x.is_contiguous() || x.dim() < 1
+             ? x
+             : x.view({-1, x.size(-1)});
+}
+
+at::Tensor unrows(const at::Tensor &y, const at::Tensor &x) {
+  if (x.dim() == 2)
+    return y;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(y.size(1));
+  return y.view(shape);
+}
+
 } // namespace
 
 std::optional<at::Tensor> linear(const at::Tensor &x, const at::Tensor &w,
                                  const std::optional<at::Tensor> &bias,
                                  int64_t activation) {
   bool transposed = false;
-  if (!commonCase(x, w, bias, activation, &transposed))
+  const at::Tensor r = rows(x);
+  if (!commonCase(r, w, bias, activation, &transposed))
     return std::nullopt;
-  return forwardOf(x, w, transposed, bias.value_or(at::Tensor()), activation);
+  return unrows(
+      forwardOf(r, w, transposed, bias.value_or(at::Tensor()), activation), x);
 }
 
 std::optional<at::Tensor> linearTrain(const at::Tensor &x, const at::Tensor &w,
                                       const std::optional<at::Tensor> &bias,
                                       int64_t activation) {
   bool transposed = false;
-  if (!commonCase(x, w, bias, activation, &transposed))
+  const at::Tensor r = rows(x);
+  if (!commonCase(r, w, bias, activation, &transposed))
     return std::nullopt;
   // (bias optional, not an undefined tensor: autograd reads every tensor
   // argument's device.)
-  return Linear::apply(x, w, bias, activation, transposed);
+  return unrows(Linear::apply(r, w, bias, activation, transposed), x);
 }
 
 } // namespace kiln_ext
