@@ -2,8 +2,10 @@
 #include "kiln/kernels/RmsNorm.h"
 #include "kiln/dsl/Dsl.h"
 
+#include <array>
 #include <bit>
 #include <functional>
+#include <optional>
 
 using namespace kiln::dsl;
 
@@ -73,6 +75,90 @@ Kernel layerNorm(int64_t cols, const RmsNormConfig &c, double eps) {
     return centred * column(rsqrt(variance + eps)) * w +
            row(load(B.block({0}, {tileCols(cols)})).to(f32));
   });
+}
+
+namespace {
+/// A row norm's gradient: `name` over bf16 X, DY, DX (R, cols) and W
+/// (cols), fp32 partial sums DWP (and DBP where `bias`) (P, cols), one row
+/// per program. Program p takes the row blocks p, p + P, ... (P programs,
+/// P a run-time argument bound from DWP), writes each block's DX, and sums
+/// its blocks' contributions to dW (dB) in registers: its own row of DWP,
+/// which the caller adds up over P (no atomics; a row written whole, zeros
+/// where a program had no rows). `body` maps a block of X, DY (f32) and W
+/// (a row) to {DX, x̂}, f32: dW sums DY·x̂ over the rows, dB sums DY.
+Kernel rowNormBackward(
+    const char *name, int64_t cols, const RmsNormConfig &c, bool bias,
+    const std::function<std::array<Tile, 2>(Tile, Tile, Tile)> &body) {
+  if (cols < 1 || cols > (int64_t(1) << 20))
+    throw Error(std::string(name) + ": cols must be in [1, 2^20], got " +
+                std::to_string(cols));
+  const int64_t t = tileCols(cols);
+  KernelBuilder k(name);
+  Index rows = k.scalarArg("R"), programs = k.scalarArg("P");
+  k.setGrid({programs});
+  k.setWarps(c.warps);
+  auto X = k.tensorArg("X", bf16, {rows, cols});
+  auto W = k.tensorArg("W", bf16, {cols});
+  auto DY = k.tensorArg("DY", bf16, {rows, cols});
+  auto DX = k.tensorArg("DX", bf16, {rows, cols});
+  auto DWP = k.tensorArg("DWP", f32, {programs, cols});
+  std::optional<TensorView> DBP;
+  if (bias)
+    DBP = k.tensorArg("DBP", f32, {programs, cols});
+  Tile w = row(load(W.block({0}, {t})).to(f32));
+  Tile dw = zeros({1, t}, f32), db = zeros({1, t}, f32);
+  auto step = [&](Index r0) {
+    Tile x = load(X.block({r0, 0}, {c.rows, t})).to(f32);
+    Tile dy = load(DY.block({r0, 0}, {c.rows, t})).to(f32);
+    auto [dx, xhat] = body(x, dy, w);
+    store(DX.block({r0, 0}), dx.to(bf16));
+    // Rows and columns past the tensor load as 0: dy is 0 there.
+    dw = dw + row(reduceSum(dy * xhat, 0));
+    if (bias)
+      db = db + row(reduceSum(dy, 0));
+  };
+  Index first = programId(0) * c.rows, stride = programs * c.rows;
+  if (bias)
+    forRange(first, rows, stride, carry(dw, db), step);
+  else
+    forRange(first, rows, stride, carry(dw), step);
+  store(DWP.block({programId(0), 0}), dw);
+  if (bias)
+    store(DBP->block({programId(0), 0}), db);
+  return k.finish();
+}
+} // namespace
+
+Kernel rmsNormBackward(int64_t cols, const RmsNormConfig &c, double eps) {
+  // y = x·r·w, r = (mean(x²) + eps)^-1/2; with g = dy·w:
+  // dx = r·g − x·r³·mean(g·x), and dW sums dy·x·r.
+  return rowNormBackward(
+      "rmsnorm_backward", cols, c, false, [&](Tile x, Tile dy, Tile w) {
+        Tile r = rsqrt(reduceSum(x * x, 1) / double(cols) + eps);
+        Tile g = dy * w;
+        Tile gx = reduceSum(g * x, 1) / double(cols);
+        Tile dx = column(r) * g - x * column(r * r * r * gx);
+        return std::array<Tile, 2>{dx, x * column(r)};
+      });
+}
+
+Kernel layerNormBackward(int64_t cols, const RmsNormConfig &c, double eps) {
+  // x̂ = (x − mean)·r, y = x̂·w + b; with g = dy·w:
+  // dx = r·(g − mean(g) − x̂·mean(g·x̂)); dW sums dy·x̂, dB sums dy.
+  return rowNormBackward(
+      "layernorm_backward", cols, c, true, [&](Tile x, Tile dy, Tile w) {
+        Tile centred = x - column(reduceSum(x, 1) / double(cols));
+        if (tileCols(cols) != cols) // past cols: 0, not −mean
+          centred =
+              where(row(arange(tileCols(cols))) < Index(cols), centred, 0.0);
+        Tile r = rsqrt(reduceSum(centred * centred, 1) / double(cols) + eps);
+        Tile xhat = centred * column(r);
+        Tile g = dy * w;
+        Tile mg = reduceSum(g, 1) / double(cols);
+        Tile mgx = reduceSum(g * xhat, 1) / double(cols);
+        Tile dx = column(r) * (g - column(mg) - xhat * column(mgx));
+        return std::array<Tile, 2>{dx, xhat};
+      });
 }
 
 } // namespace kiln::kernels

@@ -32,6 +32,18 @@ Kernel rmsNorm(int64_t cols, const RmsNormConfig &config = {},
 Kernel layerNorm(int64_t cols, const RmsNormConfig &config = {},
                  double eps = 1e-5);
 
+/// The gradients of rmsNorm: DX (R, cols) bf16 from X, W and DY, and dW in
+/// fp32 partial sums DWP (P, cols), one row per program (P programs, bound
+/// from DWP's rows; each takes the row blocks p, p + P, ...): dW is DWP's
+/// sum over its rows, which the caller takes.
+Kernel rmsNormBackward(int64_t cols, const RmsNormConfig &config = {},
+                       double eps = 1e-6);
+
+/// The gradients of layerNorm likewise: DX, and dW and dB as the sums of
+/// DWP's and DBP's rows (P, cols).
+Kernel layerNormBackward(int64_t cols, const RmsNormConfig &config = {},
+                         double eps = 1e-5);
+
 } // namespace kiln::kernels
 
 #endif // KILN_KERNELS_RMSNORM_H
