@@ -59,6 +59,15 @@ std::unique_ptr<AutotunedKernel> rowNormTuned(bool layer, int64_t cols,
                });
 }
 
+std::unique_ptr<AutotunedKernel> rowNormBackwardTuned(bool layer, int64_t cols,
+                                                      double eps) {
+  return tuned(layer ? "layernorm_backward" : "rmsnorm_backward",
+               rmsNormConfigs(), {"DX"}, [=](const RmsNormConfig &c) {
+                 return layer ? layerNormBackward(cols, c, eps)
+                              : rmsNormBackward(cols, c, eps);
+               });
+}
+
 std::string rowNormKey(int64_t rows, int64_t cols) {
   return "cols=" + std::to_string(cols) + " rows=" + bucket(rows) + " bf16";
 }

@@ -81,6 +81,34 @@ int kiln_c_row_norm(int kind, const kiln_c_tensor *x, const kiln_c_tensor *w,
   });
 }
 
+int kiln_c_row_norm_backward(int kind, const kiln_c_tensor *x,
+                             const kiln_c_tensor *w, const kiln_c_tensor *dy,
+                             const kiln_c_tensor *dx,
+                             const kiln_c_tensor *dwPartial,
+                             const kiln_c_tensor *dbPartial, double eps,
+                             void *stream, int device, char *error,
+                             size_t errorSize) {
+  return guarded(error, errorSize, [&] {
+    if (kind != 0 && kind != 1)
+      throw Error("kind must be 0 (RMSNorm) or 1 (LayerNorm), got " +
+                  std::to_string(kind));
+    std::map<std::string, TensorRef> t{
+        {"X", refOf(x, DType::bf16, 2, "x")},
+        {"W", refOf(w, DType::bf16, 1, "weight")},
+        {"DY", refOf(dy, DType::bf16, 2, "the gradient of y")},
+        {"DX", refOf(dx, DType::bf16, 2, "the gradient of x")},
+        {"DWP", refOf(dwPartial, DType::f32, 2, "dw_partial")}};
+    if (kind)
+      t["DBP"] = refOf(dbPartial, DType::f32, 2, "db_partial");
+    const int64_t cols = t["X"].shape[1];
+    AutotunedKernel &k =
+        kernelFor("rownorm_backward", {double(kind), double(cols), eps}, [=] {
+          return kernels::rowNormBackwardTuned(kind, cols, eps);
+        });
+    launch(k, kernels::rowNormKey(t["X"].shape[0], cols), t, stream, device);
+  });
+}
+
 int kiln_c_op(const char *op, int64_t option,
               const kiln_c_named_tensor *tensors, int count, void *stream,
               int device, char *error, size_t error_size) {

@@ -95,6 +95,10 @@ def _declare(lib):
                                     [ctypes.c_double, ctypes.c_void_p,
                                      ctypes.c_int] + err)
     lib.kiln_c_row_norm.restype = ctypes.c_int
+    lib.kiln_c_row_norm_backward.argtypes = ([ctypes.c_int] + [T] * 6 +
+                                             [ctypes.c_double, ctypes.c_void_p,
+                                              ctypes.c_int] + err)
+    lib.kiln_c_row_norm_backward.restype = ctypes.c_int
     lib.kiln_c_op.argtypes = ([ctypes.c_char_p, ctypes.c_int64,
                                ctypes.c_void_p, ctypes.c_int,
                                ctypes.c_void_p, ctypes.c_int] + err)
@@ -248,6 +252,33 @@ def row_norm(kind, x, w, b, y, eps, stream, device):
     code = lib.kiln_c_row_norm(kind, base, base + size, base + 2 * size,
                                base + 3 * size, eps, stream, device, buf,
                                len(buf))
+    del keep
+    _check(code, buf, "kiln.layer_norm" if kind else "kiln.rms_norm")
+
+
+_ROWS_BWD = struct.Struct("<" + "Q4q4q" * 6)
+
+
+def row_norm_backward(kind, x, w, dy, dx, dwp, dbp, eps, stream, device):
+    """kiln_c_row_norm_backward: x, dy, dx 2-D contiguous (R, C), w 1-D
+    contiguous, dwp and dbp (P, C) contiguous fp32 (dbp ignored for 0)."""
+    lib = _lib or library()
+    buf = _error_buffer()
+    R, C = x.shape
+    P = dwp.shape[0]
+    dbp = dwp if dbp is None else dbp
+    keep = ctypes.create_string_buffer(_ROWS_BWD.pack(
+        x.data_ptr(), R, C, 0, 0, C, 1, 0, 0,
+        w.data_ptr(), C, 0, 0, 0, 1, 0, 0, 0,
+        dy.data_ptr(), R, C, 0, 0, C, 1, 0, 0,
+        dx.data_ptr(), R, C, 0, 0, C, 1, 0, 0,
+        dwp.data_ptr(), P, C, 0, 0, C, 1, 0, 0,
+        dbp.data_ptr(), P, C, 0, 0, C, 1, 0, 0))
+    base = ctypes.addressof(keep)
+    size = _TENSOR.size
+    code = lib.kiln_c_row_norm_backward(
+        kind, *(base + i * size for i in range(6)), eps, stream, device, buf,
+        len(buf))
     del keep
     _check(code, buf, "kiln.layer_norm" if kind else "kiln.rms_norm")
 

@@ -1,8 +1,10 @@
 """kiln.rms_norm and kiln.layer_norm: row norms written in kiln's DSL
 (kernels/norm/RmsNorm.cpp), their schedule tuned per column count on the
-first call and recorded for the GPU. Forward only (no autograd); bf16 CUDA
-tensors, rows of any length (a tile of the power of two at or above it, the
-columns past the row masked), launched on torch's current stream.
+first call and recorded for the GPU. Differentiable in x, weight and bias
+since session 59 (the backward kernel writes dX and per-program partial
+sums of dW and dB); bf16 CUDA tensors, rows of any length (a tile of the
+power of two at or above it, the columns past the row masked), launched on
+torch's current stream.
 
     y = kiln.rms_norm(x, weight, eps=1e-6)          # x: (..., cols)
     y = kiln.layer_norm(x, weight, bias, eps=1e-5)
@@ -47,18 +49,73 @@ def _check(name, x, params, eps):
     return device
 
 
+def _forward(kind, rows, w, b, eps):
+    y = torch.empty_like(rows)
+    if rows.shape[0]:
+        _lib.row_norm(kind, rows, w, b, y, eps,
+                      _raw_stream(rows.device.index), rows.device.index)
+    return y
+
+
+_sm_counts = {}
+
+
+def _programs(rows, device):
+    """The backward's programs: two per SM (each walks its share of the row
+    blocks and writes one row of partial dW / dB sums), at most one per
+    row."""
+    sms = _sm_counts.get(device.index)
+    if sms is None:
+        sms = _sm_counts[device.index] = torch.cuda.get_device_properties(
+            device).multi_processor_count
+    return max(1, min(rows, 2 * sms))
+
+
+class _RowNorm(torch.autograd.Function):
+    """A norm of contiguous rows with its gradients: dX by the backward
+    kernel, dW (dB) as the sums of its per-program partial rows."""
+
+    @staticmethod
+    def forward(ctx, kind, rows, w, b, eps):
+        ctx.save_for_backward(rows, w)
+        ctx.kind, ctx.eps = kind, eps
+        return _forward(kind, rows, w, b, eps)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        dy = dy.contiguous()  # autograd may hand it expanded
+        R, C = x.shape
+        dx = torch.empty_like(x)
+        P = _programs(R, x.device)
+        dwp = torch.empty(P, C, device=x.device, dtype=torch.float32)
+        dbp = torch.empty_like(dwp) if ctx.kind else None
+        if R:
+            _lib.row_norm_backward(ctx.kind, x, w, dy, dx, dwp, dbp, ctx.eps,
+                                   _raw_stream(x.device.index),
+                                   x.device.index)
+        else:
+            dwp.zero_()
+            if dbp is not None:
+                dbp.zero_()
+        dw = dwp.sum(0).to(w.dtype)
+        db = dbp.sum(0).to(w.dtype) if dbp is not None else None
+        return None, dx, dw, db, None
+
+
 def _run(kind, name, x, w, b, eps):
-    device = _check(name, x, (("weight", w),) +
-                    ((("bias", b),) if kind else ()), eps)
+    _check(name, x, (("weight", w),) + ((("bias", b),) if kind else ()), eps)
     rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     if not rows.is_contiguous():
         rows = rows.contiguous()
-    y = torch.empty_like(rows)
-    if rows.shape[0]:
-        _lib.row_norm(kind, rows, w if w.is_contiguous() else w.contiguous(),
-                      None if b is None else
-                      (b if b.is_contiguous() else b.contiguous()),
-                      y, float(eps), _raw_stream(device.index), device.index)
+    w = w if w.is_contiguous() else w.contiguous()
+    if b is not None and not b.is_contiguous():
+        b = b.contiguous()
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or
+                                    (b is not None and b.requires_grad)):
+        y = _RowNorm.apply(kind, rows, w, b, float(eps))
+    else:
+        y = _forward(kind, rows, w, b, float(eps))
     return y if y.dim() == x.dim() else y.reshape(x.shape)
 
 

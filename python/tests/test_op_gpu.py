@@ -956,3 +956,38 @@ def test_linear_takes_leading_dimensions_as_rows(layout):
             ref = F.gelu(x[1, 2].double() @ wt.double() + b.double(),
                          approximate="tanh")
             assert v.shape == (1024,) and rel(v, ref) < 1e-2, cpp
+
+
+@pytest.mark.parametrize("cols", [768, 4096, 300])
+def test_norms_gradients_match_float64(cols):
+    # dX, dW and dB through autograd against torch's float64 autograd of
+    # the same formula on the same bf16 values; 231 rows (ragged against
+    # every Config's rows per program), rows of any length; an expanded dY
+    # (from .sum()) and a weight-only gradient too.
+    torch.manual_seed(cols + 1)
+    x = (2 * torch.randn(3, 77, cols, device=DEV)).bfloat16().requires_grad_()
+    w = torch.randn(cols, device=DEV).bfloat16().requires_grad_()
+    b = torch.randn(cols, device=DEV).bfloat16().requires_grad_()
+    g = torch.randn(3, 77, cols, device=DEV).bfloat16()
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    for kind in ("rms", "layer"):
+        poison_allocator()
+        if kind == "rms":
+            y = kiln.rms_norm(x, w)
+            yd = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd
+            got = torch.autograd.grad(y, (x, w), g)
+            want = torch.autograd.grad(yd, (xd, wd), g.double())
+        else:
+            y = kiln.layer_norm(x, w, b)
+            yd = F.layer_norm(xd, (cols,), wd, bd, 1e-5)
+            got = torch.autograd.grad(y, (x, w, b), g)
+            want = torch.autograd.grad(yd, (xd, wd, bd), g.double())
+        assert rel(y, yd) < 1e-2, kind
+        for name, a, r in zip("xwb", got, want):
+            assert a.shape == r.shape and torch.isfinite(a).all(), (kind, name)
+            assert rel(a, r) < 1e-2, (kind, name)
+    (dw,) = torch.autograd.grad(kiln.rms_norm(x.detach(), w).float().sum(), w)
+    yd = xd.detach() * torch.rsqrt(
+        xd.detach().pow(2).mean(-1, keepdim=True) + 1e-6) * wd
+    (dw_ref,) = torch.autograd.grad(yd.sum(), wd)
+    assert rel(dw, dw_ref) < 1e-2

@@ -90,7 +90,7 @@ void op(const std::string &name, int64_t option,
 
 /// kiln.rms_norm (kind 0) or kiln.layer_norm (kind 1) of a contiguous bf16
 /// x's rows into a new tensor shaped like x, contiguous 1-D parameters on
-/// x's device; None for anything else (the Python path checks it and names
+/// x's device, no gradient to record; None for anything else (the Python path checks it and names
 /// the problem).
 std::optional<at::Tensor> rowNorm(int64_t kind, const at::Tensor &x,
                                   const at::Tensor &w,
@@ -106,6 +106,10 @@ std::optional<at::Tensor> rowNorm(int64_t kind, const at::Tensor &x,
            t.dim() == 1 && t.size(0) == cols && t.is_contiguous();
   };
   if (!parameter(w) || b.has_value() != (kind == 1) || (b && !parameter(*b)))
+    return std::nullopt;
+  // A gradient to record: the Python path's autograd Function.
+  if (at::GradMode::is_enabled() &&
+      (x.requires_grad() || w.requires_grad() || (b && b->requires_grad())))
     return std::nullopt;
   at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   auto matrix = [&](const at::Tensor &t) {

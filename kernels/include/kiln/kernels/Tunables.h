@@ -23,6 +23,12 @@ namespace kiln::kernels {
 std::unique_ptr<AutotunedKernel> rowNormTuned(bool layer, int64_t cols,
                                               double eps);
 std::string rowNormKey(int64_t rows, int64_t cols);
+/// Their gradients: "rmsnorm_backward" / "layernorm_backward", the same
+/// keys. Tuning compares DX alone: the partial rows of dW and dB differ by
+/// Config (each splits the rows among the programs its own way); their sums
+/// are what the tests check.
+std::unique_ptr<AutotunedKernel> rowNormBackwardTuned(bool layer, int64_t cols,
+                                                      double eps);
 
 /// Rotary embedding (or its inverse) of head dimension D: "kiln.rotary" /
 /// "kiln.rotary_inverse", key rotaryKey(H, T, D).
