@@ -60,24 +60,36 @@ int64_t dim(const std::map<std::string, TensorRef> &t, const char *name,
 
 } // namespace
 
+namespace {
+/// A row norm's launch, forward or backward: X, W and the `rest` of its
+/// tensors, the kernel for (kind, cols, eps) made by `make` on first use.
+void launchRowNorm(const char *name, int kind, const kiln_c_tensor *x,
+                   const kiln_c_tensor *w, std::map<std::string, TensorRef> t,
+                   double eps,
+                   std::unique_ptr<AutotunedKernel> (*make)(bool, int64_t,
+                                                            double),
+                   void *stream, int device) {
+  if (kind != 0 && kind != 1)
+    throw Error("kind must be 0 (RMSNorm) or 1 (LayerNorm), got " +
+                std::to_string(kind));
+  t["X"] = refOf(x, DType::bf16, 2, "x");
+  t["W"] = refOf(w, DType::bf16, 1, "weight");
+  const int64_t cols = t["X"].shape[1];
+  AutotunedKernel &k = kernelFor(name, {double(kind), double(cols), eps},
+                                 [=] { return make(kind, cols, eps); });
+  launch(k, kernels::rowNormKey(t["X"].shape[0], cols), t, stream, device);
+}
+} // namespace
+
 int kiln_c_row_norm(int kind, const kiln_c_tensor *x, const kiln_c_tensor *w,
                     const kiln_c_tensor *b, const kiln_c_tensor *y, double eps,
                     void *stream, int device, char *error, size_t error_size) {
   return guarded(error, error_size, [&] {
-    if (kind != 0 && kind != 1)
-      throw Error("kind must be 0 (RMSNorm) or 1 (LayerNorm), got " +
-                  std::to_string(kind));
-    std::map<std::string, TensorRef> t{
-        {"X", refOf(x, DType::bf16, 2, "x")},
-        {"W", refOf(w, DType::bf16, 1, "weight")},
-        {"Y", refOf(y, DType::bf16, 2, "y")}};
-    if (kind)
+    std::map<std::string, TensorRef> t{{"Y", refOf(y, DType::bf16, 2, "y")}};
+    if (kind == 1)
       t["B"] = refOf(b, DType::bf16, 1, "bias");
-    const int64_t cols = t["X"].shape[1];
-    AutotunedKernel &k =
-        kernelFor("rownorm", {double(kind), double(cols), eps},
-                  [=] { return kernels::rowNormTuned(kind, cols, eps); });
-    launch(k, kernels::rowNormKey(t["X"].shape[0], cols), t, stream, device);
+    launchRowNorm("rownorm", kind, x, w, std::move(t), eps,
+                  kernels::rowNormTuned, stream, device);
   });
 }
 
@@ -89,23 +101,14 @@ int kiln_c_row_norm_backward(int kind, const kiln_c_tensor *x,
                              void *stream, int device, char *error,
                              size_t errorSize) {
   return guarded(error, errorSize, [&] {
-    if (kind != 0 && kind != 1)
-      throw Error("kind must be 0 (RMSNorm) or 1 (LayerNorm), got " +
-                  std::to_string(kind));
     std::map<std::string, TensorRef> t{
-        {"X", refOf(x, DType::bf16, 2, "x")},
-        {"W", refOf(w, DType::bf16, 1, "weight")},
         {"DY", refOf(dy, DType::bf16, 2, "the gradient of y")},
         {"DX", refOf(dx, DType::bf16, 2, "the gradient of x")},
         {"DWP", refOf(dwPartial, DType::f32, 2, "dw_partial")}};
-    if (kind)
+    if (kind == 1)
       t["DBP"] = refOf(dbPartial, DType::f32, 2, "db_partial");
-    const int64_t cols = t["X"].shape[1];
-    AutotunedKernel &k =
-        kernelFor("rownorm_backward", {double(kind), double(cols), eps}, [=] {
-          return kernels::rowNormBackwardTuned(kind, cols, eps);
-        });
-    launch(k, kernels::rowNormKey(t["X"].shape[0], cols), t, stream, device);
+    launchRowNorm("rownorm_backward", kind, x, w, std::move(t), eps,
+                  kernels::rowNormBackwardTuned, stream, device);
   });
 }
 

@@ -148,29 +148,33 @@ at::Tensor unrows(const at::Tensor &y, const at::Tensor &x) {
   return y.view(shape);
 }
 
-} // namespace
-
-std::optional<at::Tensor> linear(const at::Tensor &x, const at::Tensor &w,
-                                 const std::optional<at::Tensor> &bias,
-                                 int64_t activation) {
-  bool transposed = false;
-  const at::Tensor r = rows(x);
-  if (!commonCase(r, w, bias, activation, &transposed))
-    return std::nullopt;
-  return unrows(
-      forwardOf(r, w, transposed, bias.value_or(at::Tensor()), activation), x);
-}
-
-std::optional<at::Tensor> linearTrain(const at::Tensor &x, const at::Tensor &w,
-                                      const std::optional<at::Tensor> &bias,
-                                      int64_t activation) {
+/// kiln.linear's common case, recorded for autograd where `train`.
+std::optional<at::Tensor> linearOf(const at::Tensor &x, const at::Tensor &w,
+                                   const std::optional<at::Tensor> &bias,
+                                   int64_t activation, bool train) {
   bool transposed = false;
   const at::Tensor r = rows(x);
   if (!commonCase(r, w, bias, activation, &transposed))
     return std::nullopt;
   // (bias optional, not an undefined tensor: autograd reads every tensor
   // argument's device.)
-  return unrows(Linear::apply(r, w, bias, activation, transposed), x);
+  return unrows(train ? Linear::apply(r, w, bias, activation, transposed)
+                      : forwardOf(r, w, transposed, bias.value_or(at::Tensor()),
+                                  activation),
+                x);
+}
+} // namespace
+
+std::optional<at::Tensor> linear(const at::Tensor &x, const at::Tensor &w,
+                                 const std::optional<at::Tensor> &bias,
+                                 int64_t activation) {
+  return linearOf(x, w, bias, activation, false);
+}
+
+std::optional<at::Tensor> linearTrain(const at::Tensor &x, const at::Tensor &w,
+                                      const std::optional<at::Tensor> &bias,
+                                      int64_t activation) {
+  return linearOf(x, w, bias, activation, true);
 }
 
 } // namespace kiln_ext
