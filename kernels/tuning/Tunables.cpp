@@ -136,8 +136,8 @@ namespace {
 
 TuneProblem rowNormProblem(bool layer, const TuneSizes &s) {
   const int64_t R = s.at("rows"), C = s.at("cols");
-  if (R < 1 || C < 1 || (C & (C - 1)))
-    throw Error("--rows must be positive and --cols a power of two");
+  if (R < 1 || C < 1)
+    throw Error("--rows and --cols must be positive");
   TuneProblem p{rowNormTuned(layer, C, layer ? 1e-5 : 1e-6), rowNormKey(R, C)};
   p.tensors.emplace("X", randomTensor(DType::bf16, {R, C}, 1, -3, 3));
   p.tensors.emplace("W", randomTensor(DType::bf16, {C}, 2));
@@ -145,6 +145,27 @@ TuneProblem rowNormProblem(bool layer, const TuneSizes &s) {
     p.tensors.emplace("B", randomTensor(DType::bf16, {C}, 3));
   p.tensors.emplace("Y", HostTensor(DType::bf16, {R, C}));
   p.bytes = 2.0 * R * C * 2 + (layer ? 2 : 1) * C * 2;
+  return p;
+}
+
+/// The gradients' problem as kiln.rms_norm's backward launches it: P = two
+/// programs per SM (python/kiln/norms.py's _programs), at most one a row.
+TuneProblem rowNormBackwardProblem(bool layer, const TuneSizes &s) {
+  const int64_t R = s.at("rows"), C = s.at("cols");
+  if (R < 1 || C < 1)
+    throw Error("--rows and --cols must be positive");
+  const int64_t sms = cuda::available() ? cuda::device().smCount : 132;
+  const int64_t P = std::min<int64_t>(R, 2 * sms);
+  TuneProblem p{rowNormBackwardTuned(layer, C, layer ? 1e-5 : 1e-6),
+                rowNormKey(R, C)};
+  p.tensors.emplace("X", randomTensor(DType::bf16, {R, C}, 1, -3, 3));
+  p.tensors.emplace("W", randomTensor(DType::bf16, {C}, 2));
+  p.tensors.emplace("DY", randomTensor(DType::bf16, {R, C}, 3));
+  p.tensors.emplace("DX", HostTensor(DType::bf16, {R, C}));
+  p.tensors.emplace("DWP", HostTensor(DType::f32, {P, C}));
+  if (layer)
+    p.tensors.emplace("DBP", HostTensor(DType::f32, {P, C}));
+  p.bytes = 3.0 * R * C * 2 + C * 2 + (layer ? 2 : 1) * P * C * 4.0;
   return p;
 }
 
@@ -158,6 +179,18 @@ const RegisterTunable
                 "LayerNorm of bf16 rows (kiln.layer_norm)",
                 {{"rows", 16384}, {"cols", 4096}},
                 [](const TuneSizes &s) { return rowNormProblem(true, s); }});
+const RegisterTunable kRmsNormBackward(
+    {"rmsnorm-backward",
+     "RMSNorm's gradients: dX, and dW as partial sums per program "
+     "(kiln.rms_norm's backward)",
+     {{"rows", 16384}, {"cols", 4096}},
+     [](const TuneSizes &s) { return rowNormBackwardProblem(false, s); }});
+const RegisterTunable kLayerNormBackward(
+    {"layernorm-backward",
+     "LayerNorm's gradients: dX, and dW, dB as partial sums per program "
+     "(kiln.layer_norm's backward)",
+     {{"rows", 16384}, {"cols", 4096}},
+     [](const TuneSizes &s) { return rowNormBackwardProblem(true, s); }});
 
 const RegisterTunable
     kRotary({"rotary",
