@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Random problems for kiln's other Python ops, against float64, on a GPU.
 
-kiln.linear (M, N, K from 1 to ~1500, bias and activation drawn),
-kiln.rms_norm and kiln.layer_norm (rows drawn, power-of-two columns),
+kiln.linear (M, N, K from 1 to ~1500, bias, activation, the weight's
+layout and an x of three dimensions drawn; gradients for some),
+kiln.rms_norm and kiln.layer_norm (rows and columns drawn; gradients for
+some),
 kiln.rotary (lengths, head sizes, layouts, positions, non-contiguous x),
 kiln.cross_entropy (rows, vocabularies of any size, logits as views with
 padded rows, ignored labels, each reduction; and its gradient). Fresh
@@ -37,37 +39,67 @@ def rel(got, want):
     return ((got - want).abs().max() / want.abs().max().clamp_min(1e-9)).item()
 
 
+def grads_rel(y, yd, leaves, leaves_d):
+    """The largest rel of the gradients of Σ g·y against float64's."""
+    g = torch.randn_like(yd).bfloat16()
+    got = torch.autograd.grad(y, leaves, g)
+    want = torch.autograd.grad(yd, leaves_d, g.double())
+    return max(rel(a, b) for a, b in zip(got, want))
+
+
 def linear(rng):
     m, n, k = (rng.choice([1, 7, 64, rng.randint(1, 1500)]) for _ in range(3))
     act = rng.choice(["none", "relu", "gelu"])
     bias = rng.random() < 0.5
-    x = torch.randn(m, k, device=DEV).bfloat16()
-    w = (torch.randn(k, n, device=DEV) / math.sqrt(k)).bfloat16()
-    b = torch.randn(n, device=DEV).bfloat16() if bias else None
+    nk = rng.random() < 0.5  # nn.Linear's (N, K) weight, passed as w.t()
+    lead = (2, m) if rng.random() < 0.25 else (m,)  # x (..., K)
+    grad = rng.random() < 0.3
+    x = torch.randn(*lead, k, device=DEV).bfloat16().requires_grad_(grad)
+    w = (torch.randn((n, k) if nk else (k, n), device=DEV) /
+         math.sqrt(k)).bfloat16().requires_grad_(grad)
+    b = torch.randn(n, device=DEV).bfloat16().requires_grad_(grad) \
+        if bias else None
+    wt = w.t() if nk else w
     poison()
-    y = kiln.linear(x, w, b, act)
-    want = x.double() @ w.double() + (b.double() if bias else 0)
+    y = kiln.linear(x, wt, b, act)
+    leaves = [t for t in (x, w, b) if t is not None]
+    xd, wd, bd = (t.detach().double().requires_grad_(grad)
+                  if t is not None else None for t in (x, w, b))
+    want = xd @ (wd.t() if nk else wd) + (bd if bias else 0)
     want = {"none": want, "relu": want.relu(),
             "gelu": F.gelu(want, approximate="tanh")}[act]
-    return f"linear M={m} N={n} K={k} bias={bias} {act}", rel(y, want), 2e-2
+    err = rel(y, want)
+    if grad:
+        err = max(err, grads_rel(y, want, leaves,
+                                 [t for t in (xd, wd, bd) if t is not None]))
+    return (f"linear x={tuple(x.shape)} N={n} bias={bias} {act} "
+            f"{'(N,K)' if nk else '(K,N)'}{' +grad' if grad else ''}",
+            err, 3e-2 if grad else 2e-2)
 
 
 def norm(rng):
     rows = rng.choice([1, 3, rng.randint(1, 5000)])
-    cols = 2 ** rng.randint(4, 13)
+    cols = rng.choice([2 ** rng.randint(4, 13), rng.randint(1, 6000)])
+    grad = rng.random() < 0.5
     x = torch.randn(rows, cols + 8, device=DEV).bfloat16()[:, :cols]  # a view
-    w, b = (torch.randn(cols, device=DEV).bfloat16() for _ in range(2))
-    xd, wd, bd = x.double(), w.double(), b.double()
+    x.requires_grad_(grad)
+    w, b = (torch.randn(cols, device=DEV).bfloat16().requires_grad_(grad)
+            for _ in range(2))
+    xd, wd, bd = (t.detach().double().requires_grad_(grad) for t in (x, w, b))
     poison()
     if rng.random() < 0.5:
         y = kiln.rms_norm(x, w)
         want = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd
-        name = "rms_norm"
+        name, leaves, leaves_d = "rms_norm", (x, w), (xd, wd)
     else:
         y = kiln.layer_norm(x, w, b)
         want = F.layer_norm(xd, (cols,), wd, bd, 1e-5)
-        name = "layer_norm"
-    return f"{name} rows={rows} cols={cols}", rel(y, want), 2e-2
+        name, leaves, leaves_d = "layer_norm", (x, w, b), (xd, wd, bd)
+    err = rel(y, want)
+    if grad:
+        err = max(err, grads_rel(y, want, leaves, leaves_d))
+    return (f"{name} rows={rows} cols={cols}{' +grad' if grad else ''}", err,
+            3e-2 if grad else 2e-2)
 
 
 def rotary(rng):
