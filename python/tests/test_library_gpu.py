@@ -1,0 +1,449 @@
+"""kiln's library ops on the GPU: the row norms, rotary embedding,
+cross-entropy and the linear layer against float64 (outputs and
+gradients), their C++ and Python paths bit for bit, CUDA-graph replay and
+torch.compile. Outputs are written into memory the caching allocator has
+just had filled with NaN. Skipped, loudly, without a GPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+if not torch.cuda.is_available():
+    pytest.skip("SKIPPED: no CUDA GPU: the GPU tests of kiln's library ops "
+                "need one", allow_module_level=True)
+
+from gpu_util import DEV, poison_allocator, rel  # noqa: E402
+
+@pytest.mark.parametrize("cols", [512, 4096, 768, 300])
+def test_norms_match_torch_in_float64(cols):
+    # Rows of any length: 768 and 300 in tiles of 1024 and 512, masked.
+    torch.manual_seed(cols)
+    x = torch.randn(3, 77, cols, device="cuda").bfloat16()
+    w = torch.randn(cols, device="cuda").bfloat16()
+    b = torch.randn(cols, device="cuda").bfloat16()
+    xd, wd, bd = x.double(), w.double(), b.double()
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd
+    assert rel(kiln.rms_norm(x, w), ref) < 1e-2
+    ref = torch.nn.functional.layer_norm(xd, (cols,), wd, bd, 1e-5)
+    assert rel(kiln.layer_norm(x, w, b), ref) < 1e-2
+
+
+
+def rotary_reference(x, cos, sin, pos, layout):
+    """x rotated in float64: x (B, N, H, D) or (B, H, N, D)."""
+    xd = x.double()
+    c, s = cos.double()[pos.long()], sin.double()[pos.long()]  # (N, D/2)
+    if layout == "bshd":
+        c, s = c[None, :, None, :], s[None, :, None, :]
+    else:
+        c, s = c[None, None], s[None, None]
+    x1, x2 = xd.chunk(2, -1)
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), -1)
+
+
+def rope_tables(P, D):
+    inv = 10000.0 ** (-torch.arange(0, D, 2, device=DEV, dtype=torch.float64) / D)
+    ang = torch.arange(P, device=DEV, dtype=torch.float64)[:, None] * inv
+    return ang.cos().float().contiguous(), ang.sin().float().contiguous()
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("N,D", [(1001, 128), (64, 64)])
+def test_rotary_matches_float64(layout, N, D):
+    torch.manual_seed(N + D)
+    shape = (2, N, 3, D) if layout == "bshd" else (2, 3, N, D)
+    x = torch.randn(shape, device=DEV).bfloat16().requires_grad_()
+    cos, sin = rope_tables(4096, D)
+    pos = torch.randperm(4096, device=DEV)[:N]
+    poison_allocator()
+    for p in (None, pos):
+        want_pos = torch.arange(N, device=DEV) if p is None else p
+        y = kiln.rotary(x, cos, sin, p, layout=layout)
+        assert rel(y, rotary_reference(x, cos, sin, want_pos, layout)) < 1e-2
+    g = torch.randn_like(y)
+    (dx,) = torch.autograd.grad(y, x, g)
+    xd = x.detach().double().requires_grad_()
+    yd = rotary_reference(xd, cos, sin, pos, layout)
+    (want,) = torch.autograd.grad(yd, xd, g.double())
+    assert rel(dx, want) < 1e-2
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("R,V", [(1000, 50257), (64, 32000)])
+def test_cross_entropy_matches_float64(reduction, R, V):
+    torch.manual_seed(R + V)
+    logits = (3 * torch.randn(R, V, device=DEV)).bfloat16().requires_grad_()
+    labels = torch.randint(0, V, (R,), device=DEV)
+    labels[::7] = -100
+    poison_allocator()
+    loss = kiln.cross_entropy(logits, labels, reduction=reduction)
+    ld = logits.detach().double().requires_grad_()
+    want = F.cross_entropy(ld, labels, ignore_index=-100, reduction=reduction)
+    assert rel(loss, want) < 1e-4
+    g = torch.rand_like(want)
+    (dx,) = torch.autograd.grad(loss, logits, g.float())
+    (dwant,) = torch.autograd.grad(want, ld, g)
+    assert rel(dx, dwant) < 1e-2
+    assert torch.isfinite(dx).all()
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_linear_matches_float64(activation):
+    torch.manual_seed(7)
+    x = torch.randn(1000, 768, device=DEV).bfloat16()
+    w = (torch.randn(768, 3072, device=DEV) / 30).bfloat16()
+    b = torch.randn(3072, device=DEV).bfloat16()
+    poison_allocator()
+    y = kiln.linear(x, w, b, activation=activation)
+    want = x.double() @ w.double() + b.double()
+    if activation == "gelu":
+        want = F.gelu(want, approximate="tanh")
+    assert rel(y, want) < 1e-2
+
+
+@pytest.mark.parametrize("k, n", [(77, 1001), (768, 50257), (4095, 64)])
+def test_linear_rows_not_16_byte_aligned(k, n):
+    # Copied into padded rows first (gemm._padded_rows), then the fast path;
+    # x also at an odd element offset.
+    torch.manual_seed(8)
+    x = torch.randn(257 * k + 1, device=DEV).bfloat16()[1:].view(257, k)
+    w = (torch.randn(k, n, device=DEV) / 30).bfloat16()
+    poison_allocator()
+    y = kiln.linear(x, w)
+    assert rel(y, x.double() @ w.double()) < 1e-2
+    # The result's rows padded to a multiple of 8 too (written by TMA).
+    assert y.shape == (257, n) and y.stride() == (-(-n // 8) * 8, 1)
+
+
+@pytest.mark.parametrize("n, k", [(3072, 768), (50257, 768), (1001, 77)])
+def test_linear_reads_nn_linear_weight_as_stored(n, k):
+    # layer.weight.t() (the transpose of an (N, K) weight) goes to the kernel
+    # as BT, the weight's own memory: the call allocates its result and no
+    # weight-sized copy (K = 77 pads the weight's rows: a copy, still not
+    # transposed; so does x).
+    torch.manual_seed(9)
+    x = torch.randn(300, k, device=DEV).bfloat16()
+    w = (torch.randn(n, k, device=DEV) / 30).bfloat16()
+    b = torch.randn(n, device=DEV).bfloat16()
+    want = F.gelu(F.linear(x.double(), w.double(), b.double()),
+                  approximate="tanh")
+    poison_allocator()
+    y = kiln.linear(x, w.t(), b, activation="gelu")  # tunes on first use
+    assert rel(y, want) < 1e-2
+    del y
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    y = kiln.linear(x, w.t(), b, activation="gelu")
+    extra = torch.cuda.max_memory_allocated() - base
+    result = 300 * (-(-n // 8) * 8) * 2
+    assert extra >= result
+    assert (extra >= result + n * k * 2) == (k % 8 != 0), extra
+    assert rel(y, want) < 1e-2
+
+
+def test_linear_common_case_launches_from_cpp(monkeypatch):
+    # Aligned bf16 operands with N a multiple of 8 are decided and launched
+    # by the C++ extension (kiln._cpp); anything else returns None there and
+    # takes the Python path. Both launch the same kernel: the same bits.
+    from kiln import _cpp, fused
+    cpp = _cpp.module()
+    assert cpp is not None, "the C++ extension did not build"
+    torch.manual_seed(10)
+    x = torch.randn(64, 768, device=DEV).bfloat16()
+    w = (torch.randn(3072, 768, device=DEV) / 30).bfloat16()
+    b = torch.randn(3072, device=DEV).bfloat16()
+    fast = cpp.linear(x, w.t(), b, 2)
+    assert fast is not None and fast.shape == (64, 3072)
+    assert cpp.linear(x, w.t().contiguous(), None, 0) is not None  # (K, N)
+    assert cpp.linear(x, w[:3001].t(), None, 0) is None  # N % 8
+    assert cpp.linear(x[:, :767], w[:, :767].t(), None, 0) is None  # K % 8
+    assert cpp.linear(x.float(), w.t(), None, 0) is None
+    assert cpp.linear(x, w.t(), b[:-8], 0) is None
+    monkeypatch.setattr(fused._cpp, "module", lambda: None)
+    slow = kiln.linear(x, w.t(), b, activation="gelu")
+    assert torch.equal(fast, slow)
+
+
+def test_library_ops_replay_in_a_cuda_graph():
+    # Serving captures a step once and replays it: kiln.linear (the C++
+    # path, both weight layouts, and the Python path's padded result),
+    # rotary and cross-entropy launch nothing but their kernels once tuned,
+    # so a replay on new inputs gives what eager calls give (the same
+    # kernels: the same bits).
+    torch.manual_seed(12)
+    x = torch.randn(64, 768, device=DEV).bfloat16()
+    w = (torch.randn(3072, 768, device=DEV) / 30).bfloat16()
+    w_kn = w.t().contiguous()
+    w_odd = (torch.randn(1001, 768, device=DEV) / 30).bfloat16()
+    b = torch.randn(3072, device=DEV).bfloat16()
+    q = torch.randn(2, 16, 4, 128, device=DEV).bfloat16()
+    cos, sin = rope_tables(4096, 128)
+    logits = torch.randn(64, 1000, device=DEV).bfloat16()
+    labels = torch.randint(0, 1000, (64,), device=DEV)
+
+    def step():
+        return (kiln.linear(x, w.t(), b, activation="gelu"),
+                kiln.linear(x, w_kn), kiln.linear(x, w_odd.t()),
+                kiln.rotary(q, cos, sin),
+                kiln.cross_entropy(logits, labels, reduction="none"))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # tunes, then runs warm
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    for t in (x, q, logits):
+        t.copy_(torch.randn(t.shape, device=DEV))
+    labels.copy_(torch.randint(0, 1000, (64,), device=DEV))
+    for t in captured:
+        t.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip(captured, step()):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_linear_under_torch_compile(backend):
+    # Compiled, kiln.linear runs as torch.ops.kiln.linear (the Python
+    # path's body): the same kernel and bits as eager, padded result too.
+    torch.manual_seed(13)
+    x = torch.randn(200, 768, device=DEV).bfloat16()
+    w = (torch.randn(3001, 768, device=DEV) / 30).bfloat16()
+    b = torch.randn(3001, device=DEV).bfloat16()
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, w, b: kiln.linear(x, w.t(), b, "gelu") + 1,
+                      backend=backend, fullgraph=True)
+    poison_allocator()
+    got = f(x, w, b)
+    want = kiln.linear(x, w.t(), b, "gelu") + 1
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("activation, m, k, n, layout", [
+    ("none", 300, 768, 1024, "nk"), ("none", 300, 768, 1024, "kn"),
+    ("relu", 300, 768, 1024, "nk"), ("gelu", 300, 768, 1024, "nk"),
+    ("gelu", 300, 768, 1024, "kn"), ("gelu", 257, 77, 1001, "nk"),
+    ("relu", 257, 77, 1001, "kn")])
+def test_linear_gradients_match_float64(activation, m, k, n, layout):
+    # dX, dW (as the weight is stored: nn.Linear's (N, K) or (K, N)) and db
+    # through autograd, against float64 on the same bf16 values; ragged N
+    # and K take the padded rows.
+    torch.manual_seed(m + k + n)
+    x = torch.randn(m, k, device=DEV).bfloat16().requires_grad_()
+    shape = (n, k) if layout == "nk" else (k, n)
+    w = (torch.randn(shape, device=DEV) / 30).bfloat16().requires_grad_()
+    b = torch.randn(n, device=DEV).bfloat16().requires_grad_()
+    g = torch.randn(m, n, device=DEV).bfloat16()
+    poison_allocator()
+    y = kiln.linear(x, w.t() if layout == "nk" else w, b, activation)
+    grads = torch.autograd.grad(y, (x, w, b), g)
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+
+    def reference(x, bias):
+        y = x @ (wd.t() if layout == "nk" else wd) + bias
+        if activation == "relu":
+            return F.relu(y)
+        return F.gelu(y, approximate="tanh") if activation == "gelu" else y
+
+    yd = reference(xd, bd)
+    want = torch.autograd.grad(yd, (xd, wd, bd), g.double())
+    assert rel(y, yd) < 1e-2
+    for got, ref in zip(grads, want):
+        assert got.shape == ref.shape and rel(got, ref) < 1e-2
+    # No bias, the weight's gradient alone (x needs none).
+    y2 = kiln.linear(x.detach(), w.t() if layout == "nk" else w, None,
+                     activation)
+    (dw,) = torch.autograd.grad(y2, (w,), g)
+    (dw_ref,) = torch.autograd.grad(reference(xd.detach(), 0), (wd,),
+                                    g.double())
+    assert rel(dw, dw_ref) < 1e-2
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_linear_gradient_runs_from_cpp_as_python_does(activation, layout):
+    # With a gradient, the common case is a C++ autograd Function
+    # (csrc/linear.cpp) of the Python Function's kernels and formulas: the
+    # same bits for Y, dX, dW and db, an expanded dY (from .sum()) too.
+    from kiln import _cpp, fused
+    assert _cpp.module() is not None, "the C++ extension did not build"
+    torch.manual_seed(14)
+    x = torch.randn(264, 768, device=DEV).bfloat16().requires_grad_()
+    shape = (1024, 768) if layout == "nk" else (768, 1024)
+    w = (torch.randn(shape, device=DEV) / 30).bfloat16().requires_grad_()
+    b = torch.randn(1024, device=DEV).bfloat16().requires_grad_()
+    g = torch.randn(264, 1024, device=DEV).bfloat16()
+    wt = w.t() if layout == "nk" else w
+
+    def run():
+        poison_allocator()
+        y = kiln.linear(x, wt, b, activation)
+        grads = torch.autograd.grad(y, (x, w, b), g)
+        y2 = kiln.linear(x, wt, b, activation)
+        summed = torch.autograd.grad(y2.float().sum(), (w, b))
+        return y, grads, summed, y.grad_fn.name()
+
+    y, grads, summed, node = run()
+    assert "CppNode" in node and "Linear" in node, node
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fused._cpp, "module", lambda: None)
+        y_py, grads_py, summed_py, node_py = run()
+    assert "CppNode" not in node_py, node_py
+    assert torch.equal(y, y_py)
+    for got, want in zip(grads + summed, grads_py + summed_py):
+        assert got.shape == want.shape and torch.equal(got, want)
+    # Only what autograd asks for: dX alone.
+    (dx,) = torch.autograd.grad(kiln.linear(x, wt, b, activation), (x,), g)
+    assert torch.equal(dx, grads[0])
+
+
+def test_norms_common_case_launches_from_cpp(monkeypatch):
+    # A contiguous bf16 x with contiguous parameters is checked and launched
+    # in C++ (csrc/ops.cpp); anything else returns None there and the Python
+    # path checks it (and names the problem). The same kernel: the same bits.
+    from kiln import _cpp, norms
+    cpp = _cpp.module()
+    assert cpp is not None, "the C++ extension did not build"
+    torch.manual_seed(15)
+    x = torch.randn(4, 33, 768, device=DEV).bfloat16()
+    w = torch.randn(768, device=DEV).bfloat16()
+    b = torch.randn(768, device=DEV).bfloat16()
+    rms, ln = cpp.row_norm(0, x, w, None, 1e-6), cpp.row_norm(1, x, w, b, 1e-5)
+    assert rms is not None and ln is not None and rms.shape == x.shape
+    assert cpp.row_norm(0, x.transpose(0, 1), w, None, 1e-6) is None
+    assert cpp.row_norm(0, x.float(), w, None, 1e-6) is None
+    assert cpp.row_norm(0, x, w[:-8], None, 1e-6) is None
+    assert cpp.row_norm(1, x, w, None, 1e-5) is None
+    assert cpp.row_norm(0, x, w, None, float("nan")) is None
+    with pytest.raises(ValueError, match="eps"):
+        kiln.rms_norm(x, w, float("nan"))
+    monkeypatch.setattr(norms._cpp, "module", lambda: None)
+    assert torch.equal(rms, kiln.rms_norm(x, w))
+    assert torch.equal(ln, kiln.layer_norm(x, w, b))
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_rotary_common_case_runs_from_cpp_as_python_does(layout):
+    # kiln.rotary's common case is checked and launched in C++ (with a
+    # gradient a C++ Function): the same bits as the Python path, forward
+    # and backward, default or given positions, a non-contiguous x (a slice
+    # of a fused qkv) too; None for what the Python checks refuse.
+    from kiln import _cpp, fused
+    cpp = _cpp.module()
+    assert cpp is not None, "the C++ extension did not build"
+    torch.manual_seed(16)
+    shape = (2, 300, 3 * 4, 64) if layout == "bshd" else (2, 3 * 4, 300, 64)
+    qkv = torch.randn(shape, device=DEV).bfloat16()
+    x = (qkv[:, :, :4] if layout == "bshd" else qkv[:, :4]).detach()
+    cos, sin = rope_tables(4096, 64)
+    pos = torch.randperm(4096, device=DEV)[:300]
+    g = torch.randn_like(x.contiguous())
+    bshd = layout == "bshd"
+
+    def run():
+        out = []
+        for p in (None, pos, pos.int()):
+            xg = x.detach().requires_grad_()
+            y = kiln.rotary(xg, cos, sin, p, layout=layout)
+            out += [y, kiln.rotary(x, cos, sin, p, layout=layout),
+                    torch.autograd.grad(y, xg, g)[0], y.grad_fn.name()]
+        return out
+
+    poison_allocator()
+    fast = run()
+    assert all("CppNode" in n for n in fast[3::4]), fast[3::4]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fused._cpp, "module", lambda: None)
+        slow = run()
+    assert not any("CppNode" in n for n in slow[3::4]), slow[3::4]
+    for a, b in zip(fast, slow):
+        if isinstance(a, torch.Tensor):
+            assert torch.isfinite(a).all() and torch.equal(a, b)
+    assert cpp.rotary(x.float(), cos, sin, None, bshd) is None
+    assert cpp.rotary(x[..., :48], cos[:, :24].contiguous(),
+                      sin[:, :24].contiguous(), None, bshd) is None
+    assert cpp.rotary(x, cos.double(), sin.double(), None, bshd) is None
+    assert cpp.rotary(x, cos, sin[:100], None, bshd) is None
+    assert cpp.rotary(x, cos, sin, pos[:299], bshd) is None
+    with pytest.raises(ValueError, match="power of two"):
+        kiln.rotary(x[..., :48], cos[:, :24].contiguous(),
+                    sin[:, :24].contiguous(), layout=layout)
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_linear_takes_leading_dimensions_as_rows(layout):
+    # x (B, S, K), as F.linear's input: the same bits as the 2-D call on its
+    # rows, from C++ and from Python, forward and gradient; a transposed
+    # (non-contiguous) x and a 1-D x too.
+    from kiln import fused
+    torch.manual_seed(17)
+    x = torch.randn(4, 66, 768, device=DEV).bfloat16()
+    w = (torch.randn((1024, 768) if layout == "nk" else (768, 1024),
+                     device=DEV) / 30).bfloat16()
+    b = torch.randn(1024, device=DEV).bfloat16()
+    wt = w.t() if layout == "nk" else w
+    g = torch.randn(4, 66, 1024, device=DEV).bfloat16()
+    want = kiln.linear(x.reshape(-1, 768), wt, b, "gelu").view(4, 66, 1024)
+    x2 = x.reshape(-1, 768).clone().requires_grad_()
+    (dx_want,) = torch.autograd.grad(kiln.linear(x2, wt, b, "gelu"), x2,
+                                     g.reshape(-1, 1024))
+    for cpp in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            if not cpp:
+                mp.setattr(fused._cpp, "module", lambda: None)
+            poison_allocator()
+            assert torch.equal(kiln.linear(x, wt, b, "gelu"), want), cpp
+            xt = x.transpose(0, 1)
+            assert torch.equal(kiln.linear(xt, wt, b, "gelu"),
+                               want.transpose(0, 1)), cpp
+            xg = x.clone().requires_grad_()
+            y = kiln.linear(xg, wt, b, "gelu")
+            (dx,) = torch.autograd.grad(y, xg, g)
+            assert y.shape == (4, 66, 1024) and torch.equal(y, want), cpp
+            assert torch.equal(dx, dx_want.view(4, 66, 768)), cpp
+            v = kiln.linear(x[1, 2], wt, b, "gelu")
+            ref = F.gelu(x[1, 2].double() @ wt.double() + b.double(),
+                         approximate="tanh")
+            assert v.shape == (1024,) and rel(v, ref) < 1e-2, cpp
+
+
+@pytest.mark.parametrize("cols", [768, 4096, 300])
+def test_norms_gradients_match_float64(cols):
+    # dX, dW and dB through autograd against torch's float64 autograd of
+    # the same formula on the same bf16 values; 231 rows (ragged against
+    # every Config's rows per program), rows of any length; an expanded dY
+    # (from .sum()) and a weight-only gradient too.
+    torch.manual_seed(cols + 1)
+    x = (2 * torch.randn(3, 77, cols, device=DEV)).bfloat16().requires_grad_()
+    w = torch.randn(cols, device=DEV).bfloat16().requires_grad_()
+    b = torch.randn(cols, device=DEV).bfloat16().requires_grad_()
+    g = torch.randn(3, 77, cols, device=DEV).bfloat16()
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    for kind in ("rms", "layer"):
+        poison_allocator()
+        if kind == "rms":
+            y = kiln.rms_norm(x, w)
+            yd = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd
+            got = torch.autograd.grad(y, (x, w), g)
+            want = torch.autograd.grad(yd, (xd, wd), g.double())
+        else:
+            y = kiln.layer_norm(x, w, b)
+            yd = F.layer_norm(xd, (cols,), wd, bd, 1e-5)
+            got = torch.autograd.grad(y, (x, w, b), g)
+            want = torch.autograd.grad(yd, (xd, wd, bd), g.double())
+        assert rel(y, yd) < 1e-2, kind
+        for name, a, r in zip("xwb", got, want):
+            assert a.shape == r.shape and torch.isfinite(a).all(), (kind, name)
+            assert rel(a, r) < 1e-2, (kind, name)
+    (dw,) = torch.autograd.grad(kiln.rms_norm(x.detach(), w).float().sum(), w)
+    yd = xd.detach() * torch.rsqrt(
+        xd.detach().pow(2).mean(-1, keepdim=True) + 1e-6) * wd
+    (dw_ref,) = torch.autograd.grad(yd.sum(), wd)
+    assert rel(dw, dw_ref) < 1e-2
