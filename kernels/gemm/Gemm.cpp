@@ -94,8 +94,10 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
     throw Error("gemm: groupM must be >= 0 (0 or 1: row blocks fastest), "
                 "got " +
                 std::to_string(c.groupM));
-  if (c.splitK < 1)
-    throw Error("gemm: splitK must be >= 1, got " + std::to_string(c.splitK));
+  if (c.splitK < 1 || c.splitK > 65535) // a grid dimension past x
+    throw Error("gemm: splitK must be in [1, 65535] (the ranges are a grid "
+                "dimension), got " +
+                std::to_string(c.splitK));
   if (c.splitK > 1 && (s.outDtype != DType::f32 || s.bias || s.residual ||
                        s.preActivation || s.activation != GemmActivation::None))
     throw Error("gemm: splitK > 1 adds each range's product into C by "

@@ -273,6 +273,11 @@ TEST(GemmOnCpu, SplitKAddsEveryRangeIntoC) {
   EXPECT_THROW(kernels::gemm({M, N, K, bf16, bf16}, c), Error);
   c.splitK = 0;
   EXPECT_THROW(kernels::gemm({M, N, K, bf16, DType::f32}, c), Error);
+  c.splitK = 100000; // past a grid dimension's 65535
+  EXPECT_THAT(test::errorOf([&] {
+                kernels::gemm({M, N, K, bf16, DType::f32}, c);
+              }),
+              ::testing::HasSubstr("splitK must be in [1, 65535]"));
 }
 
 INSTANTIATE_TEST_SUITE_P(
