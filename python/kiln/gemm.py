@@ -92,8 +92,9 @@ def linear(x, weight_t, bias=None, activation="none"):
     """act(x @ weight_t + bias) in one kernel (the bias and activation in
     the GEMM's epilogue): x (..., K) (as torch.nn.functional.linear's
     input: its leading dimensions are the GEMM's M rows), weight_t (K, N),
-    bias (N,), bf16, the result (..., N) bf16; activation "none", "relu" or "gelu" (tanh form, as
-    torch's approximate='tanh'). Differentiable in x, weight_t and bias.
+    bias (N,), bf16, the result (..., N) bf16; activation "none", "relu"
+    or "gelu" (tanh form, as torch's approximate='tanh'). Differentiable
+    in x, weight_t and bias.
     weight_t may be the transpose of an nn.Linear's (N, K) weight
     (`layer.weight.t()`): that is read as it is stored (the kernel takes it
     N x K), not copied. Where N is not a multiple of 8 (rows of 16-byte
