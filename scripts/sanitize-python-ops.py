@@ -4,8 +4,8 @@
 Meant to run under compute-sanitizer (scripts/sanitize-kernels.sh --python
 does: a first run without it tunes and fills the caches, so that the
 sanitized run launches only the kernels a user's call would). Covers what
-`kiln run` does not: RMSNorm, LayerNorm, rotary (forward and backward),
-cross-entropy (forward and backward), linear with a bias and GELU,
+`kiln run` does not: RMSNorm, LayerNorm, rotary, cross-entropy and linear
+with a bias and GELU (each forward and backward),
 attention_qkvpacked and attention through autograd, deterministic dQ,
 decoding (few queries on many keys). Exits 1 if a result is off.
 """
@@ -37,6 +37,23 @@ def norms():
           xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd)
     check("layer_norm", kiln.layer_norm(x, w, b),
           torch.nn.functional.layer_norm(xd, (1024,), wd, bd, 1e-5))
+    # The gradients at a row length that is not a power of two (masked
+    # columns), 231 rows over the backward's programs.
+    x, w, b = (t[..., :300].contiguous().requires_grad_() for t in (x, w, b))
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    g = torch.randn_like(x)
+    got = torch.autograd.grad(kiln.layer_norm(x, w, b), (x, w, b), g)
+    want = torch.autograd.grad(
+        torch.nn.functional.layer_norm(xd, (300,), wd, bd, 1e-5), (xd, wd, bd),
+        g.double())
+    for name, a, r in zip(("dx", "dw", "db"), got, want):
+        check(f"layer_norm backward {name}", a, r)
+    got = torch.autograd.grad(kiln.rms_norm(x, w), (x, w), g)
+    want = torch.autograd.grad(
+        xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd,
+        (xd, wd), g.double())
+    for name, a, r in zip(("dx", "dw"), got, want):
+        check(f"rms_norm backward {name}", a, r)
 
 
 def rotary():
@@ -82,6 +99,20 @@ def linear():
     want = torch.nn.functional.gelu(x.double() @ w.double() + b.double(),
                                     approximate="tanh")
     check("linear gelu", kiln.linear(x, w, b, "gelu"), want)
+    # With a gradient (the forward also writes Z; dX, dW by GEMMs reading
+    # operands as stored), an nn.Linear weight and x of three dimensions.
+    x = torch.randn(2, 500, 768, device=DEV).bfloat16().requires_grad_()
+    w = (torch.randn(1024, 768, device=DEV) / 28).bfloat16().requires_grad_()
+    b = torch.randn(1024, device=DEV).bfloat16().requires_grad_()
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    y = kiln.linear(x, w.t(), b, "gelu")
+    yd = torch.nn.functional.gelu(xd @ wd.t() + bd, approximate="tanh")
+    check("linear gelu (B, S, K)", y, yd)
+    g = torch.randn_like(y)
+    got = torch.autograd.grad(y, (x, w, b), g)
+    want = torch.autograd.grad(yd, (xd, wd, bd), g.double())
+    for name, a, r in zip(("dx", "dw", "db"), got, want):
+        check(f"linear backward {name}", a, r)
 
 
 def reference(q, k, v, causal):
