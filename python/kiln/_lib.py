@@ -113,14 +113,13 @@ assert _TENSOR.size == ctypes.sizeof(_Tensor)
 
 
 def _fields(t, bshd):
-    """kiln_c_tensor's fields for `t`: a (B, H, N, D) view of it, (B, N, H, D)
-    permuted."""
+    """kiln_c_tensor's fields for `t` (1 to 4 dimensions, the unused ones
+    0): a 4-D (B, N, H, D) tensor seen as (B, H, N, D) where bshd."""
     s, st = t.shape, t.stride()
-    if len(s) == 3:
-        return (t.data_ptr(), *s, 0, *st, 0)
-    if bshd:
+    if bshd and len(s) == 4:
         return (t.data_ptr(), s[0], s[2], s[1], s[3], st[0], st[2], st[1], st[3])
-    return (t.data_ptr(), *s, *st)
+    pad = (0,) * (4 - len(s))
+    return (t.data_ptr(), *s, *pad, *st, *pad)
 
 
 def _packed(tensors):
@@ -232,31 +231,15 @@ def backward(q, k, v, o, do, lse, workspace, dq, dk, dv, causal, scale, bshd,
     _check(code, buf)
 
 
-_ROWS = struct.Struct("<" + "Q4q4q" * 4)
-
-
 def row_norm(kind, x, w, b, y, eps, stream, device):
     """kiln_c_row_norm: 0 RMSNorm, 1 LayerNorm (b ignored for 0). x and y
     are 2-D contiguous, w and b 1-D contiguous."""
     lib = _lib or library()
     buf = _error_buffer()
-    R, C = x.shape
-    b = w if b is None else b
-    keep = ctypes.create_string_buffer(_ROWS.pack(
-        x.data_ptr(), R, C, 0, 0, C, 1, 0, 0,
-        w.data_ptr(), C, 0, 0, 0, 1, 0, 0, 0,
-        b.data_ptr(), C, 0, 0, 0, 1, 0, 0, 0,
-        y.data_ptr(), R, C, 0, 0, C, 1, 0, 0))
-    base = ctypes.addressof(keep)
-    size = _TENSOR.size
-    code = lib.kiln_c_row_norm(kind, base, base + size, base + 2 * size,
-                               base + 3 * size, eps, stream, device, buf,
-                               len(buf))
+    keep, p = _packed([(t, False) for t in (x, w, w if b is None else b, y)])
+    code = lib.kiln_c_row_norm(kind, *p, eps, stream, device, buf, len(buf))
     del keep
     _check(code, buf, "kiln.layer_norm" if kind else "kiln.rms_norm")
-
-
-_ROWS_BWD = struct.Struct("<" + "Q4q4q" * 6)
 
 
 def row_norm_backward(kind, x, w, dy, dx, dwp, dbp, eps, stream, device):
@@ -264,21 +247,10 @@ def row_norm_backward(kind, x, w, dy, dx, dwp, dbp, eps, stream, device):
     contiguous, dwp and dbp (P, C) contiguous fp32 (dbp ignored for 0)."""
     lib = _lib or library()
     buf = _error_buffer()
-    R, C = x.shape
-    P = dwp.shape[0]
-    dbp = dwp if dbp is None else dbp
-    keep = ctypes.create_string_buffer(_ROWS_BWD.pack(
-        x.data_ptr(), R, C, 0, 0, C, 1, 0, 0,
-        w.data_ptr(), C, 0, 0, 0, 1, 0, 0, 0,
-        dy.data_ptr(), R, C, 0, 0, C, 1, 0, 0,
-        dx.data_ptr(), R, C, 0, 0, C, 1, 0, 0,
-        dwp.data_ptr(), P, C, 0, 0, C, 1, 0, 0,
-        dbp.data_ptr(), P, C, 0, 0, C, 1, 0, 0))
-    base = ctypes.addressof(keep)
-    size = _TENSOR.size
-    code = lib.kiln_c_row_norm_backward(
-        kind, *(base + i * size for i in range(6)), eps, stream, device, buf,
-        len(buf))
+    keep, p = _packed([(t, False) for t in
+                       (x, w, dy, dx, dwp, dwp if dbp is None else dbp)])
+    code = lib.kiln_c_row_norm_backward(kind, *p, eps, stream, device, buf,
+                                        len(buf))
     del keep
     _check(code, buf, "kiln.layer_norm" if kind else "kiln.rms_norm")
 

@@ -143,11 +143,17 @@ def linear(x, weight_t, bias=None, activation="none"):
                          f"{tuple(bias.shape)}")
     if x.shape[-1] == 0:
         raise ValueError("kiln.linear: K = 0 (x has no columns)")
-    if x.dim() != 2:  # the leading dimensions are the GEMM's rows
-        y = linear(x.reshape(-1, x.shape[-1]), weight_t, bias, activation)
-        return y.view(*x.shape[:-1], N)
-    act = _ACTIVATIONS[activation]
     traced = traced or x.device.type == "meta" or type(x) is not torch.Tensor
+    # The leading dimensions are the GEMM's rows.
+    rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+    y = _linear_rows(rows, weight_t, bias, _ACTIVATIONS[activation], grad,
+                     traced)
+    return y if x.dim() == 2 else y.view(*x.shape[:-1], N)
+
+
+def _linear_rows(x, weight_t, bias, act, grad, traced):
+    """kiln.linear of checked 2-D x, through the op or Function that the
+    call needs."""
     if grad and traced:
         return torch.ops.kiln.linear_train(x, weight_t, bias, act)[0]
     if grad:  # a custom op's dispatch cost ~0.4 ms of host time a step

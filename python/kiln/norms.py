@@ -46,7 +46,6 @@ def _check(name, x, params, eps):
     if (type(eps) not in (int, float) or not math.isfinite(eps) or eps < 0):
         raise ValueError(f"kiln.{name}: eps must be a finite number >= 0, "
                          f"got {eps!r}")
-    return device
 
 
 def _forward(kind, rows, w, b, eps):

@@ -248,11 +248,13 @@ attentionChecked(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
     if (t->dim() != 4 || t->scalar_type() != q.scalar_type() ||
         t->device() != q.device() || t->stride(3) != 1 || t->numel() == 0)
       return std::nullopt;
-    if (t != &q) // K and V as the kernels read them fast
+    if (t != &q) { // K and V as the kernels read them fast
+      if (!kiln_ext::aligned(*t))
+        return std::nullopt;
       for (int i = 0; i < 3; ++i)
-        if (t->stride(i) * elementBytes % 16 ||
-            reinterpret_cast<uintptr_t>(t->data_ptr()) % 16)
+        if (t->stride(i) * elementBytes % 16)
           return std::nullopt;
+    }
   }
   const int64_t heads = bshd ? 2 : 1, D = q.size(3);
   if ((D != 64 && D != 128) || k.size(0) != q.size(0) ||
