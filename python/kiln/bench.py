@@ -30,7 +30,6 @@ is_causal), where the square rows keep the peers' N²/2.
 """
 import argparse
 import json
-import math
 import sys
 import time
 
