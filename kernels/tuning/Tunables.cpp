@@ -7,6 +7,7 @@
 #include "kiln/kernels/Rotary.h"
 #include "kiln/runtime/Cuda.h"
 
+#include <algorithm>
 #include <bit>
 
 namespace kiln::kernels {
@@ -66,6 +67,10 @@ std::unique_ptr<AutotunedKernel> rowNormBackwardTuned(bool layer, int64_t cols,
                  return layer ? layerNormBackward(cols, c, eps)
                               : rmsNormBackward(cols, c, eps);
                });
+}
+
+int64_t rowNormBackwardPrograms(int64_t rows, int64_t sms) {
+  return std::max<int64_t>(1, std::min(rows, 2 * std::max<int64_t>(1, sms)));
 }
 
 std::string rowNormKey(int64_t rows, int64_t cols) {
@@ -148,14 +153,13 @@ TuneProblem rowNormProblem(bool layer, const TuneSizes &s) {
   return p;
 }
 
-/// The gradients' problem as kiln.rms_norm's backward launches it: P = two
-/// programs per SM (python/kiln/norms.py's _programs), at most one a row.
+/// The gradients' problem as kiln.rms_norm's backward launches it.
 TuneProblem rowNormBackwardProblem(bool layer, const TuneSizes &s) {
   const int64_t R = s.at("rows"), C = s.at("cols");
   if (R < 1 || C < 1)
     throw Error("--rows and --cols must be positive");
   const int64_t sms = cuda::available() ? cuda::device().smCount : 132;
-  const int64_t P = std::min<int64_t>(R, 2 * sms);
+  const int64_t P = rowNormBackwardPrograms(R, sms);
   TuneProblem p{rowNormBackwardTuned(layer, C, layer ? 1e-5 : 1e-6),
                 rowNormKey(R, C)};
   p.tensors.emplace("X", randomTensor(DType::bf16, {R, C}, 1, -3, 3));

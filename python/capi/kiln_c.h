@@ -100,14 +100,19 @@ KILN_C_API int kiln_c_row_norm(int kind, const kiln_c_tensor *x,
 /* The gradients of kiln_c_row_norm: dx (as x) from x, w and dy (bf16,
  * rows contiguous), and the fp32 partial sums dw_partial (and, kind 1,
  * db_partial) (P, cols), one row per program of P: dW (dB) is the sum of
- * their rows, which the caller takes. P (any >= 1; about two per SM keeps
- * every SM busy) is dw_partial's row count. b_partial is ignored for
- * kind 0. */
+ * their rows, which the caller takes. P (any >= 1;
+ * kiln_c_row_norm_backward_programs gives the one kiln tunes for) is
+ * dw_partial's row count. b_partial is ignored for kind 0. */
 KILN_C_API int kiln_c_row_norm_backward(
     int kind, const kiln_c_tensor *x, const kiln_c_tensor *w,
     const kiln_c_tensor *dy, const kiln_c_tensor *dx,
     const kiln_c_tensor *dw_partial, const kiln_c_tensor *db_partial,
     double eps, void *stream, int device, char *error, size_t error_size);
+
+/* The P kiln_c_row_norm_backward is tuned for at `rows` rows on a GPU of
+ * `sm_count` SMs (two programs per SM, at most one a row). */
+KILN_C_API int64_t kiln_c_row_norm_backward_programs(int64_t rows,
+                                                     int64_t sm_count);
 
 /* A tensor argument of a library kernel, by the kernel's name for it. */
 typedef struct {

@@ -112,6 +112,10 @@ int kiln_c_row_norm_backward(int kind, const kiln_c_tensor *x,
   });
 }
 
+int64_t kiln_c_row_norm_backward_programs(int64_t rows, int64_t smCount) {
+  return kernels::rowNormBackwardPrograms(rows, smCount);
+}
+
 int kiln_c_op(const char *op, int64_t option,
               const kiln_c_named_tensor *tensors, int count, void *stream,
               int device, char *error, size_t error_size) {

@@ -1,8 +1,8 @@
 """kiln.attention's eager autograd in C++ (csrc/attention_autograd.cpp), and
-kiln_c_op's launches without ctypes (csrc/ops.cpp: the row norms' common case
-decided and launched in one call, cross-entropy's tensors packed in C++;
-csrc/linear.cpp and rotary.cpp: kiln.linear's and kiln.rotary's common
-cases, with a gradient C++ Functions).
+kiln_c_op's launches without ctypes (csrc/ops.cpp; csrc/linear.cpp,
+rotary.cpp, norms.cpp and cross_entropy.cpp: kiln.linear's, kiln.rotary's,
+the row norms' and kiln.cross_entropy's common cases checked and run in one
+call, with a gradient C++ Functions).
 
 A Python autograd.Function's backward runs in autograd's device thread under
 the GIL: at D=64 N=2048 that host time before the first kernel read 2.5% of
@@ -51,7 +51,7 @@ def _build():
     # never bound to a newer library.
     sources = [os.path.join(here, "csrc", f)
                for f in ("attention_autograd.cpp", "ops.cpp", "linear.cpp",
-                         "rotary.cpp")]
+                         "rotary.cpp", "norms.cpp", "cross_entropy.cpp")]
     digest = hashlib.sha1()
     for path in [os.path.join(here, os.pardir, "capi", "kiln_c.h"),
                  os.path.join(here, "csrc", "ops.h")] + sources:
@@ -84,7 +84,9 @@ def _build():
             lib.kiln_c_attention_backward,
             lib.kiln_c_attention_backward_workspace)))
         m.bind_op(*(ctypes.cast(f, ctypes.c_void_p).value
-                    for f in (lib.kiln_c_op, lib.kiln_c_row_norm)))
+                    for f in (lib.kiln_c_op, lib.kiln_c_row_norm,
+                              lib.kiln_c_row_norm_backward,
+                              lib.kiln_c_row_norm_backward_programs)))
         return m
     except Exception as e:  # no compiler, headers or ninja: say so, go on
         print(f"kiln: the C++ autograd path is unavailable ({type(e).__name__}:"

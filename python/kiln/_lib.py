@@ -99,6 +99,8 @@ def _declare(lib):
                                              [ctypes.c_double, ctypes.c_void_p,
                                               ctypes.c_int] + err)
     lib.kiln_c_row_norm_backward.restype = ctypes.c_int
+    lib.kiln_c_row_norm_backward_programs.argtypes = [ctypes.c_int64] * 2
+    lib.kiln_c_row_norm_backward_programs.restype = ctypes.c_int64
     lib.kiln_c_op.argtypes = ([ctypes.c_char_p, ctypes.c_int64,
                                ctypes.c_void_p, ctypes.c_int,
                                ctypes.c_void_p, ctypes.c_int] + err)
@@ -240,6 +242,13 @@ def row_norm(kind, x, w, b, y, eps, stream, device):
     code = lib.kiln_c_row_norm(kind, *p, eps, stream, device, buf, len(buf))
     del keep
     _check(code, buf, "kiln.layer_norm" if kind else "kiln.rms_norm")
+
+
+def row_norm_backward_programs(rows, sm_count):
+    """kiln_c_row_norm_backward_programs: the partial rows of dW (and dB)
+    the backward is tuned for."""
+    return (_lib or library()).kiln_c_row_norm_backward_programs(rows,
+                                                                 sm_count)
 
 
 def row_norm_backward(kind, x, w, dy, dx, dwp, dbp, eps, stream, device):

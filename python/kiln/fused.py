@@ -175,11 +175,23 @@ class _CrossEntropy(torch.autograd.Function):
         return dx, None, None, None
 
 
+_REDUCTIONS = {"mean": 0, "sum": 1, "none": 2}
+
+
 def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
     """Softmax cross-entropy of bf16 logits (R, V) against int64 labels (R,),
     as torch.nn.functional.cross_entropy (labels equal to ignore_index count
     for nothing; reduction "mean", "sum" or "none"). One pass over each row
     (an online logsumexp) forward, one backward; differentiable in logits."""
+    # The common case checked and run in C++ (csrc/cross_entropy.cpp).
+    if (type(logits) is torch.Tensor and type(labels) is torch.Tensor and
+            type(ignore_index) is int and -2**63 <= ignore_index < 2**63 and
+            type(reduction) is str and reduction in _REDUCTIONS and
+            logits.is_cuda and (cpp := _cpp.module()) is not None):
+        out = cpp.cross_entropy(logits, labels, ignore_index,
+                                _REDUCTIONS[reduction])
+        if out is not None:
+            return out
     _need_tensor("cross_entropy", "logits", logits, (torch.bfloat16,))
     _need_tensor("cross_entropy", "labels", labels, (torch.int64,),
                  logits.device)

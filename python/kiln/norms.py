@@ -60,14 +60,13 @@ _sm_counts = {}
 
 
 def _programs(rows, device):
-    """The backward's programs: two per SM (each walks its share of the row
-    blocks and writes one row of partial dW / dB sums), at most one per
-    row."""
+    """The backward's programs (each walks its share of the row blocks and
+    writes one row of partial dW / dB sums), as kiln tunes them."""
     sms = _sm_counts.get(device.index)
     if sms is None:
         sms = _sm_counts[device.index] = torch.cuda.get_device_properties(
             device).multi_processor_count
-    return max(1, min(rows, 2 * sms))
+    return _lib.row_norm_backward_programs(rows, sms)
 
 
 class _RowNorm(torch.autograd.Function):
@@ -86,20 +85,18 @@ class _RowNorm(torch.autograd.Function):
         dy = dy.contiguous()  # autograd may hand it expanded
         R, C = x.shape
         dx = torch.empty_like(x)
-        P = _programs(R, x.device)
-        dwp = torch.empty(P, C, device=x.device, dtype=torch.float32)
-        dbp = torch.empty_like(dwp) if ctx.kind else None
+        # dW's (and dB's) partial rows in one buffer: one sum, one cast.
+        partial = torch.empty(1 + ctx.kind, _programs(R, x.device), C,
+                              device=x.device, dtype=torch.float32)
         if R:
-            _lib.row_norm_backward(ctx.kind, x, w, dy, dx, dwp, dbp, ctx.eps,
+            _lib.row_norm_backward(ctx.kind, x, w, dy, dx, partial[0],
+                                   partial[-1], ctx.eps,
                                    _raw_stream(x.device.index),
                                    x.device.index)
         else:
-            dwp.zero_()
-            if dbp is not None:
-                dbp.zero_()
-        dw = dwp.sum(0).to(w.dtype)
-        db = dbp.sum(0).to(w.dtype) if dbp is not None else None
-        return None, dx, dw, db, None
+            partial.zero_()
+        sums = partial.sum(1).to(w.dtype)
+        return None, dx, sums[0], sums[1] if ctx.kind else None, None
 
 
 def _run(kind, name, x, w, b, eps):
@@ -120,7 +117,8 @@ def _run(kind, name, x, w, b, eps):
 
 def _fast(kind, x, w, b, eps):
     """The common case (a contiguous bf16 x, contiguous parameters on its
-    device) checked and launched in C++ (csrc/ops.cpp); None otherwise."""
+    device) checked and launched in C++, with a gradient through a C++
+    Function (csrc/norms.cpp); None otherwise."""
     if (type(x) is torch.Tensor and type(w) is torch.Tensor and
             (b is None or type(b) is torch.Tensor) and type(eps) is float and
             x.is_cuda and (cpp := _cpp.module()) is not None):

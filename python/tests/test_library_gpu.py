@@ -306,7 +306,7 @@ def test_linear_gradient_runs_from_cpp_as_python_does(activation, layout):
 
 def test_norms_common_case_launches_from_cpp(monkeypatch):
     # A contiguous bf16 x with contiguous parameters is checked and launched
-    # in C++ (csrc/ops.cpp); anything else returns None there and the Python
+    # in C++ (csrc/norms.cpp); anything else returns None there and the Python
     # path checks it (and names the problem). The same kernel: the same bits.
     from kiln import _cpp, norms
     cpp = _cpp.module()
@@ -324,9 +324,27 @@ def test_norms_common_case_launches_from_cpp(monkeypatch):
     assert cpp.row_norm(0, x, w, None, float("nan")) is None
     with pytest.raises(ValueError, match="eps"):
         kiln.rms_norm(x, w, float("nan"))
+    # With a gradient: a C++ Function (csrc/norms.cpp), the Python
+    # Function's kernels and sums, an expanded dY (from .sum()) too.
+    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+    g = torch.randn_like(x)
+
+    def grads():
+        y = kiln.layer_norm(xg, wg, bg)
+        out = (y, y.grad_fn.name(), *torch.autograd.grad(y, (xg, wg, bg), g),
+               *torch.autograd.grad(kiln.rms_norm(xg, wg).sum(), (xg, wg)))
+        return out[:2], out[2:]
+
+    (y, fn), got = grads()
+    assert "CppNode" in fn and "RowNorm" in fn, fn
+    assert torch.equal(y, ln)
     monkeypatch.setattr(norms._cpp, "module", lambda: None)
     assert torch.equal(rms, kiln.rms_norm(x, w))
     assert torch.equal(ln, kiln.layer_norm(x, w, b))
+    (y_py, fn_py), want = grads()
+    assert "CppNode" not in fn_py and torch.equal(y_py, ln)
+    for a, r in zip(got, want):
+        assert a.shape == r.shape and torch.equal(a, r)
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
@@ -375,6 +393,54 @@ def test_rotary_common_case_runs_from_cpp_as_python_does(layout):
     with pytest.raises(ValueError, match="power of two"):
         kiln.rotary(x[..., :48], cos[:, :24].contiguous(),
                     sin[:, :24].contiguous(), layout=layout)
+
+
+def test_cross_entropy_common_case_runs_from_cpp_as_python_does():
+    # kiln.cross_entropy's common case is checked and run in C++ (with a
+    # gradient a C++ Function): the same bits as the Python path for each
+    # reduction, ignored labels and a row-strided slice of logits too; None
+    # for what the Python checks refuse, which then names the problem.
+    from kiln import _cpp, fused
+    cpp = _cpp.module()
+    assert cpp is not None, "the C++ extension did not build"
+    torch.manual_seed(17)
+    wide = (3 * torch.randn(300, 5000 + 8, device=DEV)).bfloat16()
+    logits = wide[:, :5000]  # row stride 5008
+    labels = torch.randint(0, 5000, (300,), device=DEV)
+    labels[::7] = -100
+
+    gs = {"mean": torch.tensor(0.7, device=DEV), "sum": torch.tensor(
+        1.3, device=DEV), "none": torch.rand(300, device=DEV) + 0.5}
+
+    def run():
+        out = []
+        for reduction, g in gs.items():
+            lg = logits.detach().requires_grad_()
+            loss = kiln.cross_entropy(lg, labels, reduction=reduction)
+            out += [loss, kiln.cross_entropy(logits, labels,
+                                             reduction=reduction),
+                    torch.autograd.grad(loss, lg, g)[0], loss.grad_fn.name()]
+        return out
+
+    poison_allocator()
+    fast = run()
+    assert all("CppNode" in n for n in fast[3::4]), fast[3::4]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fused._cpp, "module", lambda: None)
+        slow = run()
+    assert not any("CppNode" in n for n in slow[3::4]), slow[3::4]
+    for a, b in zip(fast, slow):
+        if isinstance(a, torch.Tensor):
+            assert torch.isfinite(a).all() and torch.equal(a, b)
+    assert cpp.cross_entropy(logits.float(), labels, -100, 0) is None
+    assert cpp.cross_entropy(logits, labels.int(), -100, 0) is None
+    assert cpp.cross_entropy(logits, labels[:299], -100, 0) is None
+    assert cpp.cross_entropy(logits.t().contiguous().t(), labels, -100,
+                             0) is None
+    with pytest.raises(ValueError, match="labels must have shape"):
+        kiln.cross_entropy(logits, labels[:299])
+    with pytest.raises(ValueError, match="reduction"):
+        kiln.cross_entropy(logits, labels, reduction="avg")
 
 
 @pytest.mark.parametrize("layout", ["nk", "kn"])

@@ -301,6 +301,18 @@ def test_library_loads_without_a_gpu():
     assert out.stdout.split() == ["0.1.0", "0", "0"], out.stderr[-2000:]
 
 
+def test_row_norm_backward_programs():
+    # The partial rows of dW the norms' backward is tuned for, from one
+    # place (kernels/Tunables.cpp) for Python, C++ and `kiln tune`: two per
+    # SM, at most one a row, at least one.
+    if not os.path.exists(os.environ.get("KILN_LIBRARY", "")) and not any(
+            os.path.exists(p) for p in kiln._lib._candidates()[:2]):
+        pytest.skip("SKIPPED: libkiln_c.so is not built")
+    f = kiln._lib.row_norm_backward_programs
+    assert [f(r, 132) for r in (1, 5, 264, 16384)] == [1, 5, 264, 264]
+    assert f(0, 132) == 1 and f(100, 0) == 2
+
+
 def test_cpp_autograd_builds_and_binds():
     # The eager path's C++ autograd Function, built against this torch (no
     # GPU needed to build it; it calls libkiln_c only when it launches).

@@ -281,13 +281,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention_checked", &attentionChecked);
   m.def("attention_qkvpacked", &attentionPacked);
   m.def("bind", &bind);
-  m.def("bind_op", [](int64_t op, int64_t rowNorm) {
+  m.def("bind_op", [](int64_t op, int64_t rowNorm, int64_t rowNormBackward,
+                      int64_t rowNormBackwardPrograms) {
     kiln_ext::opFn = reinterpret_cast<decltype(&kiln_c_op)>(op);
     kiln_ext::rowNormFn = reinterpret_cast<decltype(&kiln_c_row_norm)>(rowNorm);
+    kiln_ext::rowNormBackwardFn =
+        reinterpret_cast<decltype(&kiln_c_row_norm_backward)>(rowNormBackward);
+    kiln_ext::rowNormBackwardProgramsFn =
+        reinterpret_cast<decltype(&kiln_c_row_norm_backward_programs)>(
+            rowNormBackwardPrograms);
   });
   m.def("op", &kiln_ext::op);
   m.def("linear", &kiln_ext::linear);
   m.def("linear_train", &kiln_ext::linearTrain);
   m.def("row_norm", &kiln_ext::rowNorm);
   m.def("rotary", &kiln_ext::rotary);
+  m.def("cross_entropy", &kiln_ext::crossEntropy);
 }

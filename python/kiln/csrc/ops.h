@@ -13,6 +13,8 @@ namespace kiln_ext {
 
 extern decltype(&kiln_c_op) opFn;
 extern decltype(&kiln_c_row_norm) rowNormFn;
+extern decltype(&kiln_c_row_norm_backward) rowNormBackwardFn;
+extern decltype(&kiln_c_row_norm_backward_programs) rowNormBackwardProgramsFn;
 
 /// `t` as the C API takes it, under the kernel's name for it.
 kiln_c_named_tensor named(const char *name, const at::Tensor &t);
@@ -37,8 +39,9 @@ inline bool rowsAligned(const at::Tensor &t) {
 }
 
 /// The entries bound in attention_autograd.cpp's module (ops.cpp,
-/// linear.cpp, rotary.cpp); the optional ones return None for the Python
-/// path.
+/// linear.cpp, rotary.cpp, norms.cpp,
+/// cross_entropy.cpp); the optional ones return None for the
+/// Python path.
 void op(const std::string &name, int64_t option,
         const std::vector<std::string> &names,
         const std::vector<at::Tensor> &tensors, int64_t device,
@@ -54,6 +57,9 @@ std::optional<at::Tensor> rotary(const at::Tensor &x, const at::Tensor &cos,
                                  const at::Tensor &sin,
                                  const std::optional<at::Tensor> &positions,
                                  bool bshd);
+std::optional<at::Tensor> crossEntropy(const at::Tensor &logits,
+                                       const at::Tensor &labels,
+                                       int64_t ignoreIndex, int64_t reduction);
 std::optional<at::Tensor> linearTrain(const at::Tensor &x, const at::Tensor &w,
                                       const std::optional<at::Tensor> &bias,
                                       int64_t activation);

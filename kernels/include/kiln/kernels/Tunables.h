@@ -29,6 +29,9 @@ std::string rowNormKey(int64_t rows, int64_t cols);
 /// are what the tests check.
 std::unique_ptr<AutotunedKernel> rowNormBackwardTuned(bool layer, int64_t cols,
                                                       double eps);
+/// The backward's programs P (dW's partial rows) for `rows` on a GPU of
+/// `sms` SMs: two per SM keep every SM busy; at most one a row.
+int64_t rowNormBackwardPrograms(int64_t rows, int64_t sms);
 
 /// Rotary embedding (or its inverse) of head dimension D: "kiln.rotary" /
 /// "kiln.rotary_inverse", key rotaryKey(H, T, D).
