@@ -8,11 +8,21 @@ GPU; launched on torch's current stream. bf16 CUDA tensors.
     q = kiln.rotary(q, cos, sin)                    # (B, N, H, D), autograd
     loss = kiln.cross_entropy(logits, labels)       # mean, autograd
     y = kiln.linear(x, w_t, bias, activation="gelu")  # x @ w_t + bias, GELU
+
+Eager calls run from C++ where the extension is built (csrc/rotary.cpp,
+csrc/cross_entropy.cpp), else through the autograd Functions below; traced
+calls (torch.compile, meta tensors, functorch) through torch.ops.kiln.rotary
+and torch.ops.kiln.cross_entropy_rows (with its backward op), with fake
+implementations.
 """
+from typing import Optional
+
 import torch
 
 from . import _cpp, _lib
-from .ops import _stream
+from .ops import _plain, _plain_or_none, _stream, _traced
+
+_ON = ("cuda", "meta")  # where a traced call's tensors may be
 
 
 def _need_tensor(fn, name, t, dtypes, device=None, types=("cuda",)):
@@ -86,6 +96,35 @@ class _Rotary(torch.autograd.Function):
                 None, None, None)
 
 
+@torch.library.custom_op("kiln::rotary", mutates_args=(), device_types="cuda")
+def _rotary_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               positions: Optional[torch.Tensor], bshd: bool,
+               inverse: bool) -> torch.Tensor:
+    return _rotary_run(x, cos, sin, positions, bshd, inverse)
+
+
+@_rotary_op.register_fake
+def _(x, cos, sin, positions, bshd, inverse):
+    if x.stride(0) != x.shape[1] * x.stride(1) or x.stride(3) != 1:
+        x = x.contiguous()  # as _rotary_run
+    return torch.empty_like(x)
+
+
+def _rotary_setup(ctx, inputs, output):
+    _, cos, sin, positions, ctx.bshd, ctx.inverse = inputs
+    ctx.save_for_backward(cos, sin, positions)
+
+
+def _rotary_backward(ctx, dy):
+    cos, sin, positions = ctx.saved_tensors
+    return (torch.ops.kiln.rotary(dy, cos, sin, positions, ctx.bshd,
+                                  not ctx.inverse), None, None, None, None,
+            None)
+
+
+_rotary_op.register_autograd(_rotary_backward, setup_context=_rotary_setup)
+
+
 def rotary(x, cos, sin, positions=None, *, layout="bshd"):
     """Rotary position embedding, the rotate-half form (GPT-NeoX, Llama):
     with x1, x2 the halves of each head's vector and c, s the rows of cos
@@ -97,17 +136,16 @@ def rotary(x, cos, sin, positions=None, *, layout="bshd"):
     Differentiable in x."""
     # The common case checked and launched in C++ (csrc/rotary.cpp; with a
     # gradient a C++ Function): ~47 us of host time a call from here.
-    if (type(x) is torch.Tensor and type(cos) is torch.Tensor and
-            type(sin) is torch.Tensor and
-            (positions is None or type(positions) is torch.Tensor) and
+    if (not _traced() and _plain(x) and _plain(cos) and _plain(sin) and
+            _plain_or_none(positions) and
             (layout == "bshd" or layout == "bhsd") and x.is_cuda and
             (cpp := _cpp.module()) is not None):
         y = cpp.rotary(x, cos, sin, positions, layout == "bshd")
         if y is not None:
             return y
-    _need_tensor("rotary", "x", x, (torch.bfloat16,))
+    _need_tensor("rotary", "x", x, (torch.bfloat16,), types=_ON)
     for name, t in (("cos", cos), ("sin", sin)):
-        _need_tensor("rotary", name, t, (torch.float32,), x.device)
+        _need_tensor("rotary", name, t, (torch.float32,), x.device, _ON)
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"kiln.rotary: layout must be 'bshd' or 'bhsd', got "
                          f"{layout!r}")
@@ -127,25 +165,44 @@ def rotary(x, cos, sin, positions=None, *, layout="bshd"):
         raise ValueError("kiln.rotary: cos and sin must have one shape")
     if positions is not None:
         _need_tensor("rotary", "positions", positions,
-                     (torch.int32, torch.int64), x.device)
+                     (torch.int32, torch.int64), x.device, _ON)
         if tuple(positions.shape) != (N,):
             raise ValueError(f"kiln.rotary: positions must have shape ({N},),"
                              f" got {tuple(positions.shape)}")
+    if _traced() or x.device.type == "meta" or not _plain(x):
+        return torch.ops.kiln.rotary(x, cos, sin, positions,
+                                     layout == "bshd", False)
     if torch.is_grad_enabled() and x.requires_grad:
         return _Rotary.apply(x, cos, sin, positions, layout == "bshd")
     return _rotary_run(x, cos, sin, positions, layout == "bshd", False)
 
 
+def _ce_rows(logits, labels, ignore_index):
+    """Each row's loss and logsumexp (fp32)."""
+    R = logits.shape[0]
+    lse = torch.empty(R, device=logits.device, dtype=torch.float32)
+    loss = torch.empty(R, device=logits.device, dtype=torch.float32)
+    if R:
+        _op("cross_entropy_fwd", ignore_index,
+            {"X": logits, "Labels": labels, "LSE": lse, "Loss": loss},
+            logits, "kiln.cross_entropy")
+    return loss, lse
+
+
+def _ce_backward(logits, labels, lse, ignore_index, tensors):
+    """dLogits; `tensors` hold Scale (and DLoss per row)."""
+    tensors.update(X=logits, Labels=labels, LSE=lse)
+    dx = tensors["DX"] = torch.empty_like(logits)
+    if logits.shape[0]:
+        _op("cross_entropy_bwd", ignore_index, tensors, logits,
+            "kiln.cross_entropy")
+    return dx
+
+
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, labels, ignore_index, reduction):
-        R, V = logits.shape
-        lse = torch.empty(R, device=logits.device, dtype=torch.float32)
-        loss = torch.empty(R, device=logits.device, dtype=torch.float32)
-        if R:
-            _op("cross_entropy_fwd", ignore_index,
-                {"X": logits, "Labels": labels, "LSE": lse, "Loss": loss},
-                logits, "kiln.cross_entropy")
+        loss, lse = _ce_rows(logits, labels, ignore_index)
         count = None
         if reduction == "mean":
             count = (labels != ignore_index).sum().to(torch.float32)
@@ -159,7 +216,7 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         logits, labels, lse, count = ctx.saved_tensors
-        tensors = {"X": logits, "Labels": labels, "LSE": lse}
+        tensors = {}
         if ctx.reduction == "none":
             tensors["DLoss"] = grad.to(torch.float32).contiguous()
             tensors["Scale"] = torch.ones(1, device=grad.device,
@@ -167,12 +224,51 @@ class _CrossEntropy(torch.autograd.Function):
         else:
             scale = grad.to(torch.float32).reshape(1)
             tensors["Scale"] = scale / count if count is not None else scale
-        dx = torch.empty_like(logits)
-        tensors["DX"] = dx
-        if logits.shape[0]:
-            _op("cross_entropy_bwd", ctx.ignore_index, tensors, logits,
-                "kiln.cross_entropy")
-        return dx, None, None, None
+        return (_ce_backward(logits, labels, lse, ctx.ignore_index, tensors),
+                None, None, None)
+
+
+@torch.library.custom_op("kiln::cross_entropy_rows", mutates_args=(),
+                         device_types="cuda")
+def _ce_rows_op(logits: torch.Tensor, labels: torch.Tensor,
+                ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _ce_rows(logits, labels, ignore_index)
+
+
+@_ce_rows_op.register_fake
+def _(logits, labels, ignore_index):
+    R = logits.shape[0]
+    return (logits.new_empty(R, dtype=torch.float32),
+            logits.new_empty(R, dtype=torch.float32))
+
+
+@torch.library.custom_op("kiln::cross_entropy_rows_backward",
+                         mutates_args=(), device_types="cuda")
+def _ce_rows_backward_op(dloss: torch.Tensor, logits: torch.Tensor,
+                         labels: torch.Tensor, lse: torch.Tensor,
+                         ignore_index: int) -> torch.Tensor:
+    return _ce_backward(logits, labels, lse, ignore_index, {
+        "DLoss": dloss.to(torch.float32).contiguous(),
+        "Scale": torch.ones(1, device=dloss.device, dtype=torch.float32)})
+
+
+@_ce_rows_backward_op.register_fake
+def _(dloss, logits, labels, lse, ignore_index):
+    return torch.empty_like(logits)
+
+
+def _ce_setup(ctx, inputs, output):
+    logits, labels, ctx.ignore_index = inputs
+    ctx.save_for_backward(logits, labels, output[1])
+
+
+def _ce_rows_backward(ctx, dloss, dlse):
+    logits, labels, lse = ctx.saved_tensors
+    return (torch.ops.kiln.cross_entropy_rows_backward(
+        dloss, logits, labels, lse, ctx.ignore_index), None, None)
+
+
+_ce_rows_op.register_autograd(_ce_rows_backward, setup_context=_ce_setup)
 
 
 _REDUCTIONS = {"mean": 0, "sum": 1, "none": 2}
@@ -184,7 +280,7 @@ def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
     for nothing; reduction "mean", "sum" or "none"). One pass over each row
     (an online logsumexp) forward, one backward; differentiable in logits."""
     # The common case checked and run in C++ (csrc/cross_entropy.cpp).
-    if (type(logits) is torch.Tensor and type(labels) is torch.Tensor and
+    if (not _traced() and _plain(logits) and _plain(labels) and
             type(ignore_index) is int and -2**63 <= ignore_index < 2**63 and
             type(reduction) is str and reduction in _REDUCTIONS and
             logits.is_cuda and (cpp := _cpp.module()) is not None):
@@ -192,9 +288,10 @@ def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
                                 _REDUCTIONS[reduction])
         if out is not None:
             return out
-    _need_tensor("cross_entropy", "logits", logits, (torch.bfloat16,))
+    _need_tensor("cross_entropy", "logits", logits, (torch.bfloat16,),
+                 types=_ON)
     _need_tensor("cross_entropy", "labels", labels, (torch.int64,),
-                 logits.device)
+                 logits.device, _ON)
     if logits.dim() != 2 or logits.shape[1] < 1:
         raise ValueError(f"kiln.cross_entropy: logits must be (R, V), got "
                          f"shape {tuple(logits.shape)}")
@@ -206,6 +303,14 @@ def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
                          f"'sum' or 'none', got {reduction!r}")
     if logits.stride(1) != 1:
         logits = logits.contiguous()
+    if _traced() or logits.device.type == "meta" or not _plain(logits):
+        # Each row's loss from the op, reduced by torch (traced with it).
+        loss, _ = torch.ops.kiln.cross_entropy_rows(
+            logits, labels.contiguous(), int(ignore_index))
+        if reduction == "mean":
+            return loss.sum() / (labels != ignore_index).sum().to(
+                torch.float32)
+        return loss.sum() if reduction == "sum" else loss
     return _CrossEntropy.apply(logits, labels.contiguous(), int(ignore_index),
                                reduction)
 

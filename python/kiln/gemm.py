@@ -17,7 +17,7 @@ import torch
 
 from . import _cpp
 from .fused import _need_tensor, _op
-from .ops import _log_copy, _misaligned
+from .ops import _log_copy, _misaligned, _plain, _plain_or_none
 
 _ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
 
@@ -114,9 +114,8 @@ def linear(x, weight_t, bias=None, activation="none"):
     # (K, N) or nn.Linear's (N, K) transposed) decided and launched in C++:
     # 15-20 us of host time a call fewer (docs/python.md); with a gradient
     # a C++ autograd Function (csrc/linear.cpp).
-    if (not traced and type(x) is torch.Tensor and
-            type(weight_t) is torch.Tensor and
-            (bias is None or type(bias) is torch.Tensor) and x.is_cuda and
+    if (not traced and _plain(x) and _plain(weight_t) and
+            _plain_or_none(bias) and x.is_cuda and
             isinstance(activation, str) and activation in _ACTIVATIONS and
             (cpp := _cpp.module()) is not None):
         y = (cpp.linear_train if grad else cpp.linear)(
@@ -143,7 +142,7 @@ def linear(x, weight_t, bias=None, activation="none"):
                          f"{tuple(bias.shape)}")
     if x.shape[-1] == 0:
         raise ValueError("kiln.linear: K = 0 (x has no columns)")
-    traced = traced or x.device.type == "meta" or type(x) is not torch.Tensor
+    traced = traced or x.device.type == "meta" or not _plain(x)
     # The leading dimensions are the GEMM's rows.
     rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     y = _linear_rows(rows, weight_t, bias, _ACTIVATIONS[activation], grad,

@@ -8,13 +8,19 @@ torch's current stream.
 
     y = kiln.rms_norm(x, weight, eps=1e-6)          # x: (..., cols)
     y = kiln.layer_norm(x, weight, bias, eps=1e-5)
+
+Eager calls run from C++ where the extension is built (csrc/norms.cpp),
+else through the autograd Function below; traced calls (torch.compile,
+meta tensors, functorch) through torch.ops.kiln.row_norm, whose gradient
+is torch.ops.kiln.row_norm_backward, with fake implementations.
 """
 import math
+from typing import Optional
 
 import torch
 
 from . import _cpp, _lib
-from .ops import _raw_stream
+from .ops import _plain, _plain_or_none, _raw_stream, _traced
 
 
 def _check(name, x, params, eps):
@@ -29,7 +35,7 @@ def _check(name, x, params, eps):
         if t.dtype != torch.bfloat16:
             raise TypeError(f"kiln.{name}: {arg} has dtype {t.dtype}; kiln "
                             f"takes torch.bfloat16")
-        if not t.is_cuda:
+        if t.device.type not in ("cuda", "meta"):
             raise ValueError(f"kiln.{name}: {arg} is on {t.device}; kiln runs "
                              f"on CUDA tensors")
         if t is not x and t.device != device:
@@ -82,21 +88,67 @@ class _RowNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
-        dy = dy.contiguous()  # autograd may hand it expanded
-        R, C = x.shape
-        dx = torch.empty_like(x)
-        # dW's (and dB's) partial rows in one buffer: one sum, one cast.
-        partial = torch.empty(1 + ctx.kind, _programs(R, x.device), C,
-                              device=x.device, dtype=torch.float32)
-        if R:
-            _lib.row_norm_backward(ctx.kind, x, w, dy, dx, partial[0],
-                                   partial[-1], ctx.eps,
-                                   _raw_stream(x.device.index),
-                                   x.device.index)
-        else:
-            partial.zero_()
-        sums = partial.sum(1).to(w.dtype)
+        dx, sums = _backward(ctx.kind, x, w, dy, ctx.eps)
         return None, dx, sums[0], sums[1] if ctx.kind else None, None
+
+
+def _backward(kind, x, w, dy, eps):
+    """(dX, the rows of dW and dB summed (1 + kind, C), w's dtype)."""
+    dy = dy.contiguous()  # autograd may hand it expanded
+    R, C = x.shape
+    dx = torch.empty_like(x)
+    # dW's (and dB's) partial rows in one buffer: one sum, one cast.
+    partial = torch.empty(1 + kind, _programs(R, x.device), C,
+                          device=x.device, dtype=torch.float32)
+    if R:
+        _lib.row_norm_backward(kind, x, w, dy, dx, partial[0], partial[-1],
+                               eps, _raw_stream(x.device.index),
+                               x.device.index)
+    else:
+        partial.zero_()
+    return dx, partial.sum(1).to(w.dtype)
+
+
+@torch.library.custom_op("kiln::row_norm", mutates_args=(),
+                         device_types="cuda")
+def _row_norm_op(rows: torch.Tensor, w: torch.Tensor,
+                 b: Optional[torch.Tensor], kind: int,
+                 eps: float) -> torch.Tensor:
+    return _forward(kind, rows, w, b, eps)
+
+
+@_row_norm_op.register_fake
+def _(rows, w, b, kind, eps):
+    return torch.empty_like(rows)
+
+
+@torch.library.custom_op("kiln::row_norm_backward", mutates_args=(),
+                         device_types="cuda")
+def _row_norm_backward_op(dy: torch.Tensor, rows: torch.Tensor,
+                          w: torch.Tensor, kind: int,
+                          eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return _backward(kind, rows, w, dy, eps)
+
+
+@_row_norm_backward_op.register_fake
+def _(dy, rows, w, kind, eps):
+    return torch.empty_like(rows), w.new_empty(1 + kind, rows.shape[1])
+
+
+def _op_setup(ctx, inputs, output):
+    rows, w, _, kind, eps = inputs
+    ctx.save_for_backward(rows, w)
+    ctx.kind, ctx.eps = kind, eps
+
+
+def _op_backward(ctx, dy):
+    rows, w = ctx.saved_tensors
+    dx, sums = torch.ops.kiln.row_norm_backward(dy, rows, w, ctx.kind,
+                                                ctx.eps)
+    return dx, sums[0], sums[1] if ctx.kind else None, None, None
+
+
+_row_norm_op.register_autograd(_op_backward, setup_context=_op_setup)
 
 
 def _run(kind, name, x, w, b, eps):
@@ -107,7 +159,9 @@ def _run(kind, name, x, w, b, eps):
     w = w if w.is_contiguous() else w.contiguous()
     if b is not None and not b.is_contiguous():
         b = b.contiguous()
-    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or
+    if _traced() or x.device.type == "meta" or not _plain(x):
+        y = torch.ops.kiln.row_norm(rows, w, b, kind, float(eps))
+    elif torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or
                                     (b is not None and b.requires_grad)):
         y = _RowNorm.apply(kind, rows, w, b, float(eps))
     else:
@@ -119,8 +173,7 @@ def _fast(kind, x, w, b, eps):
     """The common case (a contiguous bf16 x, contiguous parameters on its
     device) checked and launched in C++, with a gradient through a C++
     Function (csrc/norms.cpp); None otherwise."""
-    if (type(x) is torch.Tensor and type(w) is torch.Tensor and
-            (b is None or type(b) is torch.Tensor) and type(eps) is float and
+    if (_plain(x) and _plain(w) and _plain_or_none(b) and type(eps) is float and
             x.is_cuda and (cpp := _cpp.module()) is not None):
         return cpp.row_norm(kind, x, w, b, eps)
     return None
@@ -129,12 +182,13 @@ def _fast(kind, x, w, b, eps):
 def rms_norm(x, weight, eps=1e-6):
     """x / sqrt(mean(x², last dim) + eps) * weight, as
     torch.nn.functional.rms_norm(x, (cols,), weight, eps)."""
-    y = _fast(0, x, weight, None, eps)
+    y = None if _traced() else _fast(0, x, weight, None, eps)
     return y if y is not None else _run(0, "rms_norm", x, weight, None, eps)
 
 
 def layer_norm(x, weight, bias, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension,
     as torch.nn.functional.layer_norm(x, (cols,), weight, bias, eps)."""
-    y = _fast(1, x, weight, bias, eps) if bias is not None else None
+    y = (_fast(1, x, weight, bias, eps)
+         if bias is not None and not _traced() else None)
     return y if y is not None else _run(1, "layer_norm", x, weight, bias, eps)

@@ -86,6 +86,26 @@ def _check(q, k, v, causal, scale, layout):
 
 _raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
+# What the C++ paths take as they are: tensors, and nn.Parameters (a layer's
+# weight and bias); other subclasses (FakeTensor, DTensor, ...) keep their
+# own dispatch through the Python path.
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _plain(t):
+    return type(t) in _PLAIN
+
+
+def _plain_or_none(t):
+    return t is None or type(t) in _PLAIN
+
+
+def _traced():
+    """A trace (torch.compile, functorch) is running: the library ops go
+    through their torch.library ops, whose fake implementations it sees."""
+    return (torch.compiler.is_compiling() or
+            torch._C._are_functorch_transforms_active())
+
 
 def _raw_stream(index):
     """The raw handle of torch's current stream on device `index`."""

@@ -271,14 +271,15 @@ def test_linear_gradients_match_float64(activation, m, k, n, layout):
 def test_linear_gradient_runs_from_cpp_as_python_does(activation, layout):
     # With a gradient, the common case is a C++ autograd Function
     # (csrc/linear.cpp) of the Python Function's kernels and formulas: the
-    # same bits for Y, dX, dW and db, an expanded dY (from .sum()) too.
+    # same bits for Y, dX, dW and db, an expanded dY (from .sum()) too. The
+    # weight and bias are nn.Parameters, as a layer's are.
     from kiln import _cpp, fused
     assert _cpp.module() is not None, "the C++ extension did not build"
     torch.manual_seed(14)
     x = torch.randn(264, 768, device=DEV).bfloat16().requires_grad_()
     shape = (1024, 768) if layout == "nk" else (768, 1024)
-    w = (torch.randn(shape, device=DEV) / 30).bfloat16().requires_grad_()
-    b = torch.randn(1024, device=DEV).bfloat16().requires_grad_()
+    w = torch.nn.Parameter((torch.randn(shape, device=DEV) / 30).bfloat16())
+    b = torch.nn.Parameter(torch.randn(1024, device=DEV).bfloat16())
     g = torch.randn(264, 1024, device=DEV).bfloat16()
     wt = w.t() if layout == "nk" else w
 
@@ -325,8 +326,10 @@ def test_norms_common_case_launches_from_cpp(monkeypatch):
     with pytest.raises(ValueError, match="eps"):
         kiln.rms_norm(x, w, float("nan"))
     # With a gradient: a C++ Function (csrc/norms.cpp), the Python
-    # Function's kernels and sums, an expanded dY (from .sum()) too.
-    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+    # Function's kernels and sums, an expanded dY (from .sum()) too; the
+    # weight and bias nn.Parameters, as a layer's are.
+    xg = x.clone().requires_grad_()
+    wg, bg = torch.nn.Parameter(w.clone()), torch.nn.Parameter(b.clone())
     g = torch.randn_like(x)
 
     def grads():
@@ -513,3 +516,36 @@ def test_norms_gradients_match_float64(cols):
         xd.detach().pow(2).mean(-1, keepdim=True) + 1e-6) * wd
     (dw_ref,) = torch.autograd.grad(yd.sum(), wd)
     assert rel(dw, dw_ref) < 1e-2
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_library_ops_under_torch_compile_match_eager(backend):
+    # Compiled (fullgraph), the norms, rotary and cross-entropy run their
+    # torch.library ops: outputs and gradients as the eager C++ path's,
+    # inside a small block (norm, rotary of a projection, a loss).
+    torch.manual_seed(18)
+    cols = 256
+    x = torch.randn(2, 64, cols, device=DEV).bfloat16().requires_grad_()
+    w = torch.nn.Parameter(torch.randn(cols, device=DEV).bfloat16())
+    b = torch.nn.Parameter(torch.randn(cols, device=DEV).bfloat16())
+    cos, sin = rope_tables(4096, 64)
+    labels = torch.randint(0, cols, (128,), device=DEV)
+    labels[::5] = -100
+
+    def block(x, w, b):
+        h = kiln.layer_norm(x, w, b) + kiln.rms_norm(x, w)
+        r = kiln.rotary(h.view(2, 64, 4, 64), cos, sin, layout="bshd")
+        logits = r.reshape(128, cols)
+        return (kiln.cross_entropy(logits, labels) +
+                kiln.cross_entropy(logits, labels, reduction="none")[:7].sum())
+
+    def run(fn):
+        poison_allocator()
+        loss = fn(x, w, b)
+        return (loss, *torch.autograd.grad(loss, (x, w, b)))
+
+    eager = run(block)
+    compiled = run(torch.compile(block, backend=backend, fullgraph=True))
+    for name, a, e in zip(("loss", "dx", "dw", "db"), compiled, eager):
+        assert a.shape == e.shape and torch.isfinite(a).all(), name
+        assert rel(a, e) < 1e-2, (name, rel(a, e))

@@ -90,6 +90,115 @@ def test_linear_traces_as_one_op_under_torch_compile():
         kiln.linear(x, w.t(), b[:3000])
 
 
+def test_norms_trace_as_ops_with_gradients():
+    # Traced (meta tensors, torch.compile) the norms are torch.ops.kiln.
+    # row_norm, differentiable through torch.ops.kiln.row_norm_backward:
+    # fake results and gradients shaped as the real ones.
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def params(grad):
+        return [torch.empty(*s, dtype=torch.bfloat16, device=META,
+                            requires_grad=grad)
+                for s in ((4, 16, 300), (300,), (300,))]
+
+    x, w, b = params(True)
+    y = kiln.layer_norm(x, w, b)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    y.float().sum().backward()
+    for t in (x, w, b):
+        assert t.grad.shape == t.shape and t.grad.dtype == t.dtype
+    xd, wd, _ = params(False)
+    f = torch.compile(lambda x, w: kiln.rms_norm(x, w, 1e-5) * 2,
+                      backend=backend, fullgraph=True)
+    assert f(xd, wd).shape == xd.shape
+    assert len(graphs) == 1 and "torch.ops.kiln.row_norm" in graphs[0].code
+    x, w, b = params(True)
+    g = torch.compile(lambda x, w, b: kiln.layer_norm(x, w, b).float().sum(),
+                      backend="aot_eager", fullgraph=True)
+    g(x, w, b).backward()
+    for t in (x, w, b):
+        assert t.grad.shape == t.shape
+    x, w, _ = params(True)
+    (dw,) = torch.autograd.grad(kiln.rms_norm(x, w).float().sum(), (w,))
+    assert dw.shape == w.shape
+    with pytest.raises(ValueError, match=r"weight must have shape \(300,\)"):
+        kiln.rms_norm(x, w[:-1])
+    with pytest.raises(ValueError, match="kiln runs on CUDA tensors"):
+        kiln.rms_norm(torch.zeros(2, 300, dtype=torch.bfloat16),
+                      torch.zeros(300, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_rotary_traces_as_an_op_with_its_gradient(layout):
+    # Traced, kiln.rotary is torch.ops.kiln.rotary, whose gradient is the
+    # same op rotating back: fake results shaped as the real ones.
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    shape = (2, 100, 4, 64) if layout == "bshd" else (2, 4, 100, 64)
+    x = torch.empty(shape, dtype=torch.bfloat16, device=META,
+                    requires_grad=True)
+    cos, sin = (torch.empty(4096, 32, device=META) for _ in range(2))
+    pos = torch.empty(100, dtype=torch.int64, device=META)
+    y = kiln.rotary(x, cos, sin, pos, layout=layout)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    y.float().sum().backward()
+    assert x.grad.shape == x.shape
+    f = torch.compile(lambda x, c, s: kiln.rotary(x, c, s, layout=layout) * 2,
+                      backend=backend, fullgraph=True)
+    assert f(x.detach(), cos, sin).shape == x.shape
+    assert len(graphs) == 1 and "torch.ops.kiln.rotary" in graphs[0].code
+    x.grad = None
+    g = torch.compile(lambda x: kiln.rotary(x, cos, sin, layout=layout).sum(),
+                      backend="aot_eager", fullgraph=True)
+    g(x).backward()
+    assert x.grad.shape == x.shape
+    with pytest.raises(ValueError, match="power of two"):
+        kiln.rotary(x[..., :48], cos[:, :24], sin[:, :24], layout=layout)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_traces_as_an_op_with_its_gradient(reduction):
+    # Traced, kiln.cross_entropy is torch.ops.kiln.cross_entropy_rows (each
+    # row's loss), reduced by torch ops; its gradient is
+    # torch.ops.kiln.cross_entropy_rows_backward.
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    logits = torch.empty(300, 5000, dtype=torch.bfloat16, device=META,
+                         requires_grad=True)
+    labels = torch.empty(300, dtype=torch.int64, device=META)
+    loss = kiln.cross_entropy(logits, labels, reduction=reduction)
+    assert loss.shape == ((300,) if reduction == "none" else ())
+    assert loss.dtype == torch.float32
+    loss.sum().backward()
+    assert logits.grad.shape == logits.shape
+    assert logits.grad.dtype == logits.dtype
+    f = torch.compile(lambda x, y: kiln.cross_entropy(x, y,
+                                                      reduction=reduction),
+                      backend=backend, fullgraph=True)
+    assert f(logits.detach(), labels).shape == loss.shape
+    assert len(graphs) == 1
+    assert "torch.ops.kiln.cross_entropy_rows" in graphs[0].code
+    logits.grad = None
+    g = torch.compile(lambda x, y: kiln.cross_entropy(
+        x, y, reduction=reduction).sum(), backend="aot_eager", fullgraph=True)
+    g(logits, labels).backward()
+    assert logits.grad.shape == logits.shape
+    with pytest.raises(ValueError, match="labels must have shape"):
+        kiln.cross_entropy(logits, labels[:299])
+
+
 def test_linear_takes_leading_dimensions_as_rows():
     # x (..., K), as F.linear's input: (B, S, K) and (K,) give (B, S, N)
     # and (N,), views of the padded rows; gradients keep x's shape.
