@@ -59,6 +59,10 @@ def linear(rng):
          math.sqrt(k)).bfloat16().requires_grad_(grad)
     b = torch.randn(n, device=DEV).bfloat16().requires_grad_(grad) \
         if bias else None
+    param = grad and rng.random() < 0.5  # a layer's nn.Parameters
+    if param:
+        w = torch.nn.Parameter(w.detach())
+        b = torch.nn.Parameter(b.detach()) if bias else None
     wt = w.t() if nk else w
     poison()
     y = kiln.linear(x, wt, b, act)
@@ -73,7 +77,8 @@ def linear(rng):
         err = max(err, grads_rel(y, want, leaves,
                                  [t for t in (xd, wd, bd) if t is not None]))
     return (f"linear x={tuple(x.shape)} N={n} bias={bias} {act} "
-            f"{'(N,K)' if nk else '(K,N)'}{' +grad' if grad else ''}",
+            f"{'(N,K)' if nk else '(K,N)'}{' Parameters' if param else ''}"
+            f"{' +grad' if grad else ''}",
             err, 3e-2 if grad else 2e-2)
 
 
@@ -81,10 +86,18 @@ def norm(rng):
     rows = rng.choice([1, 3, rng.randint(1, 5000)])
     cols = rng.choice([2 ** rng.randint(4, 13), rng.randint(1, 6000)])
     grad = rng.random() < 0.5
-    x = torch.randn(rows, cols + 8, device=DEV).bfloat16()[:, :cols]  # a view
+    shape = rng.choice(["view", "2-D", "3-D"])  # contiguous: the C++ path
+    if shape == "view":
+        x = torch.randn(rows, cols + 8, device=DEV).bfloat16()[:, :cols]
+    else:
+        x = torch.randn((2, rows, cols) if shape == "3-D" else (rows, cols),
+                        device=DEV).bfloat16()
     x.requires_grad_(grad)
+    param = grad and rng.random() < 0.5  # a layer's nn.Parameters
     w, b = (torch.randn(cols, device=DEV).bfloat16().requires_grad_(grad)
             for _ in range(2))
+    if param:
+        w, b = torch.nn.Parameter(w.detach()), torch.nn.Parameter(b.detach())
     xd, wd, bd = (t.detach().double().requires_grad_(grad) for t in (x, w, b))
     poison()
     if rng.random() < 0.5:
@@ -98,8 +111,8 @@ def norm(rng):
     err = rel(y, want)
     if grad:
         err = max(err, grads_rel(y, want, leaves, leaves_d))
-    return (f"{name} rows={rows} cols={cols}{' +grad' if grad else ''}", err,
-            3e-2 if grad else 2e-2)
+    return (f"{name} x={tuple(x.shape)} {shape}{' Parameters' if param else ''}"
+            f"{' +grad' if grad else ''}", err, 3e-2 if grad else 2e-2)
 
 
 def rotary(rng):
