@@ -1,7 +1,9 @@
 """What the GPU test modules share: the device, outputs poisoned through
-torch's caching allocator, relative errors, deterministic algorithms."""
+torch's caching allocator, relative errors, deterministic algorithms, the
+C++ and Python paths compared."""
 import contextlib
 
+import pytest
 import torch
 
 DEV = torch.device("cuda")
@@ -32,3 +34,20 @@ def rel(a, b):
     one key), the error relative to 1."""
     a, b = a.double(), b.double()
     return ((a - b).norm() / max(b.norm().item(), 1.0)).item()
+
+
+def assert_cpp_path_matches_python(run, module):
+    """`run()` returns, per case, [output, output without a gradient,
+    gradient, the output's grad_fn name]; run from C++ (C++ Functions) and
+    with `module`'s extension off (the Python path), the tensors are the
+    same bits."""
+    poison_allocator()
+    fast = run()
+    assert all("CppNode" in n for n in fast[3::4]), fast[3::4]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module._cpp, "module", lambda: None)
+        slow = run()
+    assert not any("CppNode" in n for n in slow[3::4]), slow[3::4]
+    for a, b in zip(fast, slow):
+        if isinstance(a, torch.Tensor):
+            assert torch.isfinite(a).all() and torch.equal(a, b)

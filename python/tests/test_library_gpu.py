@@ -13,7 +13,8 @@ if not torch.cuda.is_available():
     pytest.skip("SKIPPED: no CUDA GPU: the GPU tests of kiln's library ops "
                 "need one", allow_module_level=True)
 
-from gpu_util import DEV, poison_allocator, rel  # noqa: E402
+from gpu_util import (DEV, assert_cpp_path_matches_python,  # noqa: E402
+                      poison_allocator, rel)
 
 @pytest.mark.parametrize("cols", [512, 4096, 768, 300])
 def test_norms_match_torch_in_float64(cols):
@@ -377,16 +378,7 @@ def test_rotary_common_case_runs_from_cpp_as_python_does(layout):
                     torch.autograd.grad(y, xg, g)[0], y.grad_fn.name()]
         return out
 
-    poison_allocator()
-    fast = run()
-    assert all("CppNode" in n for n in fast[3::4]), fast[3::4]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fused._cpp, "module", lambda: None)
-        slow = run()
-    assert not any("CppNode" in n for n in slow[3::4]), slow[3::4]
-    for a, b in zip(fast, slow):
-        if isinstance(a, torch.Tensor):
-            assert torch.isfinite(a).all() and torch.equal(a, b)
+    assert_cpp_path_matches_python(run, fused)
     assert cpp.rotary(x.float(), cos, sin, None, bshd) is None
     assert cpp.rotary(x[..., :48], cos[:, :24].contiguous(),
                       sin[:, :24].contiguous(), None, bshd) is None
@@ -425,16 +417,7 @@ def test_cross_entropy_common_case_runs_from_cpp_as_python_does():
                     torch.autograd.grad(loss, lg, g)[0], loss.grad_fn.name()]
         return out
 
-    poison_allocator()
-    fast = run()
-    assert all("CppNode" in n for n in fast[3::4]), fast[3::4]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fused._cpp, "module", lambda: None)
-        slow = run()
-    assert not any("CppNode" in n for n in slow[3::4]), slow[3::4]
-    for a, b in zip(fast, slow):
-        if isinstance(a, torch.Tensor):
-            assert torch.isfinite(a).all() and torch.equal(a, b)
+    assert_cpp_path_matches_python(run, fused)
     assert cpp.cross_entropy(logits.float(), labels, -100, 0) is None
     assert cpp.cross_entropy(logits, labels.int(), -100, 0) is None
     assert cpp.cross_entropy(logits, labels[:299], -100, 0) is None
