@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 
 from . import _cpp, _lib
-from .ops import _plain, _plain_or_none, _stream, _traced
+from .ops import _log_copy, _plain, _plain_or_none, _stream, _traced
 
 _ON = ("cuda", "meta")  # where a traced call's tensors may be
 
@@ -169,6 +169,10 @@ def rotary(x, cos, sin, positions=None, *, layout="bshd"):
         if tuple(positions.shape) != (N,):
             raise ValueError(f"kiln.rotary: positions must have shape ({N},),"
                              f" got {tuple(positions.shape)}")
+    if x.stride(0) != x.shape[1] * x.stride(1) or x.stride(3) != 1:
+        _log_copy("kiln.rotary", "x", f"strides {tuple(x.stride())}",
+                  "copied to contiguous memory first",
+                  "cannot be seen as (heads, tokens, D) without a copy")
     if _traced() or x.device.type == "meta" or not _plain(x):
         return torch.ops.kiln.rotary(x, cos, sin, positions,
                                      layout == "bshd", False)
@@ -302,6 +306,10 @@ def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
         raise ValueError(f"kiln.cross_entropy: reduction must be 'mean', "
                          f"'sum' or 'none', got {reduction!r}")
     if logits.stride(1) != 1:
+        _log_copy("kiln.cross_entropy", "logits",
+                  f"strides {tuple(logits.stride())}",
+                  "copied to contiguous memory first",
+                  "has no unit column stride")
         logits = logits.contiguous()
     if _traced() or logits.device.type == "meta" or not _plain(logits):
         # Each row's loss from the op, reduced by torch (traced with it).

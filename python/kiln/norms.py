@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 
 from . import _cpp, _lib
-from .ops import _plain, _plain_or_none, _raw_stream, _traced
+from .ops import _contiguous, _plain, _plain_or_none, _raw_stream, _traced
 
 
 def _check(name, x, params, eps):
@@ -154,11 +154,12 @@ _row_norm_op.register_autograd(_op_backward, setup_context=_op_setup)
 def _run(kind, name, x, w, b, eps):
     _check(name, x, (("weight", w),) + ((("bias", b),) if kind else ()), eps)
     rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+    op = "kiln." + name
     if not rows.is_contiguous():
-        rows = rows.contiguous()
-    w = w if w.is_contiguous() else w.contiguous()
+        rows = _contiguous(op, "x", rows)
+    w = w if w.is_contiguous() else _contiguous(op, "weight", w)
     if b is not None and not b.is_contiguous():
-        b = b.contiguous()
+        b = _contiguous(op, "bias", b)
     if _traced() or x.device.type == "meta" or not _plain(x):
         y = torch.ops.kiln.row_norm(rows, w, b, kind, float(eps))
     elif torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or

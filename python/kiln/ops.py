@@ -133,14 +133,26 @@ def _misaligned(t):
 _logged_copies = set()
 
 
-def _log_copy(op, name, why, what="copied to aligned memory first"):
+def _log_copy(op, name, why, what="copied to aligned memory first",
+              problem="is not 16-byte aligned"):
     """KILN_LOG=launch: one line per op, argument and reason that a copy (or
-    another way round a misaligned tensor, `what`) was made for."""
+    another way round a misaligned tensor, `what`) was made for. Not while
+    torch.compile traces (a print would break its graph): the copy is an op
+    of the graph it prints."""
+    if torch.compiler.is_compiling():
+        return
     if "launch" in os.environ.get("KILN_LOG", "").split(",") and \
             (op, name, why) not in _logged_copies:
         _logged_copies.add((op, name, why))
-        print(f"{op}: {name} is not 16-byte aligned ({why}): {what}",
-              file=sys.stderr)
+        print(f"{op}: {name} {problem} ({why}): {what}", file=sys.stderr)
+
+
+def _contiguous(op, name, t, layout="contiguous"):
+    """t as a kernel takes it: copied (KILN_LOG=launch says so once per op,
+    argument and strides) where it is not laid out as `layout` says."""
+    _log_copy(op, name, f"strides {tuple(t.stride())}",
+              f"copied to {layout} memory first", f"is not {layout}")
+    return t.contiguous()
 
 
 def _aligned_copy(name, t):

@@ -654,3 +654,39 @@ def test_linear_pads_rows_that_are_not_16_byte_aligned(monkeypatch, capfd):
     err = capfd.readouterr().err
     assert err.count("kiln.linear: weight_t is not 16-byte aligned") == 3, err
     assert err.count("kiln.linear: x is not 16-byte aligned") == 1, err
+
+
+def test_library_copies_are_logged_and_trace(monkeypatch, capfd):
+    # A tensor the kernels cannot take as it is laid out (strided norm rows,
+    # rotary's x with batch and sequence not mergeable, logits without a
+    # unit column stride) is copied first;
+    # KILN_LOG=launch says so once per op, argument and strides. Under
+    # torch.compile the copy is an op of the graph and nothing is printed
+    # (a print would break the graph).
+    from kiln import ops
+    monkeypatch.setenv("KILN_LOG", "launch")
+    ops._logged_copies.clear()
+
+    def meta(*shape, dtype=torch.bfloat16):
+        return torch.empty(*shape, dtype=dtype, device=META)
+
+    x, w = meta(300, 8).t(), meta(300)
+    cos = meta(4096, 32, dtype=torch.float32)
+    q = meta(2, 4, 100, 64).transpose(0, 1)  # batch, heads swapped
+    logits, labels = meta(300, 64).t(), meta(64, dtype=torch.int64)
+
+    def block(x, q, logits):
+        return (kiln.rms_norm(x, w).sum() + kiln.rotary(q, cos, cos).sum() +
+                kiln.cross_entropy(logits, labels))
+
+    for _ in range(2):
+        block(x, q, logits)
+    err = capfd.readouterr().err
+    for line in ("kiln.rms_norm: x is not contiguous (strides (1, 8))",
+                 "kiln.rotary: x cannot be seen as (heads, tokens, D)",
+                 "kiln.cross_entropy: logits has no unit column stride"):
+        assert err.count(line) == 1, (line, err)
+    ops._logged_copies.clear()
+    f = torch.compile(block, backend="eager", fullgraph=True)
+    assert f(x, q, logits).shape == ()
+    assert "kiln." not in capfd.readouterr().err
