@@ -1,13 +1,13 @@
 """kiln.attention without a GPU: argument checks, the custom ops'
-registration and fake implementations, torch.compile tracing them."""
-import ctypes
+registration and fake implementations, torch.compile tracing them; the
+library's loading, the C++ extension's build, kiln.bench's plumbing
+(test_library_cpu.py: the other ops')."""
 import os
 import subprocess
 import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import kiln
 
@@ -67,243 +67,6 @@ def test_torch_compile_traces_one_graph():
     assert "torch.ops.kiln.attention_forward" in graphs[0].code
 
 
-def test_linear_traces_as_one_op_under_torch_compile():
-    # kiln.linear is torch.ops.kiln.linear to a trace, its fake result
-    # shaped as the real one: rows padded to a multiple of 8 elements.
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    x = torch.empty(64, 768, dtype=torch.bfloat16, device=META)
-    w = torch.empty(3001, 768, dtype=torch.bfloat16, device=META)
-    b = torch.empty(3001, dtype=torch.bfloat16, device=META)
-    y = kiln.linear(x, w.t(), b, activation="gelu")
-    assert y.shape == (64, 3001) and y.stride() == (3008, 1)
-    f = torch.compile(lambda x, w, b: kiln.linear(x, w.t(), b, "gelu") * 2,
-                      backend=backend, fullgraph=True)
-    assert f(x, w, b).shape == (64, 3001)
-    assert len(graphs) == 1
-    assert "torch.ops.kiln.linear" in graphs[0].code
-    with pytest.raises(ValueError, match="bias must have shape"):
-        kiln.linear(x, w.t(), b[:3000])
-
-
-def test_norms_trace_as_ops_with_gradients():
-    # Traced (meta tensors, torch.compile) the norms are torch.ops.kiln.
-    # row_norm, differentiable through torch.ops.kiln.row_norm_backward:
-    # fake results and gradients shaped as the real ones.
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    def params(grad):
-        return [torch.empty(*s, dtype=torch.bfloat16, device=META,
-                            requires_grad=grad)
-                for s in ((4, 16, 300), (300,), (300,))]
-
-    x, w, b = params(True)
-    y = kiln.layer_norm(x, w, b)
-    assert y.shape == x.shape and y.dtype == x.dtype
-    y.float().sum().backward()
-    for t in (x, w, b):
-        assert t.grad.shape == t.shape and t.grad.dtype == t.dtype
-    xd, wd, _ = params(False)
-    f = torch.compile(lambda x, w: kiln.rms_norm(x, w, 1e-5) * 2,
-                      backend=backend, fullgraph=True)
-    assert f(xd, wd).shape == xd.shape
-    assert len(graphs) == 1 and "torch.ops.kiln.row_norm" in graphs[0].code
-    x, w, b = params(True)
-    g = torch.compile(lambda x, w, b: kiln.layer_norm(x, w, b).float().sum(),
-                      backend="aot_eager", fullgraph=True)
-    g(x, w, b).backward()
-    for t in (x, w, b):
-        assert t.grad.shape == t.shape
-    x, w, _ = params(True)
-    (dw,) = torch.autograd.grad(kiln.rms_norm(x, w).float().sum(), (w,))
-    assert dw.shape == w.shape
-    with pytest.raises(ValueError, match=r"weight must have shape \(300,\)"):
-        kiln.rms_norm(x, w[:-1])
-    with pytest.raises(ValueError, match="kiln runs on CUDA tensors"):
-        kiln.rms_norm(torch.zeros(2, 300, dtype=torch.bfloat16),
-                      torch.zeros(300, dtype=torch.bfloat16))
-
-
-@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
-def test_rotary_traces_as_an_op_with_its_gradient(layout):
-    # Traced, kiln.rotary is torch.ops.kiln.rotary, whose gradient is the
-    # same op rotating back: fake results shaped as the real ones.
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    shape = (2, 100, 4, 64) if layout == "bshd" else (2, 4, 100, 64)
-    x = torch.empty(shape, dtype=torch.bfloat16, device=META,
-                    requires_grad=True)
-    cos, sin = (torch.empty(4096, 32, device=META) for _ in range(2))
-    pos = torch.empty(100, dtype=torch.int64, device=META)
-    y = kiln.rotary(x, cos, sin, pos, layout=layout)
-    assert y.shape == x.shape and y.dtype == x.dtype
-    y.float().sum().backward()
-    assert x.grad.shape == x.shape
-    f = torch.compile(lambda x, c, s: kiln.rotary(x, c, s, layout=layout) * 2,
-                      backend=backend, fullgraph=True)
-    assert f(x.detach(), cos, sin).shape == x.shape
-    assert len(graphs) == 1 and "torch.ops.kiln.rotary" in graphs[0].code
-    x.grad = None
-    g = torch.compile(lambda x: kiln.rotary(x, cos, sin, layout=layout).sum(),
-                      backend="aot_eager", fullgraph=True)
-    g(x).backward()
-    assert x.grad.shape == x.shape
-    with pytest.raises(ValueError, match="power of two"):
-        kiln.rotary(x[..., :48], cos[:, :24], sin[:, :24], layout=layout)
-
-
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_cross_entropy_traces_as_an_op_with_its_gradient(reduction):
-    # Traced, kiln.cross_entropy is torch.ops.kiln.cross_entropy_rows (each
-    # row's loss), reduced by torch ops; its gradient is
-    # torch.ops.kiln.cross_entropy_rows_backward.
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    logits = torch.empty(300, 5000, dtype=torch.bfloat16, device=META,
-                         requires_grad=True)
-    labels = torch.empty(300, dtype=torch.int64, device=META)
-    loss = kiln.cross_entropy(logits, labels, reduction=reduction)
-    assert loss.shape == ((300,) if reduction == "none" else ())
-    assert loss.dtype == torch.float32
-    loss.sum().backward()
-    assert logits.grad.shape == logits.shape
-    assert logits.grad.dtype == logits.dtype
-    f = torch.compile(lambda x, y: kiln.cross_entropy(x, y,
-                                                      reduction=reduction),
-                      backend=backend, fullgraph=True)
-    assert f(logits.detach(), labels).shape == loss.shape
-    assert len(graphs) == 1
-    assert "torch.ops.kiln.cross_entropy_rows" in graphs[0].code
-    logits.grad = None
-    g = torch.compile(lambda x, y: kiln.cross_entropy(
-        x, y, reduction=reduction).sum(), backend="aot_eager", fullgraph=True)
-    g(logits, labels).backward()
-    assert logits.grad.shape == logits.shape
-    with pytest.raises(ValueError, match="labels must have shape"):
-        kiln.cross_entropy(logits, labels[:299])
-
-
-def test_linear_takes_leading_dimensions_as_rows():
-    # x (..., K), as F.linear's input: (B, S, K) and (K,) give (B, S, N)
-    # and (N,), views of the padded rows; gradients keep x's shape.
-    w = torch.empty(3001, 768, dtype=torch.bfloat16, device=META,
-                    requires_grad=True)
-    x = torch.empty(4, 16, 768, dtype=torch.bfloat16, device=META,
-                    requires_grad=True)
-    y = kiln.linear(x, w.t(), None, "gelu")
-    assert y.shape == (4, 16, 3001) and y.stride() == (16 * 3008, 3008, 1)
-    y.float().sum().backward()
-    assert x.grad.shape == x.shape and w.grad.shape == w.shape
-    v = torch.empty(768, dtype=torch.bfloat16, device=META)
-    assert kiln.linear(v, w.t()).shape == (3001,)
-    with pytest.raises(ValueError, match=r"x \(\.\.\., K\) and weight_t"):
-        kiln.linear(x[..., :767], w.t())
-
-
-@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
-def test_linear_gradients_have_their_tensors_shapes(activation):
-    # Differentiable in x, weight_t (either layout) and bias: the fake
-    # backward gives each gradient its tensor's shape, eager and compiled.
-    x = torch.empty(64, 768, dtype=torch.bfloat16, device=META,
-                    requires_grad=True)
-    w = torch.empty(3001, 768, dtype=torch.bfloat16, device=META,
-                    requires_grad=True)
-    b = torch.empty(3001, dtype=torch.bfloat16, device=META,
-                    requires_grad=True)
-    kiln.linear(x, w.t(), b, activation).float().sum().backward()
-    assert x.grad.shape == x.shape and w.grad.shape == w.shape
-    assert b.grad.shape == b.shape
-    w_kn = torch.empty(768, 3001, dtype=torch.bfloat16, device=META,
-                       requires_grad=True)
-    f = torch.compile(lambda x, w: kiln.linear(x, w, None, activation).sum(),
-                      backend="aot_eager", fullgraph=True)
-    f(x, w_kn).backward()
-    assert w_kn.grad.shape == w_kn.shape
-
-
-@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
-@pytest.mark.parametrize("layout", ["nk", "kn"])
-def test_linear_eager_autograd_plumbing(monkeypatch, activation, layout):
-    # The eager autograd Function's forward and backward with the GEMM
-    # replaced by torch's (CPU, bf16): the gradients of x, the weight as it
-    # is stored and the bias match torch's autograd of the same formula.
-    from kiln import gemm
-
-    def fake_gemm(a, b, act=0, bias=None, z=None):
-        pre = a.float() @ b.float() + (0 if bias is None else bias.float())
-        if z is not None:
-            z.copy_(pre)
-        out = {0: pre, 1: F.relu(pre),
-               2: F.gelu(pre, approximate="tanh")}[act]
-        return out.to(torch.bfloat16)
-
-    monkeypatch.setattr(gemm, "_gemm", fake_gemm)
-    monkeypatch.setattr(gemm, "_result",
-                        lambda r, c, like: torch.empty(r, c,
-                                                       dtype=torch.bfloat16))
-    torch.manual_seed(3)
-    x = torch.randn(20, 16).bfloat16().requires_grad_()
-    w = torch.randn((12, 16) if layout == "nk" else (16, 12)).bfloat16()
-    w.requires_grad_()
-    b = torch.randn(12).bfloat16().requires_grad_()
-    wt = w.t() if layout == "nk" else w
-    act = gemm._ACTIVATIONS[activation]
-    y = gemm._EagerLinear.apply(x, wt, b, act)
-    g = torch.randn(20, 12).bfloat16()
-    got = torch.autograd.grad(y, (x, w, b), g)
-    want = torch.autograd.grad(fake_gemm(x, wt, act, b), (x, w, b), g)
-    for a, r in zip(got, want):
-        assert a.shape == r.shape
-        assert (a.float() - r.float()).abs().max() <= \
-            2e-2 * r.float().abs().max() + 1e-2
-
-
-def test_linear_gemm_reads_operands_as_stored(monkeypatch):
-    # Each GEMM operand goes to the kernel as it is stored: row-major as A
-    # or B (padded rows included), column-major as AT or BT (its transpose,
-    # the same memory); only other strides are copied.
-    from kiln import gemm
-    seen = {}
-    monkeypatch.setattr(gemm, "_op",
-                        lambda name, act, tensors, like, what:
-                        seen.update(tensors))
-    x = torch.randn(40, 64).bfloat16()
-    w = torch.randn(24, 64).bfloat16()  # nn.Linear's (N, K)
-    gemm._gemm(x, w.t())
-    assert seen["A"] is x and seen["BT"].data_ptr() == w.data_ptr()
-    seen.clear()
-    dz = torch.randn(40, 24).bfloat16()
-    gemm._gemm(x.t(), dz)  # a weight gradient, X^T dZ
-    assert seen["AT"].data_ptr() == x.data_ptr() and seen["B"] is dz
-    seen.clear()
-    padded = torch.randn(40, 32).bfloat16()[:, :24]
-    gemm._gemm(padded, w)
-    assert seen["A"] is padded and seen["B"] is w
-    seen.clear()
-    gemm._gemm(x, w.t()[:, ::2])  # every second row of w: still BT
-    assert seen["BT"].data_ptr() == w.data_ptr()
-    seen.clear()
-    b = torch.randn(64, 48).bfloat16()[:, ::2]  # every second column
-    gemm._gemm(x, b)
-    assert seen["B"].stride() == (24, 1) and torch.equal(seen["B"], b)
-
-
 def test_torch_compile_with_autograd():
     f = torch.compile(lambda q, k, v: kiln.attention(q, k, v, causal=True),
                       backend="aot_eager", fullgraph=True)
@@ -326,6 +89,8 @@ def test_torch_compile_with_autograd():
     (lambda: (torch.empty(2, 3, 64, 100, dtype=torch.bfloat16, device=META).transpose(2, 3),) + qkv()[1:],
      ValueError, "q's last dimension must be contiguous"),
 ])
+
+
 def test_bad_input_is_refused(make, exc, match):
     with pytest.raises(exc, match=match):
         kiln.attention(*make())
@@ -380,6 +145,8 @@ def test_packed_ops_are_registered_and_trace():
     (lambda: packed(D=80), ValueError, "head_dim 80 is not supported"),
     (lambda: packed(device="cpu"), ValueError, "q is on cpu"),
 ])
+
+
 def test_packed_bad_input_is_refused(make, exc, match):
     with pytest.raises(exc, match=match):
         kiln.attention_qkvpacked(make())
@@ -402,24 +169,12 @@ def test_library_loads_without_a_gpu():
             os.path.exists(p) for p in kiln._lib._candidates()[:2]):
         pytest.skip("SKIPPED: libkiln_c.so is not built")
     # A fresh interpreter: in this one, GPU tests run before may have
-    # compiled (test_library_gpu.py sorts first).
+    # compiled (test_library_gpu.py sorts before this file).
     code = ("import kiln\nprint(kiln.version(), *kiln.cache_stats())\n")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], cwd=here,
                          capture_output=True, text=True)
     assert out.stdout.split() == ["0.1.0", "0", "0"], out.stderr[-2000:]
-
-
-def test_row_norm_backward_programs():
-    # The partial rows of dW the norms' backward is tuned for, from one
-    # place (kernels/Tunables.cpp) for Python, C++ and `kiln tune`: two per
-    # SM, at most one a row, at least one.
-    if not os.path.exists(os.environ.get("KILN_LIBRARY", "")) and not any(
-            os.path.exists(p) for p in kiln._lib._candidates()[:2]):
-        pytest.skip("SKIPPED: libkiln_c.so is not built")
-    f = kiln._lib.row_norm_backward_programs
-    assert [f(r, 132) for r in (1, 5, 264, 16384)] == [1, 5, 264, 264]
-    assert f(0, 132) == 1 and f(100, 0) == 2
 
 
 def test_cpp_autograd_builds_and_binds():
@@ -469,46 +224,6 @@ def test_packed_tensors_match_the_struct():
                _lib._Tensor(b.data_ptr(), I4(2, 3, 100, 0), I4(300, 100, 1, 0)))
     for want, p in zip(structs, ptrs):
         assert ctypes.string_at(p, ctypes.sizeof(_lib._Tensor)) == bytes(want)
-
-
-def test_norms_refuse_bad_arguments_before_any_launch():
-    x = torch.empty(4, 256, dtype=torch.bfloat16)
-    w = torch.empty(256, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="kiln.rms_norm: x is on cpu"):
-        kiln.rms_norm(x, w)
-    with pytest.raises(TypeError, match="kiln.layer_norm: x has dtype torch.float32"):
-        kiln.layer_norm(x.float(), w, w)
-    with pytest.raises(TypeError, match="kiln.layer_norm: bias must be a torch.Tensor"):
-        kiln.layer_norm(x, w, None)
-    with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
-        kiln.rms_norm(x, [1.0])
-
-
-def test_fused_ops_refuse_bad_arguments_before_any_launch():
-    x = torch.empty(2, 8, 4, 64, dtype=torch.bfloat16)
-    cs = torch.empty(16, 32)
-    with pytest.raises(ValueError, match="kiln.rotary: x is on cpu"):
-        kiln.rotary(x, cs, cs)
-    with pytest.raises(TypeError, match="kiln.rotary: x has dtype torch.float32"):
-        kiln.rotary(x.float(), cs, cs)
-    with pytest.raises(TypeError, match="kiln.cross_entropy: logits must be a torch.Tensor"):
-        kiln.cross_entropy([1.0], torch.zeros(1, dtype=torch.int64))
-    with pytest.raises(TypeError, match="kiln.cross_entropy: logits has dtype torch.float32"):
-        kiln.cross_entropy(torch.empty(4, 10), torch.zeros(4, dtype=torch.int64))
-    with pytest.raises(ValueError, match="kiln.linear: x is on cpu"):
-        kiln.linear(torch.empty(4, 8, dtype=torch.bfloat16), None)
-    with pytest.raises(TypeError, match="kiln.linear: x has dtype torch.float16"):
-        kiln.linear(torch.empty(4, 8, dtype=torch.float16), None)
-
-
-def test_named_tensors_match_the_struct():
-    from kiln import _lib
-
-    class Named(ctypes.Structure):
-        _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int),
-                    ("rank", ctypes.c_int), ("tensor", _lib._Tensor)]
-    assert ctypes.sizeof(Named) == _lib._NAMED.size
-    assert Named.tensor.offset == 16
 
 
 def test_bench_interleaves_the_peers_samples(monkeypatch):
@@ -627,66 +342,3 @@ def test_keys_not_16_byte_aligned_are_copied(monkeypatch, capfd):
     assert torch.equal(grad, torch.ones_like(padded))
     err = capfd.readouterr().err
     assert err.count("kiln.attention: v is not 16-byte aligned") == 1, err
-
-
-def test_linear_pads_rows_that_are_not_16_byte_aligned(monkeypatch, capfd):
-    # A GEMM operand whose rows are not a multiple of 16 bytes (a weight of
-    # N = 50257 columns) would be read one element at a time: kiln.linear
-    # copies it into padded rows and passes the view of its columns.
-    from kiln import gemm, ops
-    aligned = torch.randn(5, 64).bfloat16()
-    assert gemm._padded_rows("x", aligned) is aligned
-    monkeypatch.setenv("KILN_LOG", "launch")
-    ops._logged_copies.clear()
-    for cols in (1, 7, 77):
-        t = torch.randn(5, cols).bfloat16()
-        for _ in range(2):
-            p = gemm._padded_rows("weight_t", t)
-        assert p.shape == t.shape and torch.equal(p, t)
-        assert p.stride() == (-(-cols // 8) * 8, 1) and ops._misaligned(p) == ""
-    # Rows padded already (kiln.linear's result for N = 3001): as they are.
-    padded_view = torch.randn(5, 3008).bfloat16()[:, :3001]
-    assert gemm._padded_rows("x", padded_view) is padded_view
-    # A view at an odd offset with aligned strides: copied too.
-    odd = torch.randn(5 * 64 + 1).bfloat16()[1:].view(5, 64)
-    p = gemm._padded_rows("x", odd)
-    assert torch.equal(p, odd) and ops._misaligned(p) == ""
-    err = capfd.readouterr().err
-    assert err.count("kiln.linear: weight_t is not 16-byte aligned") == 3, err
-    assert err.count("kiln.linear: x is not 16-byte aligned") == 1, err
-
-
-def test_library_copies_are_logged_and_trace(monkeypatch, capfd):
-    # A tensor the kernels cannot take as it is laid out (strided norm rows,
-    # rotary's x with batch and sequence not mergeable, logits without a
-    # unit column stride) is copied first;
-    # KILN_LOG=launch says so once per op, argument and strides. Under
-    # torch.compile the copy is an op of the graph and nothing is printed
-    # (a print would break the graph).
-    from kiln import ops
-    monkeypatch.setenv("KILN_LOG", "launch")
-    ops._logged_copies.clear()
-
-    def meta(*shape, dtype=torch.bfloat16):
-        return torch.empty(*shape, dtype=dtype, device=META)
-
-    x, w = meta(300, 8).t(), meta(300)
-    cos = meta(4096, 32, dtype=torch.float32)
-    q = meta(2, 4, 100, 64).transpose(0, 1)  # batch, heads swapped
-    logits, labels = meta(300, 64).t(), meta(64, dtype=torch.int64)
-
-    def block(x, q, logits):
-        return (kiln.rms_norm(x, w).sum() + kiln.rotary(q, cos, cos).sum() +
-                kiln.cross_entropy(logits, labels))
-
-    for _ in range(2):
-        block(x, q, logits)
-    err = capfd.readouterr().err
-    for line in ("kiln.rms_norm: x is not contiguous (strides (1, 8))",
-                 "kiln.rotary: x cannot be seen as (heads, tokens, D)",
-                 "kiln.cross_entropy: logits has no unit column stride"):
-        assert err.count(line) == 1, (line, err)
-    ops._logged_copies.clear()
-    f = torch.compile(block, backend="eager", fullgraph=True)
-    assert f(x, q, logits).shape == ()
-    assert "kiln." not in capfd.readouterr().err
