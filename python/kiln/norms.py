@@ -7,7 +7,7 @@ power of two at or above it, the columns past the row masked), launched on
 torch's current stream.
 
     y = kiln.rms_norm(x, weight, eps=1e-6)          # x: (..., cols)
-    y = kiln.layer_norm(x, weight, bias, eps=1e-5)
+    y = kiln.layer_norm(x, weight, bias, eps=1e-5)  # weight, bias may be None
 
 Eager calls run from C++ where the extension is built (csrc/norms.cpp),
 else through the autograd Function below; traced calls (torch.compile,
@@ -180,16 +180,53 @@ def _fast(kind, x, w, b, eps):
     return None
 
 
-def rms_norm(x, weight, eps=1e-6):
+_constants = {}
+
+
+def _constant(x, value):
+    """A bf16 (cols,) of `value` on x's device, standing in for an absent
+    weight (1) or bias (0): x·1 + 0 is exact, so the kernels need no
+    variant without them. Kept per (device, cols, value) for eager calls; a
+    trace makes its own."""
+    cols = x.shape[-1]
+    if _traced() or not _plain(x) or x.device.type == "meta":
+        return torch.full((cols,), value, dtype=torch.bfloat16,
+                          device=x.device)
+    key = (x.device, cols, value)
+    t = _constants.get(key)
+    if t is None:
+        if len(_constants) > 64:
+            _constants.clear()
+        t = _constants[key] = torch.full((cols,), value, dtype=torch.bfloat16,
+                                         device=x.device)
+    return t
+
+
+def _defaults(x, weight, bias, kind):
+    """weight (and, for LayerNorm, bias) where the caller gave None, as
+    nn.RMSNorm / nn.LayerNorm without elementwise_affine or bias do."""
+    if isinstance(x, torch.Tensor) and x.dim() >= 1:
+        if weight is None:
+            weight = _constant(x, 1.0)
+        if kind and bias is None:
+            bias = _constant(x, 0.0)
+    return weight, bias
+
+
+def rms_norm(x, weight=None, eps=1e-6):
     """x / sqrt(mean(x², last dim) + eps) * weight, as
-    torch.nn.functional.rms_norm(x, (cols,), weight, eps)."""
+    torch.nn.functional.rms_norm(x, (cols,), weight, eps); weight None: 1."""
+    if weight is None:
+        weight, _ = _defaults(x, weight, None, 0)
     y = None if _traced() else _fast(0, x, weight, None, eps)
     return y if y is not None else _run(0, "rms_norm", x, weight, None, eps)
 
 
-def layer_norm(x, weight, bias, eps=1e-5):
+def layer_norm(x, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension,
-    as torch.nn.functional.layer_norm(x, (cols,), weight, bias, eps)."""
-    y = (_fast(1, x, weight, bias, eps)
-         if bias is not None and not _traced() else None)
+    as torch.nn.functional.layer_norm(x, (cols,), weight, bias, eps);
+    weight None: 1, bias None: 0."""
+    if weight is None or bias is None:
+        weight, bias = _defaults(x, weight, bias, 1)
+    y = None if _traced() else _fast(1, x, weight, bias, eps)
     return y if y is not None else _run(1, "layer_norm", x, weight, bias, eps)

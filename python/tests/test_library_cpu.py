@@ -72,6 +72,13 @@ def test_norms_trace_as_ops_with_gradients():
     x, w, _ = params(True)
     (dw,) = torch.autograd.grad(kiln.rms_norm(x, w).float().sum(), (w,))
     assert dw.shape == w.shape
+    # No weight (nn.RMSNorm without elementwise_affine), no bias
+    # (nn.LayerNorm(bias=False)) or neither: 1 and 0 stand in.
+    for y in (kiln.rms_norm(x), kiln.layer_norm(x, w), kiln.layer_norm(x),
+              kiln.layer_norm(x, None, b)):
+        assert y.shape == x.shape
+        (dx,) = torch.autograd.grad(y.float().sum(), (x,))
+        assert dx.shape == x.shape
     with pytest.raises(ValueError, match=r"weight must have shape \(300,\)"):
         kiln.rms_norm(x, w[:-1])
     with pytest.raises(ValueError, match="kiln runs on CUDA tensors"):
@@ -271,7 +278,7 @@ def test_norms_refuse_bad_arguments_before_any_launch():
     with pytest.raises(TypeError, match="kiln.layer_norm: x has dtype torch.float32"):
         kiln.layer_norm(x.float(), w, w)
     with pytest.raises(TypeError, match="kiln.layer_norm: bias must be a torch.Tensor"):
-        kiln.layer_norm(x, w, None)
+        kiln.layer_norm(x, w, [0.0])
     with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
         kiln.rms_norm(x, [1.0])
 

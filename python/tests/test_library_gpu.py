@@ -532,3 +532,34 @@ def test_library_ops_under_torch_compile_match_eager(backend):
     for name, a, e in zip(("loss", "dx", "dw", "db"), compiled, eager):
         assert a.shape == e.shape and torch.isfinite(a).all(), name
         assert rel(a, e) < 1e-2, (name, rel(a, e))
+
+
+def test_norms_without_weight_or_bias_match_float64():
+    # weight None (nn.RMSNorm / nn.LayerNorm without elementwise_affine)
+    # and bias None (nn.LayerNorm(bias=False)): 1 and 0 stand in; outputs
+    # and dX against float64, from C++ and from Python.
+    from kiln import norms
+    torch.manual_seed(19)
+    x = (2 * torch.randn(3, 77, 768, device=DEV)).bfloat16().requires_grad_()
+    w = torch.randn(768, device=DEV).bfloat16()
+    g = torch.randn(3, 77, 768, device=DEV).bfloat16()
+    xd, wd = x.detach().double().requires_grad_(), w.double()
+    cases = [
+        (lambda: kiln.rms_norm(x),
+         lambda: xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)),
+        (lambda: kiln.layer_norm(x),
+         lambda: F.layer_norm(xd, (768,), None, None, 1e-5)),
+        (lambda: kiln.layer_norm(x, w),
+         lambda: F.layer_norm(xd, (768,), wd, None, 1e-5)),
+    ]
+    for off in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            if off:
+                mp.setattr(norms._cpp, "module", lambda: None)
+            for run, ref in cases:
+                poison_allocator()
+                y, yd = run(), ref()
+                assert rel(y, yd) < 1e-2
+                (dx,) = torch.autograd.grad(y, x, g)
+                (dxd,) = torch.autograd.grad(yd, xd, g.double())
+                assert torch.isfinite(dx).all() and rel(dx, dxd) < 1e-2
