@@ -20,7 +20,8 @@ from typing import Optional
 import torch
 
 from . import _cpp, _lib
-from .ops import _log_copy, _plain, _plain_or_none, _stream, _traced
+from .ops import (_log_copy, _plain, _plain_or_none, _stream, _traced,
+                  _under_autocast)
 
 _ON = ("cuda", "meta")  # where a traced call's tensors may be
 
@@ -133,7 +134,9 @@ def rotary(x, cos, sin, positions=None, *, layout="bshd"):
     x: (B, N, H, D) for layout "bshd", (B, H, N, D) for "bhsd", bf16, D a
     power of two >= 16; cos, sin: (P, D/2) float32; positions: (N,) integers
     below P (default 0..N-1), the same for every sequence of the batch.
-    Differentiable in x."""
+    Differentiable in x. Under bf16 autocast a float32 x is cast to bf16
+    first."""
+    (x,) = _under_autocast(x)  # cos and sin stay float32
     # The common case checked and launched in C++ (csrc/rotary.cpp; with a
     # gradient a C++ Function): ~47 us of host time a call from here.
     if (not _traced() and _plain(x) and _plain(cos) and _plain(sin) and
@@ -282,7 +285,10 @@ def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
     """Softmax cross-entropy of bf16 logits (R, V) against int64 labels (R,),
     as torch.nn.functional.cross_entropy (labels equal to ignore_index count
     for nothing; reduction "mean", "sum" or "none"). One pass over each row
-    (an online logsumexp) forward, one backward; differentiable in logits."""
+    (an online logsumexp) forward, one backward; differentiable in logits.
+    Under bf16 autocast float32 logits are cast to bf16 first (torch's
+    autocast would run cross_entropy in float32)."""
+    (logits,) = _under_autocast(logits)
     # The common case checked and run in C++ (csrc/cross_entropy.cpp).
     if (not _traced() and _plain(logits) and _plain(labels) and
             type(ignore_index) is int and -2**63 <= ignore_index < 2**63 and

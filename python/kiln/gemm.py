@@ -17,7 +17,8 @@ import torch
 
 from . import _cpp
 from .fused import _need_tensor, _op
-from .ops import _log_copy, _misaligned, _plain, _plain_or_none
+from .ops import (_log_copy, _misaligned, _plain, _plain_or_none,
+                  _under_autocast)
 
 _ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
 
@@ -104,7 +105,9 @@ def linear(x, weight_t, bias=None, activation="none"):
     a time (H200, 8192x50257x768: 1.39 ms against 2.58; see
     docs/python.md). Under torch.compile (or on meta tensors) it is the op
     torch.ops.kiln.linear (or kiln.linear_train when a gradient is needed),
-    with fake implementations for tracing."""
+    with fake implementations for tracing. Under bf16 autocast, float32 x,
+    weight_t and bias are cast to bf16 first, as autocast casts F.linear's."""
+    x, weight_t, bias = _under_autocast(x, weight_t, bias)
     traced = (torch.compiler.is_compiling() or
               torch._C._are_functorch_transforms_active())
     grad = torch.is_grad_enabled() and any(

@@ -20,7 +20,8 @@ from typing import Optional
 import torch
 
 from . import _cpp, _lib
-from .ops import _contiguous, _plain, _plain_or_none, _raw_stream, _traced
+from .ops import (_contiguous, _plain, _plain_or_none, _raw_stream, _traced,
+                  _under_autocast)
 
 
 def _check(name, x, params, eps):
@@ -215,7 +216,9 @@ def _defaults(x, weight, bias, kind):
 
 def rms_norm(x, weight=None, eps=1e-6):
     """x / sqrt(mean(x², last dim) + eps) * weight, as
-    torch.nn.functional.rms_norm(x, (cols,), weight, eps); weight None: 1."""
+    torch.nn.functional.rms_norm(x, (cols,), weight, eps); weight None: 1.
+    Under bf16 autocast, float32 x and weight are cast to bf16 first."""
+    x, weight = _under_autocast(x, weight)
     if weight is None:
         weight, _ = _defaults(x, weight, None, 0)
     y = None if _traced() else _fast(0, x, weight, None, eps)
@@ -225,7 +228,9 @@ def rms_norm(x, weight=None, eps=1e-6):
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension,
     as torch.nn.functional.layer_norm(x, (cols,), weight, bias, eps);
-    weight None: 1, bias None: 0."""
+    weight None: 1, bias None: 0. Under bf16 autocast, float32 x, weight
+    and bias are cast to bf16 first."""
+    x, weight, bias = _under_autocast(x, weight, bias)
     if weight is None or bias is None:
         weight, bias = _defaults(x, weight, bias, 1)
     y = None if _traced() else _fast(1, x, weight, bias, eps)

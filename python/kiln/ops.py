@@ -100,6 +100,24 @@ def _plain_or_none(t):
     return t is None or type(t) in _PLAIN
 
 
+def _autocast_bf16():
+    """torch.autocast("cuda", dtype=torch.bfloat16) is on."""
+    return (torch.is_autocast_enabled("cuda") and
+            torch.get_autocast_dtype("cuda") == torch.bfloat16)
+
+
+def _under_autocast(*ts):
+    """Under bf16 autocast, the float32 / float16 tensors among `ts` cast to
+    bf16 (differentiably: a float32 parameter gets a float32 gradient), as
+    autocast casts a matmul's inputs: fp32 master weights and an fp32
+    residual stream reach the bf16 kernels. Otherwise `ts` as given (the
+    checks then name any other dtype)."""
+    if not _autocast_bf16():
+        return ts
+    return tuple(t.to(torch.bfloat16) if isinstance(t, torch.Tensor) and
+                 t.dtype in (torch.float32, torch.float16) else t for t in ts)
+
+
 def _traced():
     """A trace (torch.compile, functorch) is running: the library ops go
     through their torch.library ops, whose fake implementations it sees."""

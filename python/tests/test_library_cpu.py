@@ -371,3 +371,33 @@ def test_library_copies_are_logged_and_trace(monkeypatch, capfd):
     f = torch.compile(block, backend="eager", fullgraph=True)
     assert f(x, q, logits).shape == ()
     assert "kiln." not in capfd.readouterr().err
+
+
+def test_library_ops_cast_to_bf16_under_autocast(monkeypatch):
+    # Under torch.autocast("cuda", dtype=torch.bfloat16) float32 inputs
+    # (master weights, an fp32 residual stream) are cast to bf16 first,
+    # differentiably: float32 leaves get float32 gradients. Outside it they
+    # are refused, naming the dtype.
+    from kiln import ops
+
+    def meta(*shape):
+        return torch.empty(*shape, device=META, requires_grad=True)
+
+    x, w, b = meta(4, 16, 64), meta(64), meta(64)
+    with pytest.raises(TypeError, match="x has dtype torch.float32"):
+        kiln.layer_norm(x, w, b)
+    with pytest.raises(TypeError, match="dtype torch.float32"):
+        kiln.linear(x, meta(64, 32))
+    monkeypatch.setattr(ops, "_autocast_bf16", lambda: True)
+    wt, lw = meta(64, 32), meta(32)
+    cos = torch.empty(100, 8, device=META)
+    y = kiln.layer_norm(x, w, b) + kiln.rms_norm(x, w)
+    h = kiln.linear(y, wt, lw, "gelu")
+    r = kiln.rotary(h.float().view(4, 16, 2, 16), cos, cos)
+    loss = kiln.cross_entropy(r.float().view(64, 32),
+                              torch.empty(64, dtype=torch.int64, device=META))
+    assert y.dtype == h.dtype == r.dtype == torch.bfloat16
+    assert loss.dtype == torch.float32
+    loss.backward()
+    for t in (x, w, b, wt, lw):
+        assert t.grad.dtype == torch.float32 and t.grad.shape == t.shape

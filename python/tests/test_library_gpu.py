@@ -563,3 +563,27 @@ def test_norms_without_weight_or_bias_match_float64():
                 (dx,) = torch.autograd.grad(y, x, g)
                 (dxd,) = torch.autograd.grad(yd, xd, g.double())
                 assert torch.isfinite(dx).all() and rel(dx, dxd) < 1e-2
+
+
+def test_library_ops_under_bf16_autocast_take_float32():
+    # Under torch.autocast("cuda", dtype=torch.bfloat16), float32 master
+    # weights and a float32 residual stream are cast to bf16 first: the
+    # results against float64 of the cast values, float32 gradients.
+    torch.manual_seed(20)
+    x = torch.randn(2, 64, 256, device=DEV, requires_grad=True)
+    w = torch.nn.Parameter(torch.randn(256, device=DEV))
+    b = torch.nn.Parameter(torch.randn(256, device=DEV))
+    wt = torch.nn.Parameter(torch.randn(256, 512, device=DEV) / 16)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = kiln.layer_norm(x, w, b)
+        h = kiln.linear(y, wt)
+    assert y.dtype == h.dtype == torch.bfloat16
+    xd, wd, bd, wtd = (t.detach().bfloat16().double().requires_grad_()
+                       for t in (x, w, b, wt))
+    yd = F.layer_norm(xd, (256,), wd, bd, 1e-5)
+    hd = yd @ wtd
+    assert rel(y, yd) < 1e-2 and rel(h, hd) < 2e-2
+    h.float().sum().backward()
+    hd.sum().backward()
+    for t, td in zip((x, w, b, wt), (xd, wd, bd, wtd)):
+        assert t.grad.dtype == torch.float32 and rel(t.grad, td.grad) < 3e-2
