@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from train import BACKENDS, GPT, batches, common_args  # noqa: E402
+from train import BACKENDS, batches, common_args, model_for  # noqa: E402
 from train import train_step as step  # noqa: E402
 from kiln.bench import bench_ms  # noqa: E402
 
@@ -35,10 +35,10 @@ from kiln.bench import bench_ms  # noqa: E402
 def interleaved_steps(data, names, args):
     dev = torch.device("cuda")
     torch.manual_seed(args.seed)
-    weights = GPT(BACKENDS[names[0]], context=args.context).state_dict()
+    weights = model_for(names[0], args.context).state_dict()
     models, opts = {}, {}
     for n in names:
-        m = GPT(BACKENDS[n], context=args.context).to(dev)
+        m = model_for(n, args.context).to(dev)
         m.load_state_dict(weights)
         models[n] = m
         opts[n] = torch.optim.AdamW(m.parameters(), lr=args.lr, betas=(0.9, 0.95),
@@ -86,7 +86,7 @@ def profiled_steps(data, names, args, steps=5):
     out = {}
     for n in names:
         torch.manual_seed(args.seed)
-        m = GPT(BACKENDS[n], context=args.context).to(dev)
+        m = model_for(n, args.context).to(dev)
         opt = torch.optim.AdamW(m.parameters(), lr=args.lr, fused=True)
         data_iter = batches(data, steps + 3, args.batch, args.context, args.seed)
         for _ in range(3):

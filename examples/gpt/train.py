@@ -10,7 +10,10 @@ over fp32 weights, AdamW (lr 6e-4, warm-up 50 steps, cosine to 10%), batch
 16 x 1024 tokens. Attention takes the qkv projection as (B, N, 3, H, D):
 kiln through kiln.attention_qkvpacked (its backward writes one dQKV), or
 kiln.attention on its unbound (B, N, H, D) views ("kiln_unpacked"); SDPA on
-the (B, H, N, D) transposes of those views.
+the (B, H, N, D) transposes of those views. "kiln_fused" runs every layer
+through kiln: attention_qkvpacked, layer_norm, linear (the MLP's bias and
+GELU in the GEMM's epilogue: GELU's tanh form, as GPT-2's) and
+cross_entropy for the loss, on the same fp32 parameters under autocast.
 
 The corpus is any file of bytes; make_corpus.py writes one from Debian's
 Python standard library sources (nothing is downloaded). Writes gpt.json
@@ -53,22 +56,37 @@ def sdpa_attention(backend):
 
 BACKENDS = {
     "kiln": kiln_attention,
+    "kiln_fused": kiln_attention,  # and kiln's norms, linears and loss
     "kiln_unpacked": kiln_unpacked,
     "sdpa_flash": sdpa_attention(SDPBackend.FLASH_ATTENTION),
     "sdpa_cudnn": sdpa_attention(SDPBackend.CUDNN_ATTENTION),
 }
 
 
+def kiln_norm(ln, x):
+    return kiln.layer_norm(x, ln.weight, ln.bias, ln.eps)
+
+
+def kiln_linear(layer, x, activation="none"):
+    return kiln.linear(x, layer.weight.t(), layer.bias, activation)
+
+
 class Block(nn.Module):
-    def __init__(self, d, heads, attention):
+    def __init__(self, d, heads, attention, fused=False):
         super().__init__()
-        self.heads, self.attention = heads, attention
+        self.heads, self.attention, self.fused = heads, attention, fused
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
 
     def forward(self, x):
         B, N, d = x.shape
+        if self.fused:
+            qkv = kiln_linear(self.qkv, kiln_norm(self.ln1, x))
+            o = self.attention(qkv.view(B, N, 3, self.heads, d // self.heads))
+            x = x + kiln_linear(self.proj, o.reshape(B, N, d))
+            h = kiln_linear(self.fc, kiln_norm(self.ln2, x), "gelu")
+            return x + kiln_linear(self.out, h)
         qkv = self.qkv(self.ln1(x)).view(B, N, 3, self.heads, d // self.heads)
         o = self.attention(qkv)
         x = x + self.proj(o.reshape(B, N, d))
@@ -76,10 +94,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, attention, layers=6, d=768, heads=12, context=1024, vocab=256):
+    def __init__(self, attention, layers=6, d=768, heads=12, context=1024, vocab=256,
+                 fused=False):
         super().__init__()
+        self.fused = fused
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(context, d)
-        self.blocks = nn.ModuleList(Block(d, heads, attention) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(d, heads, attention, fused) for _ in range(layers))
         self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
         self.apply(self._init)
 
@@ -94,7 +114,21 @@ class GPT(nn.Module):
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
         for b in self.blocks:
             x = b(x)
+        if self.fused:
+            return kiln_linear(self.head, kiln_norm(self.ln, x))
         return self.head(self.ln(x))
+
+    def loss(self, x, y):
+        """The mean cross-entropy of the next bytes (under autocast)."""
+        logits = self(x)
+        if self.fused:
+            return kiln.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
+
+
+def model_for(name, context):
+    """The GPT of backend `name` (kiln_fused: every layer through kiln)."""
+    return GPT(BACKENDS[name], context=context, fused=name == "kiln_fused")
 
 
 def batches(data, steps, batch, context, seed):
@@ -110,7 +144,7 @@ def batches(data, steps, batch, context, seed):
 def train_step(model, opt, x, y):
     """One step: bf16 autocast forward, backward, clipping, the optimizer."""
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = F.cross_entropy(model(x).float().view(-1, 256), y.view(-1))
+        loss = model.loss(x, y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -131,7 +165,7 @@ def common_args(p, backends):
 def train(name, data, args):
     torch.manual_seed(args.seed)
     dev = torch.device("cuda")
-    model = GPT(BACKENDS[name], context=args.context).to(dev)
+    model = model_for(name, args.context).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                             weight_decay=0.1, fused=True)
     sched = lambda s: (s + 1) / 50 if s < 50 else 0.1 + 0.9 * 0.5 * (

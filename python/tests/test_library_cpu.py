@@ -401,3 +401,25 @@ def test_library_ops_cast_to_bf16_under_autocast(monkeypatch):
     loss.backward()
     for t in (x, w, b, wt, lw):
         assert t.grad.dtype == torch.float32 and t.grad.shape == t.shape
+
+
+def test_gpt_example_runs_every_layer_through_kiln_traced(monkeypatch):
+    # examples/gpt/train.py's "kiln_fused" model (fp32 parameters, bf16
+    # autocast): every layer through kiln's ops; on meta tensors each
+    # parameter gets a float32 gradient of its shape.
+    import importlib.util
+    from kiln import ops
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                        "gpt", "train.py")
+    spec = importlib.util.spec_from_file_location("gpt_train", path)
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    monkeypatch.setattr(ops, "_autocast_bf16", lambda: True)
+    model = train.model_for("kiln_fused", 64).to(META)
+    x = torch.empty(2, 64, dtype=torch.int64, device=META)
+    loss = model.loss(x, x)
+    assert loss.shape == () and loss.dtype == torch.float32
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.shape == p.shape, name
+        assert p.grad.dtype == torch.float32, name
