@@ -51,3 +51,9 @@ def assert_cpp_path_matches_python(run, module):
     for a, b in zip(fast, slow):
         if isinstance(a, torch.Tensor):
             assert torch.isfinite(a).all() and torch.equal(a, b)
+
+
+def rope_tables(P, D):
+    inv = 10000.0 ** (-torch.arange(0, D, 2, device=DEV, dtype=torch.float64) / D)
+    ang = torch.arange(P, device=DEV, dtype=torch.float64)[:, None] * inv
+    return ang.cos().float().contiguous(), ang.sin().float().contiguous()
