@@ -53,6 +53,8 @@ inline void *raw(mlir::Value v) { return v.getAsOpaquePointer(); }
 mlir::RankedTensorType tileType(const Tile &t, const Loc &loc, const char *op);
 /// The serial of the kernel under construction on this thread, 0 if none.
 uint64_t currentSerial();
+/// The state of the kernel under construction on this thread, or null.
+KernelBuilder::State *currentState();
 /// Throws at `loc` when `serial` (a Tile's or an Index's) is not the current
 /// builder's.
 void checkSameKernel(uint64_t serial, const Loc &loc, const std::string &what);
