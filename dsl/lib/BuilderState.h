@@ -51,6 +51,12 @@ inline mlir::Value value(void *raw) {
 }
 inline void *raw(mlir::Value v) { return v.getAsOpaquePointer(); }
 mlir::RankedTensorType tileType(const Tile &t, const Loc &loc, const char *op);
+/// `a` (a tile, a number or an Index) as a tensor of `shape` and element
+/// type `elem`: a tile as it is (broadcast from rank 0), a number or an
+/// Index (i32 only) splatted; throws at `loc` naming `opName` (TileOps.cpp).
+mlir::Value materialize(const TileArg &a, mlir::Type elem,
+                        llvm::ArrayRef<int64_t> shape, const char *opName,
+                        const Loc &loc);
 /// The serial of the kernel under construction on this thread, 0 if none.
 uint64_t currentSerial();
 /// The state of the kernel under construction on this thread, or null.
