@@ -12,6 +12,9 @@
 #              and linear+GELU beside torch eager, torch.compile, cuBLASLt)
 #   gpt        examples/gpt/train.py (needs .carry/corpus.bin.xz, from
 #              examples/gpt/make_corpus.py and xz)
+#   gptfused   examples/gpt/train.py with every layer through kiln
+#              ("kiln_fused": norms, linears, attention, loss) beside kiln's
+#              attention alone and SDPA flash, 200 steps (needs the corpus)
 #   gptstep    examples/gpt/step_bench.py: one training step of the GPT per
 #              attention, interleaved, and the attention alone at its shape
 #   jit        kiln bench jit --seqs 1000,4096 (compiles, host time a launch)
@@ -55,6 +58,10 @@ for job in "$@"; do
   gpt) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
     timeout 400 python3 examples/gpt/train.py --corpus /tmp/corpus.bin \
       --out "$OUT" > "$OUT/gpt.txt" 2>&1; tail -6 "$OUT/gpt.txt" ;;
+  gptfused) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
+    timeout 500 python3 examples/gpt/train.py --corpus /tmp/corpus.bin \
+      --backends kiln_fused,kiln,sdpa_flash --steps 200 --out "$OUT/fused" \
+      > "$OUT/gptfused.txt" 2>&1; tail -6 "$OUT/gptfused.txt" ;;
   gptstep) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
     timeout 300 python3 examples/gpt/step_bench.py --corpus /tmp/corpus.bin \
       > "$OUT/gptstep.txt" 2>&1; tail -9 "$OUT/gptstep.txt" ;;
