@@ -11,7 +11,6 @@
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
-
 using namespace mlir;
 
 namespace kiln::gpu {
