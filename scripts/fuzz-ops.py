@@ -98,11 +98,19 @@ def norm(rng):
             for _ in range(2))
     if param:
         w, b = torch.nn.Parameter(w.detach()), torch.nn.Parameter(b.detach())
-    xd, wd, bd = (t.detach().double().requires_grad_(grad) for t in (x, w, b))
+    # A tenth of the draws without the weight, a tenth without the bias
+    # (nn.RMSNorm / nn.LayerNorm without elementwise_affine or bias).
+    if rng.random() < 0.1:
+        w = None
+    if rng.random() < 0.1:
+        b = None
+    xd, wd, bd = (t.detach().double().requires_grad_(grad)
+                  if t is not None else None for t in (x, w, b))
     poison()
     if rng.random() < 0.5:
         y = kiln.rms_norm(x, w)
-        want = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd
+        want = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)
+        want = want * wd if wd is not None else want
         name, leaves, leaves_d = "rms_norm", (x, w), (xd, wd)
     else:
         y = kiln.layer_norm(x, w, b)
@@ -110,9 +118,12 @@ def norm(rng):
         name, leaves, leaves_d = "layer_norm", (x, w, b), (xd, wd, bd)
     err = rel(y, want)
     if grad:
-        err = max(err, grads_rel(y, want, leaves, leaves_d))
+        err = max(err, grads_rel(y, want, [t for t in leaves if t is not None],
+                                 [t for t in leaves_d if t is not None]))
+    absent = "".join(f" no {n}" for n, t in (("weight", w), ("bias", b))
+                     if t is None and (n == "weight" or name == "layer_norm"))
     return (f"{name} x={tuple(x.shape)} {shape}{' Parameters' if param else ''}"
-            f"{' +grad' if grad else ''}", err, 3e-2 if grad else 2e-2)
+            f"{absent}{' +grad' if grad else ''}", err, 3e-2 if grad else 2e-2)
 
 
 def rotary(rng):
