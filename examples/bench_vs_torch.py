@@ -1,5 +1,5 @@
 """kiln's fused kernels beside PyTorch's, on the same tensors, in one process:
-RMSNorm, LayerNorm, rotary embedding, softmax cross-entropy (forward, and
+RMSNorm, LayerNorm (forward, and forward + backward), rotary embedding, softmax cross-entropy (forward, and
 forward + backward) and a linear layer with bias and GELU in the GEMM's
 epilogue. Each kiln kernel is a DSL program (kernels/) whose schedule
 AutotunedKernel tunes on the first call and records for the GPU; each is
@@ -76,7 +76,42 @@ def norm_cases(randn, R, C):
             "copy": lambda: y.copy_(x)},
          lambda: rel(kiln.layer_norm(x, w, b, 1e-5),
                      F.layer_norm(xd, (C,), w.double(), b.double(), 1e-5)),
-         "GB/s", 2 * x.numel() * 2)]
+         "GB/s", 2 * x.numel() * 2)] + norm_backward_cases(
+             x, w, b, randn(R, C), rms, ln, crms, cln)
+
+
+def norm_backward_cases(x, w, b, dy, rms, ln, crms, cln):
+    """The norms' forward + backward (dX, dW, dB by autograd): bytes of X and
+    Y forward, X, dY and dX backward."""
+    C = x.shape[-1]
+    xg, wg, bg = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+
+    def grads(f, *args):
+        return lambda: torch.autograd.grad(f(*args), args, dy)
+
+    def check(f, fd, n):
+        got = torch.autograd.grad(f(*(xg, wg, bg)[:n]), (xg, wg, bg)[:n], dy)
+        want = torch.autograd.grad(fd(*(xd, wd, bd)[:n]), (xd, wd, bd)[:n],
+                                   dy.double())
+        return max(rel(a, r) for a, r in zip(got, want))
+
+    rms_d = lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) +
+                                         1e-6) * w
+    ln_d = lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5)
+    amount = 5 * x.numel() * 2
+    return [
+        ("rmsnorm fwd+bwd", f"{x.shape[0]}x{C}", {
+            "kiln": grads(lambda x, w: kiln.rms_norm(x, w, 1e-6), xg, wg),
+            "torch": grads(rms, xg, wg), "compile": grads(crms, xg, wg)},
+         lambda: check(lambda x, w: kiln.rms_norm(x, w, 1e-6), rms_d, 2),
+         "GB/s", amount),
+        ("layernorm fwd+bwd", f"{x.shape[0]}x{C}", {
+            "kiln": grads(lambda x, w, b: kiln.layer_norm(x, w, b, 1e-5),
+                          xg, wg, bg),
+            "torch": grads(ln, xg, wg, bg), "compile": grads(cln, xg, wg, bg)},
+         lambda: check(lambda x, w, b: kiln.layer_norm(x, w, b, 1e-5), ln_d, 3),
+         "GB/s", amount)]
 
 
 def rotary_case(randn, B, N, H, D):
