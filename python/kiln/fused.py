@@ -56,19 +56,23 @@ def _default_positions(device, batch, n):
     return p
 
 
+def _needs_copy(x):
+    """Whether x's dimensions 0 and 1 do not merge or its D is strided: the
+    kernel then cannot view x as (heads, tokens, D) without a copy."""
+    return x.stride(0) != x.shape[1] * x.stride(1) or x.stride(3) != 1
+
+
 def _rotary_run(x, cos, sin, positions, bshd, inverse):
     """The kernel on x seen as (heads, tokens, D)."""
     B = x.shape[0]
+    if _needs_copy(x):
+        x = x.contiguous()
     if bshd:  # (B, N, H, D): tokens are (b, n)
-        if x.stride(0) != x.shape[1] * x.stride(1) or x.stride(3) != 1:
-            x = x.contiguous()
         N, H, D = x.shape[1], x.shape[2], x.shape[3]
         seen = x.view(B * N, H, D).transpose(0, 1)
         pos = (_default_positions(x.device, B, N) if positions is None else
                positions.to(torch.int32).repeat(B))
     else:  # (B, H, N, D): tokens are n, heads (b, h)
-        if x.stride(0) != x.shape[1] * x.stride(1) or x.stride(3) != 1:
-            x = x.contiguous()
         H, N, D = x.shape[1], x.shape[2], x.shape[3]
         seen = x.view(B * H, N, D)
         pos = (_default_positions(x.device, 1, N) if positions is None else
@@ -106,9 +110,7 @@ def _rotary_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
 
 @_rotary_op.register_fake
 def _(x, cos, sin, positions, bshd, inverse):
-    if x.stride(0) != x.shape[1] * x.stride(1) or x.stride(3) != 1:
-        x = x.contiguous()  # as _rotary_run
-    return torch.empty_like(x)
+    return torch.empty_like(x.contiguous() if _needs_copy(x) else x)
 
 
 def _rotary_setup(ctx, inputs, output):
@@ -172,7 +174,7 @@ def rotary(x, cos, sin, positions=None, *, layout="bshd"):
         if tuple(positions.shape) != (N,):
             raise ValueError(f"kiln.rotary: positions must have shape ({N},),"
                              f" got {tuple(positions.shape)}")
-    if x.stride(0) != x.shape[1] * x.stride(1) or x.stride(3) != 1:
+    if _needs_copy(x):
         _log_copy("kiln.rotary", "x", f"strides {tuple(x.stride())}",
                   "copied to contiguous memory first",
                   "cannot be seen as (heads, tokens, D) without a copy")
