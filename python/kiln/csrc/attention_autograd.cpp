@@ -70,10 +70,7 @@ kiln_c_attention_options options(const at::Tensor &q, bool causal,
 /// The Python path's exceptions: ValueError for refused input, else
 /// RuntimeError, the C side's message after "kiln.attention: ".
 void check(int code, const char *error) {
-  if (code == KILN_C_OK)
-    return;
-  TORCH_CHECK_VALUE(code != KILN_C_BAD_INPUT, "kiln.attention: ", error);
-  TORCH_CHECK(false, "kiln.attention: ", error);
+  kiln_ext::checkCode(code, "kiln.attention", error);
 }
 
 at::Tensor emptyLike(const at::Tensor &t) {

@@ -37,8 +37,7 @@ const char *nameOf(int64_t kind) {
 }
 
 void check(int code, const char *error, int64_t kind) {
-  TORCH_CHECK_VALUE(code != KILN_C_BAD_INPUT, nameOf(kind), ": ", error);
-  TORCH_CHECK(code == KILN_C_OK, nameOf(kind), ": ", error);
+  checkCode(code, nameOf(kind), error);
 }
 
 /// A contiguous tensor as the C API's (rows, cols) or (cols,).

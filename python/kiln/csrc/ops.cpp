@@ -61,6 +61,13 @@ kiln_c_named_tensor named(const char *name, const at::Tensor &t) {
   return n;
 }
 
+void checkCode(int code, const std::string &what, const char *error) {
+  if (code == KILN_C_OK)
+    return;
+  TORCH_CHECK_VALUE(code != KILN_C_BAD_INPUT, what, ": ", error);
+  TORCH_CHECK(false, what, ": ", error);
+}
+
 void launch(const char *op, int64_t option,
             const std::vector<kiln_c_named_tensor> &tensors, int device,
             const std::string &what) {
@@ -69,10 +76,7 @@ void launch(const char *op, int64_t option,
   const int code = opFn(op, option, tensors.data(), int(tensors.size()),
                         c10::cuda::getCurrentCUDAStream(device).stream(),
                         device, error, sizeof error);
-  if (code == KILN_C_OK)
-    return;
-  TORCH_CHECK_VALUE(code != KILN_C_BAD_INPUT, what, ": ", error);
-  TORCH_CHECK(false, what, ": ", error);
+  checkCode(code, what, error);
 }
 
 /// kiln_c_op(name, option, {names[i]: tensors[i]}) on `device`: _lib.op

@@ -19,6 +19,10 @@ extern decltype(&kiln_c_row_norm_backward_programs) rowNormBackwardProgramsFn;
 /// `t` as the C API takes it, under the kernel's name for it.
 kiln_c_named_tensor named(const char *name, const at::Tensor &t);
 
+/// Nothing for KILN_C_OK; else the Python path's exceptions: ValueError for
+/// refused input, else RuntimeError, the C side's message after "what: ".
+void checkCode(int code, const std::string &what, const char *error);
+
 /// kiln_c_op on torch's current stream of `device`; the Python path's
 /// exceptions (ValueError for refused input, else RuntimeError).
 void launch(const char *op, int64_t option,
