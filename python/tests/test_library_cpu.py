@@ -14,14 +14,10 @@ import kiln
 META = "meta"
 
 
-def test_linear_traces_as_one_op_under_torch_compile():
+def test_linear_traces_as_one_op_under_torch_compile(recorded_graphs):
     # kiln.linear is torch.ops.kiln.linear to a trace, its fake result
     # shaped as the real one: rows padded to a multiple of 8 elements.
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs, backend = recorded_graphs
 
     x = torch.empty(64, 768, dtype=torch.bfloat16, device=META)
     w = torch.empty(3001, 768, dtype=torch.bfloat16, device=META)
@@ -37,15 +33,11 @@ def test_linear_traces_as_one_op_under_torch_compile():
         kiln.linear(x, w.t(), b[:3000])
 
 
-def test_norms_trace_as_ops_with_gradients():
+def test_norms_trace_as_ops_with_gradients(recorded_graphs):
     # Traced (meta tensors, torch.compile) the norms are torch.ops.kiln.
     # row_norm, differentiable through torch.ops.kiln.row_norm_backward:
     # fake results and gradients shaped as the real ones.
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs, backend = recorded_graphs
 
     def params(grad):
         return [torch.empty(*s, dtype=torch.bfloat16, device=META,
@@ -87,14 +79,10 @@ def test_norms_trace_as_ops_with_gradients():
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
-def test_rotary_traces_as_an_op_with_its_gradient(layout):
+def test_rotary_traces_as_an_op_with_its_gradient(layout, recorded_graphs):
     # Traced, kiln.rotary is torch.ops.kiln.rotary, whose gradient is the
     # same op rotating back: fake results shaped as the real ones.
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs, backend = recorded_graphs
 
     shape = (2, 100, 4, 64) if layout == "bshd" else (2, 4, 100, 64)
     x = torch.empty(shape, dtype=torch.bfloat16, device=META,
@@ -119,15 +107,12 @@ def test_rotary_traces_as_an_op_with_its_gradient(layout):
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_cross_entropy_traces_as_an_op_with_its_gradient(reduction):
+def test_cross_entropy_traces_as_an_op_with_its_gradient(reduction,
+                                                        recorded_graphs):
     # Traced, kiln.cross_entropy is torch.ops.kiln.cross_entropy_rows (each
     # row's loss), reduced by torch ops; its gradient is
     # torch.ops.kiln.cross_entropy_rows_backward.
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs, backend = recorded_graphs
 
     logits = torch.empty(300, 5000, dtype=torch.bfloat16, device=META,
                          requires_grad=True)

@@ -51,12 +51,8 @@ def test_lse_is_not_differentiable():
     assert o.requires_grad and not lse.requires_grad
 
 
-def test_torch_compile_traces_one_graph():
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
+def test_torch_compile_traces_one_graph(recorded_graphs):
+    graphs, backend = recorded_graphs
 
     f = torch.compile(lambda q, k, v: kiln.attention(q, k, v, causal=True,
                                                      layout="bshd") * 2,
@@ -111,7 +107,7 @@ def packed(B=2, N=100, H=3, D=64, dtype=torch.bfloat16, device=META, grad=False)
     return torch.empty(B, N, 3, H, D, dtype=dtype, device=device, requires_grad=grad)
 
 
-def test_packed_ops_are_registered_and_trace():
+def test_packed_ops_are_registered_and_trace(recorded_graphs):
     fwd = torch.ops.kiln.attention_qkvpacked_forward.default
     bwd = torch.ops.kiln.attention_qkvpacked_backward.default
     assert "attention_qkvpacked_forward(Tensor qkv, bool causal, float scale) -> (Tensor, Tensor)" in str(fwd._schema)
@@ -121,11 +117,7 @@ def test_packed_ops_are_registered_and_trace():
     assert o.shape == (2, 77, 3, 128) and lse.shape == (2, 3, 77) and not lse.requires_grad
     o.sum().backward()
     assert x.grad.shape == x.shape and x.grad.dtype == x.dtype
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs, backend = recorded_graphs
 
     f = torch.compile(lambda x: kiln.attention_qkvpacked(x, causal=True) * 2,
                       backend=backend, fullgraph=True)
