@@ -110,10 +110,17 @@ def _under_autocast(*ts):
     """Under bf16 autocast, the float32 / float16 tensors among `ts` cast to
     bf16 (differentiably: a float32 parameter gets a float32 gradient), as
     autocast casts a matmul's inputs: fp32 master weights and an fp32
-    residual stream reach the bf16 kernels. Otherwise `ts` as given (the
+    residual stream reach the bf16 kernels. A float32 parameter (or its 2-D
+    transpose) is cast once per autocast region, through torch's autocast
+    cache, where the C++ extension is built. Otherwise `ts` as given (the
     checks then name any other dtype)."""
     if not _autocast_bf16():
         return ts
+    # From C++ through autocast's cache (csrc/ops.cpp): a float32 parameter
+    # is cast once per autocast region, as torch's ops cast it.
+    if (not _traced() and all(t is None or _plain(t) for t in ts) and
+            (cpp := _cpp.module()) is not None):
+        return tuple(cpp.autocast_bf16(list(ts)))
     return tuple(t.to(torch.bfloat16) if isinstance(t, torch.Tensor) and
                  t.dtype in (torch.float32, torch.float16) else t for t in ts)
 

@@ -316,3 +316,47 @@ def test_library_ops_under_bf16_autocast_take_float32():
     hd.sum().backward()
     for t, td in zip((x, w, b, wt), (xd, wd, bd, wtd)):
         assert t.grad.dtype == torch.float32 and rel(t.grad, td.grad) < 3e-2
+
+
+def _casts(run):
+    """How many dtype casts (aten::_to_copy) `run` issues."""
+    with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        run()
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
+
+
+def test_autocast_casts_a_parameter_once_per_region():
+    # Torch's autocast casts a float32 leaf once per autocast region (its
+    # cache) and kiln's ops share that cache: a layer called three times in
+    # one region (decoding, a shared layer) casts its weight and bias once,
+    # layer.weight.t() included; after the region the cache is gone. The
+    # gradient of the three calls is torch's (F.linear under autocast).
+    torch.manual_seed(21)
+    layer = torch.nn.Linear(256, 512, device=DEV)
+    x = torch.randn(64, 256, device=DEV).bfloat16()
+
+    def three(fn):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return sum(fn(x * (i + 1)).sum() for i in range(3))  # no casts
+
+    kiln.linear(x, layer.weight.t().bfloat16())  # compiled, out of the count
+    assert _casts(lambda: three(lambda a: kiln.linear(
+        a, layer.weight.t(), layer.bias))) == 2
+    assert _casts(lambda: three(layer)) == 2  # torch's own count
+    three(lambda a: kiln.linear(a, layer.weight.t(), layer.bias)).backward()
+    got = (layer.weight.grad.clone(), layer.bias.grad.clone())
+    layer.zero_grad()
+    three(layer).backward()
+    assert torch.allclose(got[0], layer.weight.grad, rtol=1e-2, atol=1e-2)
+    assert torch.allclose(got[1], layer.bias.grad, rtol=1e-2, atol=1e-2)
+    # Norm weights take the cache too; a view other than a transpose, and
+    # float32 activations, are cast per call.
+    w = torch.nn.Parameter(torch.randn(256, device=DEV))
+    xs = torch.randn(64, 256, device=DEV)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        assert _casts(lambda: [kiln.rms_norm(x, w) for _ in range(3)]) == 1
+        assert _casts(lambda: [kiln.rms_norm(xs, w) for _ in range(3)]) == 3
+        wide = torch.nn.Parameter(torch.randn(512, 256, device=DEV) / 16)
+        assert _casts(lambda: [kiln.linear(x, wide[:256].t())
+                               for _ in range(2)]) == 2

@@ -192,10 +192,14 @@ def test_one_compile_serves_every_length():
 def test_many_lengths_stay_correct():
     # More problems than the library keeps (256): the least recently used
     # are forgotten and rebuilt when they come back, with no new compile.
+    # Causal and not: the check below must not depend on which variants the
+    # tests before this one compiled.
     for n in range(1, 300):
-        kiln.attention(*attention_inputs(1, 1, n, n, 64, torch.bfloat16, "bhsd", n))
+        for causal in (False, True):
+            kiln.attention(*attention_inputs(1, 1, n, n, 64, torch.bfloat16, "bhsd", n),
+                           causal=causal)
     _, before = kiln.cache_stats()
-    q, k, v = attention_inputs(1, 2, 5, 5, 64, torch.bfloat16, "bhsd", 5)
+    q, k, v = attention_inputs(1, 1, 5, 5, 64, torch.bfloat16, "bhsd", 5)  # forgotten
     o = kiln.attention(q, k, v, causal=True)
     o_ref, _ = attention_reference(q, k, v, True, "bhsd", torch.zeros_like(q))
     assert rel(o, o_ref) < 1e-2

@@ -294,4 +294,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("row_norm", &kiln_ext::rowNorm);
   m.def("rotary", &kiln_ext::rotary);
   m.def("cross_entropy", &kiln_ext::crossEntropy);
+  m.def("autocast_bf16", [](const std::vector<std::optional<at::Tensor>> &ts) {
+    std::vector<std::optional<at::Tensor>> out;
+    for (const auto &t : ts)
+      out.push_back(t ? std::optional(kiln_ext::autocastBf16(*t)) : t);
+    return out;
+  });
 }

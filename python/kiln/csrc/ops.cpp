@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "ops.h"
 
+#include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>
 
@@ -91,6 +92,31 @@ void op(const std::string &name, int64_t option,
   for (size_t i = 0; i < tensors.size(); ++i)
     packed.push_back(named(names[i].c_str(), tensors[i]));
   launch(name.c_str(), option, packed, int(device), what);
+}
+
+/// `t` as bf16 autocast casts a matmul's argument: float32 and float16 CUDA
+/// tensors through autocast's cache (at::autocast::cached_cast), so a float32
+/// parameter is cast once per autocast region, as torch's own ops cast it,
+/// not once per call. The cache takes only leaves; a 2-D transpose of one
+/// (kiln.linear's weight_t = layer.weight.t()) is the transpose of its
+/// base's cached cast, differentiable as t() is.
+at::Tensor autocastBf16(const at::Tensor &t) {
+  if (!t.defined() ||
+      (t.scalar_type() != at::kFloat && t.scalar_type() != at::kHalf))
+    return t;
+  if (!t.is_cuda()) // refused by the op's checks, as the Python path's cast
+    return t.to(at::kBFloat16);
+  if (t.is_view() && t.dim() == 2) {
+    const at::Tensor base(t._base());
+    if (base.scalar_type() == t.scalar_type() && base.dim() == 2 &&
+        base.size(0) == t.size(1) && base.size(1) == t.size(0) &&
+        base.stride(0) == t.stride(1) && base.stride(1) == t.stride(0) &&
+        base.storage_offset() == t.storage_offset())
+      return at::autocast::cached_cast(at::kBFloat16, base,
+                                       c10::DeviceType::CUDA)
+          .t();
+  }
+  return at::autocast::cached_cast(at::kBFloat16, t, c10::DeviceType::CUDA);
 }
 
 } // namespace kiln_ext

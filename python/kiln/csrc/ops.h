@@ -50,6 +50,7 @@ void op(const std::string &name, int64_t option,
         const std::vector<std::string> &names,
         const std::vector<at::Tensor> &tensors, int64_t device,
         const std::string &what);
+at::Tensor autocastBf16(const at::Tensor &t);
 std::optional<at::Tensor> rowNorm(int64_t kind, const at::Tensor &x,
                                   const at::Tensor &w,
                                   const std::optional<at::Tensor> &b,
