@@ -98,10 +98,15 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
     throw Error("gemm: splitK must be in [1, 65535] (the ranges are a grid "
                 "dimension), got " +
                 std::to_string(c.splitK));
-  if (c.splitK > 1 && (s.outDtype != DType::f32 || s.bias || s.residual ||
-                       s.preActivation || s.activation != GemmActivation::None))
-    throw Error("gemm: splitK > 1 adds each range's product into C by "
-                "atomics: C must be fp32 and the epilogue empty (no bias, "
+  if ((c.splitK > 1 || s.splitPartials) &&
+      (s.outDtype != DType::f32 || s.bias || s.residual || s.preActivation ||
+       s.activation != GemmActivation::None))
+    throw Error(std::string("gemm: ") +
+                (s.splitPartials ? "splitPartials stores each K range's "
+                                   "product apart"
+                                 : "splitK > 1 adds each range's product "
+                                   "into C by atomics") +
+                ": C must be fp32 and the epilogue empty (no bias, "
                 "activation, residual or Z)");
   if (c.minBlocksPerSM < 0)
     throw Error("gemm: minBlocksPerSM must be >= 0 (0: as ptxas fits), got " +
@@ -142,7 +147,9 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
                          : k.tensorArg("A", s.dtype, {M, K});
   auto B = s.bTransposed ? k.tensorArg("BT", s.dtype, {N, K})
                          : k.tensorArg("B", s.dtype, {K, N});
-  auto C = k.tensorArg("C", s.outDtype, {M, N});
+  auto C = s.splitPartials
+               ? k.tensorArg("C", s.outDtype, {Index(c.splitK), M, N})
+               : k.tensorArg("C", s.outDtype, {M, N});
   std::optional<TensorView> Bias;
   if (s.bias)
     Bias = k.tensorArg("Bias", s.dtype, {N});
@@ -195,7 +202,10 @@ Kernel gemm(const GemmShape &s, const GemmConfig &c) {
           (1.0 + tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
   if (R)
     acc = acc + load(R->block({m0, n0}, {c.blockM, c.blockN})).to(f32);
-  if (split)
+  if (s.splitPartials)
+    store(C[split ? programId(int(grid.size()) - 1) : Index(0)].block({m0, n0}),
+          acc);
+  else if (split)
     atomicAdd(C.block({m0, n0}), acc);
   else
     store(C.block({m0, n0}), acc.to(s.outDtype));

@@ -108,15 +108,46 @@ std::string crossEntropyKey(int64_t rows, int64_t vocab) {
 std::unique_ptr<AutotunedKernel> linearTuned(bool bias, GemmActivation act,
                                              int sm, LinearLayout layout) {
   std::vector<NamedGemm> configs;
-  for (auto &[label, c] : gemmConfigs(sm))
-    configs.push_back({label, c});
+  for (auto &[label, c] : gemmConfigs(sm)) {
+    // Split ranges are a grid dimension, one tile each: not persistent.
+    if (layout.splitK > 1 && c.persistent)
+      continue;
+    GemmConfig split = c;
+    split.splitK = layout.splitK;
+    configs.push_back({label, split});
+  }
+  const bool partials = layout.splitK > 1;
+  if (partials && (bias || act != GemmActivation::None || layout.preActivation))
+    throw Error("kiln.linear: split-K partials take no epilogue");
   return tuned("kiln.linear", configs, {"C"}, [=](const NamedGemm &c) {
-    GemmShape s{1, 1, 1, DType::bf16, DType::bf16, bias, act};
+    GemmShape s{1,    1,  1, DType::bf16, partials ? DType::f32 : DType::bf16,
+                bias, act};
     s.bTransposed = layout.bTransposed;
     s.aTransposed = layout.aTransposed;
     s.preActivation = layout.preActivation;
+    s.splitPartials = partials;
     return gemm(s, c.config);
   });
+}
+
+int64_t linearSplitK(int64_t M, int64_t N, int64_t K, int64_t sms) {
+  if (M < 1 || N < 1 || K < 2048 || sms < 1)
+    return 1;
+  const int64_t tiles = ((M + 127) / 128) * ((N + 127) / 128);
+  auto filled = [&](int64_t s) { // the share of its waves' slots the CTAs use
+    const int64_t ctas = tiles * s, waves = (ctas + sms - 1) / sms;
+    return double(ctas) / double(waves * sms);
+  };
+  if (filled(1) >= 0.8)
+    return 1;
+  int64_t best = 1;
+  for (int64_t s = 2; s <= 8 && K / s >= 1024; ++s) {
+    if (filled(s) >= 0.8)
+      return s;
+    if (filled(s) > filled(best))
+      best = s;
+  }
+  return filled(best) >= filled(1) + 0.15 ? best : 1;
 }
 
 std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
@@ -134,7 +165,8 @@ std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
          " bf16 epilogue=" + (epilogue.empty() ? "none" : epilogue) +
          (layout.aTransposed ? " A=KxM" : "") +
          (layout.bTransposed ? " B=NxK" : "") +
-         (layout.preActivation ? " +Z" : "");
+         (layout.preActivation ? " +Z" : "") +
+         (layout.splitK > 1 ? " split=" + std::to_string(layout.splitK) : "");
 }
 
 namespace {

@@ -114,6 +114,12 @@ KILN_C_API int kiln_c_row_norm_backward(
 KILN_C_API int64_t kiln_c_row_norm_backward_programs(int64_t rows,
                                                      int64_t sm_count);
 
+/* The K ranges S kiln splits an (M x K)·(K x N) "linear" without bias,
+ * activation or Z into on a GPU of `sm_count` SMs; 1: not split (C (M, N)
+ * then). */
+KILN_C_API int64_t kiln_c_linear_split_k(int64_t m, int64_t n, int64_t k,
+                                         int64_t sm_count);
+
 /* A tensor argument of a library kernel, by the kernel's name for it. */
 typedef struct {
   const char *name; /* "X", "Labels", ... */
@@ -131,9 +137,12 @@ typedef struct {
  *     option: the ignored label.
  *   "cross_entropy_bwd": X, Labels, LSE, Scale (1) f32, DLoss (R) f32 (or
  *     none: 1 for every row), DX (R, V) bf16; option: the ignored label.
- *   "linear": A (M, K), B (K, N) or BT (N, K) (nn.Linear's weight as
- *     stored), C (M, N) bf16, Bias (N) bf16 (optional); option 0: no
- *     activation, 1: ReLU, 2: GELU (tanh form).
+ *   "linear": A (M, K) or AT (K, M), B (K, N) or BT (N, K) (nn.Linear's
+ *     weight as stored), C (M, N) bf16, Bias (N) bf16 (optional), Z (M, N)
+ *     bf16 (optional: the pre-activation); option 0: no activation, 1:
+ *     ReLU, 2: GELU (tanh form). Or C (S, M, N) f32 with S >= 2, no Bias,
+ *     Z or activation: the products of S ranges of K, stored apart, which
+ *     the caller sums (kiln_c_linear_split_k gives the S kiln chooses).
  * Bad input (a missing or misshapen tensor, an unknown op) is refused
  * before anything is launched. */
 KILN_C_API int kiln_c_op(const char *op, int64_t option,

@@ -116,6 +116,11 @@ int64_t kiln_c_row_norm_backward_programs(int64_t rows, int64_t smCount) {
   return kernels::rowNormBackwardPrograms(rows, smCount);
 }
 
+int64_t kiln_c_linear_split_k(int64_t m, int64_t n, int64_t k,
+                              int64_t smCount) {
+  return kernels::linearSplitK(m, n, k, smCount);
+}
+
 int kiln_c_op(const char *op, int64_t option,
               const kiln_c_named_tensor *tensors, int count, void *stream,
               int device, char *error, size_t error_size) {
@@ -156,15 +161,25 @@ int kiln_c_op(const char *op, int64_t option,
       const bool bias = t.count("Bias");
       // The weight as B (K x N) or, as nn.Linear stores it, BT (N x K); A
       // as AT (K x M) for a weight gradient; Z the pre-activation too.
+      // C (S, M, N): S split-K partial products.
+      const auto c = t.find("C");
+      const int64_t split =
+          c != t.end() && c->second.shape.size() == 3 ? c->second.shape[0] : 1;
+      if (c != t.end() && c->second.shape.size() == 3 &&
+          (split < 2 || bias || option || t.count("Z")))
+        throw Error("linear: a C of three dimensions holds S >= 2 split-K "
+                    "partial products and takes no Bias, Z or activation");
       const kernels::LinearLayout layout{.bTransposed = t.count("BT") > 0,
                                          .aTransposed = t.count("AT") > 0,
-                                         .preActivation = t.count("Z") > 0};
+                                         .preActivation = t.count("Z") > 0,
+                                         .splitK = split};
       const auto act = kernels::GemmActivation(option);
       const int sm = cuda::device(device).major * 10;
       AutotunedKernel &k = kernelFor(
           name,
           {double(bias), double(option), double(sm), double(layout.bTransposed),
-           double(layout.aTransposed), double(layout.preActivation)},
+           double(layout.aTransposed), double(layout.preActivation),
+           double(split)},
           [=] { return kernels::linearTuned(bias, act, sm, layout); });
       const bool aT = layout.aTransposed, bT = layout.bTransposed;
       launch(k,

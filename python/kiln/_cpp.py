@@ -86,7 +86,8 @@ def _build():
         m.bind_op(*(ctypes.cast(f, ctypes.c_void_p).value
                     for f in (lib.kiln_c_op, lib.kiln_c_row_norm,
                               lib.kiln_c_row_norm_backward,
-                              lib.kiln_c_row_norm_backward_programs)))
+                              lib.kiln_c_row_norm_backward_programs,
+                              lib.kiln_c_linear_split_k)))
         return m
     except Exception as e:  # no compiler, headers or ninja: say so, go on
         print(f"kiln: the C++ autograd path is unavailable ({type(e).__name__}:"

@@ -101,6 +101,8 @@ def _declare(lib):
     lib.kiln_c_row_norm_backward.restype = ctypes.c_int
     lib.kiln_c_row_norm_backward_programs.argtypes = [ctypes.c_int64] * 2
     lib.kiln_c_row_norm_backward_programs.restype = ctypes.c_int64
+    lib.kiln_c_linear_split_k.argtypes = [ctypes.c_int64] * 4
+    lib.kiln_c_linear_split_k.restype = ctypes.c_int64
     lib.kiln_c_op.argtypes = ([ctypes.c_char_p, ctypes.c_int64,
                                ctypes.c_void_p, ctypes.c_int,
                                ctypes.c_void_p, ctypes.c_int] + err)
@@ -249,6 +251,12 @@ def row_norm_backward_programs(rows, sm_count):
     the backward is tuned for."""
     return (_lib or library()).kiln_c_row_norm_backward_programs(rows,
                                                                  sm_count)
+
+
+def linear_split_k(m, n, k, sm_count):
+    """kiln_c_linear_split_k: the K ranges kiln splits an (M x K)·(K x N)
+    GEMM without epilogue into (1: not split)."""
+    return (_lib or library()).kiln_c_linear_split_k(m, n, k, sm_count)
 
 
 def row_norm_backward(kind, x, w, dy, dx, dwp, dbp, eps, stream, device):

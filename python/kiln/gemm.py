@@ -15,9 +15,9 @@ from typing import Optional
 
 import torch
 
-from . import _cpp
+from . import _cpp, _lib
 from .fused import _need_tensor, _op
-from .ops import (_log_copy, _misaligned, _plain, _plain_or_none,
+from .ops import (_log_copy, _misaligned, _plain, _plain_or_none, _sm_count,
                   _under_autocast)
 
 _ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
@@ -63,6 +63,14 @@ def _result(rows, cols, like):
                        dtype=torch.bfloat16)[:, :cols]
 
 
+def _split_k(M, N, K, device):
+    """The K ranges kiln splits an (M x K)·(K x N) GEMM without epilogue
+    into on `device` (kiln_c_linear_split_k; 1 off CUDA)."""
+    if device.type != "cuda":
+        return 1
+    return _lib.linear_split_k(M, N, K, _sm_count(device))
+
+
 def _gemm(a, b, activation=0, bias=None, z=None):
     """act(a @ b + bias) by kiln's GEMM, a (M, K) and b (K, N) read as they
     are stored where that is a transpose of a contiguous matrix (AT, BT),
@@ -80,6 +88,17 @@ def _gemm(a, b, activation=0, bias=None, z=None):
     if a.shape[1] == 0:  # a weight gradient of no rows: zeros
         assert bias is None and z is None and activation == 0
         return out.zero_()
+    K = a.shape[1]
+    if bias is None and z is None and activation == 0:
+        # Few output tiles over a long K: split-K's partial products, summed
+        # here in a fixed order (deterministic), as csrc/linear.cpp does.
+        split = _split_k(out.shape[0], out.shape[1], K, a.device)
+        if split > 1:
+            partials = torch.empty(split, *out.shape, dtype=torch.float32,
+                                   device=a.device)
+            _op("linear", 0, dict([operand("A", a), operand("B", b),
+                                   ("C", partials)]), a, "kiln.linear")
+            return out.copy_(partials.sum(0))
     tensors = dict([operand("A", a), operand("B", b), ("C", out)])
     if bias is not None:
         tensors["Bias"] = bias.contiguous()

@@ -20,7 +20,8 @@ from typing import Optional
 import torch
 
 from . import _cpp, _lib
-from .ops import (_contiguous, _plain, _plain_or_none, _raw_stream, _traced,
+from .ops import (_contiguous, _plain, _plain_or_none, _raw_stream, _sm_count,
+                  _traced,
                   _under_autocast)
 
 
@@ -63,17 +64,10 @@ def _forward(kind, rows, w, b, eps):
     return y
 
 
-_sm_counts = {}
-
-
 def _programs(rows, device):
     """The backward's programs (each walks its share of the row blocks and
     writes one row of partial dW / dB sums), as kiln tunes them."""
-    sms = _sm_counts.get(device.index)
-    if sms is None:
-        sms = _sm_counts[device.index] = torch.cuda.get_device_properties(
-            device).multi_processor_count
-    return _lib.row_norm_backward_programs(rows, sms)
+    return _lib.row_norm_backward_programs(rows, _sm_count(device))
 
 
 class _RowNorm(torch.autograd.Function):

@@ -132,6 +132,18 @@ def _traced():
             torch._C._are_functorch_transforms_active())
 
 
+_sm_counts = {}
+
+
+def _sm_count(device):
+    """The SMs of CUDA device `device` (a torch.device), kept per index."""
+    sms = _sm_counts.get(device.index)
+    if sms is None:
+        sms = _sm_counts[device.index] = torch.cuda.get_device_properties(
+            device).multi_processor_count
+    return sms
+
+
 def _raw_stream(index):
     """The raw handle of torch's current stream on device `index`."""
     if _raw is not None:

@@ -243,6 +243,44 @@ def test_linear_gemm_reads_operands_as_stored(monkeypatch):
     assert seen["B"].stride() == (24, 1) and torch.equal(seen["B"], b)
 
 
+def test_linear_split_k_sums_the_partial_products(monkeypatch):
+    # A GEMM without epilogue that kiln splits in S ranges of K hands the
+    # kernel C as (S, M, N) fp32 and returns their sum in bf16; with an
+    # epilogue it is never split.
+    from kiln import gemm
+    seen = {}
+
+    def fake_op(name, act, tensors, like, what):
+        seen.update(tensors)
+        c = tensors["C"]
+        if c.dim() == 3:
+            c.copy_(torch.arange(3, dtype=torch.float32).view(3, 1, 1) + 0.25)
+    monkeypatch.setattr(gemm, "_op", fake_op)
+    monkeypatch.setattr(gemm, "_split_k", lambda M, N, K, device: 3)
+    x = torch.randn(40, 64).bfloat16()
+    dz = torch.randn(40, 24).bfloat16()
+    dw = gemm._gemm(x.t(), dz)
+    assert seen["C"].shape == (3, 64, 24) and seen["C"].dtype == torch.float32
+    assert dw.shape == (64, 24) and dw.dtype == torch.bfloat16
+    assert torch.equal(dw, torch.full((64, 24), 3.75).bfloat16())
+    seen.clear()
+    gemm._gemm(x, dz.t(), bias=torch.randn(40).bfloat16())
+    assert seen["C"].shape == (40, 40) and seen["C"].dtype == torch.bfloat16
+
+
+def test_linear_split_k_rule():
+    # The K ranges of a GEMM without epilogue, from one place
+    # (kernels/Tunables.cpp) for Python and C++: 3 for a GPT layer's
+    # 768x768 weight gradient over 16384 tokens on 132 SMs, 1 where the
+    # tiles fill the waves or K is short.
+    if not os.path.exists(os.environ.get("KILN_LIBRARY", "")) and not any(
+            os.path.exists(p) for p in kiln._lib._candidates()[:2]):
+        pytest.skip("SKIPPED: libkiln_c.so is not built")
+    f = kiln._lib.linear_split_k
+    assert f(768, 768, 16384, 132) == 3 and f(2304, 768, 16384, 132) == 1
+    assert f(16384, 768, 3072, 132) == 1 and f(768, 768, 1000, 132) == 1
+
+
 def test_row_norm_backward_programs():
     # The partial rows of dW the norms' backward is tuned for, from one
     # place (kernels/Tunables.cpp) for Python, C++ and `kiln tune`: two per

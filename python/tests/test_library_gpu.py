@@ -141,11 +141,17 @@ def test_linear_reads_nn_linear_weight_as_stored(n, k):
     ("none", 300, 768, 1024, "nk"), ("none", 300, 768, 1024, "kn"),
     ("relu", 300, 768, 1024, "nk"), ("gelu", 300, 768, 1024, "nk"),
     ("gelu", 300, 768, 1024, "kn"), ("gelu", 257, 77, 1001, "nk"),
-    ("relu", 257, 77, 1001, "kn")])
+    ("relu", 257, 77, 1001, "kn"), ("none", 4096, 768, 768, "nk"),
+    ("gelu", 4100, 768, 768, "kn")])
 def test_linear_gradients_match_float64(activation, m, k, n, layout):
     # dX, dW (as the weight is stored: nn.Linear's (N, K) or (K, N)) and db
     # through autograd, against float64 on the same bf16 values; ragged N
-    # and K take the padded rows.
+    # and K take the padded rows. At 4096 and 4100 rows dW (36 tiles of
+    # 128x128 over a K of 4096) takes split-K's partial products.
+    from kiln import _lib
+    if m >= 4096:
+        sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+        assert sms > 100 and _lib.linear_split_k(n, k, m, sms) == 3
     torch.manual_seed(m + k + n)
     x = torch.randn(m, k, device=DEV).bfloat16().requires_grad_()
     shape = (n, k) if layout == "nk" else (k, n)

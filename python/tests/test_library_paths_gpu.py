@@ -101,19 +101,23 @@ def test_linear_under_torch_compile(backend):
 
 @pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
 @pytest.mark.parametrize("layout", ["nk", "kn"])
-def test_linear_gradient_runs_from_cpp_as_python_does(activation, layout):
+@pytest.mark.parametrize("tokens", [264, 4100])
+def test_linear_gradient_runs_from_cpp_as_python_does(activation, layout,
+                                                      tokens):
     # With a gradient, the common case is a C++ autograd Function
     # (csrc/linear.cpp) of the Python Function's kernels and formulas: the
     # same bits for Y, dX, dW and db, an expanded dY (from .sum()) too. The
-    # weight and bias are nn.Parameters, as a layer's are.
+    # weight and bias are nn.Parameters, as a layer's are. At 4100 tokens
+    # dW takes split-K's partials, summed in the same order by both paths.
     from kiln import _cpp, fused
     assert _cpp.module() is not None, "the C++ extension did not build"
     torch.manual_seed(14)
-    x = torch.randn(264, 768, device=DEV).bfloat16().requires_grad_()
-    shape = (1024, 768) if layout == "nk" else (768, 1024)
+    x = torch.randn(tokens, 768, device=DEV).bfloat16().requires_grad_()
+    n = 1024 if tokens == 264 else 768  # dW 768x768 over 4100: 3 ranges
+    shape = (n, 768) if layout == "nk" else (768, n)
     w = torch.nn.Parameter((torch.randn(shape, device=DEV) / 30).bfloat16())
-    b = torch.nn.Parameter(torch.randn(1024, device=DEV).bfloat16())
-    g = torch.randn(264, 1024, device=DEV).bfloat16()
+    b = torch.nn.Parameter(torch.randn(n, device=DEV).bfloat16())
+    g = torch.randn(tokens, n, device=DEV).bfloat16()
     wt = w.t() if layout == "nk" else w
 
     def run():

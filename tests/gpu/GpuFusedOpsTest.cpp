@@ -237,6 +237,43 @@ TEST(GpuFusedOps, GemmSplitKEveryConfig) {
   }
 }
 
+// Split-K partials (kiln.linear's weight gradients): each range's product
+// into its own slice of a poisoned C (S, M, N), for every Config kiln.linear
+// tunes them over; their sum against fp64, M = 333 ragged, A as AT.
+TEST(GpuFusedOps, GemmSplitPartialsEveryConfig) {
+  REQUIRE_GPU();
+  const int64_t M = 333, N = 512, K = 8000, S = 3;
+  const int sm = cuda::device().major * 10;
+  HostTensor at(DType::bf16, {K, M}), b(DType::bf16, {K, N}),
+      ref(DType::f32, {M, N});
+  at.fillRandom(41);
+  b.fillRandom(42);
+  kernels::gemmReference(kernels::transposeMatrix(at), b, ref);
+  for (const auto &[name, base] : kernels::gemmConfigs(sm)) {
+    if (base.persistent)
+      continue;
+    SCOPED_TRACE(name);
+    kernels::GemmConfig config = base;
+    config.splitK = S;
+    HostTensor parts(DType::f32, {S, M, N}), sum(DType::f32, {M, N});
+    parts.poison();
+    DeviceTensors dt;
+    dt.add("AT", at, false);
+    dt.add("B", b, false);
+    dt.add("C", parts, true);
+    kernels::GemmShape s{1, 1, 1, DType::bf16, DType::f32};
+    s.aTransposed = s.splitPartials = true;
+    runOnGpu(kernels::gemm(s, config), dt);
+    dt.download("C", parts);
+    for (int64_t i = 0; i < M * N; ++i)
+      sum.flatSet(i, parts.flatAt(i) + parts.flatAt(M * N + i) +
+                         parts.flatAt(2 * M * N + i));
+    ErrorStats e = compareTensors(sum, ref);
+    EXPECT_LE(e.relative, 1e-3);
+    EXPECT_EQ(e.nonFinite, 0);
+  }
+}
+
 // Persistent CTAs over more tiles than SMs (352 at 4000x2576), C through a
 // TMA staging tile and column sums through the scratch area: with 3 stages
 // every buffer lives across tiles; with 4 the staging tile and the scratch

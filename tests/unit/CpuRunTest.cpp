@@ -280,6 +280,54 @@ TEST(GemmOnCpu, SplitKAddsEveryRangeIntoC) {
               ::testing::HasSubstr("splitK must be in [1, 65535]"));
 }
 
+// Split-K's partials: C (S, M, N), each K range's product stored apart,
+// the last ranges empty (zeros) where there are more ranges than K steps;
+// their sum is A·B. An epilogue or a C other than fp32 is refused.
+TEST(GemmOnCpu, SplitPartialsStoreEachRangeApart) {
+  const int64_t M = 100, N = 70, K = 333; // 11 steps of 32
+  HostTensor a(bf16, {M, K}), b(bf16, {K, N}), ref(DType::f32, {M, N});
+  a.fillRandom(1);
+  b.fillRandom(2);
+  kernels::gemmReference(a, b, ref);
+  HostTensor at = kernels::transposeMatrix(a);
+  for (int64_t splits : {1, 3, 16})
+    for (bool aT : {false, true}) {
+      SCOPED_TRACE(std::to_string(splits) + " ranges" + (aT ? ", AT" : ""));
+      kernels::GemmShape s{M, N, K, bf16, DType::f32};
+      s.aTransposed = aT;
+      s.splitPartials = true;
+      kernels::GemmConfig c{
+          .blockM = 32, .blockN = 32, .blockK = 32, .splitK = splits};
+      Kernel k = kernels::gemm(s, c);
+      HostTensor parts(DType::f32, {splits, M, N});
+      parts.poison();
+      runOnCpu(k, k.bind({{aT ? "AT" : "A", aT ? at.ref() : a.ref()},
+                          {"B", b.ref()},
+                          {"C", parts.ref()}}));
+      HostTensor sum(DType::f32, {M, N});
+      for (int64_t i = 0; i < M * N; ++i) {
+        double total = 0;
+        for (int64_t r = 0; r < splits; ++r)
+          total += parts.flatAt(r * M * N + i);
+        sum.flatSet(i, total);
+      }
+      ErrorStats e = compareTensors(sum, ref);
+      EXPECT_LE(e.relative, 1e-5);
+      EXPECT_EQ(e.nonFinite, 0);
+      if (splits == 16) // ranges of one step: 11 to 15 are empty
+        for (int64_t i = 11 * M * N; i < 16 * M * N; ++i)
+          ASSERT_EQ(parts.flatAt(i), 0.0);
+    }
+  kernels::GemmShape s{M, N, K, bf16, DType::f32, true};
+  s.splitPartials = true;
+  EXPECT_THAT(test::errorOf([&] { kernels::gemm(s, {.splitK = 2}); }),
+              ::testing::HasSubstr("splitPartials stores each K range's "
+                                   "product apart"));
+  s = {M, N, K, bf16, bf16};
+  s.splitPartials = true;
+  EXPECT_THROW(kernels::gemm(s, {.splitK = 2}), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmOnCpu,
     ::testing::Values(GemmCase{64, 64, 32, bf16}, GemmCase{1, 1, 1, bf16},

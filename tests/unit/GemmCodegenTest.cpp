@@ -220,6 +220,32 @@ TEST(Codegen, GemmSplitKAddsByTmaReduction) {
   EXPECT_LE(a.registers, assembleWithPtxas(plain).registers);
 }
 
+// Split-K partials on Hopper, every Config kiln.linear tunes them over: a
+// range's tile goes to its own slice of C (S, M, N) by TMA stores, with no
+// more shared memory than the plain kernel and no spills.
+TEST(Codegen, GemmSplitPartialsStoreByTma) {
+  if (!findCudaTool("ptxas"))
+    GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
+  kernels::GemmShape s{768, 768, 16384, DType::bf16, DType::f32};
+  s.aTransposed = true;
+  for (const auto &[name, base] : kernels::gemmConfigs(90)) {
+    if (base.persistent)
+      continue;
+    SCOPED_TRACE(name);
+    kernels::GemmConfig c = base;
+    s.splitPartials = false;
+    CompiledKernel plain =
+        compileForGpu(kernels::gemm(s, c), hopperGemmTarget());
+    s.splitPartials = true;
+    c.splitK = 3;
+    CompiledKernel split =
+        compileForGpu(kernels::gemm(s, c), hopperGemmTarget());
+    EXPECT_THAT(split.ptx, HasSubstr("cp.async.bulk.tensor.3d.global.shared"));
+    EXPECT_LE(split.sharedBytes, plain.sharedBytes);
+    EXPECT_EQ(assembleWithPtxas(split).spillStoreBytes, 0);
+  }
+}
+
 TEST(Codegen, EveryHopperGemmConfigAssembles) {
   if (!findCudaTool("ptxas"))
     GTEST_SKIP() << "SKIPPED: ptxas (CUDA toolkit) not installed";
@@ -275,4 +301,25 @@ TEST(Codegen, LinearKeyNamesTheEpilogue) {
   EXPECT_EQ(kernels::linearKey(8192, 3072, 768, true, GemmActivation::GeluTanh,
                                {.bTransposed = true, .preActivation = true}),
             "M=2^13 N=3072 K=768 bf16 epilogue=bias+gelu B=NxK +Z");
+  // Split-K partials are their own kernel (C is (S, M, N) fp32).
+  EXPECT_EQ(kernels::linearKey(768, 768, 16384, false, GemmActivation::None,
+                               {.aTransposed = true, .splitK = 3}),
+            "M=2^10 N=768 K=16384 bf16 epilogue=none A=KxM split=3");
+  kernels::LinearLayout epilogue{.splitK = 2};
+  EXPECT_THROW(kernels::linearTuned(true, GemmActivation::None, 90, epilogue),
+               Error);
+}
+
+// Split-K where whole waves of 128x128 tiles leave SMs idle: the fewest
+// ranges that fill 80% of their waves (132 SMs: the weight gradients of a
+// GPT layer of 768 over 16384 tokens), never a range under 1024 of K.
+TEST(Codegen, LinearSplitKFillsTheWaves) {
+  EXPECT_EQ(kernels::linearSplitK(768, 768, 16384, 132), 3);  // 36 tiles
+  EXPECT_EQ(kernels::linearSplitK(3072, 768, 16384, 132), 3); // 144
+  EXPECT_EQ(kernels::linearSplitK(2304, 768, 16384, 132), 1); // 108: 82%
+  EXPECT_EQ(kernels::linearSplitK(1024, 768, 4100, 132), 2);  // 48: 36% -> 73%
+  EXPECT_EQ(kernels::linearSplitK(16384, 768, 3072, 132), 1); // 768 tiles
+  EXPECT_EQ(kernels::linearSplitK(768, 768, 2047, 132), 1);   // K short
+  EXPECT_EQ(kernels::linearSplitK(128, 128, 4096, 132), 1);   // K / 4 < 1024
+  EXPECT_EQ(kernels::linearSplitK(768, 768, 16384, 0), 1);
 }

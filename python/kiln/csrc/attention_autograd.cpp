@@ -279,7 +279,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention_qkvpacked", &attentionPacked);
   m.def("bind", &bind);
   m.def("bind_op", [](int64_t op, int64_t rowNorm, int64_t rowNormBackward,
-                      int64_t rowNormBackwardPrograms) {
+                      int64_t rowNormBackwardPrograms, int64_t linearSplitK) {
     kiln_ext::opFn = reinterpret_cast<decltype(&kiln_c_op)>(op);
     kiln_ext::rowNormFn = reinterpret_cast<decltype(&kiln_c_row_norm)>(rowNorm);
     kiln_ext::rowNormBackwardFn =
@@ -287,6 +287,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     kiln_ext::rowNormBackwardProgramsFn =
         reinterpret_cast<decltype(&kiln_c_row_norm_backward_programs)>(
             rowNormBackwardPrograms);
+    kiln_ext::linearSplitKFn =
+        reinterpret_cast<decltype(&kiln_c_linear_split_k)>(linearSplitK);
   });
   m.def("op", &kiln_ext::op);
   m.def("linear", &kiln_ext::linear);

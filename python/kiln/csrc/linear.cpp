@@ -17,7 +17,10 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/extension.h>
 
+#include <ATen/cuda/CUDAContext.h>
+
 #include <optional>
+#include <string_view>
 #include <vector>
 
 namespace kiln_ext {
@@ -58,6 +61,20 @@ at::Tensor gemm(const char *aName, const at::Tensor &a, const char *bName,
                 const at::Tensor &b, int64_t M, int64_t N,
                 int64_t activation = None, const at::Tensor &bias = {},
                 const at::Tensor &z = {}) {
+  if (activation == None && !bias.defined() && !z.defined()) {
+    // Few output tiles over a long K: split-K's partial products, summed
+    // here in a fixed order (deterministic), as gemm.py's _gemm does.
+    const int64_t K = a.size(std::string_view(aName) == "AT" ? 0 : 1);
+    const int64_t split = linearSplitKFn(
+        M, N, K,
+        at::cuda::getDeviceProperties(a.device().index())->multiProcessorCount);
+    if (split > 1) {
+      at::Tensor p = at::empty({split, M, N}, a.options().dtype(at::kFloat));
+      launch("linear", None, {named(aName, a), named(bName, b), named("C", p)},
+             a.device().index(), "kiln.linear");
+      return at::sum(p, {0}).to(at::kBFloat16);
+    }
+  }
   at::Tensor c = at::empty({M, N}, a.options());
   std::vector<kiln_c_named_tensor> t{named(aName, a), named(bName, b),
                                      named("C", c)};

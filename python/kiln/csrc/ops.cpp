@@ -27,6 +27,7 @@ decltype(&kiln_c_row_norm) rowNormFn = nullptr;
 decltype(&kiln_c_row_norm_backward) rowNormBackwardFn = nullptr;
 decltype(&kiln_c_row_norm_backward_programs) rowNormBackwardProgramsFn =
     nullptr;
+decltype(&kiln_c_linear_split_k) linearSplitKFn = nullptr;
 
 namespace {
 

@@ -15,6 +15,7 @@ extern decltype(&kiln_c_op) opFn;
 extern decltype(&kiln_c_row_norm) rowNormFn;
 extern decltype(&kiln_c_row_norm_backward) rowNormBackwardFn;
 extern decltype(&kiln_c_row_norm_backward_programs) rowNormBackwardProgramsFn;
+extern decltype(&kiln_c_linear_split_k) linearSplitKFn;
 
 /// `t` as the C API takes it, under the kernel's name for it.
 kiln_c_named_tensor named(const char *name, const at::Tensor &t);

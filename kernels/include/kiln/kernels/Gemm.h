@@ -41,6 +41,12 @@ struct GemmShape {
   /// Also writes Z (M x N, outDtype): A·B + bias before the activation,
   /// what the activation's gradient needs in a backward pass.
   bool preActivation = false;
+  /// Split-K's products kept apart: C is (splitK, M, N) fp32 and each K
+  /// range stores its own product (GemmConfig::splitK ranges; one with
+  /// splitK 1), for the caller to sum in a fixed order: deterministic,
+  /// unlike atomics, and a rerun writes the same C (the tuner reruns
+  /// candidates). No epilogue (bias, activation, residual, Z).
+  bool splitPartials = false;
 };
 
 struct GemmConfig {
@@ -76,8 +82,8 @@ struct GemmConfig {
   /// by atomics: C must be fp32, hold its starting values (zeros for a
   /// plain product) and take no epilogue (bias, activation, residual, Z).
   /// For few output tiles over a long K (a weight gradient's 768x3072 over
-  /// 8192 rows: 72 tiles of 128x256 on 132 SMs). Not among gemmConfigs'
-  /// candidates yet: the tuner reruns candidates on one output.
+  /// 8192 rows: 72 tiles of 128x256 on 132 SMs). With
+  /// GemmShape::splitPartials each range stores its own product instead.
   int64_t splitK = 1;
 };
 

@@ -49,6 +49,9 @@ std::string crossEntropyKey(int64_t rows, int64_t vocab);
 /// backward's X^T·dZ with A as AT, the pre-activation Z for the gradient.
 struct LinearLayout {
   bool bTransposed = false, aTransposed = false, preActivation = false;
+  /// C as splitK partial products (GemmShape::splitPartials): (splitK, M,
+  /// N) fp32, no epilogue; the caller sums them. 1: C is (M, N).
+  int64_t splitK = 1;
 };
 /// The GEMM with its epilogue, bf16 in and out, for compute capability
 /// `sm` (90, 80): "kiln.linear", key linearKey(M, N, K, bias, act, layout).
@@ -56,9 +59,17 @@ std::unique_ptr<AutotunedKernel> linearTuned(bool bias, GemmActivation act,
                                              int sm, LinearLayout layout = {});
 /// "M=2^13 N=50264 K=768 bf16 epilogue=bias+gelu" (or none, bias, relu...):
 /// M by power of two, the epilogue named (each tunes on its own); then
-/// " A=KxM", " B=NxK", " +Z" for the layout's fields that are set.
+/// " A=KxM", " B=NxK", " +Z", " split=S" for the layout's fields that are
+/// set.
 std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
                       GemmActivation act, LinearLayout layout = {});
+/// The K ranges a GEMM without epilogue takes on a GPU of `sms` SMs (1: not
+/// split). Split where whole waves of 128x128 output tiles would leave SMs
+/// idle (a weight gradient's 768x768 over 16384 rows: 36 tiles on 132
+/// SMs): the fewest ranges whose tiles fill 80% of their waves, else the
+/// ranges that fill the most (at least 15 points more than one range), each
+/// range at least 1024 long.
+int64_t linearSplitK(int64_t M, int64_t N, int64_t K, int64_t sms);
 
 } // namespace kiln::kernels
 
