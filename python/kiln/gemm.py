@@ -88,18 +88,20 @@ def _gemm(a, b, activation=0, bias=None, z=None):
     if a.shape[1] == 0:  # a weight gradient of no rows: zeros
         assert bias is None and z is None and activation == 0
         return out.zero_()
-    K = a.shape[1]
-    if bias is None and z is None and activation == 0:
-        # Few output tiles over a long K: split-K's partial products, summed
-        # here in a fixed order (deterministic), as csrc/linear.cpp does.
-        split = _split_k(out.shape[0], out.shape[1], K, a.device)
+    a_name, a_given = operand("A", a)
+    b_name, b_given = operand("B", b)
+    if bias is None and z is None and activation == 0 and a_name == "AT":
+        # A weight gradient (A read as AT): where its few output tiles over
+        # a long K leave SMs idle, split-K's partial products, summed here
+        # in a fixed order (deterministic), as csrc/linear.cpp does.
+        split = _split_k(out.shape[0], out.shape[1], a.shape[1], a.device)
         if split > 1:
             partials = torch.empty(split, *out.shape, dtype=torch.float32,
                                    device=a.device)
-            _op("linear", 0, dict([operand("A", a), operand("B", b),
-                                   ("C", partials)]), a, "kiln.linear")
+            _op("linear", 0, {a_name: a_given, b_name: b_given,
+                              "C": partials}, a, "kiln.linear")
             return out.copy_(partials.sum(0))
-    tensors = dict([operand("A", a), operand("B", b), ("C", out)])
+    tensors = {a_name: a_given, b_name: b_given, "C": out}
     if bias is not None:
         tensors["Bias"] = bias.contiguous()
     if z is not None:

@@ -61,10 +61,12 @@ at::Tensor gemm(const char *aName, const at::Tensor &a, const char *bName,
                 const at::Tensor &b, int64_t M, int64_t N,
                 int64_t activation = None, const at::Tensor &bias = {},
                 const at::Tensor &z = {}) {
-  if (activation == None && !bias.defined() && !z.defined()) {
-    // Few output tiles over a long K: split-K's partial products, summed
-    // here in a fixed order (deterministic), as gemm.py's _gemm does.
-    const int64_t K = a.size(std::string_view(aName) == "AT" ? 0 : 1);
+  if (std::string_view(aName) == "AT" && activation == None &&
+      !bias.defined() && !z.defined()) {
+    // A weight gradient (A read as AT): where its few output tiles over a
+    // long K leave SMs idle, split-K's partial products, summed here in a
+    // fixed order (deterministic), as gemm.py's _gemm does.
+    const int64_t K = a.size(0);
     const int64_t split = linearSplitKFn(
         M, N, K,
         at::cuda::getDeviceProperties(a.device().index())->multiProcessorCount);
