@@ -290,26 +290,41 @@ const RegisterTunable kCrossEntropyBackward(
 const RegisterTunable kLinear(
     {"linear",
      "GEMM (+ bias when --bias 1) + activation (0 none, 1 relu, 2 gelu), "
-     "bf16 (kiln.linear); --b-transposed 1: the weight as BT (N x K)",
+     "bf16 (kiln.linear); --b-transposed 1: the weight as BT (N x K); "
+     "--a-transposed 1 with no bias or activation: a weight gradient, A "
+     "as AT (K x M), split in K ranges as its launches split it",
      {{"m", 8192},
       {"n", 8192},
       {"k", 8192},
       {"activation", 2},
       {"bias", 1},
-      {"b-transposed", 0}},
+      {"b-transposed", 0},
+      {"a-transposed", 0}},
      [](const TuneSizes &s) {
        const int64_t M = s.at("m"), N = s.at("n"), K = s.at("k"),
                      act = s.at("activation"), bias = s.at("bias"),
-                     bT = s.at("b-transposed");
+                     bT = s.at("b-transposed"), aT = s.at("a-transposed");
        if (M < 1 || N < 1 || K < 1 || act < 0 || act > 2 || bias < 0 ||
-           bias > 1 || bT < 0 || bT > 1)
+           bias > 1 || bT < 0 || bT > 1 || aT < 0 || aT > 1)
          throw Error("--m, --n and --k must be positive, --activation 0, 1 "
-                     "or 2, --bias and --b-transposed 0 or 1");
-       const int sm = cuda::device().major * 10;
-       const LinearLayout layout{.bTransposed = bT != 0};
+                     "or 2, --bias, --b-transposed and --a-transposed 0 or "
+                     "1");
+       if (aT && (bias || act))
+         throw Error("--a-transposed 1 (a weight gradient) takes --bias 0 "
+                     "and --activation 0");
+       const cuda::DeviceInfo &dev = cuda::device();
+       const int sm = dev.major * 10;
+       const LinearLayout layout{
+           .bTransposed = bT != 0,
+           .aTransposed = aT != 0,
+           .splitK = aT ? linearSplitK(M, N, K, dev.smCount) : 1};
        TuneProblem p{linearTuned(bias, GemmActivation(act), sm, layout),
                      linearKey(M, N, K, bias, GemmActivation(act), layout)};
-       p.tensors.emplace("A", randomTensor(DType::bf16, {M, K}, 1));
+       p.tensors.emplace(aT ? "AT" : "A",
+                         randomTensor(DType::bf16,
+                                      aT ? std::vector<int64_t>{K, M}
+                                         : std::vector<int64_t>{M, K},
+                                      1));
        p.tensors.emplace(bT ? "BT" : "B",
                          randomTensor(DType::bf16,
                                       bT ? std::vector<int64_t>{N, K}
@@ -317,7 +332,10 @@ const RegisterTunable kLinear(
                                       2, -0.05, 0.05));
        if (bias)
          p.tensors.emplace("Bias", randomTensor(DType::bf16, {N}, 3));
-       p.tensors.emplace("C", HostTensor(DType::bf16, {M, N}));
+       p.tensors.emplace("C",
+                         layout.splitK > 1
+                             ? HostTensor(DType::f32, {layout.splitK, M, N})
+                             : HostTensor(DType::bf16, {M, N}));
        p.flops = 2.0 * M * N * K;
        return p;
      }});
