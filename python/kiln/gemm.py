@@ -10,6 +10,9 @@ backward is torch.ops.kiln.linear_backward: dZ from dY (GELU's from the
 pre-activation Z the forward GEMM also wrote; ReLU's from Y), then
 dX = dZ·Wᵀ and dW = Xᵀ·dZ as kiln GEMMs that read X, W and dZ as they are
 stored (A or B given transposed: no transposing copies), db = Σ dZ.
+A weight gradient whose few output tiles over a long K would leave SMs idle
+takes split-K: each range of K stores its product apart (fp32), summed in
+a fixed order (deterministic); kiln_c_linear_split_k decides.
 """
 from typing import Optional
 
