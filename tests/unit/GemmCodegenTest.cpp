@@ -244,6 +244,16 @@ TEST(Codegen, GemmSplitPartialsStoreByTma) {
     EXPECT_LE(split.sharedBytes, plain.sharedBytes);
     EXPECT_EQ(assembleWithPtxas(split).spillStoreBytes, 0);
   }
+  // sm_80's Configs (mma.sync) store the partials from registers.
+  for (const auto &[name, base] : kernels::gemmConfigs(80)) {
+    SCOPED_TRACE(name + " sm_80");
+    kernels::GemmConfig c = base;
+    c.splitK = 3;
+    CompiledKernel split = compileForGpu(kernels::gemm(s, c), {"sm_80", 0});
+    EXPECT_THAT(split.ptx, HasSubstr("mma.sync.aligned.m16n8k16"));
+    EXPECT_THAT(split.ptx, HasSubstr("st.global"));
+    EXPECT_EQ(assembleWithPtxas(split).spillStoreBytes, 0);
+  }
 }
 
 TEST(Codegen, EveryHopperGemmConfigAssembles) {
