@@ -16,7 +16,9 @@
 #              ("kiln_fused": norms, linears, attention, loss) beside kiln's
 #              attention alone and SDPA flash, 200 steps (needs the corpus)
 #   gptstep    examples/gpt/step_bench.py: one training step of the GPT per
-#              attention, interleaved, and the attention alone at its shape
+#              backend (kiln_fused, kiln, SDPA flash and cuDNN), interleaved,
+#              paired against the faster SDPA backend, and the attention
+#              alone at its shape
 #   jit        kiln bench jit --seqs 1000,4096 (compiles, host time a launch)
 #   gemm       kiln bench gemm, plain and with a bias + GELU epilogue, beside
 #              cuBLAS and cuBLASLt's fused epilogue (scripts/gemm_peers.py)
@@ -64,7 +66,8 @@ for job in "$@"; do
       > "$OUT/gptfused.txt" 2>&1; tail -6 "$OUT/gptfused.txt" ;;
   gptstep) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
     timeout 300 python3 examples/gpt/step_bench.py --corpus /tmp/corpus.bin \
-      > "$OUT/gptstep.txt" 2>&1; tail -9 "$OUT/gptstep.txt" ;;
+      --backends kiln_fused,kiln,sdpa_flash,sdpa_cudnn \
+      > "$OUT/gptstep.txt" 2>&1; tail -11 "$OUT/gptstep.txt" ;;
   jit) timeout 120 /tmp/k/bin/kiln bench jit --seqs 1000,4096 \
       > "$OUT/jit.txt" 2>&1; tail -6 "$OUT/jit.txt" ;;
   gemm) { /tmp/k/bin/kiln bench gemm --sizes 4096,8192
