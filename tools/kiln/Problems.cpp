@@ -215,6 +215,7 @@ static Problem gemmProblem(Options &opts, bool withData) {
   s.bTransposed = opts.flag("b-transposed");
   s.aTransposed = opts.flag("a-transposed");
   s.preActivation = opts.flag("pre-activation");
+  s.splitPartials = opts.flag("split-partials");
   kernels::GemmConfig c;
   c.blockM = positive(opts, "block-m", c.blockM);
   c.blockN = positive(opts, "block-n", c.blockN);
@@ -242,23 +243,54 @@ static Problem gemmProblem(Options &opts, bool withData) {
     noteLayout(p, "BT", s.dtype, {s.K, 1});
   else
     noteLayout(p, "B", s.dtype, {s.N, 1});
-  noteLayout(p, "C", s.outDtype, {s.N, 1});
+  if (s.splitPartials)
+    noteLayout(p, "C", s.outDtype, {s.M * s.N, s.N, 1});
+  else
+    noteLayout(p, "C", s.outDtype, {s.N, 1});
   if (s.bias)
     noteLayout(p, "Bias", s.dtype, {1});
   p.summary = fmt::format(
       "gemm M={} N={} K={}{}{} {} -> {}{}{} blockM={} blockN={} blockK={} "
-      "warps={} stages={}{}",
+      "warps={} stages={}{}{}",
       s.M, s.N, s.K, s.aTransposed ? " (A as AT, K x M)" : "",
       s.bTransposed ? " (B as BT, N x K)" : "", dtypeName(s.dtype),
       dtypeName(s.outDtype), s.bias ? " +bias" : "",
       s.activation != kernels::GemmActivation::None
           ? std::string(" ") + kernels::gemmActivationName(s.activation)
           : "",
-      c.blockM, c.blockN, c.blockK, c.warps, c.stages, c.wgmma ? " wgmma" : "");
+      c.blockM, c.blockN, c.blockK, c.warps, c.stages, c.wgmma ? " wgmma" : "",
+      c.splitK > 1 ? fmt::format(" split-k={}{}", c.splitK,
+                                 s.splitPartials ? " (partials)" : "")
+                   : "");
   if (!withData)
     return p;
   auto a = randomTensor(s.dtype, {s.M, s.K}, seed);
   auto b = randomTensor(s.dtype, {s.K, s.N}, seed + 1);
+  if (s.splitPartials) {
+    // Each range's product apart: range r's K steps are the kernel's
+    // (whole blocks, the last range short or empty), against fp64.
+    HostTensor parts(s.outDtype, {c.splitK, s.M, s.N}),
+        ref(DType::f32, {c.splitK, s.M, s.N});
+    parts.poison();
+    const int64_t steps = (s.K + c.blockK - 1) / c.blockK,
+                  perRange = (steps + c.splitK - 1) / c.splitK * c.blockK;
+    for (int64_t r = 0; r < c.splitK; ++r)
+      for (int64_t m = 0; m < s.M; ++m)
+        for (int64_t n = 0; n < s.N; ++n) {
+          double sum = 0;
+          for (int64_t k = r * perRange; k < std::min((r + 1) * perRange, s.K);
+               ++k)
+            sum += a.flatAt(m * s.K + k) * b.flatAt(k * s.N + n);
+          ref.flatSet((r * s.M + m) * s.N + n, sum);
+        }
+    p.tensors.emplace(s.aTransposed ? "AT" : "A",
+                      s.aTransposed ? kernels::transposeMatrix(a) : a);
+    p.tensors.emplace(s.bTransposed ? "BT" : "B",
+                      s.bTransposed ? kernels::transposeMatrix(b) : b);
+    p.tensors.emplace("C", std::move(parts));
+    p.expected.emplace_back("C", std::move(ref));
+    return p;
+  }
   HostTensor cOut(s.outDtype, {s.M, s.N}), cRef(DType::f32, {s.M, s.N});
   if (c.splitK == 1) // split-K adds into C: it starts at zero
     cOut.poison();

@@ -199,6 +199,8 @@ kernels and their shape options:
              [--a-transposed]  A given as AT (K x M), as X in X^T·dY
              [--pre-activation]  also Z = A·B + bias (the activation's input)
              [--split-k S]  K in S ranges added into C by atomics (fp32 C)
+             [--split-partials]  each range's product into C (S x M x N)
+                                 apart, as kiln.linear's weight gradients
   softmax    --rows R --cols C [--dtype ...] [--block-rows] [--block-cols]
              [--static-shapes 0|1]
   every run takes --seed S for its random inputs and --tolerance T for the
@@ -238,10 +240,12 @@ int main(int argc, char **argv) {
   args.erase(args.begin());
   try {
     std::set<std::string> flags{
-        "causal",       "cpu",          "loc",           "quick",
-        "ragged",       "unoptimized",  "force",         "exhaustive",
-        "backward",     "non-causal",   "bias",          "list",
-        "b-transposed", "a-transposed", "pre-activation"};
+        "causal",        "cpu",          "loc",
+        "quick",         "ragged",       "unoptimized",
+        "force",         "exhaustive",   "backward",
+        "non-causal",    "bias",         "list",
+        "b-transposed",  "a-transposed", "pre-activation",
+        "split-partials"};
     bool benchJit = cmd == "bench" && !args.empty() && args[0] == "jit";
     if (cmd == "lower") {
       flags.insert("json");
