@@ -181,3 +181,22 @@ def test_linear_pads_rows_that_are_not_16_byte_aligned(monkeypatch, capfd):
     err = capfd.readouterr().err
     assert err.count("kiln.linear: weight_t is not 16-byte aligned") == 3, err
     assert err.count("kiln.linear: x is not 16-byte aligned") == 1, err
+
+
+def test_split_partials_refuse_an_epilogue_before_any_launch():
+    # The C API's "linear" with C (S, M, N) takes S >= 2 ranges' partial
+    # products and no bias, Z or activation: refused, naming why, before a
+    # GPU is asked for (here, none).
+    if not os.path.exists(os.environ.get("KILN_LIBRARY", "")) and not any(
+            os.path.exists(p) for p in kiln._lib._candidates()[:2]):
+        pytest.skip("SKIPPED: libkiln_c.so is not built")
+    a = torch.randn(64, 32).bfloat16()
+    b = torch.randn(32, 48).bfloat16()
+    why = "a C of three dimensions holds S >= 2 split-K partial products"
+    for option, c, extra in (
+            (1, torch.empty(3, 64, 48), {}),
+            (0, torch.empty(3, 64, 48), {"Bias": torch.randn(48).bfloat16()}),
+            (0, torch.empty(1, 64, 48), {})):
+        with pytest.raises(ValueError, match=why):
+            kiln._lib.op("linear", option, dict(A=a, B=b, C=c, **extra), 0, 0,
+                         "kiln.linear")
