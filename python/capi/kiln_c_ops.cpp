@@ -163,10 +163,9 @@ int kiln_c_op(const char *op, int64_t option,
       // as AT (K x M) for a weight gradient; Z the pre-activation too.
       // C (S, M, N): S split-K partial products.
       const auto c = t.find("C");
-      const int64_t split =
-          c != t.end() && c->second.shape.size() == 3 ? c->second.shape[0] : 1;
-      if (c != t.end() && c->second.shape.size() == 3 &&
-          (split < 2 || bias || option || t.count("Z")))
+      const bool partials = c != t.end() && c->second.shape.size() == 3;
+      const int64_t split = partials ? c->second.shape[0] : 1;
+      if (partials && (split < 2 || bias || option || t.count("Z")))
         throw Error("linear: a C of three dimensions holds S >= 2 split-K "
                     "partial products and takes no Bias, Z or activation");
       const kernels::LinearLayout layout{.bTransposed = t.count("BT") > 0,
