@@ -53,19 +53,20 @@ HostTensor randomTensor(DType t, std::vector<int64_t> shape, uint64_t seed,
 } // namespace
 
 std::unique_ptr<AutotunedKernel> rowNormTuned(bool layer, int64_t cols,
-                                              double eps) {
+                                              double eps, RowNormTypes types) {
   return tuned(layer ? "layernorm" : "rmsnorm", rmsNormConfigs(), {"Y"},
                [=](const RmsNormConfig &c) {
-                 return layer ? layerNorm(cols, c, eps) : rmsNorm(cols, c, eps);
+                 return layer ? layerNorm(cols, c, eps, types)
+                              : rmsNorm(cols, c, eps, types);
                });
 }
 
-std::unique_ptr<AutotunedKernel> rowNormBackwardTuned(bool layer, int64_t cols,
-                                                      double eps) {
+std::unique_ptr<AutotunedKernel>
+rowNormBackwardTuned(bool layer, int64_t cols, double eps, RowNormTypes types) {
   return tuned(layer ? "layernorm_backward" : "rmsnorm_backward",
                rmsNormConfigs(), {"DX"}, [=](const RmsNormConfig &c) {
-                 return layer ? layerNormBackward(cols, c, eps)
-                              : rmsNormBackward(cols, c, eps);
+                 return layer ? layerNormBackward(cols, c, eps, types)
+                              : rmsNormBackward(cols, c, eps, types);
                });
 }
 
@@ -73,8 +74,9 @@ int64_t rowNormBackwardPrograms(int64_t rows, int64_t sms) {
   return std::max<int64_t>(1, std::min(rows, 2 * std::max<int64_t>(1, sms)));
 }
 
-std::string rowNormKey(int64_t rows, int64_t cols) {
-  return "cols=" + std::to_string(cols) + " rows=" + bucket(rows) + " bf16";
+std::string rowNormKey(int64_t rows, int64_t cols, RowNormTypes types) {
+  return "cols=" + std::to_string(cols) + " rows=" + bucket(rows) + " " +
+         (types.allBf16() ? std::string("bf16") : types.name());
 }
 
 std::unique_ptr<AutotunedKernel> rotaryTuned(int64_t headDim, bool inverse) {
@@ -171,17 +173,30 @@ std::string linearKey(int64_t M, int64_t N, int64_t K, bool bias,
 
 namespace {
 
+/// The norms' element types for `--autocast 1`: what kiln's norms launch
+/// under bf16 autocast (fp32 x and parameters, bf16 y); else all bf16.
+RowNormTypes rowNormTypes(const TuneSizes &s) {
+  const int64_t autocast = s.at("autocast");
+  if (autocast != 0 && autocast != 1)
+    throw Error("--autocast must be 0 or 1");
+  return autocast ? RowNormTypes{DType::f32, DType::f32, DType::bf16}
+                  : RowNormTypes{};
+}
+
 TuneProblem rowNormProblem(bool layer, const TuneSizes &s) {
   const int64_t R = s.at("rows"), C = s.at("cols");
   if (R < 1 || C < 1)
     throw Error("--rows and --cols must be positive");
-  TuneProblem p{rowNormTuned(layer, C, layer ? 1e-5 : 1e-6), rowNormKey(R, C)};
-  p.tensors.emplace("X", randomTensor(DType::bf16, {R, C}, 1, -3, 3));
-  p.tensors.emplace("W", randomTensor(DType::bf16, {C}, 2));
+  const RowNormTypes ty = rowNormTypes(s);
+  TuneProblem p{rowNormTuned(layer, C, layer ? 1e-5 : 1e-6, ty),
+                rowNormKey(R, C, ty)};
+  p.tensors.emplace("X", randomTensor(ty.x, {R, C}, 1, -3, 3));
+  p.tensors.emplace("W", randomTensor(ty.w, {C}, 2));
   if (layer)
-    p.tensors.emplace("B", randomTensor(DType::bf16, {C}, 3));
-  p.tensors.emplace("Y", HostTensor(DType::bf16, {R, C}));
-  p.bytes = 2.0 * R * C * 2 + (layer ? 2 : 1) * C * 2;
+    p.tensors.emplace("B", randomTensor(ty.w, {C}, 3));
+  p.tensors.emplace("Y", HostTensor(ty.y, {R, C}));
+  p.bytes = double(R * C) * (dtypeSize(ty.x) + dtypeSize(ty.y)) +
+            (layer ? 2 : 1) * C * dtypeSize(ty.w);
   return p;
 }
 
@@ -192,40 +207,44 @@ TuneProblem rowNormBackwardProblem(bool layer, const TuneSizes &s) {
     throw Error("--rows and --cols must be positive");
   const int64_t sms = cuda::available() ? cuda::device().smCount : 132;
   const int64_t P = rowNormBackwardPrograms(R, sms);
-  TuneProblem p{rowNormBackwardTuned(layer, C, layer ? 1e-5 : 1e-6),
-                rowNormKey(R, C)};
-  p.tensors.emplace("X", randomTensor(DType::bf16, {R, C}, 1, -3, 3));
-  p.tensors.emplace("W", randomTensor(DType::bf16, {C}, 2));
-  p.tensors.emplace("DY", randomTensor(DType::bf16, {R, C}, 3));
-  p.tensors.emplace("DX", HostTensor(DType::bf16, {R, C}));
+  const RowNormTypes ty = rowNormTypes(s);
+  TuneProblem p{rowNormBackwardTuned(layer, C, layer ? 1e-5 : 1e-6, ty),
+                rowNormKey(R, C, ty)};
+  p.tensors.emplace("X", randomTensor(ty.x, {R, C}, 1, -3, 3));
+  p.tensors.emplace("W", randomTensor(ty.w, {C}, 2));
+  p.tensors.emplace("DY", randomTensor(ty.y, {R, C}, 3));
+  p.tensors.emplace("DX", HostTensor(ty.x, {R, C}));
   p.tensors.emplace("DWP", HostTensor(DType::f32, {P, C}));
   if (layer)
     p.tensors.emplace("DBP", HostTensor(DType::f32, {P, C}));
-  p.bytes = 3.0 * R * C * 2 + C * 2 + (layer ? 2 : 1) * P * C * 4.0;
+  p.bytes = double(R * C) * (2 * dtypeSize(ty.x) + dtypeSize(ty.y)) +
+            C * dtypeSize(ty.w) + (layer ? 2 : 1) * P * C * 4.0;
   return p;
 }
 
 const RegisterTunable
     kRmsNorm({"rmsnorm",
-              "RMSNorm of bf16 rows (kiln.rms_norm)",
-              {{"rows", 16384}, {"cols", 4096}},
+              "RMSNorm of rows (kiln.rms_norm; --autocast 1: fp32 x and "
+              "weight, bf16 y, as under bf16 autocast)",
+              {{"rows", 16384}, {"cols", 4096}, {"autocast", 0}},
               [](const TuneSizes &s) { return rowNormProblem(false, s); }});
 const RegisterTunable
     kLayerNorm({"layernorm",
-                "LayerNorm of bf16 rows (kiln.layer_norm)",
-                {{"rows", 16384}, {"cols", 4096}},
+                "LayerNorm of rows (kiln.layer_norm; --autocast 1: fp32 x, "
+                "weight and bias, bf16 y)",
+                {{"rows", 16384}, {"cols", 4096}, {"autocast", 0}},
                 [](const TuneSizes &s) { return rowNormProblem(true, s); }});
 const RegisterTunable kRmsNormBackward(
     {"rmsnorm-backward",
      "RMSNorm's gradients: dX, and dW as partial sums per program "
      "(kiln.rms_norm's backward)",
-     {{"rows", 16384}, {"cols", 4096}},
+     {{"rows", 16384}, {"cols", 4096}, {"autocast", 0}},
      [](const TuneSizes &s) { return rowNormBackwardProblem(false, s); }});
 const RegisterTunable kLayerNormBackward(
     {"layernorm-backward",
      "LayerNorm's gradients: dX, and dW, dB as partial sums per program "
      "(kiln.layer_norm's backward)",
-     {{"rows", 16384}, {"cols", 4096}},
+     {{"rows", 16384}, {"cols", 4096}, {"autocast", 0}},
      [](const TuneSizes &s) { return rowNormBackwardProblem(true, s); }});
 
 const RegisterTunable

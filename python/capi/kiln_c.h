@@ -88,24 +88,33 @@ KILN_C_API int kiln_c_attention_backward(const kiln_c_attention_options *options
                               const kiln_c_tensor *d_v, char *error,
                               size_t error_size);
 
-/* Y = RMSNorm(X) * W (kind 0) or LayerNorm(X) * W + B (kind 1) over the
- * rows of bf16 x and y (2-D, rows contiguous) with bf16 w and b (1-D,
- * cols), any cols; the schedule tuned for cols on first use.
- * Launched on `stream` on device `device`. b is ignored for kind 0. */
-KILN_C_API int kiln_c_row_norm(int kind, const kiln_c_tensor *x,
-                               const kiln_c_tensor *w, const kiln_c_tensor *b,
-                               const kiln_c_tensor *y, double eps, void *stream,
-                               int device, char *error, size_t error_size);
+/* The element types of a row norm's tensors, each KILN_C_BF16 or
+ * KILN_C_F32: x (and dx), w (and b), y (and dy). Under bf16 autocast kiln's
+ * norms read fp32 x, w and b as they are and write bf16 y. */
+typedef struct {
+  int x, w, y;
+} kiln_c_row_norm_dtypes;
 
-/* The gradients of kiln_c_row_norm: dx (as x) from x, w and dy (bf16,
- * rows contiguous), and the fp32 partial sums dw_partial (and, kind 1,
- * db_partial) (P, cols), one row per program of P: dW (dB) is the sum of
+/* Y = RMSNorm(X) * W (kind 0) or LayerNorm(X) * W + B (kind 1) over the
+ * rows of x and y (2-D, rows contiguous) with w and b (1-D, cols), any
+ * cols, of `dtypes` (NULL: all bf16); fp32 math; the schedule tuned for
+ * cols and dtypes on first use.
+ * Launched on `stream` on device `device`. b is ignored for kind 0. */
+KILN_C_API int kiln_c_row_norm(int kind, const kiln_c_row_norm_dtypes *dtypes,
+                               const kiln_c_tensor *x, const kiln_c_tensor *w,
+                               const kiln_c_tensor *b, const kiln_c_tensor *y,
+                               double eps, void *stream, int device,
+                               char *error, size_t error_size);
+
+/* The gradients of kiln_c_row_norm: dx (x's dtype) from x, w and dy (y's
+ * dtype; rows contiguous), and the fp32 partial sums dw_partial (and, kind
+ * 1, db_partial) (P, cols), one row per program of P: dW (dB) is the sum of
  * their rows, which the caller takes. P (any >= 1;
  * kiln_c_row_norm_backward_programs gives the one kiln tunes for) is
  * dw_partial's row count. b_partial is ignored for kind 0. */
 KILN_C_API int kiln_c_row_norm_backward(
-    int kind, const kiln_c_tensor *x, const kiln_c_tensor *w,
-    const kiln_c_tensor *dy, const kiln_c_tensor *dx,
+    int kind, const kiln_c_row_norm_dtypes *dtypes, const kiln_c_tensor *x,
+    const kiln_c_tensor *w, const kiln_c_tensor *dy, const kiln_c_tensor *dx,
     const kiln_c_tensor *dw_partial, const kiln_c_tensor *db_partial,
     double eps, void *stream, int device, char *error, size_t error_size);
 

@@ -61,53 +61,74 @@ int64_t dim(const std::map<std::string, TensorRef> &t, const char *name,
 } // namespace
 
 namespace {
+/// kiln_c_row_norm_dtypes as the kernels' RowNormTypes (NULL: all bf16).
+kernels::RowNormTypes rowNormTypes(const kiln_c_row_norm_dtypes *d) {
+  if (!d)
+    return {};
+  auto one = [](int code, const char *what) {
+    if (code != KILN_C_BF16 && code != KILN_C_F32)
+      throw Error(std::string(what) +
+                  "'s dtype must be bf16 or float32 "
+                  "(KILN_C_BF16, KILN_C_F32), got code " +
+                  std::to_string(code));
+    return dtypeOfCode(code);
+  };
+  return {one(d->x, "x"), one(d->w, "the weight"), one(d->y, "y")};
+}
+
 /// A row norm's launch, forward or backward: X, W and the `rest` of its
-/// tensors, the kernel for (kind, cols, eps) made by `make` on first use.
-void launchRowNorm(const char *name, int kind, const kiln_c_tensor *x,
-                   const kiln_c_tensor *w, std::map<std::string, TensorRef> t,
-                   double eps,
-                   std::unique_ptr<AutotunedKernel> (*make)(bool, int64_t,
-                                                            double),
+/// tensors, the kernel for (kind, cols, eps, types) made by `make` on
+/// first use.
+void launchRowNorm(const char *name, int kind, kernels::RowNormTypes ty,
+                   const kiln_c_tensor *x, const kiln_c_tensor *w,
+                   std::map<std::string, TensorRef> t, double eps,
+                   std::unique_ptr<AutotunedKernel> (*make)(
+                       bool, int64_t, double, kernels::RowNormTypes),
                    void *stream, int device) {
   if (kind != 0 && kind != 1)
     throw Error("kind must be 0 (RMSNorm) or 1 (LayerNorm), got " +
                 std::to_string(kind));
-  t["X"] = refOf(x, DType::bf16, 2, "x");
-  t["W"] = refOf(w, DType::bf16, 1, "weight");
+  t["X"] = refOf(x, ty.x, 2, "x");
+  t["W"] = refOf(w, ty.w, 1, "weight");
   const int64_t cols = t["X"].shape[1];
-  AutotunedKernel &k = kernelFor(name, {double(kind), double(cols), eps},
-                                 [=] { return make(kind, cols, eps); });
-  launch(k, kernels::rowNormKey(t["X"].shape[0], cols), t, stream, device);
+  AutotunedKernel &k = kernelFor(name,
+                                 {double(kind), double(cols), eps, double(ty.x),
+                                  double(ty.w), double(ty.y)},
+                                 [=] { return make(kind, cols, eps, ty); });
+  launch(k, kernels::rowNormKey(t["X"].shape[0], cols, ty), t, stream, device);
 }
 } // namespace
 
-int kiln_c_row_norm(int kind, const kiln_c_tensor *x, const kiln_c_tensor *w,
+int kiln_c_row_norm(int kind, const kiln_c_row_norm_dtypes *dtypes,
+                    const kiln_c_tensor *x, const kiln_c_tensor *w,
                     const kiln_c_tensor *b, const kiln_c_tensor *y, double eps,
                     void *stream, int device, char *error, size_t error_size) {
   return guarded(error, error_size, [&] {
-    std::map<std::string, TensorRef> t{{"Y", refOf(y, DType::bf16, 2, "y")}};
+    const kernels::RowNormTypes ty = rowNormTypes(dtypes);
+    std::map<std::string, TensorRef> t{{"Y", refOf(y, ty.y, 2, "y")}};
     if (kind == 1)
-      t["B"] = refOf(b, DType::bf16, 1, "bias");
-    launchRowNorm("rownorm", kind, x, w, std::move(t), eps,
+      t["B"] = refOf(b, ty.w, 1, "bias");
+    launchRowNorm("rownorm", kind, ty, x, w, std::move(t), eps,
                   kernels::rowNormTuned, stream, device);
   });
 }
 
-int kiln_c_row_norm_backward(int kind, const kiln_c_tensor *x,
-                             const kiln_c_tensor *w, const kiln_c_tensor *dy,
-                             const kiln_c_tensor *dx,
+int kiln_c_row_norm_backward(int kind, const kiln_c_row_norm_dtypes *dtypes,
+                             const kiln_c_tensor *x, const kiln_c_tensor *w,
+                             const kiln_c_tensor *dy, const kiln_c_tensor *dx,
                              const kiln_c_tensor *dwPartial,
                              const kiln_c_tensor *dbPartial, double eps,
                              void *stream, int device, char *error,
                              size_t errorSize) {
   return guarded(error, errorSize, [&] {
+    const kernels::RowNormTypes ty = rowNormTypes(dtypes);
     std::map<std::string, TensorRef> t{
-        {"DY", refOf(dy, DType::bf16, 2, "the gradient of y")},
-        {"DX", refOf(dx, DType::bf16, 2, "the gradient of x")},
+        {"DY", refOf(dy, ty.y, 2, "the gradient of y")},
+        {"DX", refOf(dx, ty.x, 2, "the gradient of x")},
         {"DWP", refOf(dwPartial, DType::f32, 2, "dw_partial")}};
     if (kind == 1)
       t["DBP"] = refOf(dbPartial, DType::f32, 2, "db_partial");
-    launchRowNorm("rownorm_backward", kind, x, w, std::move(t), eps,
+    launchRowNorm("rownorm_backward", kind, ty, x, w, std::move(t), eps,
                   kernels::rowNormBackwardTuned, stream, device);
   });
 }

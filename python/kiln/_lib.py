@@ -34,6 +34,10 @@ class _Options(ctypes.Structure):
                 ("pointers_checked", ctypes.c_int)]
 
 
+class _RowNormDtypes(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_int), ("w", ctypes.c_int), ("y", ctypes.c_int)]
+
+
 _lock = threading.Lock()
 _lib = None
 
@@ -91,11 +95,13 @@ def _declare(lib):
     lib.kiln_c_attention_backward.restype = ctypes.c_int
     lib.kiln_c_attention_backward_workspace.argtypes = [ctypes.c_int64] * 4
     lib.kiln_c_attention_backward_workspace.restype = ctypes.c_int64
-    lib.kiln_c_row_norm.argtypes = ([ctypes.c_int] + [T] * 4 +
+    lib.kiln_c_row_norm.argtypes = ([ctypes.c_int, P(_RowNormDtypes)] +
+                                    [T] * 4 +
                                     [ctypes.c_double, ctypes.c_void_p,
                                      ctypes.c_int] + err)
     lib.kiln_c_row_norm.restype = ctypes.c_int
-    lib.kiln_c_row_norm_backward.argtypes = ([ctypes.c_int] + [T] * 6 +
+    lib.kiln_c_row_norm_backward.argtypes = ([ctypes.c_int,
+                                              P(_RowNormDtypes)] + [T] * 6 +
                                              [ctypes.c_double, ctypes.c_void_p,
                                               ctypes.c_int] + err)
     lib.kiln_c_row_norm_backward.restype = ctypes.c_int
@@ -235,13 +241,20 @@ def backward(q, k, v, o, do, lse, workspace, dq, dk, dv, causal, scale, bshd,
     _check(code, buf)
 
 
+def _norm_dtypes(x, w, y):
+    """kiln_c_row_norm_dtypes of x (and dx), w (and b), y (and dy)."""
+    return _RowNormDtypes(_dtype_code(x), _dtype_code(w), _dtype_code(y))
+
+
 def row_norm(kind, x, w, b, y, eps, stream, device):
     """kiln_c_row_norm: 0 RMSNorm, 1 LayerNorm (b ignored for 0). x and y
-    are 2-D contiguous, w and b 1-D contiguous."""
+    are 2-D contiguous, w and b 1-D contiguous; each bf16 or float32 (b as
+    w)."""
     lib = _lib or library()
     buf = _error_buffer()
     keep, p = _packed([(t, False) for t in (x, w, w if b is None else b, y)])
-    code = lib.kiln_c_row_norm(kind, *p, eps, stream, device, buf, len(buf))
+    code = lib.kiln_c_row_norm(kind, ctypes.byref(_norm_dtypes(x, w, y)), *p,
+                               eps, stream, device, buf, len(buf))
     del keep
     _check(code, buf, "kiln.layer_norm" if kind else "kiln.rms_norm")
 
@@ -261,13 +274,15 @@ def linear_split_k(m, n, k, sm_count):
 
 def row_norm_backward(kind, x, w, dy, dx, dwp, dbp, eps, stream, device):
     """kiln_c_row_norm_backward: x, dy, dx 2-D contiguous (R, C), w 1-D
-    contiguous, dwp and dbp (P, C) contiguous fp32 (dbp ignored for 0)."""
+    contiguous, dwp and dbp (P, C) contiguous fp32 (dbp ignored for 0); dx
+    as x, dy as the forward's y, each bf16 or float32."""
     lib = _lib or library()
     buf = _error_buffer()
     keep, p = _packed([(t, False) for t in
                        (x, w, dy, dx, dwp, dwp if dbp is None else dbp)])
-    code = lib.kiln_c_row_norm_backward(kind, *p, eps, stream, device, buf,
-                                        len(buf))
+    code = lib.kiln_c_row_norm_backward(
+        kind, ctypes.byref(_norm_dtypes(x, w, dy)), *p, eps, stream, device,
+        buf, len(buf))
     del keep
     _check(code, buf, "kiln.layer_norm" if kind else "kiln.rms_norm")
 

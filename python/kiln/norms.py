@@ -2,9 +2,12 @@
 (kernels/norm/RmsNorm.cpp), their schedule tuned per column count on the
 first call and recorded for the GPU. Differentiable in x, weight and bias
 since session 59 (the backward kernel writes dX and per-program partial
-sums of dW and dB); bf16 CUDA tensors, rows of any length (a tile of the
-power of two at or above it, the columns past the row masked), launched on
-torch's current stream.
+sums of dW and dB); bf16 or float32 CUDA tensors, read as they are (fp32
+math; y in x's dtype), rows of any length (a tile of the power of two at or
+above it, the columns past the row masked), launched on torch's current
+stream. Under bf16 autocast y is bf16 and float32 x, weight and bias are
+read without a cast (dx comes back float32): the residual stream of a
+mixed-precision model costs no cast kernel per norm.
 
     y = kiln.rms_norm(x, weight, eps=1e-6)          # x: (..., cols)
     y = kiln.layer_norm(x, weight, bias, eps=1e-5)  # weight, bias may be None
@@ -19,10 +22,11 @@ from typing import Optional
 
 import torch
 
-from . import _cpp, _lib
+from . import _cpp, _lib, ops
 from .ops import (_contiguous, _plain, _plain_or_none, _raw_stream, _sm_count,
-                  _traced,
-                  _under_autocast)
+                  _traced, _under_autocast)
+
+_TAKEN = (torch.bfloat16, torch.float32)
 
 
 def _check(name, x, params, eps):
@@ -34,9 +38,13 @@ def _check(name, x, params, eps):
                             f"{type(t).__name__}")
     device = x.device
     for arg, t in args:
-        if t.dtype != torch.bfloat16:
+        if t.dtype not in _TAKEN:
             raise TypeError(f"kiln.{name}: {arg} has dtype {t.dtype}; kiln "
-                            f"takes torch.bfloat16")
+                            f"takes torch.bfloat16 or torch.float32")
+    if len(params) == 2 and params[0][1].dtype != params[1][1].dtype:
+        raise TypeError(f"kiln.{name}: weight has dtype {params[0][1].dtype}"
+                        f", bias {params[1][1].dtype}; kiln takes them alike")
+    for arg, t in args:
         if t.device.type not in ("cuda", "meta"):
             raise ValueError(f"kiln.{name}: {arg} is on {t.device}; kiln runs "
                              f"on CUDA tensors")
@@ -56,8 +64,8 @@ def _check(name, x, params, eps):
                          f"got {eps!r}")
 
 
-def _forward(kind, rows, w, b, eps):
-    y = torch.empty_like(rows)
+def _forward(kind, rows, w, b, eps, y_bf16):
+    y = torch.empty_like(rows, dtype=torch.bfloat16 if y_bf16 else None)
     if rows.shape[0]:
         _lib.row_norm(kind, rows, w, b, y, eps,
                       _raw_stream(rows.device.index), rows.device.index)
@@ -75,20 +83,21 @@ class _RowNorm(torch.autograd.Function):
     kernel, dW (dB) as the sums of its per-program partial rows."""
 
     @staticmethod
-    def forward(ctx, kind, rows, w, b, eps):
+    def forward(ctx, kind, rows, w, b, eps, y_bf16):
         ctx.save_for_backward(rows, w)
         ctx.kind, ctx.eps = kind, eps
-        return _forward(kind, rows, w, b, eps)
+        return _forward(kind, rows, w, b, eps, y_bf16)
 
     @staticmethod
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
         dx, sums = _backward(ctx.kind, x, w, dy, ctx.eps)
-        return None, dx, sums[0], sums[1] if ctx.kind else None, None
+        return None, dx, sums[0], sums[1] if ctx.kind else None, None, None
 
 
 def _backward(kind, x, w, dy, eps):
-    """(dX, the rows of dW and dB summed (1 + kind, C), w's dtype)."""
+    """(dX in x's dtype, the rows of dW and dB summed (1 + kind, C), w's
+    dtype); dy in the forward's y dtype."""
     dy = dy.contiguous()  # autograd may hand it expanded
     R, C = x.shape
     dx = torch.empty_like(x)
@@ -108,13 +117,13 @@ def _backward(kind, x, w, dy, eps):
                          device_types="cuda")
 def _row_norm_op(rows: torch.Tensor, w: torch.Tensor,
                  b: Optional[torch.Tensor], kind: int,
-                 eps: float) -> torch.Tensor:
-    return _forward(kind, rows, w, b, eps)
+                 eps: float, y_bf16: bool) -> torch.Tensor:
+    return _forward(kind, rows, w, b, eps, y_bf16)
 
 
 @_row_norm_op.register_fake
-def _(rows, w, b, kind, eps):
-    return torch.empty_like(rows)
+def _(rows, w, b, kind, eps, y_bf16):
+    return torch.empty_like(rows, dtype=torch.bfloat16 if y_bf16 else None)
 
 
 @torch.library.custom_op("kiln::row_norm_backward", mutates_args=(),
@@ -131,7 +140,7 @@ def _(dy, rows, w, kind, eps):
 
 
 def _op_setup(ctx, inputs, output):
-    rows, w, _, kind, eps = inputs
+    rows, w, _, kind, eps, _ = inputs
     ctx.save_for_backward(rows, w)
     ctx.kind, ctx.eps = kind, eps
 
@@ -140,13 +149,13 @@ def _op_backward(ctx, dy):
     rows, w = ctx.saved_tensors
     dx, sums = torch.ops.kiln.row_norm_backward(dy, rows, w, ctx.kind,
                                                 ctx.eps)
-    return dx, sums[0], sums[1] if ctx.kind else None, None, None
+    return dx, sums[0], sums[1] if ctx.kind else None, None, None, None
 
 
 _row_norm_op.register_autograd(_op_backward, setup_context=_op_setup)
 
 
-def _run(kind, name, x, w, b, eps):
+def _run(kind, name, x, w, b, eps, y_bf16):
     _check(name, x, (("weight", w),) + ((("bias", b),) if kind else ()), eps)
     rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     op = "kiln." + name
@@ -156,76 +165,102 @@ def _run(kind, name, x, w, b, eps):
     if b is not None and not b.is_contiguous():
         b = _contiguous(op, "bias", b)
     if _traced() or x.device.type == "meta" or not _plain(x):
-        y = torch.ops.kiln.row_norm(rows, w, b, kind, float(eps))
+        y = torch.ops.kiln.row_norm(rows, w, b, kind, float(eps), y_bf16)
     elif torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or
                                     (b is not None and b.requires_grad)):
-        y = _RowNorm.apply(kind, rows, w, b, float(eps))
+        y = _RowNorm.apply(kind, rows, w, b, float(eps), y_bf16)
     else:
-        y = _forward(kind, rows, w, b, float(eps))
+        y = _forward(kind, rows, w, b, float(eps), y_bf16)
     return y if y.dim() == x.dim() else y.reshape(x.shape)
 
 
-def _fast(kind, x, w, b, eps):
-    """The common case (a contiguous bf16 x, contiguous parameters on its
-    device) checked and launched in C++, with a gradient through a C++
-    Function (csrc/norms.cpp); None otherwise."""
+def _fast(kind, x, w, b, eps, y_bf16):
+    """The common case (a contiguous x, contiguous parameters on its device,
+    bf16 or float32) checked and launched in C++, with a gradient through a
+    C++ Function (csrc/norms.cpp); None otherwise."""
     if (_plain(x) and _plain(w) and _plain_or_none(b) and type(eps) is float and
             x.is_cuda and (cpp := _cpp.module()) is not None):
-        return cpp.row_norm(kind, x, w, b, eps)
+        return cpp.row_norm(kind, x, w, b, eps, y_bf16)
     return None
+
+
+def _norm_inputs(x, *params):
+    """(x, *params, y_bf16): under bf16 autocast y is bf16 and float32
+    tensors stay as they are (the kernels read them; no cast kernel), float16
+    ones (and parameters whose dtypes differ) are cast as autocast casts;
+    elsewhere as given, y in x's dtype."""
+    if not ops._autocast_bf16():
+        return (x,) + params + (False,)
+    ts = (x,) + params
+    half = [isinstance(t, torch.Tensor) and t.dtype == torch.float16
+            for t in ts]
+    ps = [t for t in params if isinstance(t, torch.Tensor)]
+    if len(ps) == 2 and ps[0].dtype != ps[1].dtype:
+        half[1:] = [True] * len(params)
+    if any(half):
+        cast = _under_autocast(*(t if h else None for t, h in zip(ts, half)))
+        ts = tuple(c if h else t for t, c, h in zip(ts, cast, half))
+    return ts + (True,)
 
 
 _constants = {}
 
 
-def _constant(x, value):
-    """A bf16 (cols,) of `value` on x's device, standing in for an absent
-    weight (1) or bias (0): x·1 + 0 is exact, so the kernels need no
-    variant without them. Kept per (device, cols, value) for eager calls; a
+def _constant(x, value, dtype):
+    """A (cols,) of `value` on x's device, standing in for an absent weight
+    (1) or bias (0): x·1 + 0 is exact, so the kernels need no variant
+    without them. Kept per (device, cols, value, dtype) for eager calls; a
     trace makes its own."""
     cols = x.shape[-1]
     if _traced() or not _plain(x) or x.device.type == "meta":
-        return torch.full((cols,), value, dtype=torch.bfloat16,
-                          device=x.device)
-    key = (x.device, cols, value)
+        return torch.full((cols,), value, dtype=dtype, device=x.device)
+    key = (x.device, cols, value, dtype)
     t = _constants.get(key)
     if t is None:
         if len(_constants) > 64:
             _constants.clear()
-        t = _constants[key] = torch.full((cols,), value, dtype=torch.bfloat16,
+        t = _constants[key] = torch.full((cols,), value, dtype=dtype,
                                          device=x.device)
     return t
 
 
 def _defaults(x, weight, bias, kind):
     """weight (and, for LayerNorm, bias) where the caller gave None, as
-    nn.RMSNorm / nn.LayerNorm without elementwise_affine or bias do."""
+    nn.RMSNorm / nn.LayerNorm without elementwise_affine or bias do: in the
+    dtype of the one given (the kernels take them alike), else bf16."""
     if isinstance(x, torch.Tensor) and x.dim() >= 1:
+        given = next((t.dtype for t in (weight, bias) if
+                      isinstance(t, torch.Tensor) and t.dtype in _TAKEN),
+                     torch.bfloat16)
         if weight is None:
-            weight = _constant(x, 1.0)
+            weight = _constant(x, 1.0, given)
         if kind and bias is None:
-            bias = _constant(x, 0.0)
+            bias = _constant(x, 0.0, given)
     return weight, bias
 
 
 def rms_norm(x, weight=None, eps=1e-6):
     """x / sqrt(mean(x², last dim) + eps) * weight, as
     torch.nn.functional.rms_norm(x, (cols,), weight, eps); weight None: 1.
-    Under bf16 autocast, float32 x and weight are cast to bf16 first."""
-    x, weight = _under_autocast(x, weight)
+    x and weight bf16 or float32, y in x's dtype; under bf16 autocast y is
+    bf16 and float32 x and weight are read as they are."""
+    x, weight, y_bf16 = _norm_inputs(x, weight)
     if weight is None:
         weight, _ = _defaults(x, weight, None, 0)
-    y = None if _traced() else _fast(0, x, weight, None, eps)
-    return y if y is not None else _run(0, "rms_norm", x, weight, None, eps)
+    y = None if _traced() else _fast(0, x, weight, None, eps, y_bf16)
+    return y if y is not None else _run(0, "rms_norm", x, weight, None, eps,
+                                        y_bf16)
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension,
     as torch.nn.functional.layer_norm(x, (cols,), weight, bias, eps);
-    weight None: 1, bias None: 0. Under bf16 autocast, float32 x, weight
-    and bias are cast to bf16 first."""
-    x, weight, bias = _under_autocast(x, weight, bias)
+    weight None: 1, bias None: 0. x, weight and bias bf16 or float32 (weight
+    and bias alike), y in x's dtype; under bf16 autocast y is bf16 and
+    float32 tensors are read as they are."""
+    x, weight, bias, y_bf16 = _norm_inputs(x, weight, bias)
     if weight is None or bias is None:
         weight, bias = _defaults(x, weight, bias, 1)
-    y = None if _traced() else _fast(1, x, weight, bias, eps)
-    return y if y is not None else _run(1, "layer_norm", x, weight, bias, eps)
+    y = None if _traced() else _fast(1, x, weight, bias, eps, y_bf16)
+    return y if y is not None else _run(1, "layer_norm", x, weight, bias, eps,
+                                        y_bf16)

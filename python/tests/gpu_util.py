@@ -1,6 +1,6 @@
 """What the GPU test modules share: the device, outputs poisoned through
 torch's caching allocator, relative errors, deterministic algorithms, the
-C++ and Python paths compared."""
+C++ and Python paths compared, casts counted."""
 import contextlib
 
 import pytest
@@ -10,6 +10,14 @@ import torch.nn.functional as F
 import kiln
 
 DEV = torch.device("cuda")
+
+
+def casts(run):
+    """How many dtype casts (aten::_to_copy) `run` issues."""
+    with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        run()
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
 
 
 def poison_allocator(nbytes=256 << 20, device=DEV):

@@ -138,6 +138,26 @@ def test_cross_entropy_traces_as_an_op_with_its_gradient(reduction,
         kiln.cross_entropy(logits, labels[:299])
 
 
+def test_norms_keep_float32_and_mixed_dtypes_when_traced():
+    # float32 x and parameters (read as they are, fp32 math): y in x's
+    # dtype, gradients in each input's; bf16 x with float32 parameters (a
+    # layer's fp32 master weights) gives bf16 y; an absent bias stands in
+    # in the weight's dtype. Meta tensors: what a trace sees.
+    x = torch.empty(4, 16, 300, device=META, requires_grad=True)
+    w = torch.empty(300, device=META, requires_grad=True)
+    b = torch.empty(300, device=META, requires_grad=True)
+    for y in (kiln.layer_norm(x, w, b), kiln.rms_norm(x, w),
+              kiln.layer_norm(x, w)):
+        assert y.dtype == torch.float32 and y.shape == x.shape
+        dx, dw = torch.autograd.grad(y.sum(), (x, w))
+        assert dx.dtype == dw.dtype == torch.float32
+    xb = x.detach().bfloat16().requires_grad_()
+    y = kiln.layer_norm(xb, w, b)
+    assert y.dtype == torch.bfloat16
+    dx, dw, db = torch.autograd.grad(y.float().sum(), (xb, w, b))
+    assert dx.dtype == torch.bfloat16 and dw.dtype == db.dtype == torch.float32
+
+
 def test_row_norm_backward_programs():
     # The partial rows of dW the norms' backward is tuned for, from one
     # place (kernels/Tunables.cpp) for Python, C++ and `kiln tune`: two per
@@ -155,8 +175,12 @@ def test_norms_refuse_bad_arguments_before_any_launch():
     w = torch.empty(256, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="kiln.rms_norm: x is on cpu"):
         kiln.rms_norm(x, w)
-    with pytest.raises(TypeError, match="kiln.layer_norm: x has dtype torch.float32"):
-        kiln.layer_norm(x.float(), w, w)
+    with pytest.raises(TypeError, match="kiln.layer_norm: x has dtype torch.float16; "
+                       "kiln takes torch.bfloat16 or torch.float32"):
+        kiln.layer_norm(x.half(), w, w)
+    with pytest.raises(TypeError, match="kiln.layer_norm: weight has dtype "
+                       "torch.float32, bias torch.bfloat16; kiln takes them alike"):
+        kiln.layer_norm(x, w.float(), w)
     with pytest.raises(TypeError, match="kiln.layer_norm: bias must be a torch.Tensor"):
         kiln.layer_norm(x, w, [0.0])
     with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
@@ -228,17 +252,17 @@ def test_library_copies_are_logged_and_trace(monkeypatch, capfd):
 
 def test_library_ops_cast_to_bf16_under_autocast(monkeypatch):
     # Under torch.autocast("cuda", dtype=torch.bfloat16) float32 inputs
-    # (master weights, an fp32 residual stream) are cast to bf16 first,
-    # differentiably: float32 leaves get float32 gradients. Outside it they
-    # are refused, naming the dtype.
+    # (master weights, an fp32 residual stream) are cast to bf16 first
+    # (the norms read them as they are and write bf16), differentiably:
+    # float32 leaves get float32 gradients. Outside it the linear refuses
+    # them, naming the dtype, and the norms keep float32.
     from kiln import ops
 
     def meta(*shape):
         return torch.empty(*shape, device=META, requires_grad=True)
 
     x, w, b = meta(4, 16, 64), meta(64), meta(64)
-    with pytest.raises(TypeError, match="x has dtype torch.float32"):
-        kiln.layer_norm(x, w, b)
+    assert kiln.layer_norm(x, w, b).dtype == torch.float32
     with pytest.raises(TypeError, match="dtype torch.float32"):
         kiln.linear(x, meta(64, 32))
     monkeypatch.setattr(ops, "_autocast_bf16", lambda: True)

@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
     pytest.skip("SKIPPED: no CUDA GPU: the GPU tests of kiln's library ops "
                 "need one", allow_module_level=True)
 
-from gpu_util import DEV, poison_allocator, rel, rope_tables  # noqa: E402
+from gpu_util import DEV, casts, poison_allocator, rel, rope_tables  # noqa: E402
 
 
 @pytest.mark.parametrize("cols", [512, 4096, 768, 300])
@@ -284,3 +284,64 @@ def test_norms_without_weight_or_bias_match_float64():
                 (dx,) = torch.autograd.grad(y, x, g)
                 (dxd,) = torch.autograd.grad(yd, xd, g.double())
                 assert torch.isfinite(dx).all() and rel(dx, dxd) < 1e-2
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_norms_read_float32_as_it_is(kind, monkeypatch):
+    # float32 x and parameters are read without rounding: y (float32) and
+    # the float32 gradients within float32's error of float64 (a bf16 read
+    # would be off by ~4e-3). bf16 x with float32 parameters: bf16 y. Under
+    # bf16 autocast: bf16 y from the float32 values, float32 gradients, and
+    # not one cast kernel forward or backward; the C++ and Python paths give
+    # the same bits. A ragged row (3000 columns) and rows that are not a
+    # multiple of the kernels' row blocks.
+    from kiln import norms
+    torch.manual_seed(22)
+    x = torch.randn(3, 37, 3000, device=DEV) * 3 + 1
+    w = torch.randn(3000, device=DEV)
+    b = torch.randn(3000, device=DEV)
+    layer = kind == "layer_norm"
+    ps = (w, b) if layer else (w,)
+    fn = getattr(kiln, kind)
+
+    def ref(xv, *pv):
+        return (F.layer_norm(xv, (3000,), *pv, 1e-5) if layer else
+                F.rms_norm(xv, (3000,), pv[0], 1e-6))
+
+    g = torch.randn_like(x)
+    gb = g.bfloat16()  # cast here: the count below is the norm's alone
+
+    def grads(y, xv, pv):
+        return torch.autograd.grad(y, (xv,) + pv,
+                                   gb if y.dtype == torch.bfloat16 else g)
+
+    xg = x.clone().requires_grad_()
+    pg = tuple(p.clone().requires_grad_() for p in ps)
+    xd = x.double().requires_grad_()
+    pd = tuple(p.double().requires_grad_() for p in ps)
+    poison_allocator()
+    y = fn(xg, *pg)
+    yd = ref(xd, *pd)
+    assert y.dtype == torch.float32 and rel(y, yd) < 1e-5, rel(y, yd)
+    got, want = grads(y, xg, pg), grads(yd, xd, pd)
+    for a, e in zip(got, want):
+        assert a.dtype == torch.float32 and rel(a, e) < 1e-4, rel(a, e)
+    yb = fn(x.bfloat16(), *ps)
+    assert yb.dtype == torch.bfloat16
+    assert rel(yb, ref(x.bfloat16().double(), *(p.double() for p in ps))) < 1e-2
+
+    def autocast():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = fn(xg, *pg)
+        return (y,) + grads(y, xg, pg)
+
+    poison_allocator()
+    fast = autocast()
+    assert casts(autocast) == 0
+    assert fast[0].dtype == torch.bfloat16 and rel(fast[0], yd) < 1e-2
+    for a, e in zip(fast[1:], want):
+        assert a.dtype == torch.float32 and rel(a, e) < 2e-2, rel(a, e)
+    monkeypatch.setattr(norms._cpp, "module", lambda: None)
+    slow = autocast()
+    for a, e in zip(fast, slow):
+        assert torch.equal(a, e)

@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
                 "need one", allow_module_level=True)
 
 from gpu_util import (DEV, assert_cpp_path_matches_python,  # noqa: E402
-                      poison_allocator, rel, rope_tables)
+                      casts as _casts, poison_allocator, rel, rope_tables)
 
 
 def test_linear_common_case_launches_from_cpp(monkeypatch):
@@ -143,9 +143,10 @@ def test_linear_gradient_runs_from_cpp_as_python_does(activation, layout,
 
 
 def test_norms_common_case_launches_from_cpp(monkeypatch):
-    # A contiguous bf16 x with contiguous parameters is checked and launched
-    # in C++ (csrc/norms.cpp); anything else returns None there and the Python
-    # path checks it (and names the problem). The same kernel: the same bits.
+    # A contiguous bf16 (or float32) x with contiguous parameters (alike,
+    # bf16 or float32) is checked and launched in C++ (csrc/norms.cpp);
+    # anything else returns None there and the Python path checks it (and
+    # names the problem). The same kernel: the same bits.
     from kiln import _cpp, norms
     cpp = _cpp.module()
     assert cpp is not None, "the C++ extension did not build"
@@ -153,13 +154,15 @@ def test_norms_common_case_launches_from_cpp(monkeypatch):
     x = torch.randn(4, 33, 768, device=DEV).bfloat16()
     w = torch.randn(768, device=DEV).bfloat16()
     b = torch.randn(768, device=DEV).bfloat16()
-    rms, ln = cpp.row_norm(0, x, w, None, 1e-6), cpp.row_norm(1, x, w, b, 1e-5)
+    rms = cpp.row_norm(0, x, w, None, 1e-6, False)
+    ln = cpp.row_norm(1, x, w, b, 1e-5, False)
     assert rms is not None and ln is not None and rms.shape == x.shape
-    assert cpp.row_norm(0, x.transpose(0, 1), w, None, 1e-6) is None
-    assert cpp.row_norm(0, x.float(), w, None, 1e-6) is None
-    assert cpp.row_norm(0, x, w[:-8], None, 1e-6) is None
-    assert cpp.row_norm(1, x, w, None, 1e-5) is None
-    assert cpp.row_norm(0, x, w, None, float("nan")) is None
+    assert cpp.row_norm(0, x.transpose(0, 1), w, None, 1e-6, False) is None
+    assert cpp.row_norm(0, x.half(), w, None, 1e-6, False) is None
+    assert cpp.row_norm(1, x, w.float(), b, 1e-5, False) is None  # unalike
+    assert cpp.row_norm(0, x, w[:-8], None, 1e-6, False) is None
+    assert cpp.row_norm(1, x, w, None, 1e-5, False) is None
+    assert cpp.row_norm(0, x, w, None, float("nan"), False) is None
     with pytest.raises(ValueError, match="eps"):
         kiln.rms_norm(x, w, float("nan"))
     # With a gradient: a C++ Function (csrc/norms.cpp), the Python
@@ -300,8 +303,10 @@ def test_library_ops_under_torch_compile_match_eager(backend):
 
 def test_library_ops_under_bf16_autocast_take_float32():
     # Under torch.autocast("cuda", dtype=torch.bfloat16), float32 master
-    # weights and a float32 residual stream are cast to bf16 first: the
-    # results against float64 of the cast values, float32 gradients.
+    # weights and a float32 residual stream reach kiln's ops: the norm reads
+    # them as they are (bf16 y), the linear casts its weight to bf16 first.
+    # The results against float64 of the values each kernel reads, float32
+    # gradients.
     torch.manual_seed(20)
     x = torch.randn(2, 64, 256, device=DEV, requires_grad=True)
     w = torch.nn.Parameter(torch.randn(256, device=DEV))
@@ -311,8 +316,8 @@ def test_library_ops_under_bf16_autocast_take_float32():
         y = kiln.layer_norm(x, w, b)
         h = kiln.linear(y, wt)
     assert y.dtype == h.dtype == torch.bfloat16
-    xd, wd, bd, wtd = (t.detach().bfloat16().double().requires_grad_()
-                       for t in (x, w, b, wt))
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    wtd = wt.detach().bfloat16().double().requires_grad_()
     yd = F.layer_norm(xd, (256,), wd, bd, 1e-5)
     hd = yd @ wtd
     assert rel(y, yd) < 1e-2 and rel(h, hd) < 2e-2
@@ -320,14 +325,6 @@ def test_library_ops_under_bf16_autocast_take_float32():
     hd.sum().backward()
     for t, td in zip((x, w, b, wt), (xd, wd, bd, wtd)):
         assert t.grad.dtype == torch.float32 and rel(t.grad, td.grad) < 3e-2
-
-
-def _casts(run):
-    """How many dtype casts (aten::_to_copy) `run` issues."""
-    with torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        run()
-    return sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
 
 
 def test_autocast_casts_a_parameter_once_per_region():
@@ -354,13 +351,14 @@ def test_autocast_casts_a_parameter_once_per_region():
     three(layer).backward()
     assert torch.allclose(got[0], layer.weight.grad, rtol=1e-2, atol=1e-2)
     assert torch.allclose(got[1], layer.bias.grad, rtol=1e-2, atol=1e-2)
-    # Norm weights take the cache too; a view other than a transpose, and
-    # float32 activations, are cast per call.
+    # Norms read float32 weights and activations as they are: no casts; a
+    # view other than a transpose is cast per call.
     w = torch.nn.Parameter(torch.randn(256, device=DEV))
     xs = torch.randn(64, 256, device=DEV)
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        assert _casts(lambda: [kiln.rms_norm(x, w) for _ in range(3)]) == 1
-        assert _casts(lambda: [kiln.rms_norm(xs, w) for _ in range(3)]) == 3
+        assert _casts(lambda: [kiln.rms_norm(x, w) for _ in range(3)]) == 0
+        assert _casts(lambda: [kiln.rms_norm(xs, w) for _ in range(3)]) == 0
         wide = torch.nn.Parameter(torch.randn(512, 256, device=DEV) / 16)
         assert _casts(lambda: [kiln.linear(x, wide[:256].t())
                                for _ in range(2)]) == 2
+

@@ -111,9 +111,12 @@ commands:
                                         user's, registered by the library
                                         --load opens): every Config timed on
                                         random inputs of those sizes (e.g.
-                                        --cols C --rows R), the winner
-                                        recorded under the name and key its
-                                        launches use (kiln.rms_norm ...)
+                                        --cols C --rows R; a norm's
+                                        --autocast 1: fp32 x and weights,
+                                        bf16 y, as under bf16 autocast),
+                                        the winner recorded under the name
+                                        and key its launches use
+                                        (kiln.rms_norm ...)
   tune --list [--load LIB.so]           the tunable kernels and their sizes
   bench jit [--seq N] [--head-dim D] [--causal | --non-causal] [--reps R] [--json]
                                         compile latency without a GPU: cold

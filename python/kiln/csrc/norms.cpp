@@ -12,7 +12,10 @@
 // whose backward (kiln_c_row_norm_backward, then the sums of the partial
 // rows) runs without the interpreter. Kernels and formulas are norms.py's
 // _RowNorm's; anything else returns None and the Python path names the
-// problem.
+// problem. x and the parameters are bf16 or float32, read as they are:
+// under bf16 autocast a float32 residual stream and float32 parameters
+// reach the kernel without a cast kernel each (and dx is written float32),
+// y is bf16 there and x's dtype elsewhere.
 //
 //===----------------------------------------------------------------------===//
 #include "ops.h"
@@ -50,19 +53,26 @@ kiln_c_tensor vector(const at::Tensor &t) {
 
 int device(const at::Tensor &t) { return t.device().index(); }
 
+int dtypeCode(const at::Tensor &t) {
+  return t.scalar_type() == at::kFloat ? KILN_C_F32 : KILN_C_BF16;
+}
+
 void *stream(const at::Tensor &t) {
   return c10::cuda::getCurrentCUDAStream(device(t)).stream();
 }
 
 at::Tensor forwardOf(int64_t kind, const at::Tensor &x, const at::Tensor &w,
-                     const std::optional<at::Tensor> &b, double eps) {
-  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+                     const std::optional<at::Tensor> &b, double eps,
+                     at::ScalarType yType) {
+  at::Tensor y =
+      at::empty_like(x, x.options().dtype(yType), at::MemoryFormat::Contiguous);
   const int64_t cols = x.size(-1);
   const kiln_c_tensor tx = matrix(x, cols), ty = matrix(y, cols),
                       tw = vector(w), tb = vector(b ? *b : w);
+  const kiln_c_row_norm_dtypes types{dtypeCode(x), dtypeCode(w), dtypeCode(y)};
   char error[1024] = {0};
-  check(rowNormFn(int(kind), &tx, &tw, &tb, &ty, eps, stream(x), device(x),
-                  error, sizeof error),
+  check(rowNormFn(int(kind), &types, &tx, &tw, &tb, &ty, eps, stream(x),
+                  device(x), error, sizeof error),
         error, kind);
   return y;
 }
@@ -77,23 +87,27 @@ struct RowNorm : torch::autograd::Function<RowNorm> {
   // b optional: Function::apply asks each tensor argument for its device.
   static at::Tensor forward(AutogradContext *ctx, int64_t kind,
                             const at::Tensor &x, const at::Tensor &w,
-                            const std::optional<at::Tensor> &b, double eps) {
+                            const std::optional<at::Tensor> &b, double eps,
+                            at::ScalarType yType) {
     ctx->save_for_backward({x, w});
     ctx->saved_data["kind"] = kind;
     ctx->saved_data["eps"] = eps;
+    ctx->saved_data["y"] = int64_t(yType);
     ctx->set_materialize_grads(false);
-    return forwardOf(kind, x, w, b, eps);
+    return forwardOf(kind, x, w, b, eps, yType);
   }
 
   static variable_list backward(AutogradContext *ctx, variable_list grads) {
     const at::Tensor none;
     if (!grads[0].defined())
-      return {none, none, none, none, none};
+      return {none, none, none, none, none, none};
     const variable_list s = ctx->get_saved_variables();
     const at::Tensor &x = s[0], &w = s[1];
     const int64_t kind = ctx->saved_data["kind"].toInt();
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
-    const at::Tensor dy = grads[0].contiguous(); // may come expanded
+    // In y's dtype (autograd's own check), perhaps expanded.
+    const at::Tensor dy =
+        grads[0].to(at::ScalarType(ctx->saved_data["y"].toInt())).contiguous();
     at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
     // dW's (and dB's) partial rows in one buffer: one sum, one cast.
     const at::Tensor partial = at::empty({1 + kind, programs(rows, x), cols},
@@ -102,42 +116,48 @@ struct RowNorm : torch::autograd::Function<RowNorm> {
                         tdx = matrix(dx, cols), tw = vector(w),
                         tdwp = matrix(partial[0], cols),
                         tdbp = matrix(partial[kind], cols);
+    const kiln_c_row_norm_dtypes types{dtypeCode(x), dtypeCode(w),
+                                       dtypeCode(dy)};
     char error[1024] = {0};
-    check(rowNormBackwardFn(int(kind), &tx, &tw, &tdy, &tdx, &tdwp, &tdbp,
-                            ctx->saved_data["eps"].toDouble(), stream(x),
+    check(rowNormBackwardFn(int(kind), &types, &tx, &tw, &tdy, &tdx, &tdwp,
+                            &tdbp, ctx->saved_data["eps"].toDouble(), stream(x),
                             device(x), error, sizeof error),
           error, kind);
     const at::Tensor sums = partial.sum(1).to(w.scalar_type());
-    return {none, dx, sums[0], kind ? sums[1] : none, none};
+    return {none, dx, sums[0], kind ? sums[1] : none, none, none};
   }
 };
 
 } // namespace
 
-/// kiln.rms_norm (kind 0) or kiln.layer_norm (kind 1) of a contiguous bf16
-/// x's rows into a new tensor shaped like x, with contiguous 1-D parameters
-/// on x's device; with a gradient to record, through RowNorm. None for
+/// kiln.rms_norm (kind 0) or kiln.layer_norm (kind 1) of a contiguous x's
+/// rows into a new tensor shaped like x (bf16 where `yBf16`, else x's
+/// dtype), with contiguous 1-D parameters on x's device, each bf16 or
+/// float32 (b as w); with a gradient to record, through RowNorm. None for
 /// anything else (the Python path checks it and names the problem).
 std::optional<at::Tensor> rowNorm(int64_t kind, const at::Tensor &x,
                                   const at::Tensor &w,
                                   const std::optional<at::Tensor> &b,
-                                  double eps) {
+                                  double eps, bool yBf16) {
+  auto taken = [](const at::Tensor &t) {
+    return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kFloat;
+  };
   if (!rowNormFn || !rowNormBackwardFn || !rowNormBackwardProgramsFn ||
-      (kind != 0 && kind != 1) || !x.is_cuda() ||
-      x.scalar_type() != at::kBFloat16 || x.dim() < 1 || x.numel() == 0 ||
-      !x.is_contiguous() || !std::isfinite(eps) || eps < 0)
+      (kind != 0 && kind != 1) || !x.is_cuda() || !taken(x) || x.dim() < 1 ||
+      x.numel() == 0 || !x.is_contiguous() || !std::isfinite(eps) || eps < 0)
     return std::nullopt;
   const int64_t cols = x.size(-1);
   auto parameter = [&](const at::Tensor &t) {
-    return t.device() == x.device() && t.scalar_type() == at::kBFloat16 &&
-           t.dim() == 1 && t.size(0) == cols && t.is_contiguous();
+    return t.device() == x.device() && t.scalar_type() == w.scalar_type() &&
+           taken(t) && t.dim() == 1 && t.size(0) == cols && t.is_contiguous();
   };
   if (!parameter(w) || b.has_value() != (kind == 1) || (b && !parameter(*b)))
     return std::nullopt;
+  const at::ScalarType yType = yBf16 ? at::kBFloat16 : x.scalar_type();
   if (at::GradMode::is_enabled() &&
       (x.requires_grad() || w.requires_grad() || (b && b->requires_grad())))
-    return RowNorm::apply(kind, x, w, b, eps);
-  return forwardOf(kind, x, w, b, eps);
+    return RowNorm::apply(kind, x, w, b, eps, yType);
+  return forwardOf(kind, x, w, b, eps, yType);
 }
 
 } // namespace kiln_ext

@@ -55,7 +55,7 @@ at::Tensor autocastBf16(const at::Tensor &t);
 std::optional<at::Tensor> rowNorm(int64_t kind, const at::Tensor &x,
                                   const at::Tensor &w,
                                   const std::optional<at::Tensor> &b,
-                                  double eps);
+                                  double eps, bool yBf16);
 std::optional<at::Tensor> linear(const at::Tensor &x, const at::Tensor &w,
                                  const std::optional<at::Tensor> &bias,
                                  int64_t activation);

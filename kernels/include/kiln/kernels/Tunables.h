@@ -11,6 +11,7 @@
 
 #include "kiln/Compiler/Autotuned.h"
 #include "kiln/kernels/Gemm.h"
+#include "kiln/kernels/RmsNorm.h"
 
 #include <memory>
 #include <string>
@@ -18,17 +19,19 @@
 namespace kiln::kernels {
 
 /// RMSNorm (layer = false) or LayerNorm over `cols` columns: database names
-/// "rmsnorm" / "layernorm", key rowNormKey(rows, cols): the rows' power of
-/// two is part of it (a tuning on 200 rows says little about 16384).
-std::unique_ptr<AutotunedKernel> rowNormTuned(bool layer, int64_t cols,
-                                              double eps);
-std::string rowNormKey(int64_t rows, int64_t cols);
+/// "rmsnorm" / "layernorm", key rowNormKey(rows, cols, types): the rows'
+/// power of two is part of it (a tuning on 200 rows says little about
+/// 16384), and the element types where any is not bf16.
+std::unique_ptr<AutotunedKernel>
+rowNormTuned(bool layer, int64_t cols, double eps, RowNormTypes types = {});
+std::string rowNormKey(int64_t rows, int64_t cols, RowNormTypes types = {});
 /// Their gradients: "rmsnorm_backward" / "layernorm_backward", the same
 /// keys. Tuning compares DX alone: the partial rows of dW and dB differ by
 /// Config (each splits the rows among the programs its own way); their sums
 /// are what the tests check.
 std::unique_ptr<AutotunedKernel> rowNormBackwardTuned(bool layer, int64_t cols,
-                                                      double eps);
+                                                      double eps,
+                                                      RowNormTypes types = {});
 /// The backward's programs P (dW's partial rows) for `rows` on a GPU of
 /// `sms` SMs: two per SM keep every SM busy; at most one a row.
 int64_t rowNormBackwardPrograms(int64_t rows, int64_t sms);
