@@ -3,8 +3,8 @@
 
 kiln.linear (M, N, K from 1 to ~1500, bias, activation, the weight's
 layout and an x of three dimensions drawn; gradients for some),
-kiln.rms_norm and kiln.layer_norm (rows and columns drawn; gradients for
-some),
+kiln.rms_norm and kiln.layer_norm (rows and columns drawn, bf16 or float32
+tensors or float32 under bf16 autocast; gradients for some),
 kiln.rotary (lengths, head sizes, layouts, positions, non-contiguous x),
 kiln.cross_entropy (rows, vocabularies of any size, logits as views with
 padded rows, ignored labels, each reduction; and its gradient). Fresh
@@ -42,7 +42,7 @@ def rel(got, want):
 def grads_rel(y, yd, leaves, leaves_d):
     """The largest rel of the gradients of Σ g·y against float64's."""
     g = torch.randn_like(yd).bfloat16()
-    got = torch.autograd.grad(y, leaves, g)
+    got = torch.autograd.grad(y, leaves, g.to(y.dtype))
     want = torch.autograd.grad(yd, leaves_d, g.double())
     return max(rel(a, b) for a, b in zip(got, want))
 
@@ -87,14 +87,19 @@ def norm(rng):
     cols = rng.choice([2 ** rng.randint(4, 13), rng.randint(1, 6000)])
     grad = rng.random() < 0.5
     shape = rng.choice(["view", "2-D", "3-D"])  # contiguous: the C++ path
+    # x and the parameters bf16 or float32 (read as they are), or float32
+    # under bf16 autocast (bf16 y).
+    types = rng.choice(["bf16", "fp32", "bf16 x fp32 params", "autocast"])
+    xt = torch.bfloat16 if types.startswith("bf16") else torch.float32
+    pt = torch.bfloat16 if types == "bf16" else torch.float32
     if shape == "view":
-        x = torch.randn(rows, cols + 8, device=DEV).bfloat16()[:, :cols]
+        x = torch.randn(rows, cols + 8, device=DEV).to(xt)[:, :cols]
     else:
         x = torch.randn((2, rows, cols) if shape == "3-D" else (rows, cols),
-                        device=DEV).bfloat16()
+                        device=DEV).to(xt)
     x.requires_grad_(grad)
     param = grad and rng.random() < 0.5  # a layer's nn.Parameters
-    w, b = (torch.randn(cols, device=DEV).bfloat16().requires_grad_(grad)
+    w, b = (torch.randn(cols, device=DEV).to(pt).requires_grad_(grad)
             for _ in range(2))
     if param:
         w, b = torch.nn.Parameter(w.detach()), torch.nn.Parameter(b.detach())
@@ -107,23 +112,32 @@ def norm(rng):
     xd, wd, bd = (t.detach().double().requires_grad_(grad)
                   if t is not None else None for t in (x, w, b))
     poison()
-    if rng.random() < 0.5:
-        y = kiln.rms_norm(x, w)
+    with torch.autocast("cuda", dtype=torch.bfloat16,
+                        enabled=types == "autocast"):
+        if rng.random() < 0.5:
+            y = kiln.rms_norm(x, w)
+            name = "rms_norm"
+        else:
+            y = kiln.layer_norm(x, w, b)
+            name = "layer_norm"
+    if y.dtype != (torch.bfloat16 if types == "autocast" else xt):
+        raise AssertionError(f"{name} {types}: y has dtype {y.dtype}")
+    if name == "rms_norm":
         want = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)
         want = want * wd if wd is not None else want
-        name, leaves, leaves_d = "rms_norm", (x, w), (xd, wd)
+        leaves, leaves_d = (x, w), (xd, wd)
     else:
-        y = kiln.layer_norm(x, w, b)
         want = F.layer_norm(xd, (cols,), wd, bd, 1e-5)
-        name, leaves, leaves_d = "layer_norm", (x, w, b), (xd, wd, bd)
+        leaves, leaves_d = (x, w, b), (xd, wd, bd)
     err = rel(y, want)
     if grad:
         err = max(err, grads_rel(y, want, [t for t in leaves if t is not None],
                                  [t for t in leaves_d if t is not None]))
     absent = "".join(f" no {n}" for n, t in (("weight", w), ("bias", b))
                      if t is None and (n == "weight" or name == "layer_norm"))
-    return (f"{name} x={tuple(x.shape)} {shape}{' Parameters' if param else ''}"
-            f"{absent}{' +grad' if grad else ''}", err, 3e-2 if grad else 2e-2)
+    return (f"{name} x={tuple(x.shape)} {shape} {types}"
+            f"{' Parameters' if param else ''}{absent}"
+            f"{' +grad' if grad else ''}", err, 3e-2 if grad else 2e-2)
 
 
 def rotary(rng):
