@@ -8,18 +8,16 @@
 #ifndef KILN_LIB_CONVERSION_LOWERING_H
 #define KILN_LIB_CONVERSION_LOWERING_H
 
-#include "SharedMemoryPlan.h"
+#include "GlobalAccess.h"
+#include "IndexFacts.h"
+#include "LoweredTile.h"
+#include "LowererState.h"
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/Layout.h"
-#include "kiln/Dialect/Kiln/IR/TensorArgs.h"
 
-#include "kiln/runtime/Params.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
-#include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/DenseSet.h"
-#include "llvm/ADT/MapVector.h"
 
 #include <map>
 #include <optional>
@@ -31,97 +29,20 @@ namespace kiln::gpu {
 /// memory, not registers.
 llvm::DenseSet<mlir::Value> findSharedOperands(mlir::func::FuncOp func);
 
-/// The largest power of two known to divide an i32 value of the kiln IR
-/// (constants, products, sums, loop induction variables).
-int64_t knownDivisor(mlir::Value v);
-/// The value of an integer arith.constant.
-std::optional<int64_t> constantInt(mlir::Value v);
-/// Whether an i32 value of the kiln IR is provably >= 0 (program ids,
-/// constants, sums, products, quotients by constants, loop induction
-/// variables from such a lower bound).
-bool knownNonNegative(mlir::Value v);
-/// Whether a block of `length` elements from `offset` provably lies within
-/// [0, dim): constants, or a loop's induction variable (not one lowered at
-/// an iteration the loop may not run: `ivsOutOfRange`) whose upper bound is
-/// at most `dim`, both multiples of `length` (IndexFacts.cpp).
-bool blockWithin(mlir::Value offset, int64_t length, mlir::Value dim,
-                 const llvm::DenseSet<mlir::Value> &ivsOutOfRange);
-/// What the lowering report adds to a block access through registers: the
-/// dimensions it takes no bounds checks along, if any.
-std::string boundsChecksText(mlir::ValueRange offsets, mlir::ValueRange shape,
-                             llvm::ArrayRef<int64_t> block);
-
-/// A lowered tile: one register per bit pattern of the layout's register
-/// bits, or a single scalar when the tile is uniform.
-struct Regs {
-  std::optional<Layout> layout;
-  llvm::SmallVector<mlir::Value> regs;
-  mlir::Value scalar; ///< uniform tiles
-};
-
-/// A 2-D tile of 16-bit (or 32-bit) elements in shared memory: rows of
-/// `cols` elements with 16-byte chunks XOR-swizzled by row; `rowDim`/`colDim`
-/// say which logical dimension runs along rows and along the contiguous
-/// columns (a transpose is a view). For wgmma and TMA the columns are split
-/// into panels of 128 bytes (64 16-bit elements; chunks XOR'ed with row % 8:
-/// the hardware's 128-byte swizzle), each panel holding every row, one panel
-/// after the other.
-struct SmemTile {
-  mlir::Value base; ///< i32 bytes from the start of dynamic shared memory
-  std::vector<int64_t> shape;
-  int rowDim = 0, colDim = 1;
-  int64_t cols = 0, swz = 1;
-  int64_t panelCols = 0; ///< columns per panel; == cols: a single panel
-  int64_t elemBytes = 2;
-  /// Elements per 16-byte chunk.
-  int64_t chunkElems() const { return 16 / elemBytes; }
-  int64_t rowBytes() const { return panelCols * elemBytes; }
-  int64_t panelBytes() const { return shape[rowDim] * rowBytes(); }
-  bool paneled() const { return panelCols != cols; }
-  /// Consecutive elements along colDim that each thread of the source layout
-  /// holds (what one staging store writes).
-  int64_t sourceVec = 1;
-};
-
 /// Throws kiln::Error when a dot cannot run on the tensor cores (operand
 /// types, shape not in multiples of 16x8x16): checked for every dot before
 /// anything is lowered.
 void checkDotOnTensorCores(DotOp op);
 
-/// n where registers 0..n-1 of layout `l` hold n consecutive elements of the
-/// last dimension (what one vector access can move).
-int64_t vectorWidth(const Layout &l);
-/// Elements per vector access of a block in layout `l` through a pointer
-/// `aligned` or not (1: none): what the layout, the element size and the
-/// block's offset along the row allow.
-int64_t accessWidth(bool aligned, const Layout &l, mlir::Type elem,
-                    mlir::ValueRange offsets);
-/// Whether vectors of `vec` elements may run past the end of a row of
-/// length `shape.back()` (not a known multiple of `vec`): the last vector of
-/// a row then goes element by element.
-bool raggedVectors(int64_t vec, mlir::ValueRange shape);
-/// " (element by element where a row's end cuts a vector)" when
-/// raggedVectors, else "": the report's words for it.
-std::string raggedText(int64_t vec, mlir::ValueRange shape);
-/// "16-byte vector loads", "element stores", ...: an access of `vec`
-/// elements per instruction (`what`: "load" or "store"), for the report.
-std::string accessText(int64_t vec, mlir::Type elem, mlir::ValueRange shape,
-                       const char *what);
-
-/// Why accesses through `ptr` take no vectors, cp.async or TMA: its tensor
-/// argument is not specialised as aligned (kiln.aligned), for the report.
-std::string unalignedReason(mlir::Value ptr);
-/// A tile's shape as the report writes it: "64x128".
-std::string shapeText(llvm::ArrayRef<int64_t> shape);
-/// `access(address)` of element `index` (stride `stride`) of the i32 tensor
-/// at `ptr` where 0 <= index < size, else `outside`, of access's type
-/// (LowerGather.cpp).
-mlir::Value guardedElement(mlir::OpBuilder &b, mlir::Location loc,
-                           mlir::Value ptr, mlir::Value index, mlir::Value size,
-                           mlir::Value stride, mlir::Value outside,
-                           llvm::function_ref<mlir::Value(mlir::Value)> access);
-
-class Lowerer {
+/// The lowering of one kernel. Its state, grouped by what it serves, is in
+/// the bases (LowererState.h); its methods, here, are defined in the
+/// Lower*.cpp files that their comments name.
+class Lowerer : public CodeState,
+                public SharedMemoryState,
+                public TmaState,
+                public ArrivalState,
+                public WarpRoleState,
+                public PersistentState {
 public:
   /// `src` must be laid out (kiln-assign-layouts): every tile's type has a
   /// #kiln.layout encoding, and conversions are kiln.convert_layout ops.
@@ -135,17 +56,6 @@ public:
   mlir::Location loc;
   int numWarps;
   int numStages;
-  bool reloadThreadIds = false; ///< see GpuTarget::reloadThreadIds
-  /// cp.async destinations: a full offset per register (the kernel's
-  /// kiln.copy_addresses_per_register), else base plus constants.
-  bool copyAddressesPerRegister = false;
-  /// Selects on index-range masks under a per-thread check
-  /// (kiln.skip_passing_masks, LowerMaskedSelect.cpp).
-  bool skipPassingMasks = false;
-  mlir::Value lane, warp; ///< i32
-  mlir::Value smemBase;   ///< !llvm.ptr<3>
-  int64_t smemBytes = 0;
-  int genericConversions = 0; ///< layout changes through shared memory
 
   /// The registers of tile `v`, which must already be in `want` (or be
   /// uniform): conversions are explicit ops, never implied by a use.
@@ -202,19 +112,6 @@ public:
   /// Waits for a counter (kiln.wait_count): one thread polls, then a
   /// barrier; the producer's thread polls for itself (`producer`).
   void lowerWaitCount(WaitCountOp op, bool producer = false);
-  /// Arrivals whose count is unused, on persistent CTAs, are made one
-  /// program late (LowerArrivals.cpp): the CTA's pending counter address
-  /// and each thread's bulk groups committed since the last arrival, in
-  /// local variables.
-  bool deferArrivals = false;
-  mlir::Value pendingArrival, bulkGroupsSince;
-  /// With a producer warpgroup, the deferred arrivals are made by one of its
-  /// idle threads: the compute warps hand each program's counter address
-  /// over through a two-slot ring in shared memory (8-byte addresses, then
-  /// two full mbarriers every compute thread arrives on, then two empty ones
-  /// the arriving thread arrives on), so that no compute warp waits.
-  int64_t arrivalRing = -1;
-  mlir::Value arrivalMessages; ///< messages sent so far (a local)
   /// Whether the kernel has an arrival whose count is unused.
   bool hasUnusedArrival();
   /// Compute warps: message `addr` (0: none; -1: the last) to the arriving
@@ -235,11 +132,6 @@ public:
   void flushDeferredArrival();
   /// One thread makes the pending arrival (if any).
   void releasePendingArrival();
-  /// sm_90: griddepcontrol (programmatic dependent launch) and the async
-  /// proxy's fences are available.
-  bool gridDependencyControl = false;
-  /// kiln.overlap_previous on sm_90: the kernel ends with griddepcontrol.wait.
-  bool overlapPrevious = false;
   /// At the kernel's start and end: launch_dependents where it arrives at
   /// counters, wait where it overlaps the previous launch.
   void startGridDependencies();
@@ -251,18 +143,6 @@ public:
   /// The dot on warpgroup MMA (LowerWgmma.cpp); nullopt, with the reason in
   /// `why`, when its shape or operands do not fit.
   std::optional<Regs> lowerDotWgmma(DotOp op, std::string &why);
-  /// The dots run on wgmma (the kernel's schedule asks for it and the target
-  /// is sm_90a): operand tiles take the 128-byte swizzle layout and data
-  /// written to shared memory is fenced for the async proxy.
-  bool wgmma = false;
-  /// What each dot and each load became, with the user's source line: the
-  /// lowering report (`kiln report`).
-  std::vector<std::string> report;
-  /// wgmma results (tile values, oldest first; one commit group each) whose
-  /// MMAs may still run; deferWaits: a dot may leave its group in flight
-  /// (inside a pipelined loop, LowerFunction.cpp says when that is safe).
-  llvm::SmallVector<mlir::Value> inFlight;
-  bool deferWaits = false;
   /// Iterations ahead that `forOp`'s prefetched loads are fetched: S-1, or
   /// S-2 when its wgmma accumulations may stay in flight (deferWaits).
   int prefetchDistance(mlir::scf::ForOp forOp);
@@ -295,18 +175,6 @@ public:
   /// bias) that each iteration issues for the next one, so that its latency
   /// hides behind the iteration's work.
   bool loadsAhead(LoadOp ld);
-  /// Loads whose registers the loop already holds (loaded an iteration
-  /// ahead): lowerOp skips them.
-  llvm::DenseSet<mlir::Value> loadedAhead;
-  /// Induction variables of the kiln IR being lowered at an iteration the
-  /// loop may not run (a prefetch's, the prologue's): accesses at them keep
-  /// their bounds checks (blockWithin).
-  llvm::DenseSet<mlir::Value> ivsOutOfRange;
-  /// Set while a loop's prologue loads the first iteration's registers
-  /// ahead: they are read only if the loop runs, so a block that lies within
-  /// its tensor at every iteration that runs needs no padding (its
-  /// addresses stay clamped to ones that exist).
-  bool loadingFirstAhead = false;
   /// cp.async of a load's block into a tile, 16 bytes per copy, zero-filled
   /// outside the tensor.
   void issueAsyncCopy(LoadOp ld, const SmemTile &t, mlir::Value guard = {});
@@ -318,11 +186,6 @@ public:
   bool pointerMovesWith(mlir::Value ptr, mlir::Value iv);
   /// lowerLoad under the uniform `cond`, padding where it is false.
   Regs lowerLoadIf(LoadOp ld, mlir::Value cond);
-  /// Prefetched loads: numStages buffers of `smemBufferBytes`, the first at
-  /// smemRegion, one every stageStride bytes (stage-major: see run).
-  llvm::DenseMap<mlir::Value, int64_t> smemBufferBytes;
-  int64_t stageStride = 0;
-  llvm::DenseMap<mlir::Value, mlir::Value> prefetchedBase;
   /// Byte offset of element (row, col) of a tile in dynamic shared memory.
   mlir::Value tileOffset(const SmemTile &t, mlir::Value row, mlir::Value col);
   /// Pointers into tile `t` for every `step`-th register of layout `l`:
@@ -340,46 +203,22 @@ public:
   /// per register of `to`.
   llvm::SmallVector<mlir::Value>
   readFragments(const SmemTile &t, const Layout &to, mlir::Type elem);
-  llvm::DenseMap<mlir::Value, SmemTile> smemTiles;
-  llvm::DenseSet<mlir::Value> sharedOperands;
-  llvm::DenseMap<mlir::Value, int64_t> smemRegion; ///< offsets of staged loads
-  /// Under wgmma: conversions of a register tile into a dot operand layout
-  /// that would move data between threads (a transposed tile, a tile other
-  /// warps need): the tile is staged in its own shared-memory region
-  /// (offset here) and the dot reads it through a descriptor.
-  llvm::MapVector<mlir::Value, int64_t> stagedOperands;
   /// Finds the staged operands (their bytes in stagedOperands, until
   /// planSharedMemory places them).
   void planStagedOperands();
-  /// Staged operands in a loop the producer's ring feeds, with a copy per
-  /// stage: the offset of copies 1..numStages-1 (copy 0 at stagedOperands).
-  llvm::DenseMap<mlir::Value, int64_t> stagedCopies;
   /// Places those copies where they fit (after the TMA staging tiles).
   void planStagedCopies();
   static int64_t stagedBytes(mlir::RankedTensorType type);
   /// Whether `loop` is an scf.for whose blocks come from the producer
   /// warpgroup's ring (its iterations wait for full stages and release them).
   bool fedByRing(mlir::Operation *loop);
-  /// Dots in a loop read a loop-invariant A operand from shared memory into
-  /// registers once, before the loop (wgmma's register form): see
-  /// KernelBuilder::setInvariantAInRegisters (kiln.invariant_a_in_registers).
-  bool invariantAInRegisters = false;
-  /// The loop being lowered (its new scf.for) and the thread's lane and warp
-  /// outside it; A fragments read before it, per operand.
-  mlir::Operation *currentLoop = nullptr;
-  mlir::Value outerLane, outerWarp;
-  llvm::DenseMap<mlir::Value, llvm::SmallVector<mlir::Value>> hoistedA;
   /// `a`'s fragments in layout `la`, read from its shared-memory tile
   /// before the current loop; nullopt when the tile is not loop-invariant.
   std::optional<llvm::SmallVector<mlir::Value>>
   invariantFragments(mlir::Value a, const SmemTile &t, const Layout &la);
-  /// Inside such a loop's body: this iteration's stage of the ring.
-  mlir::Value ringSlotHere;
   /// Stages a conversion's source for the dots that read it (their
   /// previous reads waited for, every warp past them).
   void lowerStagedOperand(ConvertLayoutOp op);
-  /// sm_90's vector reductions (red.global.add.v2/v4.f32) are available.
-  bool vectorAtomics = false;
   /// Elements of an atomic's value per red instruction.
   int64_t atomicWidth(AtomicRMWOp op);
   /// Elements per st.global of a store through registers.
@@ -402,25 +241,7 @@ public:
   int topIndexOf(mlir::Operation *op) const;
   /// "file:line" of `op`'s source.
   std::string lineOf(mlir::Operation *op) const;
-  SharedPlan shared;
-  llvm::DenseMap<mlir::Operation *, int> topIndex;
-  std::vector<mlir::Operation *> bodyOps;
-  int currentTop = -1;     ///< the top-level op being lowered
-  int64_t scratchBase = 0; ///< scratch area for conversions and reductions
-  std::vector<int> scratchUses;
-  std::vector<mlir::arith::ConstantOp> scratchBaseOps;
   // TMA (LowerTma.cpp).
-  bool tma = false; ///< the schedule asks for it (kiln.tma) under wgmma
-  /// A pipelined load that TMA fetches: its tensor map (index into
-  /// tensorMaps), the tensor dimension its rows run along, the index into
-  /// each other dimension but the last (null: 0), and the shared-memory
-  /// tile's panels.
-  struct TmaLoad {
-    TensorMapInfo info;
-    int map = -1, rowDim = -1;
-    llvm::SmallVector<mlir::Value> index;
-    int64_t rows = 0, panels = 0, panelBytes = 0, panelCols = 64;
-  };
   /// Whether `ld` is a 2-D block of a tensor argument TMA can copy into its
   /// wgmma tile; `why` says why not.
   std::optional<TmaLoad> matchTma(LoadOp ld, std::string &why);
@@ -457,20 +278,12 @@ public:
   /// Whether TMA copies `ld` (matchTma); if so its tensor map and copy are
   /// recorded (tmaLoads), else the reason (tmaFallback).
   bool claimTma(LoadOp ld);
-  llvm::MapVector<mlir::Value, int64_t> residentMbarrier;
-  llvm::DenseMap<mlir::Operation *, llvm::SmallVector<mlir::Value>>
-      releaseAfter;
   /// Without a producer warpgroup or persistent CTAs, dot-only loads
   /// outside loops that TMA can copy: thread 0 issues each where it stands,
   /// on an mbarrier of its own (at oneShotMbarrier), and every thread waits
   /// only before the load's first reader, after a pipelined loop's prologue,
   /// so that its latency overlaps the loop's first copies.
   void planOneShotTma(int64_t &top);
-  llvm::MapVector<mlir::Value, int64_t> oneShotMbarrier;
-  /// Issued one-shot loads not yet waited for, each with the ops that read
-  /// it (through layout conversions and transposes, which are views).
-  llvm::MapVector<mlir::Value, llvm::SmallVector<mlir::Operation *>>
-      pendingOneShot;
   /// Thread 0 issues one-shot load `ld`; it is pending until waited for.
   void issueOneShot(LoadOp ld);
   /// Waits for the pending one-shot loads that `op` or an op inside it reads
@@ -494,40 +307,6 @@ public:
   /// warpgroup's first thread.
   mlir::Value isTmaLeader();
   // TMA stores (LowerTmaStore.cpp).
-  /// A store that TMA writes: the compute warps stage the tile in a
-  /// swizzled shared-memory region of its own, then one thread per group of
-  /// warps (a warpgroup where each holds a slab of rows; else all of them)
-  /// copies its rows out with cp.async.bulk.tensor.
-  struct TmaStore {
-    TmaLoad block;
-    int64_t region = 0;     ///< staging tile's offset in shared memory
-    int64_t groupWarps = 0; ///< warps per group (one bulk copy each)
-    int64_t groupRows = 0;  ///< rows per group's slab
-    /// Non-empty: the staging tile is that earlier write's (its line).
-    std::string sharesTileOf;
-  };
-  /// Shared memory a CTA may take; > 0 in retriedBytes: the first lowering
-  /// took that many with TMA stores, over the limit.
-  int64_t sharedLimit = 227 * 1024, retriedBytes = 0;
-  /// Persistent CTAs keep every buffer live across tiles (the producer
-  /// fetches the next tile's blocks during this tile's epilogue). > 0: a
-  /// first lowering that did so needed that many bytes (over the limit, or a
-  /// TMA staging tile crowded out): the producer waits for each tile's end
-  /// (the tile gate) and buffers are placed by liveness within a tile.
-  int64_t gatedFrom = 0;
-  /// Without the gate: the bytes a crowded-out TMA staging tile needed.
-  int64_t crowdedPeak = 0;
-  /// Persistent CTAs with a producer warpgroup: the buffers only the compute
-  /// warps write (staged operands and their copies, TMA staging tiles) are
-  /// placed by liveness within a tile, and the compute warps meet at each
-  /// tile's end (their bulk copies done reading): the producer's buffers
-  /// stay live across tiles. Set for a second lowering where the first
-  /// left a staged operand without its copies (copiesCrowded).
-  bool tileLocalCompute = false, copiesCrowded = false;
-  /// The tile gate's mbarrier (every compute thread arrives at a tile's end).
-  int64_t tileGate = -1;
-  llvm::DenseMap<mlir::Operation *, TmaStore> tmaStores;
-  llvm::DenseMap<mlir::Operation *, std::string> tmaStoreFallback;
   /// Picks the stores TMA can write and places their staging tiles (live
   /// from the store on) while they fit in `sharedLimit` bytes.
   void planTmaStores();
@@ -545,16 +324,6 @@ public:
   /// Before the kernel returns: every bulk store has read its staging tile.
   void finishTmaStores();
   // Warp specialization (LowerWarpRoles.cpp).
-  int producerWarps = 0; ///< 4 when a producer warpgroup issues the copies
-  int producerRegisters = 0, consumerRegisters = 0;
-  bool consumerBarriers = false; ///< barrier() syncs the compute warps only
-  /// Set while lowering a loop with a dead-row skip and its skeleton: warps
-  /// meet at barriers that are different instructions (barrier() emits
-  /// barrier.sync without .aligned).
-  bool divergentBarriers = false;
-  /// Under a producer warpgroup: the ring's next stage and its mbarrier
-  /// phase, where the last loop (on this side) left them.
-  mlir::Value ringSlot, ringPhase;
   /// Whether the schedule's producer warpgroup can be had; says in the
   /// report.
   void planWarpRoles();
@@ -569,17 +338,7 @@ public:
   void takeTurn();
   /// Hands the turn to the other warpgroup (arrives on its barrier).
   void passTurn();
-  llvm::DenseSet<mlir::Operation *> pingpongDots;
   // Warpgroups with no rows to compute (SkipDeadRows.cpp).
-  /// A top-level loop whose results reach only row-local ops and stores,
-  /// split by rows over the compute warpgroups (`rows` each): a warpgroup
-  /// whose rows every one of `stores` drops runs only the loop's waits,
-  /// barriers and releases.
-  struct RowSkip {
-    int64_t rows = 0;
-    llvm::SmallVector<StoreOp> stores;
-  };
-  llvm::DenseMap<mlir::Operation *, RowSkip> rowSkips;
   void planRowSkips();
   /// Whether this warpgroup computes `forOp`'s iterations; null where every
   /// warpgroup does.
@@ -603,23 +362,10 @@ public:
   /// lowered to a barrier (`opBarriers`), every warpgroup runs the loop.
   void noteDeadRowSkip(mlir::scf::ForOp forOp, const DeadRowSkip &skip,
                        int opBarriers);
-  /// barrier() calls so far (one in a loop's ops rules its skip out).
-  int barrierCount = 0;
   // Persistent scheduling (LowerPersistent.cpp).
   /// Whether the schedule's persistent CTAs (and dynamic tiles) can be had;
   /// says in the report. Takes the tile ring's shared memory from `top`.
   void planPersistent(int64_t &top);
-  /// Who runs a tile loop: under dynamic tiles the producer takes the tiles
-  /// and the compute warps receive them.
-  enum class TileRole { All, Producer, Consumer };
-  /// kiln.fresh_program_values (KernelBuilder::setFreshProgramValues).
-  bool freshProgramValues = false;
-  /// What a persistent tile's body replaced: the lane and warp, and the
-  /// kernel arguments' values (freshenForTile, undone by restore).
-  struct FreshValues {
-    mlir::Value lane, warp;
-    llvm::SmallVector<std::pair<mlir::Value, mlir::Value>> args;
-  };
   FreshValues freshenForTile(TileRole role);
   void restore(const FreshValues &saved);
   /// Emits `body` once per tile of the grid (persistent) or once.
@@ -636,32 +382,15 @@ public:
   /// and slot for hand-out k.
   mlir::Value tileRingMbarrier(mlir::Value k, bool released);
   mlir::Value tileRingSlot(mlir::Value k);
-  bool dynamicTiles = false;
-  int64_t tileRing = -1;       ///< shared offset: 2 ids, then 2 full, 2 empty
-  /// Dynamic tiles: the kernel's last parameter, the counter's address.
-  mlir::Value tileCounterArg;
   /// Program id `axis` of the current tile.
   mlir::Value programId(uint32_t axis);
-  /// The kernel's grid when persistent (an extent evaluated from the
-  /// arguments where it is not constant), else empty.
-  llvm::SmallVector<GridExtent, 3> persistentGrid;
-  /// Persistent: the grid's extents and programs as i32 values, computed at
-  /// the kernel's entry (constants for a constant grid).
-  llvm::SmallVector<mlir::Value, 3> gridExtentValues;
-  mlir::Value persistentTiles;
   /// Emits gridExtentValues and persistentTiles at the insertion point.
   void evaluatePersistentGrid();
   /// `e` as an i32 value from the kernel's arguments.
   mlir::Value evaluateExtent(const GridExtent &e);
-  /// Not persistent, y run-time and z 1: program id y, blockIdx.y +
-  /// gridDim.y * blockIdx.z, and the grid's y, so that the launcher may
-  /// split a y past the device's 65535 across y and z (LaunchSpec::grid);
-  /// programs past y return at the entry. Null otherwise.
-  mlir::Value foldedProgramY, foldedGridY;
-  /// Emits them and the early return where the grid calls for them.
+  /// Emits foldedProgramY, foldedGridY and the early return where the grid
+  /// calls for them.
   void foldRuntimeGridY();
-  mlir::Value tile;      ///< i32: the tile being computed (persistent)
-  mlir::Value tileCount; ///< i32: tiles this CTA computed before this one
   mlir::Value sharedAt(mlir::Value byteOffset); ///< no scratch offset
   /// Offset of stage `slot`'s buffer of pipelined load `ld`.
   mlir::Value stageBuffer(LoadOp ld, mlir::Value slot);
@@ -669,11 +398,6 @@ public:
   /// the slots wrap around.
   void nextStage(mlir::Value &slot, mlir::Value *phase);
   mlir::Value isThreadZero();
-  llvm::DenseMap<mlir::Value, TmaLoad> tmaLoads;
-  llvm::DenseMap<mlir::Value, std::string> tmaFallback; ///< why not TMA
-  llvm::MapVector<mlir::Operation *, int64_t> mbarrierBase;
-  std::vector<TensorMapInfo> tensorMaps;
-  llvm::SmallVector<mlir::Value> tensorMapArgs; ///< of the lowered function
 
   Regs lowerReduce(ReduceOp op);
   Regs lowerBroadcast(mlir::Value src, const Layout &dst);
@@ -693,16 +417,6 @@ private:
   llvm::DenseMap<mlir::Value, mlir::Value> scalars;
   llvm::DenseMap<mlir::Value, Regs> tiles;
 };
-
-/// Bytes of one element in memory (i1 takes a byte).
-int64_t byteSize(mlir::Type t);
-
-/// Element type of a tile or scalar type.
-inline mlir::Type elementType(mlir::Type t) {
-  if (auto rt = mlir::dyn_cast<mlir::RankedTensorType>(t))
-    return rt.getElementType();
-  return t;
-}
 
 } // namespace kiln::gpu
 
