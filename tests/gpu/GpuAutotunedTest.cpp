@@ -97,10 +97,11 @@ TEST(GpuAutotuned, TunesOnFirstLaunchThenUsesTheRecord) {
   // again, it is the fastest of that final round.
   const TuneResult &r = *norm.lastTuning();
   for (const TunedTiming &tt : r.timings) {
-    if (tt.config == r.config)
+    if (tt.config == r.config) {
       EXPECT_EQ(tt.ms, r.ms);
-    else if (tt.finalRound)
+    } else if (tt.finalRound) {
       EXPECT_GE(tt.ms, r.ms) << tt.config;
+    }
   }
   dt.download("Y", y);
   HostTensor ref(DType::f32, {R, C});
@@ -222,9 +223,10 @@ TEST(GpuAutotuned, AttentionTimesTheUntunedDefaultWhateverTheBudget) {
     EXPECT_FALSE(r.fromDatabase);
     EXPECT_GT(r.baselineMs, 0) << backward;
     EXPECT_EQ(r.config, r.baselineConfig) << backward;
-    if (!backward)
+    if (!backward) {
       EXPECT_EQ(r.config, kernels::configString(kernels::untunedDefaultConfig(
                               s, dev.smCount, dev.memoryBandwidth)));
+    }
     int timed = 0, skipped = 0;
     for (const TunedTiming &t : r.timings) {
       timed += t.status == "ok";

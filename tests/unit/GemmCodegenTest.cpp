@@ -277,8 +277,9 @@ TEST(Codegen, EveryHopperGemmConfigAssembles) {
         CompiledKernel c = compileForGpu(kernels::gemm(shape, config), target);
         EXPECT_LE(c.sharedBytes, sharedMemoryLimit("sm_90a"));
         Assembled a = assembleWithPtxas(c);
-        if (!ragged) // N = 50257 spills 8-44 bytes (B by element loads)
+        if (!ragged) { // N = 50257 spills 8-44 bytes (B by element loads)
           EXPECT_EQ(a.spillStoreBytes, 0);
+        }
         Occupancy o =
             estimateOccupancy("sm_90a", c.threads, a.registers, c.sharedBytes);
         EXPECT_GE(o.blocksPerSM, std::max(1, config.minBlocksPerSM))
