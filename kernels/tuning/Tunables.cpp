@@ -187,6 +187,9 @@ TuneProblem rowNormProblem(bool layer, const TuneSizes &s) {
   const int64_t R = s.at("rows"), C = s.at("cols");
   if (R < 1 || C < 1)
     throw Error("--rows and --cols must be positive");
+  if (C > (int64_t(1) << 20)) // before any tensor of R x C is allocated
+    throw Error("--cols must be at most 2^20 (a row is one tile), got " +
+                std::to_string(C));
   const RowNormTypes ty = rowNormTypes(s);
   TuneProblem p{rowNormTuned(layer, C, layer ? 1e-5 : 1e-6, ty),
                 rowNormKey(R, C, ty)};
@@ -205,6 +208,9 @@ TuneProblem rowNormBackwardProblem(bool layer, const TuneSizes &s) {
   const int64_t R = s.at("rows"), C = s.at("cols");
   if (R < 1 || C < 1)
     throw Error("--rows and --cols must be positive");
+  if (C > (int64_t(1) << 20)) // before any tensor of R x C is allocated
+    throw Error("--cols must be at most 2^20 (a row is one tile), got " +
+                std::to_string(C));
   const int64_t sms = cuda::available() ? cuda::device().smCount : 132;
   const int64_t P = rowNormBackwardPrograms(R, sms);
   const RowNormTypes ty = rowNormTypes(s);
