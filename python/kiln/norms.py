@@ -36,6 +36,10 @@ def _check(name, x, params, eps):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"kiln.{name}: {arg} must be a torch.Tensor, got "
                             f"{type(t).__name__}")
+        if t is x and (x.dim() < 1 or x.shape[-1] < 1):
+            # First: an absent weight or bias has no stand-in then.
+            raise ValueError(f"kiln.{name}: x must have a last dimension, "
+                             f"got shape {tuple(x.shape)}")
     device = x.device
     for arg, t in args:
         if t.dtype not in _TAKEN:
@@ -51,9 +55,6 @@ def _check(name, x, params, eps):
         if t is not x and t.device != device:
             raise ValueError(f"kiln.{name}: {arg} is on {t.device}, x on "
                              f"{device}")
-    if x.dim() < 1 or x.shape[-1] < 1:
-        raise ValueError(f"kiln.{name}: x must have a last dimension, got "
-                         f"shape {tuple(x.shape)}")
     cols = x.shape[-1]
     for arg, t in params:
         if t.dim() != 1 or t.shape[0] != cols:

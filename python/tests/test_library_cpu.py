@@ -185,6 +185,14 @@ def test_norms_refuse_bad_arguments_before_any_launch():
         kiln.layer_norm(x, w, [0.0])
     with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
         kiln.rms_norm(x, [1.0])
+    # A 0-d or empty-row x is named, not the absent weight it leaves
+    # without a stand-in.
+    for bad in (torch.empty((), dtype=torch.bfloat16),
+                torch.empty(3, 0, dtype=torch.bfloat16)):
+        with pytest.raises(ValueError, match="x must have a last dimension"):
+            kiln.rms_norm(bad)
+        with pytest.raises(ValueError, match="x must have a last dimension"):
+            kiln.layer_norm(bad)
 
 
 def test_fused_ops_refuse_bad_arguments_before_any_launch():
