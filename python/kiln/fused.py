@@ -135,7 +135,9 @@ def rotary(x, cos, sin, positions=None, *, layout="bshd"):
 
     x: (B, N, H, D) for layout "bshd", (B, H, N, D) for "bhsd", bf16, D a
     power of two >= 16; cos, sin: (P, D/2) float32; positions: (N,) integers
-    below P (default 0..N-1), the same for every sequence of the batch.
+    below P (default 0..N-1, which needs P >= N), the same for every
+    sequence of the batch. A given position outside [0, P) reads cos = sin =
+    0 (its token comes out 0): its values are on the GPU, unchecked.
     Differentiable in x. Under bf16 autocast a float32 x is cast to bf16
     first."""
     (x,) = _under_autocast(x)  # cos and sin stay float32
@@ -168,6 +170,10 @@ def rotary(x, cos, sin, positions=None, *, layout="bshd"):
                              f"{D // 2}), got shape {tuple(t.shape)}")
     if cos.shape != sin.shape:
         raise ValueError("kiln.rotary: cos and sin must have one shape")
+    if positions is None and cos.shape[0] < N:
+        raise ValueError(f"kiln.rotary: cos and sin have {cos.shape[0]} rows,"
+                         f" fewer than the {N} positions 0..{N - 1} of x's "
+                         f"sequence (positions=None)")
     if positions is not None:
         _need_tensor("rotary", "positions", positions,
                      (torch.int32, torch.int64), x.device, _ON)

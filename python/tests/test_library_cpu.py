@@ -202,6 +202,13 @@ def test_fused_ops_refuse_bad_arguments_before_any_launch():
         kiln.rotary(x, cs, cs)
     with pytest.raises(TypeError, match="kiln.rotary: x has dtype torch.float32"):
         kiln.rotary(x.float(), cs, cs)
+    # The default positions 0..N-1 past the table's rows would read cos =
+    # sin = 0 (a zeroed token): refused before any launch.
+    short = torch.empty(3, 32, device="meta")
+    with pytest.raises(ValueError, match="cos and sin have 3 rows, fewer than "
+                       "the 4 positions"):
+        kiln.rotary(torch.empty(2, 4, 8, 64, dtype=torch.bfloat16,
+                                device="meta"), short, short)
     with pytest.raises(TypeError, match="kiln.cross_entropy: logits must be a torch.Tensor"):
         kiln.cross_entropy([1.0], torch.zeros(1, dtype=torch.int64))
     with pytest.raises(TypeError, match="kiln.cross_entropy: logits has dtype torch.float32"):

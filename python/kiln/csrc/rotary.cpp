@@ -75,7 +75,8 @@ at::Tensor run(at::Tensor x, const at::Tensor &cos, const at::Tensor &sin,
 
 /// The Python checks' common case: bf16 CUDA x of 4 dimensions, D a power
 /// of two >= 16, cos and sin contiguous fp32 (P, D/2) of one shape on x's
-/// device, positions (N,) i32 or i64 there.
+/// device, positions (N,) i32 or i64 there, or none where the table has a
+/// row for each of 0..N-1.
 bool commonCase(const at::Tensor &x, const at::Tensor &cos,
                 const at::Tensor &sin,
                 const std::optional<at::Tensor> &positions, bool bshd) {
@@ -90,10 +91,12 @@ bool commonCase(const at::Tensor &x, const at::Tensor &cos,
       return false;
   if (!cos.sizes().equals(sin.sizes()))
     return false;
-  return !positions || (positions->device() == x.device() &&
-                        (positions->scalar_type() == at::kInt ||
-                         positions->scalar_type() == at::kLong) &&
-                        positions->dim() == 1 && positions->size(0) == N);
+  if (!positions) // the default 0..N-1 needs N rows of the table
+    return cos.size(0) >= N;
+  return (positions->device() == x.device() &&
+          (positions->scalar_type() == at::kInt ||
+           positions->scalar_type() == at::kLong) &&
+          positions->dim() == 1 && positions->size(0) == N);
 }
 
 struct Rotary : torch::autograd::Function<Rotary> {
