@@ -15,6 +15,7 @@ calls (torch.compile, meta tensors, functorch) through torch.ops.kiln.rotary
 and torch.ops.kiln.cross_entropy_rows (with its backward op), with fake
 implementations.
 """
+import operator
 from typing import Optional
 
 import torch
@@ -319,6 +320,16 @@ def cross_entropy(logits, labels, ignore_index=-100, reduction="mean"):
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"kiln.cross_entropy: reduction must be 'mean', "
                          f"'sum' or 'none', got {reduction!r}")
+    # An integer (int() of 1.5 would ignore the labels equal to 1 while the
+    # mean counted them).
+    if isinstance(ignore_index, bool) or not hasattr(type(ignore_index),
+                                                     "__index__"):
+        raise TypeError(f"kiln.cross_entropy: ignore_index must be an int, got "
+                        f"{ignore_index!r}")
+    ignore_index = operator.index(ignore_index)
+    if not -2**63 <= ignore_index < 2**63:
+        raise ValueError(f"kiln.cross_entropy: ignore_index must fit in 64 "
+                         f"bits, got {ignore_index}")
     if logits.stride(1) != 1:
         _log_copy("kiln.cross_entropy", "logits",
                   f"strides {tuple(logits.stride())}",

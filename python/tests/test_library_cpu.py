@@ -211,6 +211,12 @@ def test_fused_ops_refuse_bad_arguments_before_any_launch():
                                 device="meta"), short, short)
     with pytest.raises(TypeError, match="kiln.cross_entropy: logits must be a torch.Tensor"):
         kiln.cross_entropy([1.0], torch.zeros(1, dtype=torch.int64))
+    for bad in (1.5, True, "1"):
+        with pytest.raises(TypeError, match="ignore_index must be an int"):
+            kiln.cross_entropy(torch.empty(4, 10, dtype=torch.bfloat16,
+                                           device="meta"),
+                               torch.empty(4, dtype=torch.int64, device="meta"),
+                               ignore_index=bad)
     with pytest.raises(TypeError, match="kiln.cross_entropy: logits has dtype torch.float32"):
         kiln.cross_entropy(torch.empty(4, 10), torch.zeros(4, dtype=torch.int64))
     with pytest.raises(ValueError, match="kiln.linear: x is on cpu"):
