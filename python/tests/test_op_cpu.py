@@ -134,7 +134,8 @@ def test_packed_ops_are_registered_and_trace(recorded_graphs):
     (lambda: packed()[:, :, :2], ValueError, r"qkv must be \(batch, seq, 3, heads, head_dim\), got shape \(2, 100, 2, 3, 64\)"),
     (lambda: packed()[..., 0, :], ValueError, r"qkv must be \(batch, seq, 3, heads, head_dim\)"),
     (lambda: packed(dtype=torch.float32), TypeError, "q has dtype torch.float32"),
-    (lambda: packed(D=80), ValueError, "head_dim 80 is not supported"),
+    (lambda: packed(D=80), ValueError,
+     "kiln.attention_qkvpacked: head_dim 80 is not supported"),
     (lambda: packed(device="cpu"), ValueError, "q is on cpu"),
 ])
 
