@@ -351,6 +351,9 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
     same on every run under torch.use_deterministic_algorithms(True) (dQ
     then takes a kernel of its own instead of atomics).
     """
+    if type(return_lse) is not bool:  # "yes" would have returned a tuple
+        raise TypeError(f"kiln.attention: return_lse must be a bool, got "
+                        f"{type(return_lse).__name__}")
     # The common case checked and launched in C++ (csrc/attention_autograd.
     # cpp, attentionChecked): the checks below cost ~8 us of a decode call.
     if (type(q) is torch.Tensor and type(k) is torch.Tensor and

@@ -101,6 +101,8 @@ def test_bad_options_are_refused():
     for scale in (0.0, -1.0, float("nan"), float("inf"), "0.1", True):
         with pytest.raises(ValueError, match="scale must be a positive finite number"):
             kiln.attention(q, k, v, scale=scale)
+    with pytest.raises(TypeError, match="return_lse must be a bool, got str"):
+        kiln.attention(q, k, v, return_lse="yes")
 
 
 def packed(B=2, N=100, H=3, D=64, dtype=torch.bfloat16, device=META, grad=False):
@@ -143,6 +145,11 @@ def test_packed_ops_are_registered_and_trace(recorded_graphs):
 def test_packed_bad_input_is_refused(make, exc, match):
     with pytest.raises(exc, match=match):
         kiln.attention_qkvpacked(make())
+
+
+def test_packed_return_lse_must_be_a_bool():
+    with pytest.raises(TypeError, match="return_lse must be a bool, got int"):
+        kiln.attention_qkvpacked(packed(), return_lse=1)
 
 
 def test_missing_library_is_named():
