@@ -30,57 +30,58 @@ def _dims(t, bshd):
     return (b, y, x, d) if bshd else (b, x, y, d)
 
 
-def _check(q, k, v, causal, scale, layout):
-    """Raises TypeError/ValueError naming the argument; launches nothing."""
+def _check(q, k, v, causal, scale, layout, op="kiln.attention"):
+    """Raises TypeError/ValueError naming the argument (and `op`, the
+    user's call); launches nothing."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"kiln.attention: {name} must be a torch.Tensor, "
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, "
                             f"got {type(t).__name__}")
     if not isinstance(layout, str) or layout not in _LAYOUTS:
-        raise ValueError(f"kiln.attention: layout must be 'bhsd' or 'bshd', "
+        raise ValueError(f"{op}: layout must be 'bhsd' or 'bshd', "
                          f"got {layout!r}")
     if not isinstance(causal, bool):
-        raise TypeError(f"kiln.attention: causal must be a bool, got "
+        raise TypeError(f"{op}: causal must be a bool, got "
                         f"{type(causal).__name__}")
     if scale is not None and (isinstance(scale, bool) or
                               not isinstance(scale, (int, float)) or
                               not math.isfinite(scale) or scale <= 0):
-        raise ValueError(f"kiln.attention: scale must be a positive finite "
+        raise ValueError(f"{op}: scale must be a positive finite "
                          f"number or None, got {scale!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dtype not in _DTYPES:
-            raise TypeError(f"kiln.attention: {name} has dtype {t.dtype}; kiln "
+            raise TypeError(f"{op}: {name} has dtype {t.dtype}; kiln "
                             f"takes torch.bfloat16 or torch.float16")
         if t.dim() != 4:
-            raise ValueError(f"kiln.attention: {name} must be 4-D "
+            raise ValueError(f"{op}: {name} must be 4-D "
                              f"{_LAYOUTS[layout]}, got shape {tuple(t.shape)}")
         if t.device.type not in ("cuda", "meta"):
-            raise ValueError(f"kiln.attention: {name} is on {t.device}; kiln "
+            raise ValueError(f"{op}: {name} is on {t.device}; kiln "
                              f"runs on CUDA tensors")
         if t.stride(-1) != 1:
-            raise ValueError(f"kiln.attention: {name}'s last dimension must be "
+            raise ValueError(f"{op}: {name}'s last dimension must be "
                              f"contiguous (stride 1), got strides "
                              f"{tuple(t.stride())}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"kiln.attention: q, k and v must share one dtype, got "
+        raise TypeError(f"{op}: q, k and v must share one dtype, got "
                         f"{q.dtype}, {k.dtype}, {v.dtype}")
     if k.device != q.device or v.device != q.device:
-        raise ValueError(f"kiln.attention: q, k and v must be on one device, "
+        raise ValueError(f"{op}: q, k and v must be on one device, "
                          f"got {q.device}, {k.device}, {v.device}")
     bshd = layout == "bshd"
     (B, H, Nq, D), (Bk, Hk, Nk, Dk) = _dims(q, bshd), _dims(k, bshd)
     if (Bk, Hk, Dk) != (B, H, D):
-        raise ValueError(f"kiln.attention: k {tuple(k.shape)} must match q "
+        raise ValueError(f"{op}: k {tuple(k.shape)} must match q "
                          f"{tuple(q.shape)} in batch, heads and head_dim "
                          f"(layout {layout!r}; grouped heads are not supported)")
     if _dims(v, bshd) != (Bk, Hk, Nk, Dk):
-        raise ValueError(f"kiln.attention: v {tuple(v.shape)} must have k's "
+        raise ValueError(f"{op}: v {tuple(v.shape)} must have k's "
                          f"shape {tuple(k.shape)}")
     if D not in (64, 128):
-        raise ValueError(f"kiln.attention: head_dim {D} is not supported "
+        raise ValueError(f"{op}: head_dim {D} is not supported "
                          f"(64 or 128)")
     if min(B, H, Nq, Nk) < 1:
-        raise ValueError(f"kiln.attention: empty tensors (q {tuple(q.shape)}, "
+        raise ValueError(f"{op}: empty tensors (q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)})")
 
 

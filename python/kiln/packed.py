@@ -121,11 +121,7 @@ def attention_qkvpacked(qkv, *, causal=False, scale=None, return_lse=False):
         raise ValueError(f"kiln.attention_qkvpacked: qkv must be (batch, seq, "
                          f"3, heads, head_dim), got shape {tuple(qkv.shape)}")
     q, k, v = _views(qkv)
-    try:
-        ops._check(q, k, v, causal, scale, "bshd")
-    except (TypeError, ValueError) as e:  # named as the user's call
-        raise type(e)(str(e).replace("kiln.attention:",
-                                     "kiln.attention_qkvpacked:", 1)) from None
+    ops._check(q, k, v, causal, scale, "bshd", "kiln.attention_qkvpacked")
     s = float(scale) if scale is not None else 1.0 / math.sqrt(qkv.shape[-1])
     if not ops._eager(qkv, qkv, qkv):
         o, lse = torch.ops.kiln.attention_qkvpacked_forward(qkv, causal, s)
