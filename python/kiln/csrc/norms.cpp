@@ -53,10 +53,6 @@ kiln_c_tensor vector(const at::Tensor &t) {
 
 int device(const at::Tensor &t) { return t.device().index(); }
 
-int dtypeCode(const at::Tensor &t) {
-  return t.scalar_type() == at::kFloat ? KILN_C_F32 : KILN_C_BF16;
-}
-
 void *stream(const at::Tensor &t) {
   return c10::cuda::getCurrentCUDAStream(device(t)).stream();
 }

@@ -29,8 +29,6 @@ decltype(&kiln_c_row_norm_backward_programs) rowNormBackwardProgramsFn =
     nullptr;
 decltype(&kiln_c_linear_split_k) linearSplitKFn = nullptr;
 
-namespace {
-
 int dtypeCode(const at::Tensor &t) {
   switch (t.scalar_type()) {
   case at::kBFloat16:
@@ -48,8 +46,6 @@ int dtypeCode(const at::Tensor &t) {
                      " are not taken");
   }
 }
-
-} // namespace
 
 kiln_c_named_tensor named(const char *name, const at::Tensor &t) {
   TORCH_CHECK_VALUE(t.dim() >= 1 && t.dim() <= 4, "kiln: tensor ", name,

@@ -17,6 +17,8 @@ extern decltype(&kiln_c_row_norm_backward) rowNormBackwardFn;
 extern decltype(&kiln_c_row_norm_backward_programs) rowNormBackwardProgramsFn;
 extern decltype(&kiln_c_linear_split_k) linearSplitKFn;
 
+/// `t`'s dtype as a KILN_C_* code (TypeError for one kiln takes nowhere).
+int dtypeCode(const at::Tensor &t);
 /// `t` as the C API takes it, under the kernel's name for it.
 kiln_c_named_tensor named(const char *name, const at::Tensor &t);
 
