@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <utility>
 
 namespace kiln::kernels {
 
@@ -183,13 +184,19 @@ RowNormTypes rowNormTypes(const TuneSizes &s) {
                   : RowNormTypes{};
 }
 
-TuneProblem rowNormProblem(bool layer, const TuneSizes &s) {
+/// --rows and --cols, checked before any tensor of R x C is allocated.
+std::pair<int64_t, int64_t> rowNormShape(const TuneSizes &s) {
   const int64_t R = s.at("rows"), C = s.at("cols");
   if (R < 1 || C < 1)
     throw Error("--rows and --cols must be positive");
-  if (C > (int64_t(1) << 20)) // before any tensor of R x C is allocated
+  if (C > (int64_t(1) << 20))
     throw Error("--cols must be at most 2^20 (a row is one tile), got " +
                 std::to_string(C));
+  return {R, C};
+}
+
+TuneProblem rowNormProblem(bool layer, const TuneSizes &s) {
+  const auto [R, C] = rowNormShape(s);
   const RowNormTypes ty = rowNormTypes(s);
   TuneProblem p{rowNormTuned(layer, C, layer ? 1e-5 : 1e-6, ty),
                 rowNormKey(R, C, ty)};
@@ -205,12 +212,7 @@ TuneProblem rowNormProblem(bool layer, const TuneSizes &s) {
 
 /// The gradients' problem as kiln.rms_norm's backward launches it.
 TuneProblem rowNormBackwardProblem(bool layer, const TuneSizes &s) {
-  const int64_t R = s.at("rows"), C = s.at("cols");
-  if (R < 1 || C < 1)
-    throw Error("--rows and --cols must be positive");
-  if (C > (int64_t(1) << 20)) // before any tensor of R x C is allocated
-    throw Error("--cols must be at most 2^20 (a row is one tile), got " +
-                std::to_string(C));
+  const auto [R, C] = rowNormShape(s);
   const int64_t sms = cuda::available() ? cuda::device().smCount : 132;
   const int64_t P = rowNormBackwardPrograms(R, sms);
   const RowNormTypes ty = rowNormTypes(s);
