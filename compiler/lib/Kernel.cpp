@@ -334,6 +334,21 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors,
                     " must be at least " + impl_->params[j].name + " = " +
                     std::to_string(w));
     }
+  for (size_t i = 0; i < set.size(); ++i)
+    if (int j = impl_->params[i].productParam; j >= 0) {
+      const int64_t f = impl_->params[i].productFactor;
+      int64_t v = std::get<int64_t>(args[i]), w = std::get<int64_t>(args[j]);
+      if (v != f * w)
+        throw Error(
+            "kernel " + impl_->name + ": " + impl_->params[i].name + " = " +
+            std::to_string(v) +
+            (boundFrom[i].empty() ? ""
+                                  : " (from tensor " + boundFrom[i] + ")") +
+            " must be " + std::to_string(f) + " times " +
+            impl_->params[j].name + " = " + std::to_string(w) +
+            (boundFrom[j].empty() ? ""
+                                  : " (from tensor " + boundFrom[j] + ")"));
+    }
   return args;
 }
 

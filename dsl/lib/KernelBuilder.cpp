@@ -246,22 +246,39 @@ void KernelBuilder::requireContiguous(const TensorView &tensor, Loc loc) {
                      "one is not)");
 }
 
+/// The parameter number of run-time integer argument `i` of the kernel
+/// `state` builds; a user error naming `what` where `i` is not one.
+static int scalarParamOf(KernelBuilder::State &state, const Index &i, Loc loc,
+                         const char *what) {
+  mlir::Block &entry = state.func.getBody().front();
+  auto arg = i.isConstant() ? BlockArgument()
+                            : dyn_cast<BlockArgument>(value(i.raw()));
+  if (!arg || arg.getOwner() != &entry ||
+      state.kernel->params[arg.getArgNumber()].kind != ParamInfo::Kind::Scalar)
+    userError(loc, std::string(what) +
+                       ": both values must be run-time integer arguments "
+                       "(scalarArg)");
+  return int(arg.getArgNumber());
+}
+
 void KernelBuilder::requireAtLeast(Index a, Index b, Loc loc) {
   if (!state_ || current != state_.get())
     userError(loc, "requireAtLeast: the kernel is finished");
-  mlir::Block &entry = state_->func.getBody().front();
-  auto paramOf = [&](const Index &i) {
-    auto arg = i.isConstant() ? BlockArgument()
-                              : dyn_cast<BlockArgument>(value(i.raw()));
-    if (!arg || arg.getOwner() != &entry ||
-        state_->kernel->params[arg.getArgNumber()].kind !=
-            ParamInfo::Kind::Scalar)
-      userError(loc, "requireAtLeast: both values must be run-time integer "
-                     "arguments (scalarArg)");
-    return int(arg.getArgNumber());
-  };
-  int pa = paramOf(a), pb = paramOf(b);
+  int pa = scalarParamOf(*state_, a, loc, "requireAtLeast"),
+      pb = scalarParamOf(*state_, b, loc, "requireAtLeast");
   state_->kernel->params[pa].atLeastParam = pb;
+}
+
+void KernelBuilder::requireProduct(Index a, int64_t factor, Index b, Loc loc) {
+  if (!state_ || current != state_.get())
+    userError(loc, "requireProduct: the kernel is finished");
+  if (factor < 1)
+    userError(loc, "requireProduct: the factor must be >= 1, got " +
+                       std::to_string(factor));
+  int pa = scalarParamOf(*state_, a, loc, "requireProduct"),
+      pb = scalarParamOf(*state_, b, loc, "requireProduct");
+  state_->kernel->params[pa].productParam = pb;
+  state_->kernel->params[pa].productFactor = factor;
 }
 
 /// A schedule choice that is a unit attribute on the kernel: present or not.

@@ -34,6 +34,11 @@ void checkAttentionShape(const AttentionShape &s) {
   if (!isFloat(s.dtype))
     throw Error(std::string("attention: dtype ") + dtypeName(s.dtype) +
                 " is not a float type");
+  if (s.kvHeads < 0 || s.kvHeads > s.heads ||
+      (s.kvHeads > 0 && s.heads % s.kvHeads))
+    throw Error("attention: " + std::to_string(s.kvHeads) +
+                " K/V heads do not divide the " + std::to_string(s.heads) +
+                " query heads into groups");
   constexpr int64_t kIndexMax = std::numeric_limits<int32_t>::max();
   const std::string what = "attention";
   for (int64_t n : {s.seqQ, s.seqK})

@@ -79,9 +79,12 @@ static Kernel buildForward(const AttentionShape &s,
   k.setPeelFirstIteration(c.overlap > 0 && c.peelFirstStep > 0);
   k.setPersistent(c.persistent > 0);
   k.setDynamicTiles(c.persistent > 0 && c.dynamicTiles > 0);
+  // Grouped heads: G query heads read one K/V head.
+  const int64_t G = queryHeadsPerKv(s);
+  const Index Hk = kvHeadsArg(k, s, H, runtimeShapes);
   auto Q = k.tensorArg("Q", s.dtype, {B, H, Nq, D});
-  auto K = k.tensorArg("K", s.dtype, {B, H, Nk, D});
-  auto V = k.tensorArg("V", s.dtype, {B, H, Nk, D});
+  auto K = k.tensorArg("K", s.dtype, {B, Hk, Nk, D});
+  auto V = k.tensorArg("V", s.dtype, {B, Hk, Nk, D});
   auto O = split ? k.tensorArg("OSplit", f32, {S, B, H, Nq, D})
                  : k.tensorArg("O", s.dtype, {B, H, Nq, D});
   auto LSE = split ? k.tensorArg("LSESplit", f32, {S, B, H, Nq})
@@ -126,7 +129,8 @@ static Kernel buildForward(const AttentionShape &s,
     Index shifted = above(rho, 0, BM) - above(rho, narrowKeys, BM);
     m0 = m0 - shifted * (BM - rho);
   }
-  auto q = Q[b][h], kv = K[b][h], v = V[b][h];
+  const Index hk = G > 1 ? h / G : h;
+  auto q = Q[b][h], kv = K[b][hk], v = V[b][hk];
 
   Tile qTile = load(q.block({m0, 0}, {BM, D}));
   Tile acc = zeros({BM, D}, f32);

@@ -9,6 +9,18 @@ namespace kiln::kernels {
 
 static constexpr int64_t kGroupBytes = int64_t(16) << 20;
 
+Index kvHeadsArg(KernelBuilder &k, const AttentionShape &s, Index H,
+                 bool runtimeShapes) {
+  const int64_t G = queryHeadsPerKv(s);
+  if (G == 1)
+    return H;
+  if (!runtimeShapes)
+    return Index(s.heads / G);
+  Index Hk = k.scalarArg("Hk");
+  k.requireProduct(H, G, Hk);
+  return Hk;
+}
+
 GroupedProgram longestFirstProgram(Index t, Index G, Index pairs,
                                    Index blocks) {
   Index perGroup = G * blocks, first = t / perGroup * G;

@@ -27,6 +27,13 @@ struct GroupedProgram {
 GroupedProgram longestFirstProgram(dsl::Index t, dsl::Index G, dsl::Index pairs,
                                    dsl::Index blocks);
 
+/// K and V's heads for query heads H: H itself without grouped heads; else
+/// H / G for G = queryHeadsPerKv(s), compiled in with static shapes, else
+/// the run-time argument "Hk" (bound from K's shape) that Kernel::bind
+/// requires to be H / G.
+dsl::Index kvHeadsArg(dsl::KernelBuilder &k, const AttentionShape &s,
+                      dsl::Index H, bool runtimeShapes);
+
 /// Pairs per group when none is given: those whose streamed tensors (two of
 /// `rows` rows of `rowBytes` each per pair) take 16 MiB, 1 to 16, to 8 for
 /// 256-byte rows (measured for the forward's K/V and the backward's Q/dO:

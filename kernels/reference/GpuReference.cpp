@@ -35,13 +35,14 @@ __device__ float loadElem(const void *p, long long i, int dtype) {
 extern "C" __global__ void attention_reference(
     const void *q, const void *k, const void *v, Strides sq, Strides sk,
     Strides sv, float *o, float *lse, int H, int Nq, int Nk, int D,
-    int causal, float scale, int dtype) {
+    int causal, float scale, int dtype, int G) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   int b = blockIdx.y, h = blockIdx.z, bh = b * H + h; // B, H <= 65535
   if (i >= Nq)
     return;
   long long qi = b * sq.s[0] + h * sq.s[1] + i * sq.s[2];
-  long long k0 = b * sk.s[0] + h * sk.s[1], v0 = b * sv.s[0] + h * sv.s[1];
+  int hk = h / G; // grouped heads: G query heads per K/V head
+  long long k0 = b * sk.s[0] + hk * sk.s[1], v0 = b * sv.s[0] + hk * sv.s[1];
   int last = causal ? min(i, Nk - 1) : Nk - 1;
   float mx = __int_as_float(0xff800000); // -inf
   for (int j = 0; j <= last; ++j) {
@@ -110,8 +111,9 @@ void attentionReferenceGpu(const AttentionShape &s, const TensorRef &q,
                                  : s.dtype == DType::f16 ? 1
                                                          : 2;
   float scale = float(s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D)));
-  std::vector<void *> args = {&qp, &kp, &vp, &sq, &sk,     &sv,    &o,    &lse,
-                              &H,  &Nq, &Nk, &D,  &causal, &scale, &dtype};
+  int G = int(queryHeadsPerKv(s));
+  std::vector<void *> args = {&qp, &kp, &vp, &sq, &sk,     &sv,    &o,     &lse,
+                              &H,  &Nq, &Nk, &D,  &causal, &scale, &dtype, &G};
   unsigned threads = 128;
   fn.launch({unsigned((Nq + threads - 1) / threads), unsigned(s.batch),
              unsigned(s.heads)},

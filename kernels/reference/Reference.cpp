@@ -16,6 +16,12 @@ static std::vector<double> toDoubles(const HostTensor &t) {
   return out;
 }
 
+/// The (batch, K/V head) pair that (batch, query head) pair `bh` reads.
+static int64_t kvPair(const AttentionShape &s, int64_t bh) {
+  const int64_t G = queryHeadsPerKv(s), H = s.heads;
+  return bh / H * (H / G) + bh % H / G;
+}
+
 void attentionReference(const AttentionShape &s, const HostTensor &q,
                         const HostTensor &k, const HostTensor &v, HostTensor &o,
                         HostTensor &lse) {
@@ -26,10 +32,11 @@ void attentionReference(const AttentionShape &s, const HostTensor &q,
   for (int64_t bh = 0; bh < s.batch * s.heads; ++bh)
     for (int64_t i = 0; i < Nq; ++i) {
       const double *qi = &Q[(bh * Nq + i) * D];
+      const int64_t kvh = kvPair(s, bh);
       int64_t last = s.causal ? std::min(i, Nk - 1) : Nk - 1;
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j <= last; ++j) {
-        const double *kj = &K[(bh * Nk + j) * D];
+        const double *kj = &K[(kvh * Nk + j) * D];
         double acc = 0;
         for (int64_t d = 0; d < D; ++d)
           acc += qi[d] * kj[d];
@@ -41,7 +48,7 @@ void attentionReference(const AttentionShape &s, const HostTensor &q,
       for (int64_t j = 0; j <= last; ++j) {
         double p = std::exp(scores[j] - mx);
         sum += p;
-        const double *vj = &V[(bh * Nk + j) * D];
+        const double *vj = &V[(kvh * Nk + j) * D];
         for (int64_t d = 0; d < D; ++d)
           out[d] += p * vj[d];
       }
@@ -64,10 +71,11 @@ void attentionBackwardReference(const AttentionShape &s, const HostTensor &q,
   for (int64_t bh = 0; bh < s.batch * s.heads; ++bh)
     for (int64_t i = 0; i < Nq; ++i) {
       const double *qi = &Q[(bh * Nq + i) * D], *doi = &dOut[(bh * Nq + i) * D];
+      const int64_t kvh = kvPair(s, bh);
       const int64_t last = s.causal ? std::min(i, Nk - 1) : Nk - 1;
       double mx = -std::numeric_limits<double>::infinity(), sum = 0;
       for (int64_t j = 0; j <= last; ++j) {
-        const double *kj = &K[(bh * Nk + j) * D], *vj = &V[(bh * Nk + j) * D];
+        const double *kj = &K[(kvh * Nk + j) * D], *vj = &V[(kvh * Nk + j) * D];
         double acc = 0, dacc = 0;
         for (int64_t d = 0; d < D; ++d) {
           acc += qi[d] * kj[d];
@@ -85,8 +93,8 @@ void attentionBackwardReference(const AttentionShape &s, const HostTensor &q,
       double *dqi = &dQ[(bh * Nq + i) * D];
       for (int64_t j = 0; j <= last; ++j) {
         const double ds = p[j] * (dp[j] - delta);
-        const double *kj = &K[(bh * Nk + j) * D];
-        double *dkj = &dK[(bh * Nk + j) * D], *dvj = &dV[(bh * Nk + j) * D];
+        const double *kj = &K[(kvh * Nk + j) * D];
+        double *dkj = &dK[(kvh * Nk + j) * D], *dvj = &dV[(kvh * Nk + j) * D];
         for (int64_t d = 0; d < D; ++d) {
           dqi[d] += scale * ds * kj[d];
           dkj[d] += scale * ds * qi[d];

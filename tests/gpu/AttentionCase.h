@@ -52,6 +52,7 @@ struct AttnCase {
   int alignRowsToEnd = -1;   ///< 1: causal rows aligned to the end
   int maskedFirst = -1;  ///< 0: the masked key block after the others; 1: first
   int oneShotLoads = -1; ///< 1: Q by TMA once (no producer warpgroup)
+  int64_t kvHeads = 0;   ///< K and V's heads (grouped-query); 0: H
 };
 
 inline void PrintTo(const AttnCase &c, std::ostream *os) {
@@ -72,7 +73,8 @@ inline void PrintTo(const AttnCase &c, std::ostream *os) {
       << (c.maskedFirst == 0  ? " masked block last"
           : c.maskedFirst > 0 ? " masked block first"
                               : "")
-      << (c.oneShotLoads > 0 ? " one-shot loads" : "");
+      << (c.oneShotLoads > 0 ? " one-shot loads" : "")
+      << (c.kvHeads > 0 ? " kv-heads " + std::to_string(c.kvHeads) : "");
 }
 
 inline std::string caseName(const AttnCase &c) {
@@ -93,7 +95,8 @@ inline std::string caseName(const AttnCase &c) {
          (c.maskedFirst == 0  ? "_maskedlast"
           : c.maskedFirst > 0 ? "_maskedfirst"
                               : "") +
-         (c.oneShotLoads > 0 ? "_oneshot" : "");
+         (c.oneShotLoads > 0 ? "_oneshot" : "") +
+         (c.kvHeads > 0 ? "_kv" + std::to_string(c.kvHeads) : "");
 }
 
 class AttentionOnGpu : public ::testing::TestWithParam<AttnCase> {};

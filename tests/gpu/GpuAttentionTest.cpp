@@ -38,7 +38,8 @@ namespace {
 TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
   REQUIRE_GPU();
   const AttnCase &c = GetParam();
-  kernels::AttentionShape s{c.B, c.H, c.N, c.N, c.D, c.causal, c.dtype, 0};
+  kernels::AttentionShape s{c.B,      c.H,     c.N, c.N,      c.D,
+                            c.causal, c.dtype, 0,   c.kvHeads};
   kernels::AttentionConfig config;
   config.wgmma = 0; // the Shapes suite: mma.sync (on every GPU)
   config.persistent = c.persistent;
@@ -65,18 +66,19 @@ TEST_P(AttentionOnGpu, MatchesNvrtcReference) {
     // no room for overlap's V buffer, without which it does not apply.)
     config.stages = c.N % 2 || c.maskedFirst > 0 ? 2 : 3;
   }
-  auto make = [&](uint64_t seed, bool rand) {
-    HostTensor t = c.bshd ? HostTensor(c.dtype, {c.B, c.H, c.N, c.D},
-                                       {c.N * c.H * c.D, c.D, c.H * c.D, 1})
-                          : HostTensor(c.dtype, {c.B, c.H, c.N, c.D});
+  auto make = [&](uint64_t seed, bool rand, int64_t H) {
+    HostTensor t = c.bshd ? HostTensor(c.dtype, {c.B, H, c.N, c.D},
+                                       {c.N * H * c.D, c.D, H * c.D, 1})
+                          : HostTensor(c.dtype, {c.B, H, c.N, c.D});
     if (rand)
       t.fillRandom(seed, -2, 2);
     return t;
   };
+  const int64_t Hk = c.kvHeads > 0 ? c.kvHeads : c.H;
   uint64_t seed = uint64_t(c.N * 131 + c.D * 7 + c.causal);
-  HostTensor q = make(seed, true), k = make(seed + 1, true),
-             v = make(seed + 2, true);
-  HostTensor o = make(0, false), lse(DType::f32, {c.B, c.H, c.N});
+  HostTensor q = make(seed, true, c.H), k = make(seed + 1, true, Hk),
+             v = make(seed + 2, true, Hk);
+  HostTensor o = make(0, false, c.H), lse(DType::f32, {c.B, c.H, c.N});
   DeviceTensors dt = attentionOnDevice(q, k, v, o, lse);
   Kernel kernel = kernels::attentionForward(s, config);
   CompiledKernel compiled = runOnGpu(kernel, dt, c.dynamicTiles > 0 ? 3 : 1);
@@ -242,5 +244,46 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{2, 2, 2049, 64, false, f16, false, true},
                       AttnCase{1, 2, 641, 128, false, f16, true, false}),
     [](const auto &info) { return caseName(info.param); });
+
+// Grouped heads (G query heads per K/V head) under the default schedule:
+// causal or not, D=64 and 128, ragged N, bshd, one K/V head for all.
+INSTANTIATE_TEST_SUITE_P(GroupedHeads, AttentionOnGpu,
+                         ::testing::Values(AttnCase{.B = 2,
+                                                    .H = 8,
+                                                    .N = 1000,
+                                                    .D = 64,
+                                                    .causal = true,
+                                                    .dtype = bf16,
+                                                    .bshd = false,
+                                                    .wgmma = true,
+                                                    .kvHeads = 2},
+                                           AttnCase{.B = 1,
+                                                    .H = 8,
+                                                    .N = 2049,
+                                                    .D = 128,
+                                                    .causal = false,
+                                                    .dtype = bf16,
+                                                    .bshd = true,
+                                                    .wgmma = true,
+                                                    .kvHeads = 1},
+                                           AttnCase{.B = 2,
+                                                    .H = 6,
+                                                    .N = 777,
+                                                    .D = 128,
+                                                    .causal = true,
+                                                    .dtype = f16,
+                                                    .bshd = false,
+                                                    .wgmma = true,
+                                                    .kvHeads = 2},
+                                           AttnCase{.B = 1,
+                                                    .H = 4,
+                                                    .N = 300,
+                                                    .D = 64,
+                                                    .causal = false,
+                                                    .dtype = bf16,
+                                                    .bshd = false,
+                                                    .wgmma = false,
+                                                    .kvHeads = 2}),
+                         [](const auto &info) { return caseName(info.param); });
 
 } // namespace

@@ -36,6 +36,8 @@ struct BackwardCase {
   int64_t headGroup = 0;
   /// AttentionBackwardConfig::scoresByQueries (-1: the default's).
   int scoresByQueries = -1;
+  /// K and V's heads (grouped-query attention); 0: H.
+  int64_t kvHeads = 0;
 
   kernels::AttentionBackwardConfig config() const {
     kernels::AttentionBackwardConfig c;
@@ -52,14 +54,15 @@ struct BackwardCase {
   }
 
   kernels::AttentionShape shape() const {
-    return {B, H, Nq, Nk, D, causal, dtype, 0};
+    return {B, H, Nq, Nk, D, causal, dtype, 0, kvHeads};
   }
   std::string name() const {
     return std::to_string(B) + "x" + std::to_string(H) + "_q" +
            std::to_string(Nq) + "_k" + std::to_string(Nk) + "_d" +
-           std::to_string(D) + (causal ? "_causal_" : "_full_") +
-           dtypeName(dtype) + (bshd ? "_bshd" : "") +
-           (staticShapes > 0 ? "_static" : "") +
+           std::to_string(D) +
+           (kvHeads > 0 ? "_kv" + std::to_string(kvHeads) : "") +
+           (causal ? "_causal_" : "_full_") + dtypeName(dtype) +
+           (bshd ? "_bshd" : "") + (staticShapes > 0 ? "_static" : "") +
            (deterministic > 0    ? "_deterministic"
             : deterministic == 0 ? "_atomic"
                                  : "") +
@@ -85,9 +88,11 @@ struct BackwardTensors {
   std::map<std::string, HostTensor> workspace;
 
   explicit BackwardTensors(const BackwardCase &c)
-      : q(make(c, c.Nq)), k(make(c, c.Nk)), v(make(c, c.Nk)), o(make(c, c.Nq)),
-        lse(DType::f32, {c.B, c.H, c.Nq}), dO(make(c, c.Nq)), dq(make(c, c.Nq)),
-        dk(make(c, c.Nk)), dv(make(c, c.Nk)) {
+      : q(make(c, c.H, c.Nq)), k(make(c, kvHeadsOf(c), c.Nk)),
+        v(make(c, kvHeadsOf(c), c.Nk)), o(make(c, c.H, c.Nq)),
+        lse(DType::f32, {c.B, c.H, c.Nq}), dO(make(c, c.H, c.Nq)),
+        dq(make(c, c.H, c.Nq)), dk(make(c, kvHeadsOf(c), c.Nk)),
+        dv(make(c, kvHeadsOf(c), c.Nk)) {
     for (const kernels::WorkspaceTensor &w :
          kernels::BackwardWorkspace(c.B, c.H, c.Nq, c.D).tensors)
       workspace.emplace(w.name, HostTensor(w.dtype, w.shape))
@@ -137,11 +142,14 @@ struct BackwardTensors {
   }
 
 private:
-  static HostTensor make(const BackwardCase &c, int64_t n) {
+  static int64_t kvHeadsOf(const BackwardCase &c) {
+    return c.kvHeads > 0 ? c.kvHeads : c.H;
+  }
+  static HostTensor make(const BackwardCase &c, int64_t heads, int64_t n) {
     if (!c.bshd)
-      return HostTensor(c.dtype, {c.B, c.H, n, c.D});
-    return HostTensor(c.dtype, {c.B, c.H, n, c.D},
-                      {n * c.H * c.D, c.D, c.H * c.D, 1});
+      return HostTensor(c.dtype, {c.B, heads, n, c.D});
+    return HostTensor(c.dtype, {c.B, heads, n, c.D},
+                      {n * heads * c.D, c.D, heads * c.D, 1});
   }
 };
 

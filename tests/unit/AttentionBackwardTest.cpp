@@ -69,7 +69,18 @@ INSTANTIATE_TEST_SUITE_P(
                      1},
         // Ten heads at D=128, causal: key blocks longest first in the
         // default's groups of 8 and 2.
-        BackwardCase{2, 5, 70, 70, 128, true, bf16}),
+        BackwardCase{2, 5, 70, 70, 128, true, bf16},
+        // Grouped heads: dK and dV summed over each K/V head's query heads
+        // (4 per K/V head; 3 sharing one), causal or not, atomic dQ or the
+        // deterministic dQ kernel, scores either way, bshd.
+        BackwardCase{2, 4, 130, 100, 64, true, bf16, false, -1, -1, -1, -1, 0,
+                     -1, 1},
+        BackwardCase{1, 4, 77, 190, 64, false, f16, true, -1, -1, -1, -1, 0, -1,
+                     2},
+        BackwardCase{1, 3, 100, 70, 64, true, bf16, false, -1, 1, -1, -1, 0, -1,
+                     1},
+        BackwardCase{1, 4, 100, 130, 128, false, bf16, false, -1, 0, -1, -1, 0,
+                     1, 2}),
     [](const auto &info) { return info.param.name(); });
 
 // One run-time-shape build serves other batch, heads and lengths.

@@ -170,9 +170,9 @@ static void checkAttentionOnCpu(const Kernel &kern,
                                 const kernels::AttentionShape &s,
                                 uint64_t seed) {
   const int64_t b = s.batch, h = s.heads, nq = s.seqQ, nk = s.seqK,
-                d = s.headDim;
-  HostTensor q(s.dtype, {b, h, nq, d}), k(s.dtype, {b, h, nk, d}),
-      v(s.dtype, {b, h, nk, d}), o(s.dtype, {b, h, nq, d}),
+                d = s.headDim, hk = s.kvHeads > 0 ? s.kvHeads : h;
+  HostTensor q(s.dtype, {b, h, nq, d}), k(s.dtype, {b, hk, nk, d}),
+      v(s.dtype, {b, hk, nk, d}), o(s.dtype, {b, h, nq, d}),
       lse(DType::f32, {b, h, nq});
   q.fillRandom(seed, -2, 2);
   k.fillRandom(seed + 1, -2, 2);
@@ -208,6 +208,46 @@ TEST(CpuExecutor, AttentionRuntimeShapesServeEveryShape) {
                                 {2, 2, 200, 129}})
       checkAttentionOnCpu(kern, {b, h, nq, nk, 64, causal, DType::bf16, 0},
                           uint64_t(nq + nk + b + h));
+  }
+}
+
+// Grouped heads: one build for 2 query heads per K/V head serves other
+// batches, head counts and lengths with that group size; bind refuses K/V
+// heads that are not H / 2, and the shape check a kvHeads that does not
+// divide the heads.
+TEST(CpuExecutor, AttentionGroupedHeadsServeEveryShapeOfTheGroup) {
+  for (bool causal : {false, true}) {
+    kernels::AttentionShape built{1,      4,           300, 300, 64,
+                                  causal, DType::bf16, 0,   2};
+    Kernel kern = kernels::attentionForward(
+        built, {.blockM = 64, .blockN = 64, .warps = 4});
+    for (auto [b, h, nq, nk] : {std::array<int64_t, 4>{1, 4, 300, 300},
+                                {2, 2, 77, 130},
+                                {1, 6, 130, 190}})
+      checkAttentionOnCpu(kern,
+                          {b, h, nq, nk, 64, causal, DType::bf16, 0, h / 2},
+                          uint64_t(nq + nk + b + h));
+    HostTensor q(DType::bf16, {1, 4, 64, 64}), kv(DType::bf16, {1, 3, 64, 64}),
+        o(DType::bf16, {1, 4, 64, 64}), lse(DType::f32, {1, 4, 64});
+    try {
+      kern.bind({{"Q", q.ref()},
+                 {"K", kv.ref()},
+                 {"V", kv.ref()},
+                 {"O", o.ref()},
+                 {"LSE", lse.ref()}});
+      ADD_FAILURE() << "bound 3 K/V heads to 4 query heads in groups of 2";
+    } catch (const Error &e) {
+      EXPECT_THAT(e.what(),
+                  ::testing::AllOf(HasSubstr("H = 4 (from tensor "),
+                                   HasSubstr("must be 2 times Hk = 3")));
+    }
+  }
+  try {
+    kernels::attentionForward({1, 4, 64, 64, 64, false, DType::bf16, 0, 3});
+    ADD_FAILURE() << "built 4 query heads over 3 K/V heads";
+  } catch (const Error &e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr("3 K/V heads do not divide the 4 query heads"));
   }
 }
 

@@ -30,13 +30,16 @@ struct AttentionCase {
   bool causal;
   DType dtype;
   bool interleavedHeads; ///< (B,N,H,D) memory: non-contiguous strides
+  int64_t kvHeads = 0;   ///< K and V's heads (grouped-query); 0: heads
 };
 
 std::string caseName(const AttentionCase &c) {
   return std::to_string(c.batch) + "x" + std::to_string(c.heads) + "_q" +
          std::to_string(c.seqQ) + "_k" + std::to_string(c.seqK) + "_d" +
-         std::to_string(c.headDim) + (c.causal ? "_causal_" : "_full_") +
-         dtypeName(c.dtype) + (c.interleavedHeads ? "_bshd" : "");
+         std::to_string(c.headDim) +
+         (c.kvHeads > 0 ? "_kv" + std::to_string(c.kvHeads) : "") +
+         (c.causal ? "_causal_" : "_full_") + dtypeName(c.dtype) +
+         (c.interleavedHeads ? "_bshd" : "");
 }
 
 // Readable names in gtest's and ctest's listings.
@@ -53,15 +56,16 @@ class AttentionOnCpu : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(AttentionOnCpu, MatchesFp64Reference) {
   const AttentionCase &c = GetParam();
-  kernels::AttentionShape s{c.batch,   c.heads,  c.seqQ,  c.seqK,
-                            c.headDim, c.causal, c.dtype, 0};
+  kernels::AttentionShape s{c.batch,  c.heads, c.seqQ, c.seqK,   c.headDim,
+                            c.causal, c.dtype, 0,      c.kvHeads};
+  const int64_t kvHeads = c.kvHeads > 0 ? c.kvHeads : c.heads;
   Kernel k = kernels::attentionForward(s);
   uint64_t seed = std::hash<std::string>()(caseName(c));
   HostTensor q = makeBHND(c.dtype, c.batch, c.heads, c.seqQ, c.headDim,
                           c.interleavedHeads);
-  HostTensor kk = makeBHND(c.dtype, c.batch, c.heads, c.seqK, c.headDim,
+  HostTensor kk = makeBHND(c.dtype, c.batch, kvHeads, c.seqK, c.headDim,
                            c.interleavedHeads);
-  HostTensor v = makeBHND(c.dtype, c.batch, c.heads, c.seqK, c.headDim,
+  HostTensor v = makeBHND(c.dtype, c.batch, kvHeads, c.seqK, c.headDim,
                           c.interleavedHeads);
   HostTensor o = makeBHND(c.dtype, c.batch, c.heads, c.seqQ, c.headDim,
                           c.interleavedHeads);
@@ -106,6 +110,10 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{2, 2, 128, 128, 64, false, f32, false},
         AttentionCase{1, 2, 256, 256, 64, true, f32, false},
         AttentionCase{1, 2, 256, 256, 128, true, bf16, false},
+        // Grouped heads: 4 or 3 query heads per K/V head.
+        AttentionCase{2, 4, 100, 130, 64, true, bf16, false, 1},
+        AttentionCase{1, 4, 77, 190, 128, false, f16, true, 2},
+        AttentionCase{1, 3, 257, 257, 64, false, bf16, false, 1},
         // Queries and keys of different lengths.
         AttentionCase{1, 2, 50, 130, 64, false, bf16, false},
         AttentionCase{1, 2, 130, 50, 64, true, f16, false}),

@@ -30,7 +30,7 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
 
   const bool bshd = layout == "bshd";
   const std::vector<int64_t> qShape{s.batch, s.heads, s.seqQ, s.headDim},
-      kShape{s.batch, s.heads, s.seqK, s.headDim},
+      kShape{s.batch, s.kvHeads, s.seqK, s.headDim},
       lShape{s.batch, s.heads, s.seqQ},
       qStrides = attentionStrides(qShape, bshd),
       kStrides = attentionStrides(kShape, bshd);
@@ -68,11 +68,12 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
                             ? "dQ by atomics, converted beside dK/dV"
                             : "dQ by atomics");
   p.summary = fmt::format(
-      "attention-backward B={} H={} Nq={} Nk={} D={} {} {} layout={} "
+      "attention-backward B={} H={}{} Nq={} Nk={} D={} {} {} layout={} "
       "dK/dV {}x{} {} warps={} stages={}{}{}{}{}{}{}",
-      s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
-      s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockN,
-      c.blockM, dq, c.warps, c.stages,
+      s.batch, s.heads,
+      s.kvHeads != s.heads ? fmt::format(" kv-heads={}", s.kvHeads) : "",
+      s.seqQ, s.seqK, s.headDim, s.causal ? "causal" : "non-causal",
+      dtypeName(s.dtype), layout, c.blockN, c.blockM, dq, c.warps, c.stages,
       c.wgmma > 0 ? (c.tma > 0 ? " wgmma tma" : " wgmma") : "",
       scheduleSwitches(c.warpSpecialize, c.pingpong, c.overlap,
                        c.minBlocksPerSM, c.persistent, c.dynamicTiles,

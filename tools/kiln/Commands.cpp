@@ -174,6 +174,9 @@ kernels::AttentionShape attentionShapeOptions(Options &opts) {
   kernels::AttentionShape s;
   s.batch = positive(opts, "batch", 1);
   s.heads = positive(opts, "heads", 2);
+  // K/V heads (grouped-query attention): a divisor of --heads, checked by
+  // checkAttentionShape where the kernel is built.
+  s.kvHeads = positive(opts, "kv-heads", s.heads);
   s.seqQ = positive(opts, "seq", 256);
   s.seqK = positive(opts, "seq-k", s.seqQ);
   s.headDim = positive(opts, "head-dim", 64);

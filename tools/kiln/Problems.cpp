@@ -86,7 +86,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
                      ", does not fit kiln's 32-bit index width");
   const bool bshd = layout == "bshd";
   const std::vector<int64_t> qShape{s.batch, s.heads, s.seqQ, s.headDim},
-      kShape{s.batch, s.heads, s.seqK, s.headDim},
+      kShape{s.batch, s.kvHeads, s.seqK, s.headDim},
       lShape{s.batch, s.heads, s.seqQ},
       qStrides = attentionStrides(qShape, bshd),
       kStrides = attentionStrides(kShape, bshd),
@@ -117,11 +117,12 @@ static Problem attentionProblem(Options &opts, bool withData) {
   for (const kernels::WorkspaceTensor &w : workspace)
     noteLayout(p, w.name, w.dtype, contiguousStrides(w.shape));
   p.summary = fmt::format(
-      "attention B={} H={} Nq={} Nk={} D={} {} {} layout={} "
+      "attention B={} H={}{} Nq={} Nk={} D={} {} {} layout={} "
       "blockM={} blockN={}{} warps={} stages={}{}{}{}{}",
-      s.batch, s.heads, s.seqQ, s.seqK, s.headDim,
-      s.causal ? "causal" : "non-causal", dtypeName(s.dtype), layout, c.blockM,
-      c.blockN,
+      s.batch, s.heads,
+      s.kvHeads != s.heads ? fmt::format(" kv-heads={}", s.kvHeads) : "",
+      s.seqQ, s.seqK, s.headDim, s.causal ? "causal" : "non-causal",
+      dtypeName(s.dtype), layout, c.blockM, c.blockN,
       // The narrow end loop exists for run-time Nk of ragged key blocks.
       // The masked block (ragged end or diagonal) before the others.
       // (The split kernel has one loop of its own over each range.)

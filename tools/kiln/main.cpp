@@ -152,7 +152,9 @@ target options: --arch sm_80|sm_90a (default sm_90a) --warps W --stages S
 
 kernels and their shape options:
   attention  --seq N [--seq-k N] --head-dim 64|128 [--causal | --non-causal] [--batch B]
-             [--heads H] [--dtype bf16|fp16|fp32] [--layout bhsd|bshd]
+             [--heads H] [--kv-heads K] (K/V heads, a divisor of H: grouped-query
+             attention, H/K query heads per K/V head)
+             [--dtype bf16|fp16|fp32] [--layout bhsd|bshd]
              [--lse-stride S] (LSE's row stride; default N: rows that are
              not 16-byte aligned take element stores, and say so)
              [--block-m M] [--block-n N] [--wgmma 0|1] [--tma 0|1] [--tma-store 0|1]

@@ -84,6 +84,11 @@ public:
   /// Kernel::bind refuses values of run-time integer `a` below run-time
   /// integer `b` (say, a workspace's row length and the rows it serves).
   void requireAtLeast(Index a, Index b, Loc loc = Loc::current());
+  /// Kernel::bind refuses values of run-time integer `a` other than
+  /// `factor` times run-time integer `b` (say, query heads and the K/V
+  /// heads each group of `factor` of them reads).
+  void requireProduct(Index a, int64_t factor, Index b,
+                      Loc loc = Loc::current());
   /// Warps per program on the GPU (a power of two; default 4).
   void setWarps(int warps, Loc loc = Loc::current());
   /// Software-pipeline depth of the loads in loops (>= 2; default 2).

@@ -10,16 +10,25 @@
 
 namespace kiln::kernels {
 
-/// The problem one attention kernel is built for. Q, K, V and O are
-/// (batch, heads, seq, headDim) tensors with any strides; LSE is
-/// (batch, heads, seqQ) fp32 and holds the natural-log logsumexp of each row of
-/// scaled scores, for a backward pass.
+/// The problem one attention kernel is built for. Q and O are (batch,
+/// heads, seq, headDim) tensors with any strides, K and V (batch, kvHeads,
+/// seq, headDim); LSE is (batch, heads, seqQ) fp32 and holds the
+/// natural-log logsumexp of each row of scaled scores, for a backward pass.
 struct AttentionShape {
   int64_t batch = 1, heads = 1, seqQ = 128, seqK = 128, headDim = 64;
   bool causal = false; ///< query i attends to keys j <= i
   DType dtype = DType::bf16;
   double scale = 0; ///< 0: 1/sqrt(headDim)
+  /// K and V's heads (grouped-query attention: query head h reads K/V head
+  /// h / (heads / kvHeads)), a divisor of heads; 0: heads. The group size
+  /// heads / kvHeads is compiled in; with run-time shapes, H and B are not.
+  int64_t kvHeads = 0;
 };
+
+/// Query heads per K/V head (1 without grouped heads).
+inline int64_t queryHeadsPerKv(const AttentionShape &s) {
+  return s.kvHeads > 0 ? s.heads / s.kvHeads : 1;
+}
 
 /// Schedule: tile sizes, warps, pipeline stages, the tensor-core path and
 /// register-pressure hints. Zero / -1 pick the defaults measured on an H200:
@@ -153,7 +162,8 @@ struct AttentionConfig {
 };
 
 /// Throws kiln::Error naming the problem when `shape` is out of range (sizes
-/// < 1, D not 64 or 128, extents past kiln's 32-bit index width); every
+/// < 1, D not 64 or 128, kvHeads not a divisor of heads, extents past
+/// kiln's 32-bit index width); every
 /// function below checks it first.
 void checkAttentionShape(const AttentionShape &shape);
 

@@ -36,6 +36,10 @@ struct ParamInfo {
   /// Scalars: another integer parameter this one must be at least
   /// (KernelBuilder::requireAtLeast); bind checks it. -1: none.
   int atLeastParam = -1;
+  /// Scalars: another integer parameter this one must be productFactor
+  /// times (KernelBuilder::requireProduct); bind checks it. -1: none.
+  int productParam = -1;
+  int64_t productFactor = 1;
 };
 
 /// A tensor argument: one pointer parameter plus one stride parameter per
