@@ -1,11 +1,11 @@
 //===- kiln_c.cpp - kiln's attention behind a C ABI -----------------------===//
 //
 // A call builds nothing it has built before: the DSL kernels of a problem
-// (dtype, causal, scale, B, H, Nq, Nk, D, device) are kept, and so is the
-// launch-ready variant of each for the tensors' alignment and the classes of
-// their sizes. A repeat call costs the argument checks, the variant lookup
-// and the launches. Compiles go through kiln's JIT cache (one per class with
-// run-time shapes, on disk across processes).
+// (dtype, causal, scale, B, H, K/V heads, Nq, Nk, D, device) are kept, and so
+// is the launch-ready variant of each for the tensors' alignment and the
+// classes of their sizes. A repeat call costs the argument checks, the variant
+// lookup and the launches. Compiles go through kiln's JIT cache (one per class
+// with run-time shapes, on disk across processes).
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_c.h"
@@ -88,7 +88,7 @@ variantSignature(const std::map<std::string, TensorRef> &tensors) {
 }
 
 using ProblemKey = std::tuple<bool, int, int, double, int64_t, int64_t, int64_t,
-                              int64_t, int64_t, int, bool>;
+                              int64_t, int64_t, int, bool, int64_t>;
 
 std::mutex cacheMutex;
 /// Problems kept at most: a server sees a new (B, N) with most requests,
@@ -116,6 +116,9 @@ kernels::AttentionShape shapeOf(const kiln_c_attention_options &o,
   s.seqQ = q.sizes[2];
   s.seqK = k.sizes[2];
   s.headDim = q.sizes[3];
+  // Grouped heads where k has fewer heads than q (a divisor of them:
+  // checkAttentionShape says so otherwise).
+  s.kvHeads = k.sizes[1] == q.sizes[1] ? 0 : k.sizes[1];
   s.causal = o.causal != 0;
   s.dtype = dtypeOf(o.dtype);
   s.scale = o.scale;
@@ -127,9 +130,9 @@ kernels::AttentionShape shapeOf(const kiln_c_attention_options &o,
 std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
                                 int device, bool deterministic) {
   deterministic = backward && deterministic;
-  ProblemKey key{backward,  int(s.dtype), s.causal,     s.scale,
-                 s.batch,   s.heads,      s.seqQ,       s.seqK,
-                 s.headDim, device,       deterministic};
+  ProblemKey key{backward,  int(s.dtype), s.causal,      s.scale,
+                 s.batch,   s.heads,      s.seqQ,        s.seqK,
+                 s.headDim, device,       deterministic, s.kvHeads};
   std::lock_guard<std::mutex> lock(cacheMutex);
   std::shared_ptr<Entry> &e = entries[key];
   if (!e) {

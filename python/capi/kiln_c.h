@@ -8,7 +8,9 @@
  *
  * Tensors are (B, H, N, D) in index order with any strides in elements
  * (a (B, N, H, D) tensor passes its strides permuted); LSE is fp32
- * (B, H, Nq), natural-log logsumexp of each row of scaled scores.
+ * (B, H, Nq), natural-log logsumexp of each row of scaled scores. K and V
+ * (and dK, dV) may have fewer heads than Q, a divisor Hk of H
+ * (grouped-query attention): query head h reads K/V head h / (H / Hk).
  *
  *===----------------------------------------------------------------------===*/
 #ifndef KILN_C_H

@@ -84,7 +84,8 @@ def bench_interleaved_ms(fns, warm=5, reps=30, batch=10):
 def sdpa(backend):
     def run(q, k, v, causal):
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                  enable_gqa=k.shape[1] != q.shape[1])
     return run
 
 
@@ -176,6 +177,9 @@ def main(argv=None):
                    help="comma-separated NQxNK[xB]: rows with Nq != Nk (with it, "
                         "the N = Nq = Nk rows only where --seqs gives them)")
     p.add_argument("--heads-dims", default="32x64,16x128", help="HxD pairs")
+    p.add_argument("--group", type=int, default=1,
+                   help="query heads per k/v head (grouped-query attention: k and v "
+                        "have H / GROUP heads; SDPA with enable_gqa=True)")
     p.add_argument("--json", default="", help="also write the rows here")
     p.add_argument("--order", default=",".join(PEERS),
                    help="the peers, in the order they are timed")
@@ -201,6 +205,8 @@ def main(argv=None):
         pairs = parse_pairs(a.pairs)
     except ValueError as e:
         p.error(str(e))
+    if a.group < 1 or any(int(hd.split("x")[0]) % a.group for hd in a.heads_dims.split(",")):
+        p.error(f"--group {a.group} must be >= 1 and divide every H of --heads-dims")
     if not torch.cuda.is_available():
         print("kiln.bench: no CUDA GPU", file=sys.stderr)
         return 2
@@ -217,7 +223,8 @@ def main(argv=None):
     autograd = "C++" if _cpp.module() is not None else "Python"
     print(f"# {props.name}, torch {torch.__version__}, kiln {kiln.version()}, "
           f"{a.dtype}, {'backward' if a.backward else 'forward'}, {timing}, "
-          f"kiln's eager autograd in {autograd}")
+          f"kiln's eager autograd in {autograd}" +
+          (f", {a.group} query heads per k/v head" if a.group > 1 else ""))
     rows = []
     near_cols = (",kiln@128k_tflops,kiln/kiln@128k,kiln@128k_sameB_tflops,"
                  "kiln/kiln@128k_sameB" if a.ragged else "")
@@ -235,7 +242,8 @@ def main(argv=None):
                     b = b or max(1, 16384 // max(n, nk))
                     g = torch.Generator(device=dev).manual_seed(n + D + 7 * (nk != n) * nk)
                     q = torch.randn(b, H, n, D, device=dev, dtype=dtype, generator=g)
-                    k, v = (torch.randn(b, H, nk, D, device=dev, dtype=dtype, generator=g)
+                    k, v = (torch.randn(b, H // a.group, nk, D, device=dev, dtype=dtype,
+                                        generator=g)
                             for _ in range(2))
                     attended = n * nk * (0.5 if causal else 1) if nk == n else \
                         attended_pairs(n, nk, causal)
@@ -274,7 +282,8 @@ def main(argv=None):
                     tf["kiln@128k_sameB"] = tf["kiln@128k"]
                 del work, q, k, v
                 torch.cuda.empty_cache()
-                r = dict(D=D, causal=causal, N=N, Nk=Nk, B=B, H=H, dtype=a.dtype,
+                r = dict(D=D, causal=causal, N=N, Nk=Nk, B=B, H=H, kv_heads=H // a.group,
+                         dtype=a.dtype,
                          backward=a.backward, **{f"{n}_tflops": t for n, t in tf.items()})
                 ratio = lambda x, y: tf[x] / tf[y] if tf.get(y, 0) > 0 else float("nan")
                 extra = ""

@@ -70,10 +70,15 @@ def _check(q, k, v, causal, scale, layout, op="kiln.attention"):
                          f"got {q.device}, {k.device}, {v.device}")
     bshd = layout == "bshd"
     (B, H, Nq, D), (Bk, Hk, Nk, Dk) = _dims(q, bshd), _dims(k, bshd)
-    if (Bk, Hk, Dk) != (B, H, D):
+    if (Bk, Dk) != (B, D):
         raise ValueError(f"{op}: k {tuple(k.shape)} must match q "
-                         f"{tuple(q.shape)} in batch, heads and head_dim "
-                         f"(layout {layout!r}; grouped heads are not supported)")
+                         f"{tuple(q.shape)} in batch and head_dim "
+                         f"(layout {layout!r})")
+    if Hk < 1 or H % Hk:
+        raise ValueError(f"{op}: k's {Hk} heads must divide q's {H} "
+                         f"(grouped-query attention: each k/v head serves "
+                         f"H / Hk query heads; layout {layout!r}, q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)})")
     if _dims(v, bshd) != (Bk, Hk, Nk, Dk):
         raise ValueError(f"{op}: v {tuple(v.shape)} must have k's "
                          f"shape {tuple(k.shape)}")
@@ -338,8 +343,12 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
               return_lse=False):
     """Scaled dot-product attention, softmax(scale · q kᵀ) v, by kiln.
 
-    q: (B, H, Nq, D), k and v: (B, H, Nk, D) with layout="bhsd" (SDPA's), or
-    (B, N, H, D) with layout="bshd" (flash_attn_func's); bfloat16 or float16
+    q: (B, H, Nq, D), k and v: (B, Hk, Nk, D) with layout="bhsd" (SDPA's), or
+    (B, N, H, D) with layout="bshd" (flash_attn_func's). Hk is H, or a
+    divisor of it for grouped-query (and multi-query, Hk = 1) attention:
+    query head h reads k/v head h // (H // Hk), as SDPA's enable_gqa=True
+    and flash_attn_func take them; dk and dv come back summed over each
+    k/v head's query heads, in k's and v's shapes. bfloat16 or float16
     CUDA tensors on one device, D 64 or 128, any Nq and Nk, last dimension
     contiguous (k or v whose base or strides are not multiples of 16 bytes
     are copied to aligned memory first: their own loads run several times

@@ -88,7 +88,8 @@ def to_bhsd(t, layout):
 def attention_reference(q, k, v, causal, layout, grad_o):
     """Output and gradients by torch's math attention in float64."""
     qd, kd, vd = (to_bhsd(t, layout).detach().double().requires_grad_() for t in (q, k, v))
-    o = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal)
+    o = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal,
+                                       enable_gqa=kd.shape[1] != qd.shape[1])
     o.backward(to_bhsd(grad_o, layout).double())
     back = lambda t: t if layout == "bhsd" else t.transpose(1, 2)
     return back(o.detach()), [back(t.grad) for t in (qd, kd, vd)]

@@ -45,6 +45,19 @@ def test_fake_backward_shapes():
     assert v.grad.shape == v.shape and v.grad.dtype == v.dtype
 
 
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_grouped_heads_keep_k_and_v_shapes(layout):
+    # 8 query heads over 2 k/v heads: O and LSE per query head, dk and dv
+    # per k/v head.
+    q = qkv(H=8, Nq=50, layout=layout, grad=True)[0]
+    k, v = qkv(H=2, Nq=90, layout=layout, grad=True)[:2]
+    o, lse = kiln.attention(q, k, v, causal=True, layout=layout, return_lse=True)
+    assert o.shape == q.shape and lse.shape == (2, 8, 50)
+    o.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape
+    assert v.grad.shape == v.shape
+
+
 def test_lse_is_not_differentiable():
     q, k, v = qkv(grad=True)
     o, lse = kiln.attention(q, k, v, return_lse=True)
@@ -79,7 +92,9 @@ def test_torch_compile_with_autograd():
      ValueError, r"q must be 4-D \(batch, heads, seq, head_dim\), got shape \(2, 100, 64\)"),
     (lambda: qkv(device="cpu"), ValueError, "q is on cpu; kiln runs on CUDA tensors"),
     (lambda: qkv(D=96), ValueError, "head_dim 96 is not supported"),
-    (lambda: (qkv()[0], qkv(H=1)[1], qkv(H=1)[2]), ValueError, "grouped heads are not supported"),
+    (lambda: (qkv(H=4)[0], qkv(H=3)[1], qkv(H=3)[2]), ValueError,
+     r"k's 3 heads must divide q's 4 \(grouped-query attention"),
+    (lambda: (qkv()[0], qkv(B=1)[1], qkv(B=1)[2]), ValueError, "must match q .* in batch and head_dim"),
     (lambda: (qkv()[0], qkv()[1], qkv(Nq=7)[2]), ValueError, "v .* must have k's shape"),
     (lambda: qkv(Nq=0), ValueError, "empty tensors"),
     (lambda: (torch.empty(2, 3, 64, 100, dtype=torch.bfloat16, device=META).transpose(2, 3),) + qkv()[1:],

@@ -50,6 +50,28 @@ def test_matches_float64_math(B, H, Nq, Nk, D, causal, dtype, layout):
         assert rel(got, want) < (tol if name == "o" else 2 * tol), name
 
 
+@pytest.mark.parametrize("B,H,Hk,Nq,Nk,D,causal,layout", [
+    (2, 8, 2, 1000, 1000, 64, True, "bhsd"), (1, 8, 1, 2049, 2049, 128, False, "bshd"),
+    (2, 6, 2, 777, 1100, 128, True, "bhsd"), (1, 4, 2, 300, 300, 64, False, "bshd"),
+    (2, 8, 2, 1, 4000, 128, False, "bhsd")])  # decoding: the keys split
+def test_grouped_heads_match_float64_math(B, H, Hk, Nq, Nk, D, causal, layout):
+    q = attention_inputs(B, H, Nq, Nk, D, torch.bfloat16, layout, seed=H * Nq + D)[0]
+    k, v = attention_inputs(B, Hk, Nq, Nk, D, torch.bfloat16, layout, seed=Hk + Nk)[1:]
+    for t in (q, k, v):
+        t.requires_grad_()
+    grad_o = torch.randn_like(q)
+    poison_allocator()
+    o = kiln.attention(q, k, v, causal=causal, layout=layout)
+    poison_allocator()
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), grad_o)
+    o_ref, grads_ref = attention_reference(q, k, v, causal, layout, grad_o)
+    assert dk.shape == k.shape and dv.shape == v.shape
+    for name, got, want in (("o", o, o_ref), ("dq", dq, grads_ref[0]),
+                            ("dk", dk, grads_ref[1]), ("dv", dv, grads_ref[2])):
+        assert torch.isfinite(got).all(), f"{name}: unwritten or non-finite elements"
+        assert rel(got, want) < (1e-2 if name == "o" else 2e-2), name
+
+
 def view_of(t, kind):
     """t's values in a view users hand over: at an odd element offset (a
     pointer that is not 16-byte aligned) or with rows padded by 3 elements

@@ -254,8 +254,9 @@ attentionChecked(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
     }
   }
   const int64_t heads = bshd ? 2 : 1, D = q.size(3);
-  if ((D != 64 && D != 128) || k.size(0) != q.size(0) ||
-      k.size(heads) != q.size(heads) || k.size(3) != D ||
+  // K/V heads: q's, or a divisor of them (grouped-query attention).
+  if ((D != 64 && D != 128) || k.size(0) != q.size(0) || k.size(heads) < 1 ||
+      q.size(heads) % k.size(heads) || k.size(3) != D ||
       !v.sizes().equals(k.sizes()))
     return std::nullopt;
   return attention(q, k, v, causal, scale ? *scale : 1.0 / std::sqrt(double(D)),
