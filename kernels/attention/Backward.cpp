@@ -197,10 +197,14 @@ Kernel dkdvKernel(const Common &cm, bool wantDk, bool wantDv) {
   auto Stats = statsArg(cm, k, B, H, Nq);
   Index bh = programId(1), n0 = programId(0) * BN;
   if (longestFirst) { // key block 0 sees every query
-    Index G = cm.c.headGroup > 0
-                  ? min(Index(cm.c.headGroup), pairs)
-                  : headGroupFor(Nq, D * int64_t(dtypeSize(s.dtype)), pairs);
-    GroupedProgram p = longestFirstProgram(programId(0), G, pairs, nBlocks);
+    // Grouped heads: groups that divide the pairs (a program runs G heads'
+    // queries, so a short last group's long blocks would run alone).
+    const int64_t rowBytes = D * int64_t(dtypeSize(s.dtype));
+    Index perGroup = cm.c.headGroup > 0 ? min(Index(cm.c.headGroup), pairs)
+                     : G > 1            ? fullHeadGroups(Nq, rowBytes, pairs)
+                                        : headGroupFor(Nq, rowBytes, pairs);
+    GroupedProgram p =
+        longestFirstProgram(programId(0), perGroup, pairs, nBlocks);
     bh = p.pair;
     // Clamped at 0, which it never is below, so that the compiler sees that
     // dQ's bulk reductions start at rows >= 0 (else they take a guard and a

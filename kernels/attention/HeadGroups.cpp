@@ -90,6 +90,11 @@ static Index fullGroups(Index g, Index pairs, int64_t most) {
   return useD * d + (Index(1) - useD) * g;
 }
 
+Index fullHeadGroups(Index rows, int64_t rowBytes, Index pairs) {
+  return fullGroups(headGroupFor(rows, rowBytes, pairs), pairs,
+                    maxGroupFor(rowBytes));
+}
+
 int64_t forwardHeadGroup(const AttentionConfig &c, int64_t keys,
                          int64_t rowBytes, int64_t pairs) {
   return fixedRounds(c)

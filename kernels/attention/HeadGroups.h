@@ -42,6 +42,11 @@ int64_t headGroupFor(int64_t rows, int64_t rowBytes, int64_t pairs);
 /// The same with run-time rows and pairs.
 dsl::Index headGroupFor(dsl::Index rows, int64_t rowBytes, dsl::Index pairs);
 
+/// headGroupFor's lowered to the largest divisor of the pairs down to half
+/// of it, so that no group is short (forwardHeadGroup's rule; the backward's
+/// with grouped query heads).
+dsl::Index fullHeadGroups(dsl::Index rows, int64_t rowBytes, dsl::Index pairs);
+
 /// The forward's pairs per group where its Config gives none: every pair
 /// where persistent CTAs take their tiles in fixed rounds, else headGroupFor
 /// over its `keys` (Config.cpp has the figures), lowered to the largest

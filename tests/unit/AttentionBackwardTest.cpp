@@ -80,7 +80,17 @@ INSTANTIATE_TEST_SUITE_P(
         BackwardCase{1, 3, 100, 70, 64, true, bf16, false, -1, 1, -1, -1, 0, -1,
                      1},
         BackwardCase{1, 4, 100, 130, 128, false, bf16, false, -1, 0, -1, -1, 0,
-                     1, 2}),
+                     1, 2},
+        // 18 (batch, K/V head) pairs, causal: longest first in 2 groups of
+        // 9 (the largest divisor of 18 up to headGroupFor's 16).
+        BackwardCase{.B = 9,
+                     .H = 4,
+                     .Nq = 70,
+                     .Nk = 70,
+                     .D = 64,
+                     .causal = true,
+                     .dtype = bf16,
+                     .kvHeads = 2}),
     [](const auto &info) { return info.param.name(); });
 
 // One run-time-shape build serves other batch, heads and lengths.

@@ -202,6 +202,8 @@ int cmdBench(Options &opts) {
       onlyNonCausal = opts.flag("non-causal");
   kernels::AttentionConfig cfg;
   forwardConfigFlags(opts, cfg);
+  // Query heads per K/V head (grouped-query attention; H = 2048 / D).
+  const int64_t group = positive(opts, "group", 1);
   // More configs (';' between them), each row timed under every one with
   // their samples in turn (one process: no drift of clocks or placement
   // between them).
@@ -260,17 +262,22 @@ int cmdBench(Options &opts) {
           for (int mode : shapeModes) {
             if ((onlyCausal && !causal) || (onlyNonCausal && causal))
               continue;
-            int64_t B = std::max<int64_t>(1, tokens / N), H = 2048 / D;
+            int64_t B = std::max<int64_t>(1, tokens / N), H = 2048 / D,
+                    Hk = H / group;
+            if (H % group)
+              throw UsageError("option --group " + std::to_string(group) +
+                               " does not divide the " + std::to_string(H) +
+                               " heads of D=" + std::to_string(D));
             const int64_t Nk = seqK ? seqK : N;
-            kernels::AttentionShape s{B, H, N, Nk, D, causal, *dtype, 0};
-            size_t n = size_t(B * H * N * D), nk = size_t(B * H * Nk * D);
+            kernels::AttentionShape s{B, H, N, Nk, D, causal, *dtype, 0, Hk};
+            size_t n = size_t(B * H * N * D), nk = size_t(B * Hk * Nk * D);
             uint64_t seed = uint64_t(N * 1000 + D + causal);
             cuda::Buffer q = randomDevice(*dtype, n, seed),
                          k = randomDevice(*dtype, nk, seed + 1),
                          v = randomDevice(*dtype, nk, seed + 2), o(n * 2),
                          lse(size_t(B * H * N) * 4);
             std::vector<int64_t> shape{B, H, N, D}, st{H * N * D, N * D, D, 1},
-                kShape{B, H, Nk, D}, kSt{H * Nk * D, Nk * D, D, 1};
+                kShape{B, Hk, Nk, D}, kSt{Hk * Nk * D, Nk * D, D, 1};
             std::map<std::string, TensorRef> refs{
                 {"Q", {q.data(), *dtype, shape, st}},
                 {"K", {k.data(), *dtype, kShape, kSt}},

@@ -34,6 +34,8 @@ int benchAttentionBackward(Options &opts) {
   const std::string onlyD = opts.string("head-dim", "");
   const std::string seqs = opts.string("seqs", "");
   const kernels::AttentionBackwardConfig cfg = backwardConfigOptions(opts);
+  // Query heads per K/V head (grouped-query attention; H = 2048 / D).
+  const int64_t group = positive(opts, "group", 1);
   // More configs (';' between them), each row timed under every one with
   // their samples in turn (one process: no drift of clocks or placement
   // between them).
@@ -70,15 +72,21 @@ int benchAttentionBackward(Options &opts) {
         for (bool causal : {false, true}) {
           if ((onlyCausal && !causal) || (onlyNonCausal && causal))
             continue;
-          const int64_t B = std::max<int64_t>(1, tokens / N), H = 2048 / D;
-          kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0};
-          const size_t n = size_t(B * H * N * D), rowsN = size_t(B * H * N);
+          const int64_t B = std::max<int64_t>(1, tokens / N), H = 2048 / D,
+                        Hk = H / group;
+          if (H % group)
+            throw UsageError("option --group " + std::to_string(group) +
+                             " does not divide the " + std::to_string(H) +
+                             " heads of D=" + std::to_string(D));
+          kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0, Hk};
+          const size_t n = size_t(B * H * N * D), rowsN = size_t(B * H * N),
+                       nk = size_t(B * Hk * N * D);
           const uint64_t seed = uint64_t(N * 1000 + D + causal);
           cuda::Buffer q = randomDevice(*dtype, n, seed),
-                       k = randomDevice(*dtype, n, seed + 1),
-                       v = randomDevice(*dtype, n, seed + 2),
+                       k = randomDevice(*dtype, nk, seed + 1),
+                       v = randomDevice(*dtype, nk, seed + 2),
                        dO = randomDevice(*dtype, n, seed + 3), o(n * 2),
-                       dq(n * 2), dk(n * 2), dv(n * 2), lse(rowsN * 4);
+                       dq(n * 2), dk(nk * 2), dv(nk * 2), lse(rowsN * 4);
           const kernels::BackwardWorkspace workspace(B, H, N, D);
           cuda::Buffer workspaceBytes(size_t(workspace.elements) * 4);
           const std::vector<int64_t> shape{B, H, N, D},
@@ -86,13 +94,16 @@ int benchAttentionBackward(Options &opts) {
           auto ref = [&](cuda::Buffer &b) -> TensorRef {
             return {b.data(), *dtype, shape, st};
           };
+          auto kvRef = [&](cuda::Buffer &b) -> TensorRef {
+            return {b.data(), *dtype, {B, Hk, N, D}, {Hk * N * D, N * D, D, 1}};
+          };
           auto rowRef = [&](cuda::Buffer &b) -> TensorRef {
             return {b.data(), DType::f32, {B, H, N}, {H * N, N, 1}};
           };
           std::map<std::string, TensorRef> refs{
-              {"Q", ref(q)},   {"K", ref(k)},   {"V", ref(v)},
-              {"O", ref(o)},   {"dO", ref(dO)}, {"LSE", rowRef(lse)},
-              {"dQ", ref(dq)}, {"dK", ref(dk)}, {"dV", ref(dv)}};
+              {"Q", ref(q)},   {"K", kvRef(k)},   {"V", kvRef(v)},
+              {"O", ref(o)},   {"dO", ref(dO)},   {"LSE", rowRef(lse)},
+              {"dQ", ref(dq)}, {"dK", kvRef(dk)}, {"dV", kvRef(dv)}};
           refs.merge(workspace.refs(workspaceBytes.data()));
           { // O and LSE from the forward on these inputs.
             Kernel fwd = kernels::attentionForward(s);

@@ -42,7 +42,7 @@ commands:
                                         compare against an fp64 reference;
                                         exits 1 if the relative error > 1e-2
   bench attention [--quick] [--ragged] [--seqs N,N,...] [--dtypes bf16,fp16]
-      [--json FILE] [--reps R] [--batch K] [--tokens T] [--seq-k M]
+      [--json FILE] [--reps R] [--batch K] [--tokens T] [--seq-k M] [--group G]
       [--causal | --non-causal] [--head-dim D] [--block-m M] [--block-n N] [--warps W] [--stages S]
       [--reload-ids 0|1] [--block-n-diagonal N] [--block-n-ragged-end N]
       [--ragged-end-in-loop 0|1] [--masked-first 0|1]
@@ -59,6 +59,8 @@ commands:
                                         (--tokens T: B = T / N;
                                         --seq-k M: M keys, N queries),
                                         timed as peers.py times its peers
+                                        (--group G: G query heads per K/V
+                                        head, grouped-query attention)
                                         (median of R samples, default 30, of
                                         K back-to-back launches, default 10)
                                         (--shapes both: each row compiled
@@ -73,7 +75,7 @@ commands:
                                         128 nearest them)
   bench attention --backward [--quick] [--ragged] [--seqs N,N,...]
       [--dtypes bf16,fp16] [--head-dim D] [--causal | --non-causal]
-      [--json FILE] [--reps R] [--batch K] [--tokens T]
+      [--json FILE] [--reps R] [--batch K] [--tokens T] [--group G]
       [backward config options] [--against "flag=V ..."]
                                         the backward's three kernels timed
                                         together (TFLOP/s as 2.5x the
