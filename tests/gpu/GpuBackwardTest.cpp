@@ -77,7 +77,7 @@ TEST_P(BackwardOnGpu, MatchesFp64Reference) {
       dev.run(kernels::attentionBackward(c.shape(), c.config()));
   if (cuda::device().arch() == "sm_90a") {
     // Q and dO stream through TMA; every dot on wgmma (a dot's line reads
-    // "Backward.cpp:N: dot MxNxK: wgmma ..."; other lines may name dots).
+    // "DkDvKernel.cpp:N: dot MxNxK: wgmma ..."; other lines may name dots).
     EXPECT_THAT(report, ::testing::HasSubstr(": TMA (cp.async.bulk.tensor"))
         << report;
     EXPECT_EQ(test::countOf(report, ": wgmma"), test::countOf(report, ": dot "))

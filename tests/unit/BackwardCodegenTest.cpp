@@ -53,7 +53,7 @@ TEST(Codegen, SequentialLoopsShareStagingTiles) {
             2u);
   // (The second: dV's TMA store takes dK's staging tile.)
   EXPECT_EQ(countOf(report, "; the staging tile is the one of the write at "
-                            "Backward.cpp:"),
+                            "DkDvKernel.cpp:"),
             2u)
       << report;
   EXPECT_THAT(report, HasSubstr("(copies for stages 1-1, its 2 loops')"));
@@ -168,7 +168,7 @@ TEST(Codegen, StagedOperandOfTwoLoopsLivesThroughBoth) {
   const std::string report = reportOf(
       compileForGpu(kernels::attentionBackward(s, config)[1], {"sm_90a", 0}));
   ASSERT_THAT(report, HasSubstr("placed by liveness within a tile"));
-  // "staged operand Backward.cpp:L [a, b) until Backward.cpp:U;" for P, and
+  // "staged operand DkDvKernel.cpp:L [a, b) until DkDvKernel.cpp:U;" for P, and
   // its copies "(copies for stages 1-1, its 2 loops') [c, d) until ...U;".
   auto untilOf = [&](const std::string &prefix) {
     size_t at = report.find(prefix);
@@ -179,7 +179,7 @@ TEST(Codegen, StagedOperandOfTwoLoopsLivesThroughBoth) {
   };
   const size_t copies = report.find(" (copies for stages 1-1, its 2 loops')");
   ASSERT_NE(copies, std::string::npos) << report;
-  const size_t line = report.rfind("staged operand Backward.cpp:", copies);
+  const size_t line = report.rfind("staged operand DkDvKernel.cpp:", copies);
   const std::string p = report.substr(line, copies - line) + " [";
   EXPECT_EQ(untilOf(p), untilOf(p.substr(0, p.size() - 2) +
                                 " (copies for stages 1-1, its 2 loops')"))
