@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Random attention problems against an fp32 reference, on a GPU.
 
-Each case draws a shape (B, H, Nq, Nk, D), dtype, layout and causality, and
+Each case draws a shape (B, H, Nq, Nk, D; a third of the time k and v with
+a divisor of H heads: grouped-query), dtype, layout and causality, and
 inputs the way users hand them: contiguous, views into larger buffers (an
 odd element offset: pointers not 16-byte aligned; padded rows: strides that
 are not multiples of 16 bytes), fresh standard-normal values. kiln's
@@ -62,13 +63,17 @@ def reference(q, k, v, do, causal, scale, bshd, dtype=torch.float32):
     what a kernel in that precision may be expected to miss by."""
     t = [x.to(dtype).transpose(1, 2) if bshd else x.to(dtype) for x in (q, k, v)]
     q_, k_, v_ = (x.detach().requires_grad_() for x in t)
-    s = (q_ @ k_.transpose(-1, -2)).float() * scale
+    # Grouped heads: each k/v head repeated for its H / Hk query heads
+    # (autograd sums dk and dv over them).
+    group = q_.shape[1] // k_.shape[1]
+    ke, ve = (x.repeat_interleave(group, dim=1) for x in (k_, v_))
+    s = (q_ @ ke.transpose(-1, -2)).float() * scale
     if causal:
         nq, nk = s.shape[-2:]
         keep = torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril()
         s = s.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(s, -1)
-    o = torch.softmax(s, -1).to(dtype) @ v_
+    o = torch.softmax(s, -1).to(dtype) @ ve
     g = do.to(dtype).transpose(1, 2) if bshd else do.to(dtype)
     dq, dk, dv = torch.autograd.grad(o, (q_, k_, v_), g)
     back = (lambda x: x.transpose(1, 2)) if bshd else (lambda x: x)
@@ -86,20 +91,23 @@ def draw_case(rng):
     bshd = rng.random() < 0.5
     causal = rng.random() < 0.5
     b, h = rng.randint(1, 3), rng.randint(1, 4)
+    # Grouped-query: k and v with a divisor of h heads, a third of the time.
+    hk = h if rng.random() < 0.67 else rng.choice(
+        [x for x in range(1, h + 1) if h % x == 0])
     nq = draw_length(rng)
     nk = nq if rng.random() < 0.5 else draw_length(rng)
     scale = 1.0 / math.sqrt(d) if rng.random() < 0.7 else rng.uniform(0.02, 0.3)
     deterministic = rng.random() < 0.25  # dQ by its own kernel
-    return dtype, d, bshd, causal, b, h, nq, nk, scale, deterministic
+    return dtype, d, bshd, causal, b, h, hk, nq, nk, scale, deterministic
 
 
 def run_case(rng, case, dev):
-    dtype, d, bshd, causal, b, h, nq, nk, scale, deterministic = case
+    dtype, d, bshd, causal, b, h, hk, nq, nk, scale, deterministic = case
     q, qk = make_input(rng, (b, h, nq, d), dtype, bshd, dev)
-    k, kk = make_input(rng, (b, h, nk, d), dtype, bshd, dev)
-    v, vk = make_input(rng, (b, h, nk, d), dtype, bshd, dev)
+    k, kk = make_input(rng, (b, hk, nk, d), dtype, bshd, dev)
+    v, vk = make_input(rng, (b, hk, nk, d), dtype, bshd, dev)
     do, _ = make_input(rng, (b, h, nq, d), dtype, bshd, dev)
-    desc = (f"B={b} H={h} Nq={nq} Nk={nk} D={d} {str(dtype)[6:]} "
+    desc = (f"B={b} H={h}{f'/{hk}' if hk != h else ''} Nq={nq} Nk={nk} D={d} {str(dtype)[6:]} "
             f"{'bshd' if bshd else 'bhsd'} {'causal' if causal else 'full'} "
             f"scale={scale:.3g} q:{qk} k:{kk} v:{vk}"
             f"{' deterministic' if deterministic else ''}")
