@@ -275,4 +275,42 @@ TEST(RuntimeShapes, MisuseNamesTheUsersLine) {
               HasSubstr("cannot parse"));
 }
 
+// requireProduct: bind refuses a run-time integer other than the factor
+// times another one (attention's query heads and grouped K/V heads), naming
+// the tensors they came from; misuse names the user's line.
+TEST(RuntimeShapes, ProductsAreRequiredSo) {
+  KernelBuilder b("pairs");
+  Index n = b.scalarArg("n"), m = b.scalarArg("m");
+  b.requireProduct(n, 3, m);
+  auto X = b.tensorArg("X", f32, {n}), Y = b.tensorArg("Y", f32, {m});
+  b.setGrid({1});
+  store(Y.block({0}), load(X.block({0}, {16})) * 2.0);
+  Kernel k = b.finish();
+  HostTensor x(DType::f32, {6}), y(DType::f32, {2}), y3(DType::f32, {3});
+  EXPECT_NO_THROW(k.bind({{"X", x.ref()}, {"Y", y.ref()}}));
+  EXPECT_THAT(errorOf([&] {
+                k.bind({{"X", x.ref()}, {"Y", y3.ref()}});
+              }),
+              HasSubstr("kernel pairs: n = 6 (from tensor X) must be 3 times "
+                        "m = 3 (from tensor Y)"));
+  int line = 0;
+  std::string error = errorOf([&] {
+    KernelBuilder c("constant");
+    Index p = c.scalarArg("p");
+    line = __LINE__ + 1;
+    c.requireProduct(p, 2, Index(4));
+  });
+  EXPECT_THAT(error, HasSubstr("RuntimeArgTest.cpp:" + std::to_string(line) +
+                               ": requireProduct: both values must be "
+                               "run-time integer arguments"));
+  error = errorOf([&] {
+    KernelBuilder c("zero");
+    Index p = c.scalarArg("p"), q = c.scalarArg("q");
+    line = __LINE__ + 1;
+    c.requireProduct(p, 0, q);
+  });
+  EXPECT_THAT(error, HasSubstr("RuntimeArgTest.cpp:" + std::to_string(line) +
+                               ": requireProduct: the factor must be >= 1"));
+}
+
 } // namespace
