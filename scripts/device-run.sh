@@ -15,6 +15,9 @@
 #   gptfused   examples/gpt/train.py with every layer through kiln
 #              ("kiln_fused": norms, linears, attention, loss) beside kiln's
 #              attention alone and SDPA flash, 200 steps (needs the corpus)
+#   gptgqa     examples/gpt/train.py with 4 K/V heads for the 12 query
+#              heads (grouped-query attention), kiln beside SDPA flash and
+#              cuDNN (enable_gqa), 200 steps (needs the corpus)
 #   gptstep    examples/gpt/step_bench.py: one training step of the GPT per
 #              backend (kiln_fused, kiln, SDPA flash and cuDNN), interleaved,
 #              paired against the faster SDPA backend, and the attention
@@ -64,6 +67,10 @@ for job in "$@"; do
     timeout 500 python3 examples/gpt/train.py --corpus /tmp/corpus.bin \
       --backends kiln_fused,kiln,sdpa_flash --steps 200 --out "$OUT/fused" \
       > "$OUT/gptfused.txt" 2>&1; tail -6 "$OUT/gptfused.txt" ;;
+  gptgqa) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
+    timeout 500 python3 examples/gpt/train.py --corpus /tmp/corpus.bin --kv-heads 4 \
+      --backends kiln,sdpa_flash,sdpa_cudnn --steps 200 --out "$OUT/gqa" \
+      > "$OUT/gptgqa.txt" 2>&1; tail -6 "$OUT/gptgqa.txt" ;;
   gptstep) xz -dc .carry/corpus.bin.xz > /tmp/corpus.bin
     timeout 300 python3 examples/gpt/step_bench.py --corpus /tmp/corpus.bin \
       --backends kiln_fused,kiln,sdpa_flash,sdpa_cudnn \

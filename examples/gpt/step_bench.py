@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from train import BACKENDS, batches, common_args, model_for  # noqa: E402
+from train import BACKENDS, GROUPED_BACKENDS, batches, common_args, model_for  # noqa: E402
 from train import train_step as step  # noqa: E402
 from kiln.bench import bench_ms  # noqa: E402
 
@@ -35,10 +35,10 @@ from kiln.bench import bench_ms  # noqa: E402
 def interleaved_steps(data, names, args):
     dev = torch.device("cuda")
     torch.manual_seed(args.seed)
-    weights = model_for(names[0], args.context).state_dict()
+    weights = model_for(names[0], args.context, args.kv_heads).state_dict()
     models, opts = {}, {}
     for n in names:
-        m = model_for(n, args.context).to(dev)
+        m = model_for(n, args.context, args.kv_heads).to(dev)
         m.load_state_dict(weights)
         models[n] = m
         opts[n] = torch.optim.AdamW(m.parameters(), lr=args.lr, betas=(0.9, 0.95),
@@ -63,12 +63,23 @@ def attention_alone(names, args):
     B, N, H, D = args.batch, args.context, 12, 64
     g = torch.Generator(device="cuda").manual_seed(args.seed)
     qkv = torch.randn(B, N, 3, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    if args.kv_heads != H:  # q, and k and v of kv_heads heads, apart
+        qkv = torch.randn(B, N, (H + 2 * args.kv_heads) * D, device="cuda",
+                          dtype=torch.bfloat16, generator=g)
+
+    def call(fn, t):
+        if args.kv_heads == H:
+            return fn(t)
+        q, kv = t.split([H * D, 2 * args.kv_heads * D], -1)
+        k, v = kv.view(B, N, 2, args.kv_heads, D).unbind(2)
+        return fn(q.view(B, N, H, D), k, v)
+
     out = {}
     for n in names:
-        fn = BACKENDS[n]
-        fwd = bench_ms(lambda: fn(qkv))
+        fn = (BACKENDS if args.kv_heads == H else GROUPED_BACKENDS)[n]
+        fwd = bench_ms(lambda: call(fn, qkv))
         leaf = qkv.detach().clone().requires_grad_()
-        o = fn(leaf)
+        o = call(fn, leaf)
         do = torch.randn_like(o)
         bwd = bench_ms(lambda: torch.autograd.grad(o, leaf, do, retain_graph=True))
         out[n] = (fwd, bwd)
@@ -86,7 +97,7 @@ def profiled_steps(data, names, args, steps=5):
     out = {}
     for n in names:
         torch.manual_seed(args.seed)
-        m = model_for(n, args.context).to(dev)
+        m = model_for(n, args.context, args.kv_heads).to(dev)
         opt = torch.optim.AdamW(m.parameters(), lr=args.lr, fused=True)
         data_iter = batches(data, steps + 3, args.batch, args.context, args.seed)
         for _ in range(3):

@@ -4,7 +4,8 @@ memory, and prefill latency of the trained models.
 
     python3 examples/gpt/train.py --corpus corpus.bin [--steps 300] [--out DIR]
 
-Model: 6 layers, d_model 768, 12 heads of 64, context 1024, byte-level
+Model: 6 layers, d_model 768, 12 heads of 64 (--kv-heads K: K/V heads for
+them, grouped-query attention below 12), context 1024, byte-level
 vocabulary (256), learned positions, pre-norm blocks, GELU MLP; bf16 autocast
 over fp32 weights, AdamW (lr 6e-4, warm-up 50 steps, cosine to 10%), batch
 16 x 1024 tokens. Attention takes the qkv projection as (B, N, 3, H, D):
@@ -63,6 +64,30 @@ BACKENDS = {
 }
 
 
+# With grouped-query attention (--kv-heads below --heads' 12): each takes q
+# (B, N, H, D) and k, v (B, N, Hk, D) and returns (B, N, H, D).
+def kiln_grouped(q, k, v):
+    return kiln.attention(q, k, v, causal=True, layout="bshd")
+
+
+def sdpa_grouped(backend):
+    def run(q, k, v):
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        with sdpa_kernel(backend):
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return o.transpose(1, 2)
+    return run
+
+
+GROUPED_BACKENDS = {
+    "kiln": kiln_grouped,
+    "kiln_fused": kiln_grouped,
+    "kiln_unpacked": kiln_grouped,
+    "sdpa_flash": sdpa_grouped(SDPBackend.FLASH_ATTENTION),
+    "sdpa_cudnn": sdpa_grouped(SDPBackend.CUDNN_ATTENTION),
+}
+
+
 def kiln_norm(ln, x):
     return kiln.layer_norm(x, ln.weight, ln.bias, ln.eps)
 
@@ -72,34 +97,46 @@ def kiln_linear(layer, x, activation="none"):
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, attention, fused=False):
+    def __init__(self, d, heads, attention, fused=False, kv_heads=None):
         super().__init__()
         self.heads, self.attention, self.fused = heads, attention, fused
+        self.kv_heads = kv_heads or heads
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        kv = 2 * self.kv_heads * (d // heads)
+        self.qkv, self.proj = nn.Linear(d, d + kv), nn.Linear(d, d)
         self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def attend(self, qkv):
+        """The attention of the projection qkv (B, N, d + 2·Hk·D): packed
+        (B, N, 3, H, D) without grouped heads, else q, k, v apart."""
+        B, N, _ = qkv.shape
+        D = self.proj.in_features // self.heads
+        if self.kv_heads == self.heads:
+            return self.attention(qkv.view(B, N, 3, self.heads, D))
+        q, kv = qkv.split([self.heads * D, 2 * self.kv_heads * D], -1)
+        k, v = kv.view(B, N, 2, self.kv_heads, D).unbind(2)
+        return self.attention(q.view(B, N, self.heads, D), k, v)
 
     def forward(self, x):
         B, N, d = x.shape
         if self.fused:
-            qkv = kiln_linear(self.qkv, kiln_norm(self.ln1, x))
-            o = self.attention(qkv.view(B, N, 3, self.heads, d // self.heads))
+            o = self.attend(kiln_linear(self.qkv, kiln_norm(self.ln1, x)))
             x = x + kiln_linear(self.proj, o.reshape(B, N, d))
             h = kiln_linear(self.fc, kiln_norm(self.ln2, x), "gelu")
             return x + kiln_linear(self.out, h)
-        qkv = self.qkv(self.ln1(x)).view(B, N, 3, self.heads, d // self.heads)
-        o = self.attention(qkv)
+        o = self.attend(self.qkv(self.ln1(x)))
         x = x + self.proj(o.reshape(B, N, d))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
 
 class GPT(nn.Module):
     def __init__(self, attention, layers=6, d=768, heads=12, context=1024, vocab=256,
-                 fused=False):
+                 fused=False, kv_heads=None):
         super().__init__()
         self.fused = fused
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(context, d)
-        self.blocks = nn.ModuleList(Block(d, heads, attention, fused) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(d, heads, attention, fused, kv_heads)
+                                    for _ in range(layers))
         self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
         self.apply(self._init)
 
@@ -126,9 +163,12 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
 
 
-def model_for(name, context):
-    """The GPT of backend `name` (kiln_fused: every layer through kiln)."""
-    return GPT(BACKENDS[name], context=context, fused=name == "kiln_fused")
+def model_for(name, context, kv_heads=12):
+    """The GPT of backend `name` (kiln_fused: every layer through kiln),
+    with kv_heads K/V heads for its 12 query heads (fewer: grouped-query)."""
+    grouped = kv_heads != 12
+    return GPT((GROUPED_BACKENDS if grouped else BACKENDS)[name], context=context,
+               fused=name == "kiln_fused", kv_heads=kv_heads)
 
 
 def batches(data, steps, batch, context, seed):
@@ -160,12 +200,15 @@ def common_args(p, backends):
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--backends", default=backends)
+    p.add_argument("--kv-heads", type=int, default=12, choices=[1, 2, 3, 4, 6, 12],
+                   help="K/V heads for the 12 query heads (below 12: grouped-query "
+                        "attention, k and v projected apart from q)")
 
 
 def train(name, data, args):
     torch.manual_seed(args.seed)
     dev = torch.device("cuda")
-    model = model_for(name, args.context).to(dev)
+    model = model_for(name, args.context, args.kv_heads).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                             weight_decay=0.1, fused=True)
     sched = lambda s: (s + 1) / 50 if s < 50 else 0.1 + 0.9 * 0.5 * (
