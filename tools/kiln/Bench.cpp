@@ -203,7 +203,7 @@ int cmdBench(Options &opts) {
   kernels::AttentionConfig cfg;
   forwardConfigFlags(opts, cfg);
   // Query heads per K/V head (grouped-query attention; H = 2048 / D).
-  const int64_t group = positive(opts, "group", 1);
+  const int64_t group = benchGroupOption(opts, onlyD);
   // More configs (';' between them), each row timed under every one with
   // their samples in turn (one process: no drift of clocks or placement
   // between them).
@@ -264,10 +264,6 @@ int cmdBench(Options &opts) {
               continue;
             int64_t B = std::max<int64_t>(1, tokens / N), H = 2048 / D,
                     Hk = H / group;
-            if (H % group)
-              throw UsageError("option --group " + std::to_string(group) +
-                               " does not divide the " + std::to_string(H) +
-                               " heads of D=" + std::to_string(D));
             const int64_t Nk = seqK ? seqK : N;
             kernels::AttentionShape s{B, H, N, Nk, D, causal, *dtype, 0, Hk};
             size_t n = size_t(B * H * N * D), nk = size_t(B * Hk * Nk * D);

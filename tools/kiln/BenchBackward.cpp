@@ -35,7 +35,7 @@ int benchAttentionBackward(Options &opts) {
   const std::string seqs = opts.string("seqs", "");
   const kernels::AttentionBackwardConfig cfg = backwardConfigOptions(opts);
   // Query heads per K/V head (grouped-query attention; H = 2048 / D).
-  const int64_t group = positive(opts, "group", 1);
+  const int64_t group = benchGroupOption(opts, onlyD);
   // More configs (';' between them), each row timed under every one with
   // their samples in turn (one process: no drift of clocks or placement
   // between them).
@@ -74,10 +74,6 @@ int benchAttentionBackward(Options &opts) {
             continue;
           const int64_t B = std::max<int64_t>(1, tokens / N), H = 2048 / D,
                         Hk = H / group;
-          if (H % group)
-            throw UsageError("option --group " + std::to_string(group) +
-                             " does not divide the " + std::to_string(H) +
-                             " heads of D=" + std::to_string(D));
           kernels::AttentionShape s{B, H, N, N, D, causal, *dtype, 0, Hk};
           const size_t n = size_t(B * H * N * D), rowsN = size_t(B * H * N),
                        nk = size_t(B * Hk * N * D);

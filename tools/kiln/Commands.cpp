@@ -185,6 +185,16 @@ kernels::AttentionShape attentionShapeOptions(Options &opts) {
   return s;
 }
 
+int64_t benchGroupOption(Options &opts, const std::string &onlyD) {
+  const int64_t group = positive(opts, "group", 1);
+  for (int64_t D : {64, 128})
+    if ((onlyD.empty() || onlyD == std::to_string(D)) && (2048 / D) % group)
+      throw UsageError("option --group " + std::to_string(group) +
+                       " does not divide the " + std::to_string(2048 / D) +
+                       " heads of D=" + std::to_string(D) + " (H = 2048 / D)");
+  return group;
+}
+
 std::vector<int64_t> benchSequenceLengths(std::vector<int64_t> ns, bool quick,
                                           bool ragged) {
   if (ns.empty())

@@ -77,6 +77,11 @@ struct Problem {
   std::vector<Kernel> sequence;
 };
 
+/// The benchmarks' --group G (query heads per K/V head, default 1): a
+/// UsageError unless it divides the heads of every head dim run (2048 / D,
+/// D = --head-dim or 64 and 128), before any GPU work.
+int64_t benchGroupOption(Options &opts, const std::string &onlyD);
+
 /// attention-backward: the forward's O and LSE from the fp64 reference,
 /// dQ, dK and dV checked; --part delta|dkdv|dq picks the kernel
 /// the inspect commands compile (dkdv by default).
