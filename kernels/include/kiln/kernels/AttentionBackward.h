@@ -105,8 +105,9 @@ struct AttentionBackwardConfig {
   int foldStatistics = -1;
   /// Causal dK/dV: the key blocks that see the most queries first, per
   /// group of headGroup (batch, head) pairs (0: those whose Q and dO take
-  /// 16 MiB, 1 to 16, to 8 at D=128 in 16 bits), on a 1-D grid: 1 yes, 0
-  /// no, -1 where measured faster.
+  /// 16 MiB, 1 to 16, to 8 at D=128 in 16 bits; with grouped heads, pairs
+  /// of a K/V head, that lowered to a divisor of the pairs down to half of
+  /// it), on a 1-D grid: 1 yes, 0 no, -1 where measured faster.
   int longestFirst = -1;
   int64_t headGroup = 0;
   /// The dK/dV and dQ loops re-read the thread id in their bodies
