@@ -31,9 +31,9 @@ CASES = [  # B, H, Nq, Nk, D, causal, dtype, layout
 ]
 
 
-@pytest.mark.parametrize("B,H,Nq,Nk,D,causal,dtype,layout", CASES)
-def test_matches_float64_math(B, H, Nq, Nk, D, causal, dtype, layout):
-    q, k, v = attention_inputs(B, H, Nq, Nk, D, dtype, layout, seed=Nq * 7 + D + causal)
+def check_against_float64(q, k, v, causal, layout):
+    """kiln's O and gradients of q, k and v (poisoned allocator before each)
+    against torch's math attention in float64."""
     for t in (q, k, v):
         t.requires_grad_()
     grad_o = torch.randn_like(q)
@@ -42,12 +42,19 @@ def test_matches_float64_math(B, H, Nq, Nk, D, causal, dtype, layout):
     poison_allocator()
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), grad_o)
     o_ref, grads_ref = attention_reference(q, k, v, causal, layout, grad_o)
-    assert o.shape == q.shape and o.dtype == dtype
+    assert o.shape == q.shape and o.dtype == q.dtype
+    assert dk.shape == k.shape and dv.shape == v.shape
+    tol = 1e-2 if q.dtype == torch.bfloat16 else 4e-3
     for name, got, want in (("o", o, o_ref), ("dq", dq, grads_ref[0]),
                             ("dk", dk, grads_ref[1]), ("dv", dv, grads_ref[2])):
         assert torch.isfinite(got).all(), f"{name}: unwritten or non-finite elements"
-        tol = 1e-2 if dtype == torch.bfloat16 else 4e-3
         assert rel(got, want) < (tol if name == "o" else 2 * tol), name
+
+
+@pytest.mark.parametrize("B,H,Nq,Nk,D,causal,dtype,layout", CASES)
+def test_matches_float64_math(B, H, Nq, Nk, D, causal, dtype, layout):
+    q, k, v = attention_inputs(B, H, Nq, Nk, D, dtype, layout, seed=Nq * 7 + D + causal)
+    check_against_float64(q, k, v, causal, layout)
 
 
 @pytest.mark.parametrize("B,H,Hk,Nq,Nk,D,causal,layout", [
@@ -57,19 +64,7 @@ def test_matches_float64_math(B, H, Nq, Nk, D, causal, dtype, layout):
 def test_grouped_heads_match_float64_math(B, H, Hk, Nq, Nk, D, causal, layout):
     q = attention_inputs(B, H, Nq, Nk, D, torch.bfloat16, layout, seed=H * Nq + D)[0]
     k, v = attention_inputs(B, Hk, Nq, Nk, D, torch.bfloat16, layout, seed=Hk + Nk)[1:]
-    for t in (q, k, v):
-        t.requires_grad_()
-    grad_o = torch.randn_like(q)
-    poison_allocator()
-    o = kiln.attention(q, k, v, causal=causal, layout=layout)
-    poison_allocator()
-    dq, dk, dv = torch.autograd.grad(o, (q, k, v), grad_o)
-    o_ref, grads_ref = attention_reference(q, k, v, causal, layout, grad_o)
-    assert dk.shape == k.shape and dv.shape == v.shape
-    for name, got, want in (("o", o, o_ref), ("dq", dq, grads_ref[0]),
-                            ("dk", dk, grads_ref[1]), ("dv", dv, grads_ref[2])):
-        assert torch.isfinite(got).all(), f"{name}: unwritten or non-finite elements"
-        assert rel(got, want) < (1e-2 if name == "o" else 2e-2), name
+    check_against_float64(q, k, v, causal, layout)
 
 
 def view_of(t, kind):
