@@ -29,8 +29,12 @@ std::string RowNormTypes::name() const {
 }
 
 namespace {
-/// Refuses element types other than bf16 and f32.
-void checkTypes(const char *name, const RowNormTypes &t) {
+/// Refuses rows outside [1, kRowNormMaxCols] and element types other than
+/// bf16 and f32.
+void checkRowNorm(const char *name, int64_t cols, const RowNormTypes &t) {
+  if (cols < 1 || cols > kRowNormMaxCols)
+    throw Error(std::string(name) + ": cols must be in [1, 2^20], got " +
+                std::to_string(cols));
   for (DType d : {t.x, t.w, t.y})
     if (d != bf16 && d != f32)
       throw Error(std::string(name) + ": tensors are bf16 or f32, got " +
@@ -50,10 +54,7 @@ int64_t tileCols(int64_t cols) {
 Kernel rowNorm(const char *name, int64_t cols, const RmsNormConfig &c,
                const RowNormTypes &types,
                const std::function<Tile(KernelBuilder &, Tile, Tile)> &body) {
-  if (cols < 1 || cols > (int64_t(1) << 20))
-    throw Error(std::string(name) + ": cols must be in [1, 2^20], got " +
-                std::to_string(cols));
-  checkTypes(name, types);
+  checkRowNorm(name, cols, types);
   KernelBuilder k(name);
   Index rows = k.scalarArg("R");
   k.setGrid({cdiv(rows, c.rows)});
@@ -110,10 +111,7 @@ Kernel rowNormBackward(
     const char *name, int64_t cols, const RmsNormConfig &c, bool bias,
     const RowNormTypes &types,
     const std::function<std::array<Tile, 2>(Tile, Tile, Tile)> &body) {
-  if (cols < 1 || cols > (int64_t(1) << 20))
-    throw Error(std::string(name) + ": cols must be in [1, 2^20], got " +
-                std::to_string(cols));
-  checkTypes(name, types);
+  checkRowNorm(name, cols, types);
   const int64_t t = tileCols(cols);
   KernelBuilder k(name);
   Index rows = k.scalarArg("R"), programs = k.scalarArg("P");

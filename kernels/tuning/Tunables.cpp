@@ -189,7 +189,7 @@ std::pair<int64_t, int64_t> rowNormShape(const TuneSizes &s) {
   const int64_t R = s.at("rows"), C = s.at("cols");
   if (R < 1 || C < 1)
     throw Error("--rows and --cols must be positive");
-  if (C > (int64_t(1) << 20))
+  if (C > kRowNormMaxCols)
     throw Error("--cols must be at most 2^20 (a row is one tile), got " +
                 std::to_string(C));
   return {R, C};

@@ -31,6 +31,9 @@ struct RowNormTypes {
   std::string name() const; ///< "x=f32 w=f32 y=bf16"
 };
 
+/// The longest row the norms take: a row is one tile in registers.
+inline constexpr int64_t kRowNormMaxCols = int64_t(1) << 20;
+
 /// Y = X / sqrt(mean(X^2 over a row) + eps) * W for X, Y (R, cols) and W
 /// (cols) of `types` (bf16 by default); R is a run-time argument bound from the
 /// tensors. A row is one tile of the power of two at or above cols (the columns
