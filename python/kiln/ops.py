@@ -30,6 +30,14 @@ def _dims(t, bshd):
     return (b, y, x, d) if bshd else (b, x, y, d)
 
 
+def _need_bool(op, name, value):
+    """TypeError naming `op` and `name` unless value is a bool ("yes" or 1
+    would pass as true)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{op}: {name} must be a bool, got "
+                        f"{type(value).__name__}")
+
+
 def _check(q, k, v, causal, scale, layout, op="kiln.attention"):
     """Raises TypeError/ValueError naming the argument (and `op`, the
     user's call); launches nothing."""
@@ -40,9 +48,7 @@ def _check(q, k, v, causal, scale, layout, op="kiln.attention"):
     if not isinstance(layout, str) or layout not in _LAYOUTS:
         raise ValueError(f"{op}: layout must be 'bhsd' or 'bshd', "
                          f"got {layout!r}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"{op}: causal must be a bool, got "
-                        f"{type(causal).__name__}")
+    _need_bool(op, "causal", causal)
     if scale is not None and (isinstance(scale, bool) or
                               not isinstance(scale, (int, float)) or
                               not math.isfinite(scale) or scale <= 0):
@@ -361,9 +367,7 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
     same on every run under torch.use_deterministic_algorithms(True) (dQ
     then takes a kernel of its own instead of atomics).
     """
-    if type(return_lse) is not bool:  # "yes" would have returned a tuple
-        raise TypeError(f"kiln.attention: return_lse must be a bool, got "
-                        f"{type(return_lse).__name__}")
+    _need_bool("kiln.attention", "return_lse", return_lse)  # "yes": a tuple
     # The common case checked and launched in C++ (csrc/attention_autograd.
     # cpp, attentionChecked): the checks below cost ~8 us of a decode call.
     if (type(q) is torch.Tensor and type(k) is torch.Tensor and

@@ -111,9 +111,7 @@ def attention_qkvpacked(qkv, *, causal=False, scale=None, return_lse=False):
     logsumexp. The gradient of qkv comes out as one tensor. Same kernels,
     dtypes, head dims and options as kiln.attention.
     """
-    if type(return_lse) is not bool:
-        raise TypeError(f"kiln.attention_qkvpacked: return_lse must be a bool,"
-                        f" got {type(return_lse).__name__}")
+    ops._need_bool("kiln.attention_qkvpacked", "return_lse", return_lse)
     if not isinstance(qkv, torch.Tensor):
         raise TypeError(f"kiln.attention_qkvpacked: qkv must be a torch.Tensor, "
                         f"got {type(qkv).__name__}")
