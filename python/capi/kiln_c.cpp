@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_c.h"
+#include "AttentionArgs.h"
 #include "CApi.h"
 
 #include "kiln/Compiler/Compile.h"
@@ -90,6 +91,12 @@ variantSignature(const std::map<std::string, TensorRef> &tensors) {
 using ProblemKey = std::tuple<bool, int, int, double, int64_t, int64_t, int64_t,
                               int64_t, int64_t, int, bool, int64_t>;
 
+ProblemKey keyOf(bool backward, const kernels::AttentionShape &s, int device,
+                 bool deterministic) {
+  return {backward, int(s.dtype), s.causal,  s.scale, s.batch,       s.heads,
+          s.seqQ,   s.seqK,       s.headDim, device,  deterministic, s.kvHeads};
+}
+
 std::mutex cacheMutex;
 /// Problems kept at most: a server sees a new (B, N) with most requests,
 /// and each entry holds its kernels' IR. The least recently used goes.
@@ -98,41 +105,35 @@ std::map<ProblemKey, std::shared_ptr<Entry>> entries;
 int64_t calls = 0;
 int64_t variantCount = 0;
 
-/// Attention's dtypes: the 16-bit ones.
-DType dtypeOf(int code) {
-  const DType d = dtypeOfCode(code);
-  if (d != DType::bf16 && d != DType::f16)
-    throw Error("dtype code " + std::to_string(code) +
-                " is neither bf16 (0) nor fp16 (1)");
-  return d;
+/// The forward's config on `device`: the keys split where the row blocks
+/// leave the device's SMs idle, and decoding's small tiles where their
+/// programs fill them (at D=128 on fast memory; without a GPU nothing
+/// launches: neither).
+kernels::AttentionConfig forwardLaunch(const kernels::AttentionShape &s,
+                                       int device) {
+  std::string why;
+  const cuda::DeviceInfo *gpu =
+      cuda::available(&why) ? &cuda::device(device) : nullptr;
+  return kernels::launchConfig(s, {}, gpu ? gpu->smCount : 0,
+                               gpu ? gpu->memoryBandwidth : 0);
 }
 
-kernels::AttentionShape shapeOf(const kiln_c_attention_options &o,
-                                const kiln_c_tensor &q,
-                                const kiln_c_tensor &k) {
-  kernels::AttentionShape s;
-  s.batch = q.sizes[0];
-  s.heads = q.sizes[1];
-  s.seqQ = q.sizes[2];
-  s.seqK = k.sizes[2];
-  s.headDim = q.sizes[3];
-  // Grouped heads where k has fewer heads than q (a divisor of them:
-  // checkAttentionShape says so otherwise).
-  s.kvHeads = k.sizes[1] == q.sizes[1] ? 0 : k.sizes[1];
-  s.causal = o.causal != 0;
-  s.dtype = dtypeOf(o.dtype);
-  s.scale = o.scale;
-  return s;
+/// Floats of workspace the forward of `s` takes on `device`.
+int64_t forwardWorkspaceElements(const kernels::AttentionShape &s, int device) {
+  const int64_t ranges = forwardLaunch(s, device).splitKeys;
+  return ranges > 1 ? kernels::SplitKeysWorkspace(s, ranges).elements : 0;
 }
+
+/// kiln_c_attention_forward_workspace's answers: a caller may ask on every
+/// call.
+std::map<ProblemKey, int64_t> forwardWorkspaces;
 
 /// The entry of a problem, its kernels built on the first call (compiles
 /// are shared between entries of one shape class through the JIT cache).
 std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
                                 int device, bool deterministic) {
   deterministic = backward && deterministic;
-  ProblemKey key{backward,  int(s.dtype), s.causal,      s.scale,
-                 s.batch,   s.heads,      s.seqQ,        s.seqK,
-                 s.headDim, device,       deterministic, s.kvHeads};
+  const ProblemKey key = keyOf(backward, s, device, deterministic);
   std::lock_guard<std::mutex> lock(cacheMutex);
   std::shared_ptr<Entry> &e = entries[key];
   if (!e) {
@@ -142,14 +143,7 @@ std::shared_ptr<Entry> entryFor(bool backward, const kernels::AttentionShape &s,
       c.deterministic = deterministic ? 1 : -1;
       made->kernels = kernels::attentionBackward(s, c);
     } else {
-      // The keys split where the row blocks leave the device's SMs idle, and
-      // decoding's small tiles where their programs fill them (at D=128 on
-      // fast memory; without a GPU nothing launches: neither).
-      std::string why;
-      const cuda::DeviceInfo *gpu =
-          cuda::available(&why) ? &cuda::device(device) : nullptr;
-      const kernels::AttentionConfig launch = kernels::launchConfig(
-          s, {}, gpu ? gpu->smCount : 0, gpu ? gpu->memoryBandwidth : 0);
+      const kernels::AttentionConfig launch = forwardLaunch(s, device);
       made->splitKeys = launch.splitKeys;
       made->kernels = kernels::attentionForwardKernels(s, launch);
       if (made->splitKeys > 1)
@@ -294,8 +288,28 @@ int kiln_c_attention_forward_workspace(const kiln_c_attention_options *options,
   return guarded(error, error_size, [&] {
     if (!elements)
       throw Error("elements must be given");
-    const Entry &e = *problemOf(false, options, q, k).second;
-    *elements = e.splitWorkspace ? e.splitWorkspace->elements : 0;
+    if (!options || !q || !k)
+      throw Error("options, q and k must be given");
+    const kernels::AttentionShape s = shapeOf(*options, *q, *k);
+    const ProblemKey key = keyOf(false, s, options->device, false);
+    {
+      std::lock_guard<std::mutex> lock(cacheMutex);
+      if (auto it = forwardWorkspaces.find(key);
+          it != forwardWorkspaces.end()) {
+        *elements = it->second;
+        return;
+      }
+    }
+    // Whether the forward packs grouped heads depends on the strides of q,
+    // O and LSE, which this call does not see: enough for either.
+    *elements = forwardWorkspaceElements(s, options->device);
+    if (std::optional<kernels::AttentionShape> p = packedShape(s))
+      *elements =
+          std::max(*elements, forwardWorkspaceElements(*p, options->device));
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    if (forwardWorkspaces.size() >= 4 * kMaxEntries)
+      forwardWorkspaces.clear();
+    forwardWorkspaces[key] = *elements;
   });
 }
 
@@ -304,6 +318,15 @@ int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              const kiln_c_tensor *v, const kiln_c_tensor *o,
                              const kiln_c_tensor *lse, void *workspace,
                              char *error, size_t error_size) {
+  kiln_c_tensor rows[3];
+  if (int64_t g = packedGroup(options, q, k, o, lse); g > 1) {
+    rows[0] = packedRows(*q, g);
+    rows[1] = packedRows(*o, g);
+    rows[2] = packedRows(*lse, g);
+    q = &rows[0];
+    o = &rows[1];
+    lse = &rows[2];
+  }
   return runAttention(
       false, options, q, k, callKey({q, k, v, o, lse}, workspace), error,
       error_size, [&](const kernels::AttentionShape &s, const Entry &e) {

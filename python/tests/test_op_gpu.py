@@ -67,6 +67,31 @@ def test_grouped_heads_match_float64_math(B, H, Hk, Nq, Nk, D, causal, layout):
     check_against_float64(q, k, v, causal, layout)
 
 
+@pytest.mark.parametrize("B,H,Hk,Nq,Nk,D,layout", [
+    (3, 8, 2, 1, 3000, 128, "bhsd"), (2, 12, 4, 5, 700, 64, "bhsd"),
+    (2, 8, 2, 1, 4097, 128, "bshd"), (1, 4, 1, 100, 1000, 64, "bhsd")])
+def test_grouped_short_queries_run_as_rows_of_one_head(B, H, Hk, Nq, Nk, D, layout):
+    # Non-causal grouped heads with under 128 queries: the G query heads of a
+    # K/V head run as G·Nq rows of one head (python/capi/AttentionArgs.h). O, LSE and the
+    # gradients against float64; the Hk-head problem of those rows is then
+    # the one already loaded (no new variant).
+    q = attention_inputs(B, H, Nq, Nk, D, torch.bfloat16, layout, seed=H + Nq)[0]
+    k, v = attention_inputs(B, Hk, Nq, Nk, D, torch.bfloat16, layout, seed=Nk)[1:]
+    check_against_float64(q, k, v, False, layout)
+    poison_allocator()
+    o, lse = kiln.attention(q.detach(), k.detach(), v.detach(), layout=layout,
+                            return_lse=True)
+    bh = (lambda t: t.transpose(1, 2)) if layout == "bshd" else (lambda t: t)
+    group = H // Hk
+    s = (bh(q).double() @ bh(k).double().repeat_interleave(group, 1).transpose(-1, -2))
+    assert rel(lse, torch.logsumexp(s / math.sqrt(D), -1)) < 1e-5
+    if layout == "bhsd":
+        variants = kiln.cache_stats()[0]
+        rows = kiln.attention(q.detach().reshape(B, Hk, group * Nq, D), k.detach(), v.detach())
+        assert kiln.cache_stats()[0] == variants, "grouped heads did not run as rows"
+        assert torch.equal(rows.view(B, H, Nq, D), o)
+
+
 def view_of(t, kind):
     """t's values in a view users hand over: at an odd element offset (a
     pointer that is not 16-byte aligned) or with rows padded by 3 elements

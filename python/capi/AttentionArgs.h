@@ -1,0 +1,115 @@
+//===- AttentionArgs.h - the attention problem of the C API's tensors ----===//
+//
+// The problem (shape, dtype) of a call's q and k, and the view of its tensors
+// the forward launches on.
+//
+// Non-causal attention with grouped heads (k and v of Hk < H heads) where a
+// head has few queries (decoding, short chunks): the G = H / Hk query heads of
+// a K/V head are read as G·Nq rows of one head of an Hk-head problem, so that
+// one program's rows read their K and V once rather than G programs reading
+// them each. Exact without a causal mask, whose rows would then see other
+// keys. A view of q, O and LSE where each one's rows of a group are evenly
+// spaced: Nq = 1, or a head's rows right after the previous head's.
+//
+// H200, GPU time of the same kernels packed by hand against not, bf16,
+// D=128, H=32 (docs/experiments/2026-11-29-session64.txt): Hk=8, Nq=1 or 4,
+// B=4..64 at 2k-32k keys 1.50-2.75x, B=16 Nk=8192 Nq=1 Hk=1/2/4 7.9/5.5/3.3x;
+// Nq=32 2.41x, 64 1.57x; 128 and 256 0.99x, prefill (Nq = Nk >= 1000,
+// D=64/128) 0.99-1.06x. Hence rows below one 128-row block a head.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_PYTHON_CAPI_ATTENTIONARGS_H
+#define KILN_PYTHON_CAPI_ATTENTIONARGS_H
+
+#include "CApi.h"
+#include "kiln_c.h"
+
+#include "kiln/kernels/Attention.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace kiln::capi {
+
+/// Attention's dtypes: the 16-bit ones.
+inline DType dtypeOf(int code) {
+  const DType d = dtypeOfCode(code);
+  if (d != DType::bf16 && d != DType::f16)
+    throw Error("dtype code " + std::to_string(code) +
+                " is neither bf16 (0) nor fp16 (1)");
+  return d;
+}
+
+/// The problem of q and k (the C API's (B, H, N, D) views) under `o`.
+inline kernels::AttentionShape shapeOf(const kiln_c_attention_options &o,
+                                       const kiln_c_tensor &q,
+                                       const kiln_c_tensor &k) {
+  kernels::AttentionShape s;
+  s.batch = q.sizes[0];
+  s.heads = q.sizes[1];
+  s.seqQ = q.sizes[2];
+  s.seqK = k.sizes[2];
+  s.headDim = q.sizes[3];
+  // Grouped heads where k has fewer heads than q (a divisor of them:
+  // checkAttentionShape says so otherwise).
+  s.kvHeads = k.sizes[1] == q.sizes[1] ? 0 : k.sizes[1];
+  s.causal = o.causal != 0;
+  s.dtype = dtypeOf(o.dtype);
+  s.scale = o.scale;
+  return s;
+}
+
+/// A head's queries below this many are packed.
+constexpr int64_t kPackedRowsBelow = 128;
+
+/// The Hk-head problem that packs `s`'s grouped heads, if it does.
+inline std::optional<kernels::AttentionShape>
+packedShape(const kernels::AttentionShape &s) {
+  if (s.causal || s.kvHeads <= 0 || s.kvHeads >= s.heads ||
+      s.heads % s.kvHeads || s.seqQ <= 0 || s.seqQ >= kPackedRowsBelow)
+    return std::nullopt;
+  kernels::AttentionShape p = s;
+  p.seqQ = s.seqQ * (s.heads / s.kvHeads);
+  p.heads = s.kvHeads;
+  p.kvHeads = 0;
+  return p;
+}
+
+/// Whether `t`'s (B, H, N, ...) rows of consecutive heads are evenly spaced:
+/// a view of G heads' rows as one head's.
+inline bool rowsEvenlySpaced(const kiln_c_tensor &t) {
+  return t.sizes[2] == 1 || t.strides[1] == t.sizes[2] * t.strides[2];
+}
+
+/// `t` (B, H, N, ...) as (B, H / g, g·N, ...): head h's row n is row
+/// (h mod g)·N + n of head h / g.
+inline kiln_c_tensor packedRows(const kiln_c_tensor &t, int64_t g) {
+  kiln_c_tensor p = t;
+  p.sizes[1] = t.sizes[1] / g;
+  p.sizes[2] = t.sizes[2] * g;
+  p.strides[1] = t.strides[1] * g;
+  p.strides[2] = t.sizes[2] == 1 ? t.strides[1] : t.strides[2];
+  return p;
+}
+
+/// G where the forward packs its grouped heads' rows (above), else 1:
+/// a problem packedShape packs, and q, O and LSE of its shape whose rows are
+/// views of one head's (other input is left to the usual checks).
+inline int64_t packedGroup(const kiln_c_attention_options *options,
+                           const kiln_c_tensor *q, const kiln_c_tensor *k,
+                           const kiln_c_tensor *o, const kiln_c_tensor *lse) {
+  if (!options || !q || !k || !o || !lse || !q->data || !o->data ||
+      !lse->data ||
+      (options->dtype != KILN_C_BF16 && options->dtype != KILN_C_F16))
+    return 1;
+  const kernels::AttentionShape s = shapeOf(*options, *q, *k);
+  if (!packedShape(s) || !std::equal(q->sizes, q->sizes + 4, o->sizes) ||
+      !std::equal(q->sizes, q->sizes + 3, lse->sizes) ||
+      !rowsEvenlySpaced(*q) || !rowsEvenlySpaced(*o) || !rowsEvenlySpaced(*lse))
+    return 1;
+  return s.heads / s.kvHeads;
+}
+
+} // namespace kiln::capi
+
+#endif // KILN_PYTHON_CAPI_ATTENTIONARGS_H
