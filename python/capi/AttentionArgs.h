@@ -1,7 +1,7 @@
 //===- AttentionArgs.h - the attention problem of the C API's tensors ----===//
 //
-// The problem (shape, dtype) of a call's q and k, and the view of its tensors
-// the forward launches on.
+// The problem (shape, dtype) of a call's q and k, the forward's launch config
+// and workspace, and the view of its tensors the forward launches on.
 //
 // Non-causal attention with grouped heads (k and v of Hk < H heads) where a
 // head has few queries (decoding, short chunks): the G = H / Hk query heads of
@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
 
 namespace kiln::capi {
 
@@ -57,6 +58,26 @@ inline kernels::AttentionShape shapeOf(const kiln_c_attention_options &o,
   s.dtype = dtypeOf(o.dtype);
   s.scale = o.scale;
   return s;
+}
+
+/// The forward's config on `device`: the keys split where the row blocks
+/// leave the device's SMs idle, and decoding's small tiles where their
+/// programs fill them (at D=128 on fast memory; without a GPU nothing
+/// launches: neither).
+inline kernels::AttentionConfig forwardLaunch(const kernels::AttentionShape &s,
+                                              int device) {
+  std::string why;
+  const cuda::DeviceInfo *gpu =
+      cuda::available(&why) ? &cuda::device(device) : nullptr;
+  return kernels::launchConfig(s, {}, gpu ? gpu->smCount : 0,
+                               gpu ? gpu->memoryBandwidth : 0);
+}
+
+/// Floats of workspace the forward of `s` takes on `device`.
+inline int64_t forwardWorkspaceElements(const kernels::AttentionShape &s,
+                                        int device) {
+  const int64_t ranges = forwardLaunch(s, device).splitKeys;
+  return ranges > 1 ? kernels::SplitKeysWorkspace(s, ranges).elements : 0;
 }
 
 /// A head's queries below this many are packed.

@@ -13,16 +13,19 @@
 #include "CApi.h"
 
 #include "kiln/Compiler/Compile.h"
+#include "kiln/Compiler/Log.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionBackward.h"
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Error.h"
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <tuple>
 
 using namespace kiln;
@@ -104,25 +107,6 @@ constexpr size_t kMaxEntries = 256;
 std::map<ProblemKey, std::shared_ptr<Entry>> entries;
 int64_t calls = 0;
 int64_t variantCount = 0;
-
-/// The forward's config on `device`: the keys split where the row blocks
-/// leave the device's SMs idle, and decoding's small tiles where their
-/// programs fill them (at D=128 on fast memory; without a GPU nothing
-/// launches: neither).
-kernels::AttentionConfig forwardLaunch(const kernels::AttentionShape &s,
-                                       int device) {
-  std::string why;
-  const cuda::DeviceInfo *gpu =
-      cuda::available(&why) ? &cuda::device(device) : nullptr;
-  return kernels::launchConfig(s, {}, gpu ? gpu->smCount : 0,
-                               gpu ? gpu->memoryBandwidth : 0);
-}
-
-/// Floats of workspace the forward of `s` takes on `device`.
-int64_t forwardWorkspaceElements(const kernels::AttentionShape &s, int device) {
-  const int64_t ranges = forwardLaunch(s, device).splitKeys;
-  return ranges > 1 ? kernels::SplitKeysWorkspace(s, ranges).elements : 0;
-}
 
 /// kiln_c_attention_forward_workspace's answers: a caller may ask on every
 /// call.
@@ -264,6 +248,28 @@ int runAttention(bool backward, const kiln_c_attention_options *options,
   });
 }
 
+/// KILN_LOG=launch: a line the first time the forward packs a problem's
+/// grouped heads (the kernels' own lines then show the Hk-head problem).
+void logPacked(const kiln_c_attention_options &o, const kiln_c_tensor &q,
+               const kiln_c_tensor &k, int64_t g) {
+  if (!logs("launch"))
+    return;
+  static std::set<ProblemKey> logged;
+  const kernels::AttentionShape s = shapeOf(o, q, k);
+  {
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    if (!logged.insert(keyOf(false, s, o.device, false)).second)
+      return;
+  }
+  std::fprintf(stderr,
+               "kiln[launch]: attention B=%lld H=%lld Hk=%lld Nq=%lld "
+               "Nk=%lld D=%lld non-causal: grouped heads packed, %lld heads "
+               "of %lld rows\n",
+               (long long)s.batch, (long long)s.heads, (long long)s.kvHeads,
+               (long long)s.seqQ, (long long)s.seqK, (long long)s.headDim,
+               (long long)s.kvHeads, (long long)(s.seqQ * g));
+}
+
 /// The forward's tensors, which the backward takes too.
 std::map<std::string, TensorRef>
 forwardTensors(const kernels::AttentionShape &s, const kiln_c_tensor *q,
@@ -320,6 +326,9 @@ int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              char *error, size_t error_size) {
   kiln_c_tensor rows[3];
   if (int64_t g = packedGroup(options, q, k, o, lse); g > 1) {
+    if (int code =
+            guarded(error, error_size, [&] { logPacked(*options, *q, *k, g); }))
+      return code;
     rows[0] = packedRows(*q, g);
     rows[1] = packedRows(*o, g);
     rows[2] = packedRows(*lse, g);

@@ -69,15 +69,23 @@ def test_grouped_heads_match_float64_math(B, H, Hk, Nq, Nk, D, causal, layout):
 
 @pytest.mark.parametrize("B,H,Hk,Nq,Nk,D,layout", [
     (3, 8, 2, 1, 3000, 128, "bhsd"), (2, 12, 4, 5, 700, 64, "bhsd"),
-    (2, 8, 2, 1, 4097, 128, "bshd"), (1, 4, 1, 100, 1000, 64, "bhsd")])
-def test_grouped_short_queries_run_as_rows_of_one_head(B, H, Hk, Nq, Nk, D, layout):
+    (2, 8, 2, 1, 4097, 128, "bshd"), (1, 4, 1, 100, 1000, 64, "bhsd"),
+    (2, 8, 2, 3, 900, 128, "bshd")])  # a head's rows not evenly spaced: not packed
+def test_grouped_short_queries_run_as_rows_of_one_head(B, H, Hk, Nq, Nk, D, layout,
+                                                       monkeypatch, capfd):
     # Non-causal grouped heads with under 128 queries: the G query heads of a
-    # K/V head run as G·Nq rows of one head (python/capi/AttentionArgs.h). O, LSE and the
-    # gradients against float64; the Hk-head problem of those rows is then
-    # the one already loaded (no new variant).
+    # K/V head run as G·Nq rows of one head (python/capi/AttentionArgs.h), as
+    # KILN_LOG=launch says. O, LSE and the gradients against float64; the
+    # Hk-head problem of those rows is then the one already loaded (no new
+    # variant).
     q = attention_inputs(B, H, Nq, Nk, D, torch.bfloat16, layout, seed=H + Nq)[0]
     k, v = attention_inputs(B, Hk, Nq, Nk, D, torch.bfloat16, layout, seed=Nk)[1:]
+    monkeypatch.setenv("KILN_LOG", "launch")
     check_against_float64(q, k, v, False, layout)
+    said = (f"kiln[launch]: attention B={B} H={H} Hk={Hk} Nq={Nq} Nk={Nk} D={D} "
+            f"non-causal: grouped heads packed, {Hk} heads of {H // Hk * Nq} rows")
+    packs = layout == "bhsd" or Nq == 1
+    assert (said in capfd.readouterr().err) == packs
     poison_allocator()
     o, lse = kiln.attention(q.detach(), k.detach(), v.detach(), layout=layout,
                             return_lse=True)

@@ -10,6 +10,7 @@
 #include "kiln/Compiler/Compile.h"
 #include "kiln/Compiler/DiskCache.h"
 #include "kiln/Compiler/KernelImpl.h"
+#include "kiln/Compiler/Log.h"
 
 #include "mlir/IR/OperationSupport.h"
 #include "llvm/Support/raw_ostream.h"
@@ -37,9 +38,7 @@ Cache &cache() {
 }
 } // namespace
 
-/// Whether KILN_LOG (a comma-separated list) names `what`. An item it does
-/// not know is an error, not a log that silently never prints.
-static bool logs(std::string_view what) {
+bool logs(std::string_view what) {
   const char *env = std::getenv("KILN_LOG");
   std::string_view list(env ? env : "");
   bool named = false;
