@@ -3,8 +3,8 @@ against the same problem packed, q's G = H / Hk heads of each k/v head seen
 as G rows of one head (q.view(B, Hk, G * Nq, D): exact for non-causal
 attention, one program's rows reading its k/v once), and SDPA's flash and
 cuDNN backends with enable_gqa. Same tensors, one process, samples in turn
-(kiln.bench's bench_interleaved_ms). Written in session 63, not yet run: it
-decides whether the C API should pack grouped heads for short queries.
+(kiln.bench's bench_interleaved_ms). Written in session 63, run in session 64: it
+decided that the C API packs grouped heads for short queries (9cd9ea7).
 
     PYTHONPATH=python python3 docs/experiments/2026-11-29-session63-decode-gqa.py
 """

@@ -1,21 +1,26 @@
 //===- AttentionArgs.h - the attention problem of the C API's tensors ----===//
 //
 // The problem (shape, dtype) of a call's q and k, the forward's launch config
-// and workspace, and the view of its tensors the forward launches on.
+// and workspace, and the view of its tensors a call launches on.
 //
 // Non-causal attention with grouped heads (k and v of Hk < H heads) where a
 // head has few queries (decoding, short chunks): the G = H / Hk query heads of
 // a K/V head are read as G·Nq rows of one head of an Hk-head problem, so that
 // one program's rows read their K and V once rather than G programs reading
-// them each. Exact without a causal mask, whose rows would then see other
-// keys. A view of q, O and LSE where each one's rows of a group are evenly
-// spaced: Nq = 1, or a head's rows right after the previous head's.
+// them each (and in the backward, a key block's program walks G·Nq rows, not
+// G blocks of Nq). Exact without a causal mask, whose rows would then see
+// other keys. A view of q, O, LSE (and dO, dQ) where each one's rows of a
+// group are evenly spaced: Nq = 1, or a head's rows right after the previous
+// head's.
 //
-// H200, GPU time of the same kernels packed by hand against not, bf16,
-// D=128, H=32 (docs/experiments/2026-11-29-session64.txt): Hk=8, Nq=1 or 4,
-// B=4..64 at 2k-32k keys 1.50-2.75x, B=16 Nk=8192 Nq=1 Hk=1/2/4 7.9/5.5/3.3x;
-// Nq=32 2.41x, 64 1.57x; 128 and 256 0.99x, prefill (Nq = Nk >= 1000,
-// D=64/128) 0.99-1.06x. Hence rows below one 128-row block a head.
+// H200, GPU time of the same kernels packed by hand against not, bf16, H=32
+// (docs/experiments/2026-11-29-session64.txt). Forward, D=128: Hk=8, Nq=1 or
+// 4, B=4..64 at 2k-32k keys 1.50-2.75x, B=16 Nk=8192 Nq=1 Hk=1/2/4
+// 7.9/5.5/3.3x; Nq=32 2.41x, 64 1.57x; 128 and 256 0.99x, prefill (Nq = Nk
+// >= 1000, D=64/128) 0.99-1.06x. Forward and backward with the forward packed
+// in both, Hk=8, Nk 1024-4096: Nq 1-16 1.26-1.75x at D=128, 2.2x at D=64;
+// Nq=64 1.01-1.02x (D=64 1.51x), Nq=100 1.07-1.10x. Hence rows below one
+// 128-row block a head, in both.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_PYTHON_CAPI_ATTENTIONARGS_H
@@ -24,11 +29,18 @@
 #include "CApi.h"
 #include "kiln_c.h"
 
+#include "kiln/Compiler/Log.h"
 #include "kiln/kernels/Attention.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
+#include <initializer_list>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 
 namespace kiln::capi {
 
@@ -113,22 +125,66 @@ inline kiln_c_tensor packedRows(const kiln_c_tensor &t, int64_t g) {
   return p;
 }
 
-/// G where the forward packs its grouped heads' rows (above), else 1:
-/// a problem packedShape packs, and q, O and LSE of its shape whose rows are
-/// views of one head's (other input is left to the usual checks).
+/// G where a call packs its grouped heads' rows (above), else 1: a problem
+/// packedShape packs, and q, the other tensors of q's rows (O, and in the
+/// backward dO and dQ) and LSE of their shapes, each one's rows views of one
+/// head's (other input is left to the usual checks).
 inline int64_t packedGroup(const kiln_c_attention_options *options,
                            const kiln_c_tensor *q, const kiln_c_tensor *k,
-                           const kiln_c_tensor *o, const kiln_c_tensor *lse) {
-  if (!options || !q || !k || !o || !lse || !q->data || !o->data ||
-      !lse->data ||
-      (options->dtype != KILN_C_BF16 && options->dtype != KILN_C_F16))
-    return 1;
-  const kernels::AttentionShape s = shapeOf(*options, *q, *k);
-  if (!packedShape(s) || !std::equal(q->sizes, q->sizes + 4, o->sizes) ||
+                           std::initializer_list<const kiln_c_tensor *> rows,
+                           const kiln_c_tensor *lse) {
+  if (!options || !q || !k || !lse || !lse->data ||
+      (options->dtype != KILN_C_BF16 && options->dtype != KILN_C_F16) ||
+      !packedShape(shapeOf(*options, *q, *k)) || !rowsEvenlySpaced(*q) ||
       !std::equal(q->sizes, q->sizes + 3, lse->sizes) ||
-      !rowsEvenlySpaced(*q) || !rowsEvenlySpaced(*o) || !rowsEvenlySpaced(*lse))
+      !rowsEvenlySpaced(*lse))
     return 1;
-  return s.heads / s.kvHeads;
+  for (const kiln_c_tensor *t : rows)
+    if (!t || !t->data || !std::equal(q->sizes, q->sizes + 4, t->sizes) ||
+        !rowsEvenlySpaced(*t))
+      return 1;
+  return q->sizes[1] / k->sizes[1];
+}
+
+/// `ts` with the rows of G heads of each packed as one head's.
+template <size_t N>
+std::array<kiln_c_tensor, N>
+packedRowsOf(std::array<const kiln_c_tensor *, N> ts, int64_t g) {
+  std::array<kiln_c_tensor, N> out;
+  for (size_t i = 0; i < N; ++i)
+    out[i] = packedRows(*ts[i], g);
+  return out;
+}
+
+/// KILN_LOG=launch: a line the first time a call of the forward or the
+/// backward packs a problem's grouped heads (the kernels' own lines then
+/// show the Hk-head problem).
+inline void logPacked(bool backward, const kiln_c_attention_options &o,
+                      const kiln_c_tensor &q, const kiln_c_tensor &k,
+                      int64_t g) {
+  if (!logs("launch"))
+    return;
+  static std::mutex mutex;
+  static std::set<std::tuple<bool, int, double, int64_t, int64_t, int64_t,
+                             int64_t, int64_t, int64_t, int>>
+      logged;
+  const kernels::AttentionShape s = shapeOf(o, q, k);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!logged
+             .emplace(backward, int(s.dtype), s.scale, s.batch, s.heads,
+                      s.kvHeads, s.seqQ, s.seqK, s.headDim, o.device)
+             .second)
+      return;
+  }
+  std::fprintf(stderr,
+               "kiln[launch]: attention%s B=%lld H=%lld Hk=%lld Nq=%lld "
+               "Nk=%lld D=%lld non-causal: grouped heads packed, %lld heads "
+               "of %lld rows\n",
+               backward ? " backward" : "", (long long)s.batch,
+               (long long)s.heads, (long long)s.kvHeads, (long long)s.seqQ,
+               (long long)s.seqK, (long long)s.headDim, (long long)s.kvHeads,
+               (long long)(s.seqQ * g));
 }
 
 } // namespace kiln::capi

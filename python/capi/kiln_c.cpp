@@ -13,19 +13,17 @@
 #include "CApi.h"
 
 #include "kiln/Compiler/Compile.h"
-#include "kiln/Compiler/Log.h"
 #include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionBackward.h"
 #include "kiln/runtime/Cuda.h"
 #include "kiln/runtime/Error.h"
 
-#include <cstdio>
+#include <array>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <tuple>
 
 using namespace kiln;
@@ -248,28 +246,6 @@ int runAttention(bool backward, const kiln_c_attention_options *options,
   });
 }
 
-/// KILN_LOG=launch: a line the first time the forward packs a problem's
-/// grouped heads (the kernels' own lines then show the Hk-head problem).
-void logPacked(const kiln_c_attention_options &o, const kiln_c_tensor &q,
-               const kiln_c_tensor &k, int64_t g) {
-  if (!logs("launch"))
-    return;
-  static std::set<ProblemKey> logged;
-  const kernels::AttentionShape s = shapeOf(o, q, k);
-  {
-    std::lock_guard<std::mutex> lock(cacheMutex);
-    if (!logged.insert(keyOf(false, s, o.device, false)).second)
-      return;
-  }
-  std::fprintf(stderr,
-               "kiln[launch]: attention B=%lld H=%lld Hk=%lld Nq=%lld "
-               "Nk=%lld D=%lld non-causal: grouped heads packed, %lld heads "
-               "of %lld rows\n",
-               (long long)s.batch, (long long)s.heads, (long long)s.kvHeads,
-               (long long)s.seqQ, (long long)s.seqK, (long long)s.headDim,
-               (long long)s.kvHeads, (long long)(s.seqQ * g));
-}
-
 /// The forward's tensors, which the backward takes too.
 std::map<std::string, TensorRef>
 forwardTensors(const kernels::AttentionShape &s, const kiln_c_tensor *q,
@@ -324,14 +300,12 @@ int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              const kiln_c_tensor *v, const kiln_c_tensor *o,
                              const kiln_c_tensor *lse, void *workspace,
                              char *error, size_t error_size) {
-  kiln_c_tensor rows[3];
-  if (int64_t g = packedGroup(options, q, k, o, lse); g > 1) {
-    if (int code =
-            guarded(error, error_size, [&] { logPacked(*options, *q, *k, g); }))
+  std::array<kiln_c_tensor, 3> rows;
+  if (int64_t g = packedGroup(options, q, k, {o}, lse); g > 1) {
+    if (int code = guarded(error, error_size,
+                           [&] { logPacked(false, *options, *q, *k, g); }))
       return code;
-    rows[0] = packedRows(*q, g);
-    rows[1] = packedRows(*o, g);
-    rows[2] = packedRows(*lse, g);
+    rows = packedRowsOf<3>({q, o, lse}, g);
     q = &rows[0];
     o = &rows[1];
     lse = &rows[2];
@@ -364,6 +338,20 @@ int kiln_c_attention_backward(
     const kiln_c_tensor *d_o, const kiln_c_tensor *lse, void *workspace,
     const kiln_c_tensor *d_q, const kiln_c_tensor *d_k,
     const kiln_c_tensor *d_v, char *error, size_t error_size) {
+  std::array<kiln_c_tensor, 5> rows;
+  if (int64_t g = packedGroup(options, q, k, {o, d_o, d_q}, lse); g > 1) {
+    if (int code = guarded(error, error_size,
+                           [&] { logPacked(true, *options, *q, *k, g); }))
+      return code;
+    // BackwardWorkspace of the packed problem fits in the caller's: its
+    // parts per (batch, head) grow at most G-fold with G·Nq rows.
+    rows = packedRowsOf<5>({q, o, d_o, lse, d_q}, g);
+    q = &rows[0];
+    o = &rows[1];
+    d_o = &rows[2];
+    lse = &rows[3];
+    d_q = &rows[4];
+  }
   return runAttention(
       true, options, q, k,
       callKey({q, k, v, o, d_o, lse, d_q, d_k, d_v}, workspace), error,

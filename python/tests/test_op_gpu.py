@@ -74,18 +74,20 @@ def test_grouped_heads_match_float64_math(B, H, Hk, Nq, Nk, D, causal, layout):
 def test_grouped_short_queries_run_as_rows_of_one_head(B, H, Hk, Nq, Nk, D, layout,
                                                        monkeypatch, capfd):
     # Non-causal grouped heads with under 128 queries: the G query heads of a
-    # K/V head run as G·Nq rows of one head (python/capi/AttentionArgs.h), as
-    # KILN_LOG=launch says. O, LSE and the gradients against float64; the
-    # Hk-head problem of those rows is then the one already loaded (no new
-    # variant).
+    # K/V head run as G·Nq rows of one head (python/capi/AttentionArgs.h),
+    # forward and backward, as KILN_LOG=launch says. O, LSE and the
+    # gradients against float64; the Hk-head problem of those rows is then
+    # the one already loaded (no new variant).
     q = attention_inputs(B, H, Nq, Nk, D, torch.bfloat16, layout, seed=H + Nq)[0]
     k, v = attention_inputs(B, Hk, Nq, Nk, D, torch.bfloat16, layout, seed=Nk)[1:]
     monkeypatch.setenv("KILN_LOG", "launch")
     check_against_float64(q, k, v, False, layout)
-    said = (f"kiln[launch]: attention B={B} H={H} Hk={Hk} Nq={Nq} Nk={Nk} D={D} "
-            f"non-causal: grouped heads packed, {Hk} heads of {H // Hk * Nq} rows")
+    err = capfd.readouterr().err
     packs = layout == "bhsd" or Nq == 1
-    assert (said in capfd.readouterr().err) == packs
+    for call in ("attention", "attention backward"):
+        said = (f"kiln[launch]: {call} B={B} H={H} Hk={Hk} Nq={Nq} Nk={Nk} D={D} "
+                f"non-causal: grouped heads packed, {Hk} heads of {H // Hk * Nq} rows")
+        assert (said in err) == packs, err
     poison_allocator()
     o, lse = kiln.attention(q.detach(), k.detach(), v.detach(), layout=layout,
                             return_lse=True)
