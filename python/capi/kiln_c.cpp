@@ -273,6 +273,7 @@ int kiln_c_attention_forward_workspace(const kiln_c_attention_options *options,
     if (!options || !q || !k)
       throw Error("options, q and k must be given");
     const kernels::AttentionShape s = shapeOf(*options, *q, *k);
+    kernels::checkAttentionShape(s); // without a GPU no config checks it
     const ProblemKey key = keyOf(false, s, options->device, false);
     {
       std::lock_guard<std::mutex> lock(cacheMutex);

@@ -241,6 +241,31 @@ def test_packed_tensors_match_the_struct():
         assert ctypes.string_at(p, ctypes.sizeof(_lib._Tensor)) == bytes(want)
 
 
+def test_forward_workspace_query_checks_the_shape():
+    # kiln_c_attention_forward_workspace refuses a bad problem itself (it
+    # builds no kernels, and without a GPU no launch config checks the
+    # shape) and answers for grouped heads either way they may run.
+    import ctypes
+    from kiln import _lib
+    lib = _lib.library()
+    I4 = ctypes.c_int64 * 4
+    opts = _lib._Options(_lib._BF16, 0, 0.0, None, 0, 0, 1)
+    buf = ctypes.create_string_buffer(512)
+    out = ctypes.c_int64(-1)
+
+    def query(h, hk, nq):
+        q = _lib._Tensor(16, I4(2, h, nq, 64), I4(h * nq * 64, nq * 64, 64, 1))
+        k = _lib._Tensor(16, I4(2, hk, 300, 64), I4(hk * 300 * 64, 300 * 64, 64, 1))
+        return lib.kiln_c_attention_forward_workspace(
+            ctypes.byref(opts), ctypes.byref(q), ctypes.byref(k),
+            ctypes.byref(out), buf, len(buf))
+
+    assert query(4, 3, 1) == _lib._BAD_INPUT
+    assert "3" in buf.value.decode() and "4" in buf.value.decode(), buf.value
+    assert query(8, 2, 1) == 0 and out.value >= 0
+    assert query(8, 8, 5) == 0 and out.value >= 0
+
+
 def test_bench_interleaves_the_peers_samples(monkeypatch):
     """kiln.bench's default: a sample of each peer in turn, the order
     reversed every round, each peer's figure the median of its own samples."""
