@@ -7,7 +7,8 @@
 // more with S. The rule reads the wave use of P * S programs on the GPU's
 // CTA slots (H200 sweeps: docs/experiments/2026-11-27-session46.txt).
 // Where the keys are not split, decoding's programs may take small mma.sync
-// tiles if there are enough of them to fill the SMs.
+// tiles if there are enough of them to fill the SMs. Grouped heads' short
+// non-causal queries run as rows of one head (groupedRowsShape).
 //
 //===----------------------------------------------------------------------===//
 #include "UntunedConfig.h"
@@ -140,6 +141,26 @@ AttentionConfig launchConfig(const AttentionShape &s,
     c.smallTiles = smallTilesByDefault(s, c, sms, memoryBandwidth,
                                        /*useTuned=*/true);
   return c;
+}
+
+// H200, GPU time of the same kernels packed by hand against not, bf16, H=32
+// (docs/experiments/2026-11-29-session64.txt). Forward, D=128: Hk=8, Nq=1 or
+// 4, B=4..64 at 2k-32k keys 1.50-2.75x, B=16 Nk=8192 Nq=1 Hk=1/2/4
+// 7.9/5.5/3.3x; Nq=32 2.41x, 64 1.57x; 128 and 256 0.99x, prefill (Nq = Nk
+// >= 1000, D=64/128) 0.99-1.06x. Forward and backward, Hk=8, Nk 1024-4096:
+// Nq 1-16 1.26-1.75x at D=128, 2.2x at D=64; Nq=64 1.01-1.02x (D=64 1.51x),
+// Nq=100 1.07-1.10x. Hence below one 128-row block a head.
+static constexpr int64_t kGroupedRowsBelow = 128;
+
+std::optional<AttentionShape> groupedRowsShape(const AttentionShape &s) {
+  if (s.causal || s.kvHeads <= 0 || s.kvHeads >= s.heads ||
+      s.heads % s.kvHeads || s.seqQ <= 0 || s.seqQ >= kGroupedRowsBelow)
+    return std::nullopt;
+  AttentionShape p = s;
+  p.seqQ = s.seqQ * (s.heads / s.kvHeads);
+  p.heads = s.kvHeads;
+  p.kvHeads = 0;
+  return p;
 }
 
 AttentionConfig untunedDefaultConfig(const AttentionShape &s, int64_t sms,

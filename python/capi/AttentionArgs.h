@@ -4,23 +4,11 @@
 // and workspace, and the view of its tensors a call launches on.
 //
 // Non-causal attention with grouped heads (k and v of Hk < H heads) where a
-// head has few queries (decoding, short chunks): the G = H / Hk query heads of
-// a K/V head are read as G·Nq rows of one head of an Hk-head problem, so that
-// one program's rows read their K and V once rather than G programs reading
-// them each (and in the backward, a key block's program walks G·Nq rows, not
-// G blocks of Nq). Exact without a causal mask, whose rows would then see
-// other keys. A view of q, O, LSE (and dO, dQ) where each one's rows of a
+// head has few queries (decoding, short chunks) runs as the Hk-head problem
+// of G·Nq rows a head (kernels::groupedRowsShape, which says when and why), on
+// views of q, O, LSE (and in the backward dO, dQ) where each one's rows of a
 // group are evenly spaced: Nq = 1, or a head's rows right after the previous
 // head's.
-//
-// H200, GPU time of the same kernels packed by hand against not, bf16, H=32
-// (docs/experiments/2026-11-29-session64.txt). Forward, D=128: Hk=8, Nq=1 or
-// 4, B=4..64 at 2k-32k keys 1.50-2.75x, B=16 Nk=8192 Nq=1 Hk=1/2/4
-// 7.9/5.5/3.3x; Nq=32 2.41x, 64 1.57x; 128 and 256 0.99x, prefill (Nq = Nk
-// >= 1000, D=64/128) 0.99-1.06x. Forward and backward with the forward packed
-// in both, Hk=8, Nk 1024-4096: Nq 1-16 1.26-1.75x at D=128, 2.2x at D=64;
-// Nq=64 1.01-1.02x (D=64 1.51x), Nq=100 1.07-1.10x. Hence rows below one
-// 128-row block a head, in both.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_PYTHON_CAPI_ATTENTIONARGS_H
@@ -92,22 +80,6 @@ inline int64_t forwardWorkspaceElements(const kernels::AttentionShape &s,
   return ranges > 1 ? kernels::SplitKeysWorkspace(s, ranges).elements : 0;
 }
 
-/// A head's queries below this many are packed.
-constexpr int64_t kPackedRowsBelow = 128;
-
-/// The Hk-head problem that packs `s`'s grouped heads, if it does.
-inline std::optional<kernels::AttentionShape>
-packedShape(const kernels::AttentionShape &s) {
-  if (s.causal || s.kvHeads <= 0 || s.kvHeads >= s.heads ||
-      s.heads % s.kvHeads || s.seqQ <= 0 || s.seqQ >= kPackedRowsBelow)
-    return std::nullopt;
-  kernels::AttentionShape p = s;
-  p.seqQ = s.seqQ * (s.heads / s.kvHeads);
-  p.heads = s.kvHeads;
-  p.kvHeads = 0;
-  return p;
-}
-
 /// Whether `t`'s (B, H, N, ...) rows of consecutive heads are evenly spaced:
 /// a view of G heads' rows as one head's.
 inline bool rowsEvenlySpaced(const kiln_c_tensor &t) {
@@ -126,7 +98,7 @@ inline kiln_c_tensor packedRows(const kiln_c_tensor &t, int64_t g) {
 }
 
 /// G where a call packs its grouped heads' rows (above), else 1: a problem
-/// packedShape packs, and q, the other tensors of q's rows (O, and in the
+/// groupedRowsShape packs, and q, the other tensors of q's rows (O, and in the
 /// backward dO and dQ) and LSE of their shapes, each one's rows views of one
 /// head's (other input is left to the usual checks).
 inline int64_t packedGroup(const kiln_c_attention_options *options,
@@ -135,7 +107,8 @@ inline int64_t packedGroup(const kiln_c_attention_options *options,
                            const kiln_c_tensor *lse) {
   if (!options || !q || !k || !lse || !lse->data ||
       (options->dtype != KILN_C_BF16 && options->dtype != KILN_C_F16) ||
-      !packedShape(shapeOf(*options, *q, *k)) || !rowsEvenlySpaced(*q) ||
+      !kernels::groupedRowsShape(shapeOf(*options, *q, *k)) ||
+      !rowsEvenlySpaced(*q) ||
       !std::equal(q->sizes, q->sizes + 3, lse->sizes) ||
       !rowsEvenlySpaced(*lse))
     return 1;

@@ -286,7 +286,7 @@ int kiln_c_attention_forward_workspace(const kiln_c_attention_options *options,
     // Whether the forward packs grouped heads depends on the strides of q,
     // O and LSE, which this call does not see: enough for either.
     *elements = forwardWorkspaceElements(s, options->device);
-    if (std::optional<kernels::AttentionShape> p = packedShape(s))
+    if (std::optional<kernels::AttentionShape> p = kernels::groupedRowsShape(s))
       *elements =
           std::max(*elements, forwardWorkspaceElements(*p, options->device));
     std::lock_guard<std::mutex> lock(cacheMutex);

@@ -66,7 +66,8 @@ TEST(GroupedRows, PackedProblemOnTheViewsIsTheGroupedOne) {
     ASSERT_EQ(capi::packedGroup(&opt, &tq, &tk, {&to}, &tl), 3);
     const std::array<kiln_c_tensor, 3> rows =
         capi::packedRowsOf<3>({&tq, &to, &tl}, 3);
-    const std::optional<kernels::AttentionShape> p = capi::packedShape(s);
+    const std::optional<kernels::AttentionShape> p =
+        kernels::groupedRowsShape(s);
     ASSERT_TRUE(p);
     EXPECT_EQ(p->heads, hk);
     EXPECT_EQ(p->seqQ, 3 * nq);
@@ -91,16 +92,16 @@ TEST(GroupedRows, PackedProblemOnTheViewsIsTheGroupedOne) {
 TEST(GroupedRows, PacksOnlyWhereExactAndAView) {
   using kernels::AttentionShape;
   const AttentionShape grouped{2, 8, 127, 300, 64, false, DType::bf16, 0, 2};
-  EXPECT_TRUE(capi::packedShape(grouped));
+  EXPECT_TRUE(kernels::groupedRowsShape(grouped));
   AttentionShape s = grouped;
   s.causal = true; // rows of other heads would see other keys
-  EXPECT_FALSE(capi::packedShape(s));
+  EXPECT_FALSE(kernels::groupedRowsShape(s));
   s = grouped;
   s.seqQ = 128; // a whole row block a head: no gain measured
-  EXPECT_FALSE(capi::packedShape(s));
+  EXPECT_FALSE(kernels::groupedRowsShape(s));
   s = grouped;
   s.kvHeads = 0; // one K/V head a query head
-  EXPECT_FALSE(capi::packedShape(s));
+  EXPECT_FALSE(kernels::groupedRowsShape(s));
 
   HostTensor q(DType::bf16, {1, 4, 3, 64}), k(DType::bf16, {1, 2, 50, 64}),
       o(DType::bf16, {1, 4, 3, 64}), lse(DType::f32, {1, 4, 3}),
@@ -138,7 +139,8 @@ TEST(GroupedRows, BackwardWorkspaceOfTheCallersShapeHoldsThePackedOnes) {
                                  {1, 64, 32, 7, 128}}) {
     const kernels::AttentionShape s{b,     h,           nq, 512, d,
                                     false, DType::bf16, 0,  hk};
-    const std::optional<kernels::AttentionShape> p = capi::packedShape(s);
+    const std::optional<kernels::AttentionShape> p =
+        kernels::groupedRowsShape(s);
     ASSERT_TRUE(p);
     EXPECT_LE(
         kernels::BackwardWorkspace(p->batch, p->heads, p->seqQ, d).elements,

@@ -267,19 +267,27 @@ int cmdBench(Options &opts) {
             const int64_t Nk = seqK ? seqK : N;
             kernels::AttentionShape s{B, H, N, Nk, D, causal, *dtype, 0, Hk};
             size_t n = size_t(B * H * N * D), nk = size_t(B * Hk * Nk * D);
+            // Grouped heads' short non-causal queries as the library runs
+            // them: the Hk-head problem of G·N rows on the same tensors.
+            const bool groupedRows = kernels::groupedRowsShape(s).has_value();
+            if (groupedRows)
+              s = *kernels::groupedRowsShape(s);
             uint64_t seed = uint64_t(N * 1000 + D + causal);
             cuda::Buffer q = randomDevice(*dtype, n, seed),
                          k = randomDevice(*dtype, nk, seed + 1),
                          v = randomDevice(*dtype, nk, seed + 2), o(n * 2),
                          lse(size_t(B * H * N) * 4);
-            std::vector<int64_t> shape{B, H, N, D}, st{H * N * D, N * D, D, 1},
-                kShape{B, Hk, Nk, D}, kSt{Hk * Nk * D, Nk * D, D, 1};
+            const int64_t Hq = s.heads, Nq = s.seqQ;
+            std::vector<int64_t> shape{B, Hq, Nq, D},
+                st{Hq * Nq * D, Nq * D, D, 1}, kShape{B, Hk, Nk, D},
+                kSt{Hk * Nk * D, Nk * D, D, 1};
             std::map<std::string, TensorRef> refs{
                 {"Q", {q.data(), *dtype, shape, st}},
                 {"K", {k.data(), *dtype, kShape, kSt}},
                 {"V", {v.data(), *dtype, kShape, kSt}},
                 {"O", {o.data(), *dtype, shape, st}},
-                {"LSE", {lse.data(), DType::f32, {B, H, N}, {H * N, N, 1}}}};
+                {"LSE",
+                 {lse.data(), DType::f32, {B, Hq, Nq}, {Hq * Nq, Nq, 1}}}};
             // A config's kernels (two with split keys: the split one and
             // the combine), launched back to back as one sample.
             struct Timed {
@@ -312,6 +320,8 @@ int cmdBench(Options &opts) {
               // decoding's small tiles.
               modeCfg = kernels::launchConfig(s, modeCfg, dev.smCount,
                                               dev.memoryBandwidth);
+              if (groupedRows)
+                t.name += "+rows";
               if (modeCfg.smallTiles > 0)
                 t.name += "+small";
               if (const int64_t S = modeCfg.splitKeys; S > 1) {

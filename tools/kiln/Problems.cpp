@@ -33,6 +33,23 @@ static int64_t gpuMemoryGBps() {
 
 static Problem attentionProblem(Options &opts, bool withData) {
   kernels::AttentionShape s = attentionShapeOptions(opts);
+  // Grouped heads' short non-causal queries run as the library runs them:
+  // the Hk-head problem of G·Nq rows (groupedRowsShape), its tensors views
+  // of these where a group's rows are evenly spaced (bhsd, or one query;
+  // LSE's rows Nq apart). --grouped-rows 0: as given.
+  const kernels::AttentionShape asGiven = s;
+  const bool rowsWanted = opts.onOff("grouped-rows", true);
+  std::string layout = opts.string("layout", "bhsd");
+  if (layout != "bhsd" && layout != "bshd")
+    throw UsageError("option --layout: '" + layout + "' is not bhsd or bshd");
+  const bool grouped = rowsWanted && kernels::groupedRowsShape(s) &&
+                       (layout == "bhsd" || s.seqQ == 1) &&
+                       opts.integer("lse-stride", s.seqQ) == s.seqQ;
+  if (grouped) {
+    s = *kernels::groupedRowsShape(s);
+    s.kvHeads = s.heads; // this file's K/V heads: as many where not grouped
+    layout = "bhsd";     // one query's bshd rows: the same memory
+  }
   // First what the GPU's size decides, as the library decides it from the
   // options given (launchConfig): the key ranges (--split-keys, else the
   // default for --sms SMs, the GPU's where there is one; none without) and
@@ -67,13 +84,11 @@ static Problem attentionProblem(Options &opts, bool withData) {
   forwardConfigFlags(opts, c);
   c.splitKeys = ranges;
   c = kernels::resolveConfig(s, c);
-  std::string layout = opts.string("layout", "bhsd");
-  if (layout != "bhsd" && layout != "bshd")
-    throw UsageError("option --layout: '" + layout + "' is not bhsd or bshd");
   uint64_t seed = uint64_t(opts.integer("seed", 1));
 
   // LSE's row stride (per batch and head): --lse-stride, else seqQ.
-  const int64_t lseStride = opts.integer("lse-stride", s.seqQ);
+  const int64_t lseStride =
+      grouped ? s.seqQ : opts.integer("lse-stride", s.seqQ);
   if (lseStride < s.seqQ)
     throw UsageError("option --lse-stride must be >= the sequence length " +
                      std::to_string(s.seqQ) + ", got " +
@@ -156,6 +171,9 @@ static Problem attentionProblem(Options &opts, bool withData) {
       c.skipDeadRows > 0 && c.warps >= 8 ? " dead-row-skip" : "",
       c.oneShotLoads > 0 && kernels::oneShotLoadsApply(c) ? " one-shot-loads"
                                                           : "");
+  if (grouped)
+    p.summary += fmt::format(" grouped-rows (H={} kv-heads={} Nq={})",
+                             asGiven.heads, asGiven.kvHeads, asGiven.seqQ);
   if (c.splitKeys > 1) {
     p.summary += fmt::format(
         " split-keys={}{} ({})", c.splitKeys,

@@ -156,6 +156,8 @@ kernels and their shape options:
   attention  --seq N [--seq-k N] --head-dim 64|128 [--causal | --non-causal] [--batch B]
              [--heads H] [--kv-heads K] (K/V heads, a divisor of H: grouped-query
              attention, H/K query heads per K/V head)
+             [--grouped-rows 0|1] (non-causal, K < H, N < 128: run as the
+             library does, the K-head problem of H/K*N rows a head; default 1)
              [--dtype bf16|fp16|fp32] [--layout bhsd|bshd]
              [--lse-stride S] (LSE's row stride; default N: rows that are
              not 16-byte aligned take element stores, and say so)
