@@ -32,7 +32,9 @@ RUNS=(
   "attention-backward --head-dim 64 --seq 2049 --batch 1 --heads 1 --causal"
   # Grouped-query attention: K/V heads read by 2-4 query heads each.
   "attention --head-dim 128 --seq 1001 --batch 2 --heads 4 --kv-heads 1 --causal"
-  "attention --head-dim 64 --seq 1 --seq-k 3001 --batch 2 --heads 8 --kv-heads 2 --non-causal --split-keys 5"
+  "attention --head-dim 64 --seq 1 --seq-k 3001 --batch 2 --heads 8 --kv-heads 2 --non-causal --split-keys 5 --grouped-rows 0"
+  # The same as the library runs it: 4 rows of each K/V head (grouped rows).
+  "attention --head-dim 64 --seq 1 --seq-k 3001 --batch 2 --heads 8 --kv-heads 2 --non-causal"
   "attention-backward --head-dim 128 --seq 1001 --batch 2 --heads 6 --kv-heads 2 --causal"
   "attention-backward --head-dim 64 --seq 700 --seq-k 1100 --batch 1 --heads 4 --kv-heads 2 --non-causal --convert-dq-last 1"
   "gemm --m 1000 --n 777 --k 300"
