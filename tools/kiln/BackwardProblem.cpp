@@ -7,7 +7,6 @@
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
 
-#include "kiln/kernels/Attention.h"
 #include "kiln/kernels/AttentionBackward.h"
 #include "kiln/kernels/Reference.h"
 
@@ -21,20 +20,9 @@ std::string backwardPartName(const Kernel &k) {
 
 Problem attentionBackwardProblem(Options &opts, bool withData) {
   kernels::AttentionShape s = attentionShapeOptions(opts);
-  std::string layout = opts.string("layout", "bhsd");
-  if (layout != "bhsd" && layout != "bshd")
-    throw UsageError("option --layout: '" + layout + "' is not bhsd or bshd");
-  // Grouped heads' short non-causal queries as the library runs them
-  // (attentionProblem says how).
-  const kernels::AttentionShape asGiven = s;
-  const bool grouped = opts.onOff("grouped-rows", true) &&
-                       kernels::groupedRowsShape(s) &&
-                       (layout == "bhsd" || s.seqQ == 1);
-  if (grouped) {
-    s = *kernels::groupedRowsShape(s);
-    s.kvHeads = s.heads;
-    layout = "bhsd";
-  }
+  std::string layout = layoutOption(opts);
+  // Grouped heads' short non-causal queries as the library runs them.
+  const std::string grouped = groupedRowsOption(opts, s, layout);
   kernels::AttentionBackwardConfig c =
       kernels::resolveBackwardConfig(s, backwardConfigOptions(opts));
   const std::string part = opts.string("part", "");
@@ -94,9 +82,7 @@ Problem attentionBackwardProblem(Options &opts, bool withData) {
       c.scoresByQueries > 0 ? " scores-by-queries" : "",
       c.foldStatistics > 0 ? " folded-statistics" : "",
       c.tmaStore > 0 ? " tma-store" : "");
-  if (grouped)
-    p.summary += fmt::format(" grouped-rows (H={} kv-heads={} Nq={})",
-                             asGiven.heads, asGiven.kvHeads, asGiven.seqQ);
+  p.summary += grouped;
   if (!withData)
     return p;
 

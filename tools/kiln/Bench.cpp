@@ -269,9 +269,11 @@ int cmdBench(Options &opts) {
             size_t n = size_t(B * H * N * D), nk = size_t(B * Hk * Nk * D);
             // Grouped heads' short non-causal queries as the library runs
             // them: the Hk-head problem of G·N rows on the same tensors.
-            const bool groupedRows = kernels::groupedRowsShape(s).has_value();
+            const std::optional<kernels::AttentionShape> packed =
+                kernels::groupedRowsShape(s);
+            const bool groupedRows = packed.has_value();
             if (groupedRows)
-              s = *kernels::groupedRowsShape(s);
+              s = *packed;
             uint64_t seed = uint64_t(N * 1000 + D + causal);
             cuda::Buffer q = randomDevice(*dtype, n, seed),
                          k = randomDevice(*dtype, nk, seed + 1),

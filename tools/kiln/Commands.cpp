@@ -185,6 +185,28 @@ kernels::AttentionShape attentionShapeOptions(Options &opts) {
   return s;
 }
 
+std::string layoutOption(Options &opts) {
+  std::string layout = opts.string("layout", "bhsd");
+  if (layout != "bhsd" && layout != "bshd")
+    throw UsageError("option --layout: '" + layout + "' is not bhsd or bshd");
+  return layout;
+}
+
+std::string groupedRowsOption(Options &opts, kernels::AttentionShape &s,
+                              std::string &layout, bool lseRowsApart) {
+  const std::optional<kernels::AttentionShape> rows =
+      kernels::groupedRowsShape(s);
+  if (!opts.onOff("grouped-rows", true) || !rows ||
+      (layout != "bhsd" && s.seqQ != 1) || !lseRowsApart)
+    return "";
+  const std::string note = fmt::format(" grouped-rows (H={} kv-heads={} Nq={})",
+                                       s.heads, s.kvHeads, s.seqQ);
+  s = *rows;
+  s.kvHeads = s.heads; // the commands' K/V heads: as many where not grouped
+  layout = "bhsd";
+  return note;
+}
+
 int64_t benchGroupOption(Options &opts, const std::string &onlyD) {
   const int64_t group = positive(opts, "group", 1);
   for (int64_t D : {64, 128})

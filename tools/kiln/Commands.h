@@ -90,6 +90,16 @@ Problem attentionBackwardProblem(Options &opts, bool withData);
 std::string backwardPartName(const Kernel &k);
 /// --batch, --heads, --seq, --seq-k, --head-dim, --causal, --dtype.
 kernels::AttentionShape attentionShapeOptions(Options &opts);
+/// --layout, bhsd (default) or bshd; a UsageError otherwise.
+std::string layoutOption(Options &opts);
+/// Grouped heads' short non-causal queries as the library runs them: where
+/// --grouped-rows (default 1) and kernels::groupedRowsShape take `s`, and
+/// its tensors in `layout` are views of that problem's (bhsd, or one query;
+/// `lseRowsApart`: LSE's rows Nq apart), `s` becomes that problem (K/V heads
+/// as many as its heads) and `layout` bhsd (one query's bshd rows are the
+/// same memory). Returns what the summary adds ("" where it does not).
+std::string groupedRowsOption(Options &opts, kernels::AttentionShape &s,
+                              std::string &layout, bool lseRowsApart = true);
 /// The sequence lengths `kiln bench attention` times: `given`, else 512..16k
 /// (--quick: 1k, 4k); with --ragged also 1000, 1023, 2049, 3001, 4097, 8191
 /// and the multiples of 128 nearest them; sorted.

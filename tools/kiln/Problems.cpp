@@ -33,23 +33,10 @@ static int64_t gpuMemoryGBps() {
 
 static Problem attentionProblem(Options &opts, bool withData) {
   kernels::AttentionShape s = attentionShapeOptions(opts);
-  // Grouped heads' short non-causal queries run as the library runs them:
-  // the Hk-head problem of G·Nq rows (groupedRowsShape), its tensors views
-  // of these where a group's rows are evenly spaced (bhsd, or one query;
-  // LSE's rows Nq apart). --grouped-rows 0: as given.
-  const kernels::AttentionShape asGiven = s;
-  const bool rowsWanted = opts.onOff("grouped-rows", true);
-  std::string layout = opts.string("layout", "bhsd");
-  if (layout != "bhsd" && layout != "bshd")
-    throw UsageError("option --layout: '" + layout + "' is not bhsd or bshd");
-  const bool grouped = rowsWanted && kernels::groupedRowsShape(s) &&
-                       (layout == "bhsd" || s.seqQ == 1) &&
-                       opts.integer("lse-stride", s.seqQ) == s.seqQ;
-  if (grouped) {
-    s = *kernels::groupedRowsShape(s);
-    s.kvHeads = s.heads; // this file's K/V heads: as many where not grouped
-    layout = "bhsd";     // one query's bshd rows: the same memory
-  }
+  std::string layout = layoutOption(opts);
+  // Grouped heads' short non-causal queries as the library runs them.
+  const std::string grouped = groupedRowsOption(
+      opts, s, layout, opts.integer("lse-stride", s.seqQ) == s.seqQ);
   // First what the GPU's size decides, as the library decides it from the
   // options given (launchConfig): the key ranges (--split-keys, else the
   // default for --sms SMs, the GPU's where there is one; none without) and
@@ -88,7 +75,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
 
   // LSE's row stride (per batch and head): --lse-stride, else seqQ.
   const int64_t lseStride =
-      grouped ? s.seqQ : opts.integer("lse-stride", s.seqQ);
+      grouped.empty() ? opts.integer("lse-stride", s.seqQ) : s.seqQ;
   if (lseStride < s.seqQ)
     throw UsageError("option --lse-stride must be >= the sequence length " +
                      std::to_string(s.seqQ) + ", got " +
@@ -171,9 +158,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
       c.skipDeadRows > 0 && c.warps >= 8 ? " dead-row-skip" : "",
       c.oneShotLoads > 0 && kernels::oneShotLoadsApply(c) ? " one-shot-loads"
                                                           : "");
-  if (grouped)
-    p.summary += fmt::format(" grouped-rows (H={} kv-heads={} Nq={})",
-                             asGiven.heads, asGiven.kvHeads, asGiven.seqQ);
+  p.summary += grouped;
   if (c.splitKeys > 1) {
     p.summary += fmt::format(
         " split-keys={}{} ({})", c.splitKeys,
