@@ -324,30 +324,25 @@ Kernel::bind(const std::map<std::string, TensorRef> &tensors,
     if (!set[i])
       throw Error("kernel " + impl_->name + ": parameter " +
                   impl_->params[i].name + " is not bound");
+  // "H = 8 (from tensor Q)": parameter i, its value and where it came from.
+  auto described = [&](size_t i) {
+    return impl_->params[i].name + " = " +
+           std::to_string(std::get<int64_t>(args[i])) +
+           (boundFrom[i].empty() ? "" : " (from tensor " + boundFrom[i] + ")");
+  };
   for (size_t i = 0; i < set.size(); ++i)
     if (int j = impl_->params[i].atLeastParam; j >= 0) {
-      int64_t v = std::get<int64_t>(args[i]), w = std::get<int64_t>(args[j]);
-      if (v < w)
-        throw Error("kernel " + impl_->name + ": " + impl_->params[i].name +
-                    " = " + std::to_string(v) +
-                    (boundFrom[i].empty() ? "" : " (from tensor " + boundFrom[i] + ")") +
+      if (std::get<int64_t>(args[i]) < std::get<int64_t>(args[j]))
+        throw Error("kernel " + impl_->name + ": " + described(i) +
                     " must be at least " + impl_->params[j].name + " = " +
-                    std::to_string(w));
+                    std::to_string(std::get<int64_t>(args[j])));
     }
   for (size_t i = 0; i < set.size(); ++i)
     if (int j = impl_->params[i].productParam; j >= 0) {
       const int64_t f = impl_->params[i].productFactor;
-      int64_t v = std::get<int64_t>(args[i]), w = std::get<int64_t>(args[j]);
-      if (v != f * w)
-        throw Error(
-            "kernel " + impl_->name + ": " + impl_->params[i].name + " = " +
-            std::to_string(v) +
-            (boundFrom[i].empty() ? ""
-                                  : " (from tensor " + boundFrom[i] + ")") +
-            " must be " + std::to_string(f) + " times " +
-            impl_->params[j].name + " = " + std::to_string(w) +
-            (boundFrom[j].empty() ? ""
-                                  : " (from tensor " + boundFrom[j] + ")"));
+      if (std::get<int64_t>(args[i]) != f * std::get<int64_t>(args[j]))
+        throw Error("kernel " + impl_->name + ": " + described(i) +
+                    " must be " + std::to_string(f) + " times " + described(j));
     }
   return args;
 }

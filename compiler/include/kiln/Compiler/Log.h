@@ -1,5 +1,4 @@
-//===- Log.h - what KILN_LOG asks kiln to print ------------------*- C++
-//-*-===//
+//===- Log.h - what KILN_LOG asks kiln to print -----------------*- C++ -*-===//
 #ifndef KILN_COMPILER_LOG_H
 #define KILN_COMPILER_LOG_H
 
