@@ -21,12 +21,11 @@
 #include "kiln/kernels/Attention.h"
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
-#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 
@@ -103,7 +102,7 @@ inline kiln_c_tensor packedRows(const kiln_c_tensor &t, int64_t g) {
 /// head's (other input is left to the usual checks).
 inline int64_t packedGroup(const kiln_c_attention_options *options,
                            const kiln_c_tensor *q, const kiln_c_tensor *k,
-                           std::initializer_list<const kiln_c_tensor *> rows,
+                           std::span<const kiln_c_tensor *const> rows,
                            const kiln_c_tensor *lse) {
   if (!options || !q || !k || !lse || !lse->data ||
       (options->dtype != KILN_C_BF16 && options->dtype != KILN_C_F16) ||
@@ -117,16 +116,6 @@ inline int64_t packedGroup(const kiln_c_attention_options *options,
         !rowsEvenlySpaced(*t))
       return 1;
   return q->sizes[1] / k->sizes[1];
-}
-
-/// `ts` with the rows of G heads of each packed as one head's.
-template <size_t N>
-std::array<kiln_c_tensor, N>
-packedRowsOf(std::array<const kiln_c_tensor *, N> ts, int64_t g) {
-  std::array<kiln_c_tensor, N> out;
-  for (size_t i = 0; i < N; ++i)
-    out[i] = packedRows(*ts[i], g);
-  return out;
 }
 
 /// KILN_LOG=launch: a line the first time a call of the forward or the

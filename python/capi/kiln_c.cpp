@@ -246,6 +246,36 @@ int runAttention(bool backward, const kiln_c_attention_options *options,
   });
 }
 
+/// Where the call packs its grouped heads' rows (packedGroup): KILN_LOG's
+/// line, then q, each of `rows` and LSE pointed at its view of the packed
+/// problem, kept in `views`. KILN_C_OK, or the code of KILN_LOG's error.
+template <size_t N>
+int packGroupedRows(bool backward, const kiln_c_attention_options *options,
+                    const kiln_c_tensor *k, const kiln_c_tensor *&q,
+                    std::array<const kiln_c_tensor **, N> rows,
+                    const kiln_c_tensor *&lse,
+                    std::array<kiln_c_tensor, N + 2> &views, char *error,
+                    size_t size) {
+  std::array<const kiln_c_tensor *, N> given;
+  for (size_t i = 0; i < N; ++i)
+    given[i] = *rows[i];
+  const int64_t g = packedGroup(options, q, k, given, lse);
+  if (g == 1)
+    return KILN_C_OK;
+  if (int code = guarded(error, size,
+                         [&] { logPacked(backward, *options, *q, *k, g); }))
+    return code;
+  views[0] = packedRows(*q, g);
+  views[1] = packedRows(*lse, g);
+  q = &views[0];
+  lse = &views[1];
+  for (size_t i = 0; i < N; ++i) {
+    views[i + 2] = packedRows(*given[i], g);
+    *rows[i] = &views[i + 2];
+  }
+  return KILN_C_OK;
+}
+
 /// The forward's tensors, which the backward takes too.
 std::map<std::string, TensorRef>
 forwardTensors(const kernels::AttentionShape &s, const kiln_c_tensor *q,
@@ -301,16 +331,10 @@ int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              const kiln_c_tensor *v, const kiln_c_tensor *o,
                              const kiln_c_tensor *lse, void *workspace,
                              char *error, size_t error_size) {
-  std::array<kiln_c_tensor, 3> rows;
-  if (int64_t g = packedGroup(options, q, k, {o}, lse); g > 1) {
-    if (int code = guarded(error, error_size,
-                           [&] { logPacked(false, *options, *q, *k, g); }))
-      return code;
-    rows = packedRowsOf<3>({q, o, lse}, g);
-    q = &rows[0];
-    o = &rows[1];
-    lse = &rows[2];
-  }
+  std::array<kiln_c_tensor, 3> views;
+  if (int code = packGroupedRows<1>(false, options, k, q, {&o}, lse, views,
+                                    error, error_size))
+    return code;
   return runAttention(
       false, options, q, k, callKey({q, k, v, o, lse}, workspace), error,
       error_size, [&](const kernels::AttentionShape &s, const Entry &e) {
@@ -339,20 +363,12 @@ int kiln_c_attention_backward(
     const kiln_c_tensor *d_o, const kiln_c_tensor *lse, void *workspace,
     const kiln_c_tensor *d_q, const kiln_c_tensor *d_k,
     const kiln_c_tensor *d_v, char *error, size_t error_size) {
-  std::array<kiln_c_tensor, 5> rows;
-  if (int64_t g = packedGroup(options, q, k, {o, d_o, d_q}, lse); g > 1) {
-    if (int code = guarded(error, error_size,
-                           [&] { logPacked(true, *options, *q, *k, g); }))
-      return code;
-    // BackwardWorkspace of the packed problem fits in the caller's: its
-    // parts per (batch, head) grow at most G-fold with G·Nq rows.
-    rows = packedRowsOf<5>({q, o, d_o, lse, d_q}, g);
-    q = &rows[0];
-    o = &rows[1];
-    d_o = &rows[2];
-    lse = &rows[3];
-    d_q = &rows[4];
-  }
+  // BackwardWorkspace of a packed problem fits in the caller's: its parts
+  // per (batch, head) grow at most G-fold with G·Nq rows.
+  std::array<kiln_c_tensor, 5> views;
+  if (int code = packGroupedRows<3>(true, options, k, q, {&o, &d_o, &d_q}, lse,
+                                    views, error, error_size))
+    return code;
   return runAttention(
       true, options, q, k,
       callKey({q, k, v, o, d_o, lse, d_q, d_k, d_v}, workspace), error,

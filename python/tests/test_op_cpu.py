@@ -266,6 +266,47 @@ def test_forward_workspace_query_checks_the_shape():
     assert query(8, 8, 5) == 0 and out.value >= 0
 
 
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="launches at fake addresses: for machines without a GPU")
+def test_grouped_short_queries_bind_as_rows_of_one_head(monkeypatch, capfd):
+    # The C API's forward and backward run non-causal grouped heads with few
+    # queries as the K/V heads' problem of G·Nq rows (AttentionArgs.h):
+    # KILN_LOG=launch says so, and every tensor binds to it (q, O, LSE, dO,
+    # dQ as views of their rows), so that without a GPU the call fails only
+    # at the launch. An O of other rows is refused by its shape.
+    import ctypes
+    from kiln import _lib
+    lib = _lib.library()
+    I4 = ctypes.c_int64 * 4
+
+    def t4(b, h, n, d):
+        return _lib._Tensor(1 << 20, I4(b, h, n, d), I4(h * n * d, n * d, d, 1))
+
+    B, H, Hk, N, Nk, D = 2, 8, 2, 3, 300, 64
+    q, o, do, dq = (t4(B, H, N, D) for _ in range(4))
+    k, v, dk, dv = (t4(B, Hk, Nk, D) for _ in range(4))
+    lse = _lib._Tensor(1 << 20, I4(B, H, N, 0), I4(H * N, N, 1, 0))
+    opts = _lib._Options(_lib._BF16, 0, 0.0, None, 0, 0, 1)
+    buf = ctypes.create_string_buffer(1024)
+    p = ctypes.byref
+    monkeypatch.setenv("KILN_LOG", "launch")
+    said = (f"attention{{}} B={B} H={H} Hk={Hk} Nq={N} Nk={Nk} D={D} non-causal: "
+            f"grouped heads packed, {Hk} heads of {H // Hk * N} rows")
+    assert lib.kiln_c_attention_forward(p(opts), p(q), p(k), p(v), p(o), p(lse),
+                                        None, buf, len(buf)) == _lib._FAILED
+    assert b"no usable GPU" in buf.value, buf.value
+    assert said.format("") in capfd.readouterr().err
+    assert lib.kiln_c_attention_backward(
+        p(opts), p(q), p(k), p(v), p(o), p(do), p(lse), ctypes.c_void_p(1 << 20),
+        p(dq), p(dk), p(dv), buf, len(buf)) == _lib._FAILED
+    assert b"no usable GPU" in buf.value, buf.value
+    assert said.format(" backward") in capfd.readouterr().err
+    longer = t4(B, H, N + 1, D)
+    assert lib.kiln_c_attention_forward(p(opts), p(q), p(k), p(v), p(longer), p(lse),
+                                        None, buf, len(buf)) == _lib._BAD_INPUT
+    assert b"tensor O" in buf.value, buf.value
+
+
 def test_bench_interleaves_the_peers_samples(monkeypatch):
     """kiln.bench's default: a sample of each peer in turn, the order
     reversed every round, each peer's figure the median of its own samples."""

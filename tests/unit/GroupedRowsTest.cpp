@@ -15,9 +15,15 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <vector>
+
 using namespace kiln;
 
 namespace {
+
+/// The tensors of q's rows packedGroup checks beside q and LSE.
+using Rows = std::vector<const kiln_c_tensor *>;
 
 /// The C API's view of a contiguous (B, H, N, ...) host tensor; `rowStride`
 /// other than 0 replaces the row stride (a (B, N, H, D) tensor's view has
@@ -63,9 +69,10 @@ TEST(GroupedRows, PackedProblemOnTheViewsIsTheGroupedOne) {
     kiln_c_tensor tq = viewOf(q, bshd ? h * d : 0), tk = viewOf(k),
                   tv = viewOf(v), to = viewOf(o, bshd ? h * d : 0),
                   tl = viewOf(lse);
-    ASSERT_EQ(capi::packedGroup(&opt, &tq, &tk, {&to}, &tl), 3);
-    const std::array<kiln_c_tensor, 3> rows =
-        capi::packedRowsOf<3>({&tq, &to, &tl}, 3);
+    ASSERT_EQ(capi::packedGroup(&opt, &tq, &tk, Rows{&to}, &tl), 3);
+    const std::array<kiln_c_tensor, 3> rows = {capi::packedRows(tq, 3),
+                                               capi::packedRows(to, 3),
+                                               capi::packedRows(tl, 3)};
     const std::optional<kernels::AttentionShape> p =
         kernels::groupedRowsShape(s);
     ASSERT_TRUE(p);
@@ -109,24 +116,24 @@ TEST(GroupedRows, PacksOnlyWhereExactAndAView) {
   const kiln_c_attention_options opt = bf16Options();
   kiln_c_tensor tq = viewOf(q), tk = viewOf(k), to = viewOf(o),
                 tl = viewOf(lse);
-  EXPECT_EQ(capi::packedGroup(&opt, &tq, &tk, {&to}, &tl), 2);
+  EXPECT_EQ(capi::packedGroup(&opt, &tq, &tk, Rows{&to}, &tl), 2);
   // (B, N, H, D) with 3 queries: a head's rows are not next to the last's.
   kiln_c_tensor bshd = viewOf(q, 4 * 64);
   bshd.strides[1] = 64;
   EXPECT_FALSE(capi::rowsEvenlySpaced(bshd));
-  EXPECT_EQ(capi::packedGroup(&opt, &bshd, &tk, {&to}, &tl), 1);
-  EXPECT_EQ(capi::packedGroup(&opt, &tq, &tk, {&bshd}, &tl), 1);
+  EXPECT_EQ(capi::packedGroup(&opt, &bshd, &tk, Rows{&to}, &tl), 1);
+  EXPECT_EQ(capi::packedGroup(&opt, &tq, &tk, Rows{&bshd}, &tl), 1);
   kiln_c_tensor ts = viewOf(shorter);
-  EXPECT_EQ(capi::packedGroup(&opt, &tq, &tk, {&ts}, &tl), 1);
+  EXPECT_EQ(capi::packedGroup(&opt, &tq, &tk, Rows{&ts}, &tl), 1);
   kiln_c_tensor noData = to;
   noData.data = nullptr;
-  EXPECT_EQ(capi::packedGroup(&opt, &tq, &tk, {&noData}, &tl), 1);
-  EXPECT_EQ(capi::packedGroup(&opt, &tq, &tk, {nullptr}, &tl), 1);
+  EXPECT_EQ(capi::packedGroup(&opt, &tq, &tk, Rows{&noData}, &tl), 1);
+  EXPECT_EQ(capi::packedGroup(&opt, &tq, &tk, Rows{nullptr}, &tl), 1);
   const kiln_c_attention_options causal = bf16Options(true);
-  EXPECT_EQ(capi::packedGroup(&causal, &tq, &tk, {&to}, &tl), 1);
+  EXPECT_EQ(capi::packedGroup(&causal, &tq, &tk, Rows{&to}, &tl), 1);
   kiln_c_attention_options f32 = bf16Options();
   f32.dtype = KILN_C_F32; // refused later, with the usual message
-  EXPECT_EQ(capi::packedGroup(&f32, &tq, &tk, {&to}, &tl), 1);
+  EXPECT_EQ(capi::packedGroup(&f32, &tq, &tk, Rows{&to}, &tl), 1);
 }
 
 // The backward packs into the workspace the caller sized for its own shape
