@@ -47,6 +47,22 @@ TensorView TensorView::operator[](IndexArg i) const {
       std::vector<Index>(strides_.begin() + 1, strides_.end()), name_ + "[]");
 }
 
+TensorView TensorView::firstRows(Index n, Loc loc) const {
+  checkSameKernel(kernel_, loc, "firstRows of " + name_ + ": the view");
+  checkIndex(n, loc, "firstRows of " + name_ + ": the row count");
+  if (shape_.empty())
+    userError(loc, "firstRows of " + name_ + ": a 0-D view has no rows");
+  if (n.isConstant() && (n.constant() < 0 || (shape_[0] != kDynamicDim &&
+                                              n.constant() > shape_[0])))
+    userError(loc, "firstRows of " + name_ + ": " +
+                       std::to_string(n.constant()) +
+                       " rows is out of range for dimension 0 of " +
+                       shapeToString(shape_));
+  std::vector<Index> dims = dims_;
+  dims[0] = n;
+  return TensorView(pointer_, dtype_, std::move(dims), strides_, name_);
+}
+
 Block TensorView::block(std::vector<Index> offsets, Shape blockShape,
                         Loc loc) const {
   checkSameKernel(kernel_, loc, "block of " + name_ + ": the view");

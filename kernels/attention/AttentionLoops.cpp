@@ -33,7 +33,7 @@ int64_t unmaskedKeys(const AttentionShape &s, int64_t blockN) {
 }
 
 bool wholeKeyBlocks(const AttentionShape &s, const AttentionConfig &c) {
-  return s.seqK % keyBlockMultiple(c) == 0;
+  return !s.keyLengths && s.seqK % keyBlockMultiple(c) == 0;
 }
 
 int64_t keyBlockMultiple(const AttentionConfig &c) {

@@ -37,7 +37,8 @@ int64_t unmaskedKeys(const AttentionShape &s, int64_t blockN);
 /// diagonal's): an Nk that is a multiple of it leaves no key block ragged.
 int64_t keyBlockMultiple(const AttentionConfig &c);
 /// Whether s.seqK is such a multiple: a run-time-shape kernel built for that
-/// class has no mask for keys past the end (and refuses other Nk).
+/// class has no mask for keys past the end (and refuses other Nk). Never
+/// with key lengths per batch, whose keys end anywhere.
 bool wholeKeyBlocks(const AttentionShape &s, const AttentionConfig &c);
 
 /// Run-time non-causal Nk that is not whole key blocks: the widths of the

@@ -22,6 +22,10 @@ namespace kiln::kernels {
 static AttentionBackwardConfig
 resolve(const AttentionShape &s, AttentionBackwardConfig c, bool useTuned) {
   checkAttentionShape(s);
+  if (s.keyLengths)
+    throw Error("attention backward: key lengths per batch are the "
+                "forward's (decoding from a KV cache); the backward takes "
+                "every key");
   checkSwitches("attention backward", c, attentionBackwardConfigFields());
   if (c.foldStatistics > 0 && c.scoresByQueries > 0)
     throw Error("attention backward: foldStatistics adds LSE and Delta in "

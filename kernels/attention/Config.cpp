@@ -39,6 +39,10 @@ void checkAttentionShape(const AttentionShape &s) {
     throw Error("attention: " + std::to_string(s.kvHeads) +
                 " K/V heads do not divide the " + std::to_string(s.heads) +
                 " query heads into groups");
+  if (s.keyLengths && s.causal)
+    throw Error("attention: key lengths per batch are for non-causal "
+                "attention (new queries reading a KV cache); causal "
+                "attention takes every key up to its row's");
   constexpr int64_t kIndexMax = std::numeric_limits<int32_t>::max();
   const std::string what = "attention";
   for (int64_t n : {s.seqQ, s.seqK})
@@ -242,8 +246,12 @@ static AttentionConfig resolve(const AttentionShape &s, AttentionConfig c,
   // (median of 2 rounds, TFLOP/s at N=1000/2049/3001/4097), D=64 409/441/
   // 483/497 -> 425/463/484/504; D=128 517/582/630/671 -> 509/556/603/634
   // (docs/experiments/2026-11-24-h200-session21.txt).
+  // With key lengths per batch, the end's loads go through views that end
+  // at a batch's keys, which TMA cannot bound: in a loop of their own, the
+  // whole blocks keep TMA.
   if (c.raggedEndInLoop < 0)
-    c.raggedEndInLoop = !wide && c.wgmma > 0 && c.warpSpecialize <= 0;
+    c.raggedEndInLoop =
+        !wide && c.wgmma > 0 && c.warpSpecialize <= 0 && !s.keyLengths;
   // Same-run H200 bench, non-causal D=128 bf16 (median of 4 rounds, TFLOP/s
   // at N=1000/1023/2049/3001/4097): one 128-key end step 523/553/560/634/
   // 660; 32 keys where they hold the end 522/541/591/639/672; 64 and 16:

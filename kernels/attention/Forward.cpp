@@ -39,6 +39,9 @@ static Kernel buildForward(const AttentionShape &s,
   const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
   const double toExp2 = scale * log2e; // scores to base-2 exponents
   const bool runtimeShapes = c.staticShapes <= 0;
+  if (s.keyLengths && !runtimeShapes)
+    throw Error("attention: key lengths per batch need run-time shapes "
+                "(staticShapes 0)");
   // Run-time shapes are built for a class of Nk: whole key blocks (no mask
   // for keys past the end; bind refuses other Nk) or not.
   const bool wholeKeys = runtimeShapes ? wholeKeyBlocks(s, c) : false;
@@ -93,6 +96,9 @@ static Kernel buildForward(const AttentionShape &s,
   // variant for every Nq of the class.
   if (runtimeShapes)
     k.keepUnspecialised(LSE);
+  std::optional<TensorView> keyLengths;
+  if (s.keyLengths)
+    keyLengths = k.tensorArg("KLengths", i32, {B});
 
   Index bh = programId(1), mProgram = programId(0);
   std::optional<Index> range; // the split's key range
@@ -131,6 +137,17 @@ static Kernel buildForward(const AttentionShape &s,
   }
   const Index hk = G > 1 ? h / G : h;
   auto q = Q[b][h], kv = K[b][hk], v = V[b][hk];
+  // With key lengths, batch b's keys end at its own (the kernel's Nk from
+  // here on). The masked steps read K and V through views that end there
+  // too: a cache's slots past it may hold anything (NaN, which P's zeros
+  // would not cancel), and read as zeros instead. Whole blocks inside take
+  // the full views (TMA, whose bounds are the tensor's).
+  auto kvEdge = kv, vEdge = v;
+  if (keyLengths) {
+    Nk = min(max(loadIndex(*keyLengths, b), Index(0)), Nk);
+    kvEdge = kv.firstRows(Nk);
+    vEdge = v.firstRows(Nk);
+  }
 
   Tile qTile = load(q.block({m0, 0}, {BM, D}));
   Tile acc = zeros({BM, D}, f32);
@@ -160,7 +177,8 @@ static Kernel buildForward(const AttentionShape &s,
   };
   auto step = [&](Index n0, int64_t BN, const Masked &masked = {},
                   std::optional<Narrow> narrow = std::nullopt) {
-    Tile kTile = load(kv.block({n0, 0}, {BN, D}));
+    const bool edge = masked.edges && keyLengths;
+    Tile kTile = load((edge ? kvEdge : kv).block({n0, 0}, {BN, D}));
     std::optional<Tile> kNarrow;
     if (narrow)
       kNarrow = load(kv.block({narrow->start, 0}, {narrowKeys, D}));
@@ -198,7 +216,7 @@ static Kernel buildForward(const AttentionShape &s,
       pNarrow = exp2(*narrowScores * toExp2 - column(scaledMax));
       rowSum = rowSum + reduceSum(*pNarrow, 1);
     }
-    Tile vTile = load(v.block({n0, 0}, {BN, D}));
+    Tile vTile = load((edge ? vEdge : v).block({n0, 0}, {BN, D}));
     std::optional<Tile> vNarrow;
     if (narrow)
       vNarrow = load(v.block({narrow->start, 0}, {narrowKeys, D}));
@@ -346,7 +364,10 @@ static Kernel buildForward(const AttentionShape &s,
     store(O[*range][b][h].block({m0, 0}), acc * column(inverse));
     store(LSE[*range][b][h].block({m0}), lse());
   } else {
-    store(O[b][h].block({m0, 0}), (acc * column(1.0 / rowSum)).to(s.dtype));
+    // A batch of no keys (key lengths): O 0 rather than 0/0.
+    Tile inverse =
+        keyLengths ? where(rowSum > 0.0, 1.0 / rowSum, 0.0) : 1.0 / rowSum;
+    store(O[b][h].block({m0, 0}), (acc * column(inverse)).to(s.dtype));
     store(LSE[b][h].block({m0}), lse());
   }
   return k.finish();

@@ -52,6 +52,11 @@ Kernel splitCombineKernel(const AttentionShape &s, int64_t ranges,
     return load(OSplit[r][b][h].block({m0, 0}, {BM, D}));
   };
   Tile m = full({BM}, -inf, f32);
+  // With key lengths a batch may have no keys, every range empty (m = -inf):
+  // its weights then come out 0 (not NaN), O 0 and LSE -inf.
+  auto guardedMax = [&](Tile mx) {
+    return s.keyLengths ? where(mx > -inf, mx, 0.0) : mx;
+  };
   Tile sum = zeros({BM}, f32), acc = zeros({BM, D}, f32);
   auto add = [&](Tile lse, Tile o) {
     Tile w = exp2((lse - m) * log2e);
@@ -65,14 +70,17 @@ Kernel splitCombineKernel(const AttentionShape &s, int64_t ranges,
       lse.push_back(lseOf(r));
       m = max(m, lse.back());
     }
+    m = guardedMax(m);
     for (int64_t r = 0; r < S; ++r)
       add(lse[size_t(r)], oOf(r));
   } else {
     // One range's tile live at a time: registers independent of S.
     forRange(0, S, 1, carry(m), [&](Index r) { m = max(m, lseOf(r)); });
+    m = guardedMax(m);
     forRange(0, S, 1, carry(sum, acc), [&](Index r) { add(lseOf(r), oOf(r)); });
   }
-  store(O[b][h].block({m0, 0}), (acc * column(1.0 / sum)).to(s.dtype));
+  Tile inverse = s.keyLengths ? where(sum > 0.0, 1.0 / sum, 0.0) : 1.0 / sum;
+  store(O[b][h].block({m0, 0}), (acc * column(inverse)).to(s.dtype));
   store(LSE[b][h].block({m0}), m + log2(sum) * ln2);
   return k.finish();
 }

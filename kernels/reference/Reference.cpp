@@ -2,6 +2,7 @@
 #include "kiln/kernels/Reference.h"
 #include "kiln/runtime/Error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -24,19 +25,28 @@ static int64_t kvPair(const AttentionShape &s, int64_t bh) {
 
 void attentionReference(const AttentionShape &s, const HostTensor &q,
                         const HostTensor &k, const HostTensor &v, HostTensor &o,
-                        HostTensor &lse) {
-  const int64_t D = s.headDim, Nq = s.seqQ, Nk = s.seqK;
+                        HostTensor &lse,
+                        const std::vector<int64_t> &keyLengths) {
+  const int64_t D = s.headDim, Nq = s.seqQ;
+  if (s.keyLengths && int64_t(keyLengths.size()) != s.batch)
+    throw Error("attentionReference: " + std::to_string(keyLengths.size()) +
+                " key lengths for a batch of " + std::to_string(s.batch));
   const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
   std::vector<double> Q = toDoubles(q), K = toDoubles(k), V = toDoubles(v);
-  std::vector<double> scores(Nk), out(D);
+  std::vector<double> scores(s.seqK), out(D);
   for (int64_t bh = 0; bh < s.batch * s.heads; ++bh)
     for (int64_t i = 0; i < Nq; ++i) {
       const double *qi = &Q[(bh * Nq + i) * D];
       const int64_t kvh = kvPair(s, bh);
+      // K and V's rows per (batch, K/V head); the keys this batch attends to.
+      const int64_t rows = s.seqK, b = bh / s.heads;
+      const int64_t Nk =
+          s.keyLengths ? std::clamp<int64_t>(keyLengths[size_t(b)], 0, rows)
+                       : rows;
       int64_t last = s.causal ? std::min(i, Nk - 1) : Nk - 1;
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j <= last; ++j) {
-        const double *kj = &K[(kvh * Nk + j) * D];
+        const double *kj = &K[(kvh * rows + j) * D];
         double acc = 0;
         for (int64_t d = 0; d < D; ++d)
           acc += qi[d] * kj[d];
@@ -48,12 +58,12 @@ void attentionReference(const AttentionShape &s, const HostTensor &q,
       for (int64_t j = 0; j <= last; ++j) {
         double p = std::exp(scores[j] - mx);
         sum += p;
-        const double *vj = &V[(kvh * Nk + j) * D];
+        const double *vj = &V[(kvh * rows + j) * D];
         for (int64_t d = 0; d < D; ++d)
           out[d] += p * vj[d];
       }
       for (int64_t d = 0; d < D; ++d)
-        o.flatSet((bh * Nq + i) * D + d, out[d] / sum);
+        o.flatSet((bh * Nq + i) * D + d, last < 0 ? 0.0 : out[d] / sum);
       lse.flatSet(bh * Nq + i, mx + std::log(sum));
     }
 }

@@ -28,6 +28,13 @@ public:
   TensorView(void *pointer, DType dtype, std::vector<Index> dims,
              std::vector<Index> strides, std::string name);
   TensorView operator[](IndexArg i) const;
+  /// The view of the first n entries of dimension 0 (0 <= n <= its
+  /// extent; n may be read at run time): blocks past them load padding and
+  /// store nothing, as past the tensor's end. A per-sequence length within
+  /// a padded tensor (a KV cache's filled slots). Loads of such a view do
+  /// not go through TMA, whose bounds are the tensor's (the lowering report
+  /// says so): take whole blocks known to lie inside from the full view.
+  TensorView firstRows(Index n, Loc loc = Loc::current()) const;
   Block block(std::vector<Index> offsets, Shape blockShape = {},
               Loc loc = Loc::current()) const;
   /// The shape, kDynamicDim where a dimension is read at run time.

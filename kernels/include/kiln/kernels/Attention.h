@@ -24,6 +24,11 @@ struct AttentionShape {
   /// h / (heads / kvHeads)), a divisor of heads; 0: heads. The group size
   /// heads / kvHeads is compiled in; with run-time shapes, H and B are not.
   int64_t kvHeads = 0;
+  /// Keys per batch read from a `KLengths` tensor (B i32): batch b attends
+  /// to its first KLengths[b] keys of Nk (a KV cache whose sequences hold
+  /// different numbers of tokens), clamped to [0, Nk]; a batch of none gets
+  /// O = 0 and a logsumexp of -inf. Non-causal, run-time shapes, forward.
+  bool keyLengths = false;
 };
 
 /// Query heads per K/V head (1 without grouped heads).

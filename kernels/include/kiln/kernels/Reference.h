@@ -15,9 +15,12 @@
 namespace kiln::kernels {
 
 /// O (B,H,Nq,D) and LSE (B,H,Nq) from Q, K, V; every output element written.
+/// With s.keyLengths, batch b takes its first keyLengths[b] keys (clamped to
+/// [0, Nk]; none: O 0, LSE -inf).
 void attentionReference(const AttentionShape &s, const HostTensor &q,
                         const HostTensor &k, const HostTensor &v, HostTensor &o,
-                        HostTensor &lse);
+                        HostTensor &lse,
+                        const std::vector<int64_t> &keyLengths = {});
 /// dQ, dK, dV (shaped as Q, K, V) of attention given dO, with P recomputed
 /// from Q and K and Delta taken as rowsum(P ∘ dP): nothing from a forward
 /// kernel's O or LSE.

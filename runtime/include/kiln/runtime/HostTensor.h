@@ -66,7 +66,9 @@ std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &shape);
 struct ErrorStats {
   double maxAbs = 0;     ///< max |out - ref|
   double relative = 0;   ///< ||out - ref||_2 / ||ref||_2
-  int64_t nonFinite = 0; ///< elements of out that are NaN or inf
+  /// Elements of out that are NaN or inf (but for the reference's own
+  /// infinity: that element matches).
+  int64_t nonFinite = 0;
 };
 ErrorStats compareTensors(const HostTensor &out, const HostTensor &ref);
 

@@ -1,0 +1,90 @@
+//===- KeyLengthsTest.cpp - keys per batch on the CPU executor ------------===//
+//
+// AttentionShape::keyLengths: each batch attends to its first KLengths[b]
+// keys. On the CPU executor under the default schedule's IR (and the split
+// keys' two kernels): O and LSE against the fp64 reference with NaN in every
+// slot past a length; the lowering keeps TMA for the whole key blocks; what
+// is refused (causal, static shapes, the backward, a firstRows view past its
+// tensor).
+//
+//===----------------------------------------------------------------------===//
+#include "CodegenUtil.h"
+#include "KeyLengthsCase.h"
+#include "TestUtil.h"
+
+#include "kiln/Compiler/Compile.h"
+#include "kiln/Reference/CpuExecutor.h"
+#include "kiln/dsl/Dsl.h"
+#include "kiln/kernels/AttentionBackward.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using namespace kiln;
+using test::errorOf;
+using test::KeyLengthsCase;
+using ::testing::HasSubstr;
+
+namespace {
+
+class KeyLengthsOnCpu : public ::testing::TestWithParam<KeyLengthsCase> {};
+
+TEST_P(KeyLengthsOnCpu, MatchesFp64ReferenceReadingNoSlotPastALength) {
+  const KeyLengthsCase &c = GetParam();
+  test::KeyLengthsTensors t(c);
+  std::map<std::string, TensorRef> refs;
+  for (auto [name, tensor] : t.named())
+    refs[name] = tensor->ref();
+  std::vector<Kernel> ks =
+      kernels::attentionForwardKernels(c.shape(), {.splitKeys = int(c.ranges)});
+  ASSERT_EQ(ks.size(), c.ranges > 1 ? 2u : 1u);
+  for (const Kernel &kernel : ks)
+    runOnCpu(kernel, kernel.bind(kernel.tensorsIn(refs)));
+  t.check(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, KeyLengthsOnCpu,
+                         ::testing::ValuesIn(test::keyLengthsCases()),
+                         [](const auto &info) { return info.param.name(); });
+
+// The whole key blocks below a length keep TMA; the ragged end's loads,
+// through views that end at the length, take cp.async, and the report
+// says why.
+TEST(KeyLengths, WholeBlocksKeepTmaAndTheEndSaysWhyNot) {
+  kernels::AttentionShape s{4, 32, 4096, 4096, 64, false, DType::bf16};
+  s.keyLengths = true;
+  const Kernel k = kernels::attentionForward(s, {});
+  const std::string report = test::reportOf(compileForGpu(k, {"sm_90a", 0}));
+  EXPECT_THAT(report, HasSubstr("load 128x64: TMA"));
+  EXPECT_THAT(report,
+              HasSubstr("cp.async (16 bytes) into shared memory, 1 "
+                        "iteration(s) ahead (2 buffers); not TMA: its block "
+                        "is not over the tensor's own dimensions"));
+}
+
+TEST(KeyLengths, RefusedWhereTheyDoNotApply) {
+  kernels::AttentionShape s{2, 2, 64, 64, 64, true, DType::bf16};
+  s.keyLengths = true;
+  EXPECT_THAT(errorOf([&] { kernels::attentionForward(s, {}); }),
+              HasSubstr("key lengths per batch are for non-causal attention"));
+  s.causal = false;
+  EXPECT_THAT(
+      errorOf([&] { kernels::attentionForward(s, {.staticShapes = 1}); }),
+      HasSubstr("key lengths per batch need run-time shapes"));
+  EXPECT_THAT(errorOf([&] { kernels::attentionBackward(s, {}); }),
+              HasSubstr("key lengths per batch are the forward's"));
+}
+
+TEST(KeyLengths, FirstRowsPastTheTensorNamesTheLine) {
+  dsl::KernelBuilder k("first_rows");
+  auto x = k.tensorArg("X", DType::f32, {8, 16});
+  const int line = __LINE__ + 1;
+  EXPECT_THAT(errorOf([&] { x.firstRows(9); }),
+              HasSubstr(KILN_FILE_LINE(line)));
+  EXPECT_THAT(errorOf([&] { x.firstRows(9); }),
+              HasSubstr("9 rows is out of range for dimension 0 of 8x16"));
+  EXPECT_THAT(errorOf([&] { x.firstRows(-1); }),
+              HasSubstr("-1 rows is out of range"));
+}
+
+} // namespace
