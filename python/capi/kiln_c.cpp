@@ -90,12 +90,13 @@ variantSignature(const std::map<std::string, TensorRef> &tensors) {
 }
 
 using ProblemKey = std::tuple<bool, int, int, double, int64_t, int64_t, int64_t,
-                              int64_t, int64_t, int, bool, int64_t>;
+                              int64_t, int64_t, int, bool, int64_t, bool>;
 
 ProblemKey keyOf(bool backward, const kernels::AttentionShape &s, int device,
                  bool deterministic) {
-  return {backward, int(s.dtype), s.causal,  s.scale, s.batch,       s.heads,
-          s.seqQ,   s.seqK,       s.headDim, device,  deterministic, s.kvHeads};
+  return {backward,      int(s.dtype), s.causal,    s.scale,   s.batch,
+          s.heads,       s.seqQ,       s.seqK,      s.headDim, device,
+          deterministic, s.kvHeads,    s.keyLengths};
 }
 
 std::mutex cacheMutex;
@@ -221,13 +222,15 @@ void launchAll(Entry &e, const std::vector<int64_t> &key, F &&tensorsOf,
     g->launch(args, {o.stream, o.device, o.pointers_checked != 0});
 }
 
-/// The problem of options, q and k and its entry.
+/// The problem of options, q and k (with `keyLengths`, the forward's keys
+/// per batch) and its entry.
 std::pair<kernels::AttentionShape, std::shared_ptr<Entry>>
 problemOf(bool backward, const kiln_c_attention_options *options,
-          const kiln_c_tensor *q, const kiln_c_tensor *k) {
+          const kiln_c_tensor *q, const kiln_c_tensor *k, bool keyLengths) {
   if (!options || !q || !k)
     throw Error("options, q and k must be given");
-  const kernels::AttentionShape s = shapeOf(*options, *q, *k);
+  kernels::AttentionShape s = shapeOf(*options, *q, *k);
+  s.keyLengths = keyLengths;
   return {s,
           entryFor(backward, s, options->device, options->deterministic != 0)};
 }
@@ -238,9 +241,9 @@ template <typename F>
 int runAttention(bool backward, const kiln_c_attention_options *options,
                  const kiln_c_tensor *q, const kiln_c_tensor *k,
                  const std::vector<int64_t> &key, char *error, size_t size,
-                 F &&tensors) {
+                 F &&tensors, bool keyLengths = false) {
   return guarded(error, size, [&] {
-    auto [s, e] = problemOf(backward, options, q, k);
+    auto [s, e] = problemOf(backward, options, q, k, keyLengths);
     launchAll(
         *e, key, [&] { return tensors(s, *e); }, *options);
   });
@@ -288,6 +291,38 @@ forwardTensors(const kernels::AttentionShape &s, const kiln_c_tensor *q,
           {"LSE", refOf(lse, DType::f32, 3, "lse")}};
 }
 
+/// kiln_c_attention_forward, with each batch's keys from `kLengths` where
+/// given.
+int forwardCall(const kiln_c_attention_options *options, const kiln_c_tensor *q,
+                const kiln_c_tensor *k, const kiln_c_tensor *v,
+                const kiln_c_tensor *kLengths, const kiln_c_tensor *o,
+                const kiln_c_tensor *lse, void *workspace, char *error,
+                size_t error_size) {
+  std::array<kiln_c_tensor, 3> views;
+  if (int code = packGroupedRows<1>(false, options, k, q, {&o}, lse, views,
+                                    error, error_size))
+    return code;
+  return runAttention(
+      false, options, q, k, callKey({q, k, v, o, lse, kLengths}, workspace),
+      error, error_size,
+      [&](const kernels::AttentionShape &s, const Entry &e) {
+        std::map<std::string, TensorRef> t = forwardTensors(s, q, k, v, o, lse);
+        if (kLengths)
+          t["KLengths"] = refOf(kLengths, DType::i32, 1, "k_lengths");
+        if (e.splitWorkspace) {
+          if (!workspace)
+            throw Error(
+                "the workspace is missing: this problem's keys are split in " +
+                std::to_string(e.splitKeys) + " ranges, which take " +
+                std::to_string(e.splitWorkspace->elements) +
+                " floats (kiln_c_attention_forward_workspace)");
+          t.merge(e.splitWorkspace->refs(workspace));
+        }
+        return t;
+      },
+      kLengths != nullptr);
+}
+
 } // namespace
 
 extern "C" {
@@ -314,11 +349,19 @@ int kiln_c_attention_forward_workspace(const kiln_c_attention_options *options,
       }
     }
     // Whether the forward packs grouped heads depends on the strides of q,
-    // O and LSE, which this call does not see: enough for either.
-    *elements = forwardWorkspaceElements(s, options->device);
-    if (std::optional<kernels::AttentionShape> p = kernels::groupedRowsShape(s))
+    // O and LSE, which this call does not see, and whether it reads key
+    // lengths on the entry point called: enough for each.
+    *elements = 0;
+    for (bool lengths : {false, true}) {
+      kernels::AttentionShape t = s;
+      t.keyLengths = lengths && !s.causal;
       *elements =
-          std::max(*elements, forwardWorkspaceElements(*p, options->device));
+          std::max(*elements, forwardWorkspaceElements(t, options->device));
+      if (std::optional<kernels::AttentionShape> p =
+              kernels::groupedRowsShape(t))
+        *elements =
+            std::max(*elements, forwardWorkspaceElements(*p, options->device));
+    }
     std::lock_guard<std::mutex> lock(cacheMutex);
     if (forwardWorkspaces.size() >= 4 * kMaxEntries)
       forwardWorkspaces.clear();
@@ -331,25 +374,20 @@ int kiln_c_attention_forward(const kiln_c_attention_options *options,
                              const kiln_c_tensor *v, const kiln_c_tensor *o,
                              const kiln_c_tensor *lse, void *workspace,
                              char *error, size_t error_size) {
-  std::array<kiln_c_tensor, 3> views;
-  if (int code = packGroupedRows<1>(false, options, k, q, {&o}, lse, views,
-                                    error, error_size))
-    return code;
-  return runAttention(
-      false, options, q, k, callKey({q, k, v, o, lse}, workspace), error,
-      error_size, [&](const kernels::AttentionShape &s, const Entry &e) {
-        std::map<std::string, TensorRef> t = forwardTensors(s, q, k, v, o, lse);
-        if (e.splitWorkspace) {
-          if (!workspace)
-            throw Error(
-                "the workspace is missing: this problem's keys are split in " +
-                std::to_string(e.splitKeys) + " ranges, which take " +
-                std::to_string(e.splitWorkspace->elements) +
-                " floats (kiln_c_attention_forward_workspace)");
-          t.merge(e.splitWorkspace->refs(workspace));
-        }
-        return t;
-      });
+  return forwardCall(options, q, k, v, nullptr, o, lse, workspace, error,
+                     error_size);
+}
+
+int kiln_c_attention_forward_key_lengths(
+    const kiln_c_attention_options *options, const kiln_c_tensor *q,
+    const kiln_c_tensor *k, const kiln_c_tensor *v,
+    const kiln_c_tensor *k_lengths, const kiln_c_tensor *o,
+    const kiln_c_tensor *lse, void *workspace, char *error, size_t error_size) {
+  if (!k_lengths)
+    return guarded(error, error_size,
+                   [] { throw Error("k_lengths must be given"); });
+  return forwardCall(options, q, k, v, k_lengths, o, lse, workspace, error,
+                     error_size);
 }
 
 int64_t kiln_c_attention_backward_workspace(int64_t batch, int64_t heads,

@@ -70,6 +70,19 @@ KILN_C_API int kiln_c_attention_forward(
     const kiln_c_tensor *k, const kiln_c_tensor *v, const kiln_c_tensor *o,
     const kiln_c_tensor *lse, void *workspace, char *error, size_t error_size);
 
+/* kiln_c_attention_forward where each batch attends to its own number of
+ * keys: k_lengths, 1-D int32 (B) on the device, says that batch b attends
+ * to its first k_lengths[b] keys of Nk (new queries reading a KV cache whose
+ * sequences hold different numbers of tokens; slots past a length are never
+ * read, whatever they hold). Lengths outside [0, Nk] are clamped; a batch of
+ * none gets O 0 and LSE -inf. Non-causal; the workspace is
+ * kiln_c_attention_forward_workspace's for q and k. No backward. */
+KILN_C_API int kiln_c_attention_forward_key_lengths(
+    const kiln_c_attention_options *options, const kiln_c_tensor *q,
+    const kiln_c_tensor *k, const kiln_c_tensor *v,
+    const kiln_c_tensor *k_lengths, const kiln_c_tensor *o,
+    const kiln_c_tensor *lse, void *workspace, char *error, size_t error_size);
+
 /* Floats of workspace the backward takes for this problem: fp32,
  * contiguous, allocated by the caller (B·H·(2·round_up(Nq, 4) + Nq·D)):
  * per-row statistics and dQ's accumulator. */

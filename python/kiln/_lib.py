@@ -90,6 +90,9 @@ def _declare(lib):
     lib.kiln_c_attention_forward.argtypes = ([P(_Options)] + [T] * 5 +
                                              [ctypes.c_void_p] + err)
     lib.kiln_c_attention_forward.restype = ctypes.c_int
+    lib.kiln_c_attention_forward_key_lengths.argtypes = (
+        [P(_Options)] + [T] * 6 + [ctypes.c_void_p] + err)
+    lib.kiln_c_attention_forward_key_lengths.restype = ctypes.c_int
     lib.kiln_c_attention_backward.argtypes = ([P(_Options)] + [T] * 6 +
                                               [ctypes.c_void_p] + [T] * 3 + err)
     lib.kiln_c_attention_backward.restype = ctypes.c_int
@@ -218,6 +221,21 @@ def forward(q, k, v, o, lse, workspace, causal, scale, bshd, stream,
                           (lse, False)])
     code = lib.kiln_c_attention_forward(
         ctypes.byref(_options(q, causal, scale, stream, checked)), *ptrs,
+        None if workspace is None else workspace.data_ptr(), buf, len(buf))
+    del keep
+    _check(code, buf)
+
+
+def forward_key_lengths(q, k, v, k_lengths, o, lse, workspace, scale, bshd,
+                        stream):
+    """forward (non-causal) where batch b attends to its first k_lengths[b]
+    keys (int32, (B,))."""
+    lib = library()
+    buf = _error_buffer()
+    keep, ptrs = _packed([(q, bshd), (k, bshd), (v, bshd), (k_lengths, False),
+                          (o, bshd), (lse, False)])
+    code = lib.kiln_c_attention_forward_key_lengths(
+        ctypes.byref(_options(q, False, scale, stream, True)), *ptrs,
         None if workspace is None else workspace.data_ptr(), buf, len(buf))
     del keep
     _check(code, buf)

@@ -423,3 +423,46 @@ def test_keys_not_16_byte_aligned_are_copied(monkeypatch, capfd):
     assert torch.equal(grad, torch.ones_like(padded))
     err = capfd.readouterr().err
     assert err.count("kiln.attention: v is not 16-byte aligned") == 1, err
+
+
+def test_key_lengths_fake_shapes_and_trace(recorded_graphs):
+    # Keys per batch: the op's fake gives O and LSE their shapes; compiled,
+    # it stays one op in the graph.
+    q, k, v = qkv(B=2, H=8, Nq=1, Nk=300)
+    lengths = torch.empty(2, dtype=torch.int32, device=META)
+    o, lse = kiln.attention(q, k, v, key_lengths=lengths, return_lse=True)
+    assert o.shape == q.shape and lse.shape == (2, 8, 1)
+    graphs, backend = recorded_graphs
+    f = torch.compile(lambda q, k, v, n: kiln.attention(q, k, v, key_lengths=n,
+                                                        layout="bshd"),
+                      backend=backend, fullgraph=True)
+    assert f(*qkv(layout="bshd"), lengths).shape == (2, 100, 3, 64)
+    assert "torch.ops.kiln.attention_forward_key_lengths" in graphs[0].code
+
+
+def test_key_lengths_bad_input_is_refused():
+    q, k, v = qkv(B=2)
+    ok = torch.empty(2, dtype=torch.int32, device=META)
+    for kwargs, exc, match in [
+        (dict(key_lengths=[3, 4]), TypeError,
+         "key_lengths must be a torch.Tensor, got list"),
+        (dict(key_lengths=ok, causal=True), ValueError,
+         "key_lengths is for non-causal attention"),
+        (dict(key_lengths=ok.long()), TypeError,
+         "key_lengths has dtype torch.int64; it must be torch.int32"),
+        (dict(key_lengths=torch.empty(3, dtype=torch.int32, device=META)),
+         ValueError, r"one length per batch \(2\), got shape \(3,\)"),
+        (dict(key_lengths=torch.empty(2, 1, dtype=torch.int32, device=META)),
+         ValueError, "key_lengths must be 1-D"),
+        (dict(key_lengths=torch.empty(2, dtype=torch.int32)), ValueError,
+         "key_lengths is on cpu, q on meta"),
+        (dict(key_lengths=ok, layout="sbhd"), ValueError,
+         "layout must be 'bhsd' or 'bshd'"),
+    ]:
+        with pytest.raises(exc, match=match):
+            kiln.attention(q, k, v, **kwargs)
+    q, k, v = qkv(B=2, grad=True)
+    with pytest.raises(ValueError, match="key_lengths has no backward"):
+        kiln.attention(q, k, v, key_lengths=ok)
+    with torch.no_grad():
+        assert kiln.attention(q, k, v, key_lengths=ok).shape == q.shape

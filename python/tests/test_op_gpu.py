@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 
 from gpu_util import (DEV, attention_inputs,  # noqa: E402
                       attention_reference, check_graph_replay, deterministic,
-                      poison_allocator, profiled_kernels, rel)
+                      poison_allocator, profiled_kernels, rel, to_bhsd)
 
 
 CASES = [  # B, H, Nq, Nk, D, causal, dtype, layout
@@ -65,6 +65,43 @@ def test_grouped_heads_match_float64_math(B, H, Hk, Nq, Nk, D, causal, layout):
     q = attention_inputs(B, H, Nq, Nk, D, torch.bfloat16, layout, seed=H * Nq + D)[0]
     k, v = attention_inputs(B, Hk, Nq, Nk, D, torch.bfloat16, layout, seed=Hk + Nk)[1:]
     check_against_float64(q, k, v, causal, layout)
+
+
+@pytest.mark.parametrize("B,H,Hk,Nq,Nk,D,layout", [
+    (4, 32, 8, 1, 4097, 128, "bhsd"),  # decoding: grouped rows
+    (5, 8, 2, 1, 3000, 64, "bshd"),    # decoding: the keys split
+    (3, 8, 2, 4, 1000, 64, "bshd"),
+    (3, 4, 4, 300, 2049, 128, "bhsd"),  # prefill: TMA for whole blocks
+    (4, 4, 2, 200, 777, 64, "bhsd")])
+def test_key_lengths_match_float64(B, H, Hk, Nq, Nk, D, layout):
+    # Batch b attends to its first key_lengths[b] keys (the last batch to
+    # none: O 0, LSE -inf; one past Nk and one below 0, clamped); every
+    # slot past a length holds NaN, which a read would leak into O.
+    q = attention_inputs(B, H, Nq, Nk, D, torch.bfloat16, layout, seed=B * Nk)[0]
+    k, v = attention_inputs(B, Hk, Nq, Nk, D, torch.bfloat16, layout, seed=Nk + D)[1:]
+    g = torch.Generator().manual_seed(Nk + Nq)
+    given = torch.randint(1, Nk + 1, (B,), generator=g)
+    given[0], given[1], given[-1] = Nk + 5, -3 if B > 3 else Nk, 0
+    lengths = given.clamp(0, Nk)
+    kb, vb = to_bhsd(k, layout), to_bhsd(v, layout)
+    for b, n in enumerate(lengths.tolist()):
+        kb[b, :, n:] = float("nan")
+        vb[b, :, n:] = float("nan")
+    poison_allocator()
+    with torch.no_grad():
+        o, lse = kiln.attention(q, k, v, layout=layout, return_lse=True,
+                                key_lengths=given.to(DEV, torch.int32))
+    assert torch.isfinite(o).all(), "unwritten or non-finite elements of O"
+    ob, qb = to_bhsd(o, layout), to_bhsd(q, layout)
+    for b, n in enumerate(lengths.tolist()):
+        if n == 0:
+            assert (ob[b] == 0).all() and (lse[b] == float("-inf")).all()
+            continue
+        kk = kb[b, :, :n].double().repeat_interleave(H // Hk, 0)
+        vv = vb[b, :, :n].double().repeat_interleave(H // Hk, 0)
+        s = qb[b].double() @ kk.transpose(-1, -2) / math.sqrt(D)
+        assert rel(ob[b], torch.softmax(s, -1) @ vv) < 1e-2, f"batch {b}"
+        assert rel(lse[b], torch.logsumexp(s, -1)) < 1e-5, f"batch {b}"
 
 
 @pytest.mark.parametrize("B,H,Hk,Nq,Nk,D,layout", [

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 namespace kiln::cli {
 
@@ -31,8 +32,41 @@ static int64_t gpuMemoryGBps() {
              : 0;
 }
 
+/// --key-lengths L,L,... (one per batch, each 0 to Nk) or `random` (seeded,
+/// 1 to Nk): the keys each batch attends to, a KV cache's filled slots.
+/// Sets s.keyLengths where given; the lengths (empty where not).
+static std::vector<int64_t>
+keyLengthsOption(Options &opts, kernels::AttentionShape &s, uint64_t seed) {
+  const std::string text = opts.string("key-lengths", "");
+  if (text.empty())
+    return {};
+  std::vector<int64_t> lengths;
+  if (text == "random") {
+    std::mt19937_64 rng(seed + 7);
+    for (int64_t b = 0; b < s.batch; ++b)
+      lengths.push_back(1 + int64_t(rng() % uint64_t(s.seqK)));
+  } else {
+    try {
+      lengths = splitInts(text);
+    } catch (const std::logic_error &) {
+      lengths.clear();
+    }
+    if (int64_t(lengths.size()) != s.batch ||
+        std::any_of(lengths.begin(), lengths.end(),
+                    [&](int64_t n) { return n < 0 || n > s.seqK; }))
+      throw UsageError(fmt::format(
+          "option --key-lengths: '{}' is not {} lengths (one per batch) of "
+          "0 to {} keys, nor `random`",
+          text, s.batch, s.seqK));
+  }
+  s.keyLengths = true;
+  return lengths;
+}
+
 static Problem attentionProblem(Options &opts, bool withData) {
   kernels::AttentionShape s = attentionShapeOptions(opts);
+  const std::vector<int64_t> keyLengths =
+      keyLengthsOption(opts, s, uint64_t(opts.integer("seed", 1)));
   std::string layout = layoutOption(opts);
   // Grouped heads' short non-causal queries as the library runs them.
   const std::string grouped = groupedRowsOption(
@@ -113,6 +147,8 @@ static Problem attentionProblem(Options &opts, bool withData) {
   for (const char *name : {"K", "V"})
     noteLayout(p, name, s.dtype, kStrides);
   noteLayout(p, "LSE", DType::f32, lStrides);
+  if (s.keyLengths)
+    noteLayout(p, "KLengths", DType::i32, {1});
   const std::vector<kernels::WorkspaceTensor> workspace =
       c.splitKeys > 1 ? kernels::SplitKeysWorkspace(s, c.splitKeys).tensors
                       : std::vector<kernels::WorkspaceTensor>{};
@@ -159,6 +195,12 @@ static Problem attentionProblem(Options &opts, bool withData) {
       c.oneShotLoads > 0 && kernels::oneShotLoadsApply(c) ? " one-shot-loads"
                                                           : "");
   p.summary += grouped;
+  if (s.keyLengths) {
+    std::string list;
+    for (size_t b = 0; b < keyLengths.size() && b < 8; ++b)
+      list += (b ? "," : "") + std::to_string(keyLengths[b]);
+    p.summary += " key-lengths=" + list + (keyLengths.size() > 8 ? ",..." : "");
+  }
   if (c.splitKeys > 1) {
     p.summary += fmt::format(
         " split-keys={}{} ({})", c.splitKeys,
@@ -177,12 +219,29 @@ static Problem attentionProblem(Options &opts, bool withData) {
   auto q = randomTensor(s.dtype, qShape, seed, qStrides);
   auto k = randomTensor(s.dtype, kShape, seed + 1, kStrides);
   auto v = randomTensor(s.dtype, kShape, seed + 2, kStrides);
+  // A cache's slots past a batch's length may hold anything: NaN there, which
+  // leaks into O wherever the kernel reads them.
+  for (size_t b = 0; b < keyLengths.size(); ++b)
+    for (int64_t h = 0; h < s.kvHeads; ++h)
+      for (int64_t j = keyLengths[b]; j < s.seqK; ++j)
+        for (int64_t d = 0; d < s.headDim; ++d) {
+          const int64_t i =
+              ((int64_t(b) * s.kvHeads + h) * s.seqK + j) * s.headDim + d;
+          k.flatSet(i, std::nan(""));
+          v.flatSet(i, std::nan(""));
+        }
   auto o = randomTensor(s.dtype, qShape, 0, qStrides);
   HostTensor lse(DType::f32, lShape, lStrides);
   o.poison();
   lse.poison();
   HostTensor oRef(DType::f32, o.shape()), lseRef(DType::f32, lse.shape());
-  kernels::attentionReference(s, q, k, v, oRef, lseRef);
+  kernels::attentionReference(s, q, k, v, oRef, lseRef, keyLengths);
+  if (s.keyLengths) {
+    HostTensor lengths(DType::i32, {s.batch});
+    for (int64_t b = 0; b < s.batch; ++b)
+      lengths.flatSet(b, double(keyLengths[size_t(b)]));
+    p.tensors.emplace("KLengths", std::move(lengths));
+  }
   p.tensors.emplace("Q", std::move(q));
   p.tensors.emplace("K", std::move(k));
   p.tensors.emplace("V", std::move(v));
