@@ -80,6 +80,7 @@ def _build():
         lib = _lib.library()
         m.bind(*(ctypes.cast(f, ctypes.c_void_p).value for f in (
             lib.kiln_c_attention_forward,
+            lib.kiln_c_attention_forward_key_lengths,
             lib.kiln_c_attention_forward_workspace,
             lib.kiln_c_attention_backward,
             lib.kiln_c_attention_backward_workspace)))

@@ -397,6 +397,17 @@ class _EagerAttention(torch.autograd.Function):
         return _autograd_backward(ctx, grad_o, grad_lse)
 
 
+def _cpp_path_may_take(q, k, v, scale, layout):
+    """Whether the C++ entries may check and launch the call (they answer
+    None where they do not take it): plain CUDA tensors, eager."""
+    return (type(q) is torch.Tensor and type(k) is torch.Tensor and
+            type(v) is torch.Tensor and
+            (scale is None or type(scale) is float) and
+            (layout == "bhsd" or layout == "bshd") and q.is_cuda and
+            not torch.compiler.is_compiling() and
+            not torch._C._are_functorch_transforms_active())
+
+
 def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
               return_lse=False, key_lengths=None):
     """Scaled dot-product attention, softmax(scale · q kᵀ) v, by kiln.
@@ -427,6 +438,14 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
     """
     _need_bool("kiln.attention", "return_lse", return_lse)  # "yes": a tuple
     if key_lengths is not None:
+        # The common case checked and launched in C++, as below.
+        if (causal is False and type(key_lengths) is torch.Tensor and
+                _cpp_path_may_take(q, k, v, scale, layout) and
+                (cpp := _cpp.module()) is not None):
+            r = cpp.attention_key_lengths_checked(q, k, v, key_lengths, scale,
+                                                  layout == "bshd")
+            if r is not None:
+                return tuple(r) if return_lse else r[0]
         _check(q, k, v, causal, scale, layout)
         bshd = layout == "bshd"
         _check_key_lengths(q, k, v, key_lengths, causal, bshd)
@@ -441,13 +460,8 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
         return (o, lse) if return_lse else o
     # The common case checked and launched in C++ (csrc/attention_autograd.
     # cpp, attentionChecked): the checks below cost ~8 us of a decode call.
-    if (type(q) is torch.Tensor and type(k) is torch.Tensor and
-            type(v) is torch.Tensor and type(causal) is bool and
-            (scale is None or type(scale) is float) and
-            (layout == "bhsd" or layout == "bshd") and q.is_cuda and
-            not torch.compiler.is_compiling() and
-            not torch._C._are_functorch_transforms_active() and
-            (cpp := _cpp.module()) is not None):
+    if (type(causal) is bool and _cpp_path_may_take(q, k, v, scale, layout)
+            and (cpp := _cpp.module()) is not None):
         r = cpp.attention_checked(q, k, v, causal, scale, layout == "bshd")
         if r is not None:
             return tuple(r) if return_lse else r[0]

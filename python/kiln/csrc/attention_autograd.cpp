@@ -29,10 +29,12 @@
 namespace {
 
 using ForwardFn = decltype(&kiln_c_attention_forward);
+using ForwardKeyLengthsFn = decltype(&kiln_c_attention_forward_key_lengths);
 using ForwardWorkspaceFn = decltype(&kiln_c_attention_forward_workspace);
 using BackwardFn = decltype(&kiln_c_attention_backward);
 using WorkspaceFn = decltype(&kiln_c_attention_backward_workspace);
 ForwardFn forwardFn = nullptr;
+ForwardKeyLengthsFn forwardKeyLengthsFn = nullptr;
 ForwardWorkspaceFn forwardWorkspaceFn = nullptr;
 BackwardFn backwardFn = nullptr;
 WorkspaceFn workspaceFn = nullptr;
@@ -87,10 +89,12 @@ at::Tensor lseFor(const at::Tensor &q, bool bshd) {
                    q.options().dtype(at::kFloat));
 }
 
-/// O of q, k and v (views of one tensor or three); LSE into `lse`.
+/// O of q, k and v (views of one tensor or three); LSE into `lse`. With
+/// `keyLengths`, batch b attends to its first keyLengths[b] keys.
 at::Tensor forwardOf(const at::Tensor &q, const at::Tensor &k,
                      const at::Tensor &v, const at::Tensor &lse, bool causal,
-                     double scale, bool bshd) {
+                     double scale, bool bshd,
+                     const at::Tensor *keyLengths = nullptr) {
   at::Tensor o = emptyLike(q);
   kiln_c_tensor tq = view(q, bshd), tk = view(k, bshd), tv = view(v, bshd),
                 to = view(o, bshd), tl = view(lse, false);
@@ -104,9 +108,16 @@ at::Tensor forwardOf(const at::Tensor &q, const at::Tensor &k,
   at::Tensor ws;
   if (elements)
     ws = at::empty({elements}, q.options().dtype(at::kFloat));
-  check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl,
-                  elements ? ws.data_ptr() : nullptr, error, sizeof error),
-        error);
+  void *w = elements ? ws.data_ptr() : nullptr;
+  if (keyLengths) {
+    kiln_c_tensor tn = view(*keyLengths, false);
+    check(forwardKeyLengthsFn(&opt, &tq, &tk, &tv, &tn, &to, &tl, w, error,
+                              sizeof error),
+          error);
+  } else {
+    check(forwardFn(&opt, &tq, &tk, &tv, &to, &tl, w, error, sizeof error),
+          error);
+  }
   return o;
 }
 
@@ -230,43 +241,72 @@ std::vector<at::Tensor> attentionPacked(const at::Tensor &qkv, bool causal,
 /// _check (~8 us of a decode call's host time): q, k and v plain CUDA
 /// tensors of one bf16 or fp16 dtype and one device, 4-D in the layout,
 /// unit last stride, k and v 16-byte aligned (else the Python path copies
-/// them and says so), matching shapes, D 64 or 128, none empty. None for
+/// them and says so), matching shapes, D 64 or 128, none empty. False for
 /// anything else: the Python path then names the problem or takes its
 /// own way.
-std::optional<std::vector<at::Tensor>>
-attentionChecked(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                 bool causal, std::optional<double> scale, bool bshd) {
+bool commonCase(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                std::optional<double> scale, bool bshd) {
   if (!forwardFn || !q.is_cuda() ||
       (q.scalar_type() != at::kBFloat16 && q.scalar_type() != at::kHalf) ||
       (scale && !(std::isfinite(*scale) && *scale > 0)))
-    return std::nullopt;
+    return false;
   const int64_t elementBytes = q.element_size();
   for (const at::Tensor *t : {&q, &k, &v}) {
     if (t->dim() != 4 || t->scalar_type() != q.scalar_type() ||
         t->device() != q.device() || t->stride(3) != 1 || t->numel() == 0)
-      return std::nullopt;
+      return false;
     if (t != &q) { // K and V as the kernels read them fast
       if (!kiln_ext::aligned(*t))
-        return std::nullopt;
+        return false;
       for (int i = 0; i < 3; ++i)
         if (t->stride(i) * elementBytes % 16)
-          return std::nullopt;
+          return false;
     }
   }
   const int64_t heads = bshd ? 2 : 1, D = q.size(3);
   // K/V heads: q's, or a divisor of them (grouped-query attention).
-  if ((D != 64 && D != 128) || k.size(0) != q.size(0) || k.size(heads) < 1 ||
-      q.size(heads) % k.size(heads) || k.size(3) != D ||
-      !v.sizes().equals(k.sizes()))
+  return (D == 64 || D == 128) && k.size(0) == q.size(0) &&
+         k.size(heads) >= 1 && q.size(heads) % k.size(heads) == 0 &&
+         k.size(3) == D && v.sizes().equals(k.sizes());
+}
+
+double scaleOr(std::optional<double> scale, const at::Tensor &q) {
+  return scale ? *scale : 1.0 / std::sqrt(double(q.size(3)));
+}
+
+std::optional<std::vector<at::Tensor>>
+attentionChecked(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                 bool causal, std::optional<double> scale, bool bshd) {
+  if (!commonCase(q, k, v, scale, bshd))
     return std::nullopt;
-  return attention(q, k, v, causal, scale ? *scale : 1.0 / std::sqrt(double(D)),
-                   bshd);
+  return attention(q, k, v, causal, scaleOr(scale, q), bshd);
+}
+
+/// kiln.attention's key_lengths, where commonCase holds, lengths are int32
+/// (B,) on q's device and no gradient is asked for (else None: the Python
+/// path names the problem). (O, LSE), recorded for no autograd.
+std::optional<std::vector<at::Tensor>>
+attentionKeyLengthsChecked(const at::Tensor &q, const at::Tensor &k,
+                           const at::Tensor &v, const at::Tensor &lengths,
+                           std::optional<double> scale, bool bshd) {
+  if (!forwardKeyLengthsFn || !commonCase(q, k, v, scale, bshd) ||
+      lengths.scalar_type() != at::kInt || lengths.dim() != 1 ||
+      lengths.size(0) != q.size(0) || lengths.device() != q.device() ||
+      (at::GradMode::is_enabled() &&
+       (q.requires_grad() || k.requires_grad() || v.requires_grad())))
+    return std::nullopt;
+  at::Tensor lse = lseFor(q, bshd);
+  at::Tensor o =
+      forwardOf(q, k, v, lse, false, scaleOr(scale, q), bshd, &lengths);
+  return std::vector<at::Tensor>{o, lse};
 }
 
 /// The addresses of libkiln_c's functions (ctypes: the library loaded once).
-void bind(int64_t forward, int64_t forwardWorkspace, int64_t backward,
-          int64_t workspace) {
+void bind(int64_t forward, int64_t forwardKeyLengths, int64_t forwardWorkspace,
+          int64_t backward, int64_t workspace) {
   forwardFn = reinterpret_cast<ForwardFn>(forward);
+  forwardKeyLengthsFn =
+      reinterpret_cast<ForwardKeyLengthsFn>(forwardKeyLengths);
   forwardWorkspaceFn = reinterpret_cast<ForwardWorkspaceFn>(forwardWorkspace);
   backwardFn = reinterpret_cast<BackwardFn>(backward);
   workspaceFn = reinterpret_cast<WorkspaceFn>(workspace);
@@ -277,6 +317,7 @@ void bind(int64_t forward, int64_t forwardWorkspace, int64_t backward,
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &attention);
   m.def("attention_checked", &attentionChecked);
+  m.def("attention_key_lengths_checked", &attentionKeyLengthsChecked);
   m.def("attention_qkvpacked", &attentionPacked);
   m.def("bind", &bind);
   m.def("bind_op", [](int64_t op, int64_t rowNorm, int64_t rowNormBackward,
