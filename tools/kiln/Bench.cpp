@@ -31,6 +31,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <random>
 #include <sstream>
 
 namespace kiln::cli {
@@ -200,6 +201,14 @@ int cmdBench(Options &opts) {
   const std::string seqs = opts.string("seqs", "");
   const bool onlyCausal = causalOption(opts), // both: a usage error
       onlyNonCausal = opts.flag("non-causal");
+  // --key-lengths random: each batch attends to a seeded random number of
+  // keys in [1, Nk] (a KV cache's sequences); non-causal rows only, their
+  // TFLOP/s counting the keys attended.
+  const std::string lengthsOption = opts.string("key-lengths", "");
+  if (!lengthsOption.empty() && lengthsOption != "random")
+    throw UsageError("option --key-lengths: kiln bench takes `random`, got '" +
+                     lengthsOption + "'");
+  const bool keyLengths = !lengthsOption.empty();
   kernels::AttentionConfig cfg;
   forwardConfigFlags(opts, cfg);
   // Query heads per K/V head (grouped-query attention; H = 2048 / D).
@@ -260,12 +269,14 @@ int cmdBench(Options &opts) {
       for (int64_t N : ns)
         for (bool causal : {false, true})
           for (int mode : shapeModes) {
-            if ((onlyCausal && !causal) || (onlyNonCausal && causal))
+            if ((onlyCausal && !causal) || (onlyNonCausal && causal) ||
+                (keyLengths && causal))
               continue;
             int64_t B = std::max<int64_t>(1, tokens / N), H = 2048 / D,
                     Hk = H / group;
             const int64_t Nk = seqK ? seqK : N;
             kernels::AttentionShape s{B, H, N, Nk, D, causal, *dtype, 0, Hk};
+            s.keyLengths = keyLengths;
             size_t n = size_t(B * H * N * D), nk = size_t(B * Hk * Nk * D);
             // Grouped heads' short non-causal queries as the library runs
             // them: the Hk-head problem of G·N rows on the same tensors.
@@ -290,6 +301,20 @@ int cmdBench(Options &opts) {
                 {"O", {o.data(), *dtype, shape, st}},
                 {"LSE",
                  {lse.data(), DType::f32, {B, Hq, Nq}, {Hq * Nq, Nq, 1}}}};
+            // Keys attended per query, summed over the batch.
+            double attended = double(B) * double(attendedPairs(N, Nk, causal));
+            cuda::Buffer lengths(size_t(B) * 4);
+            if (keyLengths) {
+              std::mt19937_64 rng(seed);
+              std::vector<int32_t> host(static_cast<size_t>(B));
+              attended = 0;
+              for (int32_t &n : host) {
+                n = int32_t(1 + rng() % uint64_t(Nk));
+                attended += double(N) * double(n);
+              }
+              lengths.upload(host.data(), host.size() * 4);
+              refs["KLengths"] = {lengths.data(), DType::i32, {B}, {1}};
+            }
             // A config's kernels (two with split keys: the split one and
             // the combine), launched back to back as one sample.
             struct Timed {
@@ -324,6 +349,8 @@ int cmdBench(Options &opts) {
                                               dev.memoryBandwidth);
               if (groupedRows)
                 t.name += "+rows";
+              if (keyLengths)
+                t.name += "+lengths";
               if (modeCfg.smallTiles > 0)
                 t.name += "+small";
               if (const int64_t S = modeCfg.splitKeys; S > 1) {
@@ -353,8 +380,7 @@ int cmdBench(Options &opts) {
             for (Timed &t : timed) {
               std::sort(t.samples.begin(), t.samples.end());
               double ms = t.samples[t.samples.size() / 2];
-              double tflops =
-                  4.0 * B * H * attendedPairs(N, Nk, causal) * D / ms / 1e9;
+              double tflops = 4.0 * attended * H * D / ms / 1e9;
               cuda::FunctionAttributes a = t.g[0]->attributes();
               fmt::print("{},{},{},{},{},{},{},{:.3f},{:.1f},{},{},{}{}\n", dn,
                          B, H, N, D, int(causal), t.name, ms, tflops,

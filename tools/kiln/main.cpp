@@ -54,13 +54,16 @@ commands:
       [--pingpong 0|1] [--overlap 0|1] [--peel-first 0|1] [--persistent 0|1]
       [--min-blocks-per-sm B] [--split-keys S] [--small-tiles 0|1]
       [--static-shapes 0|1 | --shapes default|static|runtime|both]
-      [--against "flag=V ..."]
+      [--against "flag=V ..."] [--key-lengths random]
                                         TFLOP/s on the GPU over B*N=16k tokens
                                         (--tokens T: B = T / N;
                                         --seq-k M: M keys, N queries),
                                         timed as peers.py times its peers
                                         (--group G: G query heads per K/V
-                                        head, grouped-query attention)
+                                        head, grouped-query attention;
+                                        --key-lengths random: non-causal,
+                                        each batch attends to a seeded
+                                        random 1..M keys, TFLOP/s of them)
                                         (median of R samples, default 30, of
                                         K back-to-back launches, default 10)
                                         (--shapes both: each row compiled
