@@ -20,6 +20,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <tuple>
+
 using namespace kiln;
 using test::errorOf;
 using test::KeyLengthsCase;
@@ -85,6 +88,32 @@ TEST(KeyLengths, FirstRowsPastTheTensorNamesTheLine) {
               HasSubstr("9 rows is out of range for dimension 0 of 8x16"));
   EXPECT_THAT(errorOf([&] { x.firstRows(-1); }),
               HasSubstr("-1 rows is out of range"));
+}
+
+} // namespace
+
+namespace {
+
+// With key lengths, decoding's keys split in ranges of at most 2048 keys (up
+// to 8) where the rule by waves gives fewer: H200 (132 SMs), D=128, 32 query
+// heads over 8 K/V heads, one query.
+TEST(KeyLengths, SplitInRangesOfAtMost2048Keys) {
+  for (auto [batch, keys, expected] :
+       {std::tuple<int64_t, int64_t, int64_t>{16, 8192, 4},
+        {64, 8192, 4},
+        {64, 32768, 8},
+        {16, 65536, 8},
+        {16, 4097, 2}}) {
+    kernels::AttentionShape s{batch, 32,          1, keys, 128,
+                              false, DType::bf16, 0, 8};
+    const int64_t plain = kernels::launchConfig(s, {}, 132, 4.8e12).splitKeys;
+    s.keyLengths = true;
+    const kernels::AttentionConfig c =
+        kernels::launchConfig(s, {}, 132, 4.8e12);
+    EXPECT_EQ(c.splitKeys, std::max(plain, expected))
+        << "B=" << batch << " Nk=" << keys;
+    EXPECT_LE(c.smallTiles, 0) << "B=" << batch << " Nk=" << keys;
+  }
 }
 
 } // namespace
