@@ -5,8 +5,9 @@ one process, samples in turn, CUDA events around 10 back-to-back calls;
 `gpu` times after torch.cuda._sleep has queued the calls behind a busy GPU
 (the kernels alone), `wall` without (what an eager caller sees).
   kiln_len:  kiln.attention(..., key_lengths=lengths)
-  kiln_full: kiln.attention on the whole cache (every slot: what ignoring
-             the lengths costs; its output is NaN here, not compared)
+  kiln_full: kiln.attention on the whole cache, zeros past the lengths
+             (every slot attended: what ignoring the lengths costs; another
+             problem's output, not compared)
   kiln_mean: kiln.attention on a cache of the mean length (no padding)
   sdpa_mask: SDPA with a boolean (B, 1, 1, Nk) mask of the lengths (the
              backend torch picks; NaN slots zeroed for it, a mask does not
