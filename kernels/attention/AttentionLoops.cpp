@@ -46,7 +46,7 @@ int overlappedLoops(const AttentionShape &s, const AttentionConfig &c) {
   // diagonal's loops where the narrow keys join it in diagonal blocks as
   // tall as the row block (both then run at most once).
   if (s.causal)
-    return diagonalFirst(s, c) ||
+    return s.keyLengths || diagonalFirst(s, c) ||
                    (narrowInDiagonal(s, c) && c.blockNDiagonal == c.blockM)
                ? 1
                : 2;
@@ -54,10 +54,10 @@ int overlappedLoops(const AttentionShape &s, const AttentionConfig &c) {
 }
 
 bool rowsAlignedToEnd(const AttentionShape &s, const AttentionConfig &c) {
-  return s.causal && c.staticShapes <= 0 && c.alignRowsToEnd > 0 &&
-         c.blockN > 0 && c.blockNDiagonal > 0 && !wholeKeyBlocks(s, c) &&
-         c.blockM % c.blockN == 0 && c.blockM % c.blockNDiagonal == 0 &&
-         c.blockNRaggedEnd <= c.blockN;
+  return s.causal && !s.keyLengths && c.staticShapes <= 0 &&
+         c.alignRowsToEnd > 0 && c.blockN > 0 && c.blockNDiagonal > 0 &&
+         !wholeKeyBlocks(s, c) && c.blockM % c.blockN == 0 &&
+         c.blockM % c.blockNDiagonal == 0 && c.blockNRaggedEnd <= c.blockN;
 }
 
 bool narrowInDiagonal(const AttentionShape &s, const AttentionConfig &c) {
@@ -72,7 +72,7 @@ std::vector<int64_t> raggedEndBlocks(const AttentionConfig &c) {
 }
 
 bool diagonalFirst(const AttentionShape &s, const AttentionConfig &c) {
-  return s.causal && c.maskedBlockFirst > 0 && c.overlap > 0 &&
+  return s.causal && !s.keyLengths && c.maskedBlockFirst > 0 && c.overlap > 0 &&
          !rowsAlignedToEnd(s, c) && c.blockNDiagonal == c.blockM &&
          c.blockM == c.blockN;
 }
@@ -88,11 +88,11 @@ bool oneShotLoadsApply(const AttentionConfig &c) {
 
 int keyLoops(const AttentionShape &s, const AttentionConfig &c) {
   const int64_t blockN = c.blockN ? c.blockN : 128;
-  if (s.causal)
-    return rowsAlignedToEnd(s, c) ? 3 : 2;
+  if (s.causal) // with key lengths, one loop of blocks that end at a length
+    return s.keyLengths ? 1 : rowsAlignedToEnd(s, c) ? 3 : 2;
   if (c.staticShapes <= 0) // run-time Nk: whole blocks, or ragged end loops
-    return s.seqK % blockN == 0   ? 1
-           : raggedEndFirst(s, c) ? 2
+    return s.seqK % blockN == 0 && !s.keyLengths ? 1
+           : raggedEndFirst(s, c)                ? 2
                                   : 1 + int(raggedEndBlocks(c).size()) -
                                         (c.raggedEndInLoop > 0 ? 1 : 0);
   const int64_t split = unmaskedKeys(s, blockN);

@@ -39,10 +39,6 @@ void checkAttentionShape(const AttentionShape &s) {
     throw Error("attention: " + std::to_string(s.kvHeads) +
                 " K/V heads do not divide the " + std::to_string(s.heads) +
                 " query heads into groups");
-  if (s.keyLengths && s.causal)
-    throw Error("attention: key lengths per batch are for non-causal "
-                "attention (new queries reading a KV cache); causal "
-                "attention takes every key up to its row's");
   constexpr int64_t kIndexMax = std::numeric_limits<int32_t>::max();
   const std::string what = "attention";
   for (int64_t n : {s.seqQ, s.seqK})

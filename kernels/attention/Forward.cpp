@@ -154,6 +154,11 @@ static Kernel buildForward(const AttentionShape &s,
   Tile rowMax = full({BM}, -inf, f32);
   Tile rowSum = zeros({BM}, f32);
   Tile rows = arange(BM) + m0;
+  // Causal with key lengths: each row's key (rows aligned at the bottom
+  // right of the batch's keys); rows before key 0 see none.
+  std::optional<Tile> rowKeys;
+  if (s.causal && keyLengths)
+    rowKeys = rows + (Nk - Nq);
 
   // Whether keys past Nk can fall in a block of BN keys (they read as 0 and
   // are masked out).
@@ -177,7 +182,7 @@ static Kernel buildForward(const AttentionShape &s,
   };
   auto step = [&](Index n0, int64_t BN, const Masked &masked = {},
                   std::optional<Narrow> narrow = std::nullopt) {
-    const bool edge = masked.edges && keyLengths;
+    const bool edge = masked.edges && keyLengths && !rowKeys;
     Tile kTile = load((edge ? kvEdge : kv).block({n0, 0}, {BN, D}));
     std::optional<Tile> kNarrow;
     if (narrow)
@@ -186,7 +191,13 @@ static Kernel buildForward(const AttentionShape &s,
     std::optional<Tile> narrowScores;
     if (narrow)
       narrowScores = dot(qTile, transpose(*kNarrow));
-    if (masked.beforeZero) {
+    if (rowKeys) {
+      // Keys before 0 (the first block starts there) and right of each
+      // row's own.
+      Tile cols = arange(BN) + n0;
+      scores = where((row(cols) >= 0) & (column(*rowKeys) >= row(cols)), scores,
+                     -inf);
+    } else if (masked.beforeZero) {
       scores = where(row(arange(BN) + n0) >= 0, scores, -inf);
     } else if (masked.end) {
       scores = where(row(arange(BN) + n0) < *masked.end, scores, -inf);
@@ -208,6 +219,8 @@ static Kernel buildForward(const AttentionShape &s,
     }
     Tile newMax = max(rowMax, blockMax);
     Tile scaledMax = newMax * toExp2;
+    if (rowKeys) // a row that has seen no key yet: exp2 of -inf, not NaN
+      scaledMax = where(newMax > -inf, scaledMax, 0.0);
     Tile p = exp2(scores * toExp2 - column(scaledMax));
     Tile alpha = exp2(rowMax * toExp2 - scaledMax);
     rowSum = rowSum * alpha + reduceSum(p, 1);
@@ -232,6 +245,16 @@ static Kernel buildForward(const AttentionShape &s,
     // A range past Nk runs no step: its rows' sum stays 0.
     Index chunk = cdiv(cdiv(Nk, BN), S) * BN, k0 = *range * chunk;
     forRange(k0, min(k0 + chunk, Nk), BN, carry(acc, rowMax, rowSum),
+             [&](Index n0) { step(n0, BN, {.edges = true}); });
+  } else if (rowKeys) {
+    // The key blocks end at the batch's length (the first starts up to BN
+    // keys before key 0, which TMA reads as zeros), so that no load reads
+    // past it, whatever the cache holds there: every load takes the full
+    // views (TMA). Each step masked (keys before 0, right of a row's).
+    Index r = Nk % BN;
+    Index start = r - above(r, 0, BN) * BN;
+    forRange(start, min(m0 + BM + (Nk - Nq), Nk), BN,
+             carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, BN, {.edges = true}); });
   } else if (s.causal && BM % BN == 0 && BM % BND == 0) {
     // Whole key blocks left of the diagonal need no mask; the diagonal ones

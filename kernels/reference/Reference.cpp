@@ -43,7 +43,10 @@ void attentionReference(const AttentionShape &s, const HostTensor &q,
       const int64_t Nk =
           s.keyLengths ? std::clamp<int64_t>(keyLengths[size_t(b)], 0, rows)
                        : rows;
-      int64_t last = s.causal ? std::min(i, Nk - 1) : Nk - 1;
+      // Causal: query i at key i, or with key lengths at Nk - Nq + i (the
+      // batch's last Nq positions).
+      const int64_t at = s.keyLengths ? Nk - Nq + i : i;
+      int64_t last = s.causal ? std::min(at, Nk - 1) : Nk - 1;
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j <= last; ++j) {
         const double *kj = &K[(kvh * rows + j) * D];

@@ -354,7 +354,7 @@ int kiln_c_attention_forward_workspace(const kiln_c_attention_options *options,
     *elements = 0;
     for (bool lengths : {false, true}) {
       kernels::AttentionShape t = s;
-      t.keyLengths = lengths && !s.causal;
+      t.keyLengths = lengths;
       *elements =
           std::max(*elements, forwardWorkspaceElements(t, options->device));
       if (std::optional<kernels::AttentionShape> p =

@@ -72,11 +72,13 @@ KILN_C_API int kiln_c_attention_forward(
 
 /* kiln_c_attention_forward where each batch attends to its own number of
  * keys: k_lengths, 1-D int32 (B) on the device, says that batch b attends
- * to its first k_lengths[b] keys of Nk (new queries reading a KV cache whose
- * sequences hold different numbers of tokens; slots past a length are never
- * read, whatever they hold). Lengths outside [0, Nk] are clamped; a batch of
- * none gets O 0 and LSE -inf. Non-causal; the workspace is
- * kiln_c_attention_forward_workspace's for q and k. No backward. */
+ * to its first L = k_lengths[b] keys of Nk (new queries reading a KV cache
+ * whose sequences hold different numbers of tokens; slots past a length are
+ * never read, whatever they hold). Causal: the queries are the last Nq of
+ * the L positions (query i sees keys j <= L - Nq + i: aligned at the bottom
+ * right). Lengths outside [0, Nk] are clamped; a row of no keys gets O 0 and
+ * LSE -inf. The workspace is kiln_c_attention_forward_workspace's for q and
+ * k. No backward. */
 KILN_C_API int kiln_c_attention_forward_key_lengths(
     const kiln_c_attention_options *options, const kiln_c_tensor *q,
     const kiln_c_tensor *k, const kiln_c_tensor *v,

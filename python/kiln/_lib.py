@@ -226,16 +226,16 @@ def forward(q, k, v, o, lse, workspace, causal, scale, bshd, stream,
     _check(code, buf)
 
 
-def forward_key_lengths(q, k, v, k_lengths, o, lse, workspace, scale, bshd,
-                        stream):
-    """forward (non-causal) where batch b attends to its first k_lengths[b]
-    keys (int32, (B,))."""
+def forward_key_lengths(q, k, v, k_lengths, o, lse, workspace, causal, scale,
+                        bshd, stream):
+    """forward where batch b attends to its first k_lengths[b] keys (int32,
+    (B,)); causal, its queries the last Nq of them."""
     lib = library()
     buf = _error_buffer()
     keep, ptrs = _packed([(q, bshd), (k, bshd), (v, bshd), (k_lengths, False),
                           (o, bshd), (lse, False)])
     code = lib.kiln_c_attention_forward_key_lengths(
-        ctypes.byref(_options(q, False, scale, stream, True)), *ptrs,
+        ctypes.byref(_options(q, causal, scale, stream, True)), *ptrs,
         None if workspace is None else workspace.data_ptr(), buf, len(buf))
     del keep
     _check(code, buf)

@@ -328,38 +328,34 @@ _forward.register_autograd(_autograd_backward, setup_context=_setup_context)
 @torch.library.custom_op("kiln::attention_forward_key_lengths",
                          mutates_args=(), device_types="cuda")
 def _forward_key_lengths(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                         key_lengths: torch.Tensor, scale: float, bshd: bool
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _forward_key_lengths_body(q, k, v, key_lengths, scale, bshd)
+                         key_lengths: torch.Tensor, causal: bool, scale: float,
+                         bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward_key_lengths_body(q, k, v, key_lengths, causal, scale, bshd)
 
 
-def _forward_key_lengths_body(q, k, v, key_lengths, scale, bshd):
+def _forward_key_lengths_body(q, k, v, key_lengths, causal, scale, bshd):
     B, H, Nq, _ = _dims(q, bshd)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((B, H, Nq), dtype=torch.float32)
-    n = _lib.forward_workspace(q, k, False, scale, bshd)
+    n = _lib.forward_workspace(q, k, causal, scale, bshd)
     ws = torch.empty(n, dtype=torch.float32, device=q.device) if n else None
-    _lib.forward_key_lengths(q, k, v, key_lengths, o, lse, ws, scale, bshd,
-                             _stream(q))
+    _lib.forward_key_lengths(q, k, v, key_lengths, o, lse, ws, causal, scale,
+                             bshd, _stream(q))
     return o, lse
 
 
 @_forward_key_lengths.register_fake
-def _(q, k, v, key_lengths, scale, bshd):
+def _(q, k, v, key_lengths, causal, scale, bshd):
     B, H, Nq, _ = _dims(q, bshd)
     return q.new_empty(q.shape), q.new_empty((B, H, Nq), dtype=torch.float32)
 
 
-def _check_key_lengths(q, k, v, key_lengths, causal, bshd,
+def _check_key_lengths(q, k, v, key_lengths, bshd,
                        op="kiln.attention"):
     """key_lengths' own checks (after _check's of q, k and v)."""
     if not isinstance(key_lengths, torch.Tensor):
         raise TypeError(f"{op}: key_lengths must be a torch.Tensor, got "
                         f"{type(key_lengths).__name__}")
-    if causal:
-        raise ValueError(f"{op}: key_lengths is for non-causal attention "
-                         f"(new queries reading a KV cache); causal "
-                         f"attention takes every key up to its row's")
     B = _dims(q, bshd)[0]
     if key_lengths.dtype != torch.int32:
         raise TypeError(f"{op}: key_lengths has dtype {key_lengths.dtype}; "
@@ -430,33 +426,37 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhsd",
     same on every run under torch.use_deterministic_algorithms(True) (dQ
     then takes a kernel of its own instead of atomics).
     key_lengths: None, or an int32 (B,) CUDA tensor: batch b attends to its
-    first key_lengths[b] keys of k and v (new queries reading a KV cache
+    first L = key_lengths[b] keys of k and v (new queries reading a KV cache
     whose sequences hold different numbers of tokens, each padded to Nk; the
-    slots past a length are never read, whatever they hold). Lengths
-    outside [0, Nk] are clamped; a batch of none gets O 0 and LSE -inf.
-    Non-causal, forward only (no gradients: under torch.no_grad()).
+    slots past a length are never read, whatever they hold). causal=True
+    then takes the queries as the last Nq of the L positions (query i sees
+    keys j <= L - Nq + i, aligned at the bottom right: a chunk of new tokens
+    whose keys are in the cache). Lengths outside [0, Nk] are clamped; a row
+    of no keys gets O 0 and LSE -inf. Forward only (no gradients: under
+    torch.no_grad()).
     """
     _need_bool("kiln.attention", "return_lse", return_lse)  # "yes": a tuple
     if key_lengths is not None:
         # The common case checked and launched in C++, as below.
-        if (causal is False and type(key_lengths) is torch.Tensor and
+        if (type(causal) is bool and type(key_lengths) is torch.Tensor and
                 _cpp_path_may_take(q, k, v, scale, layout) and
                 (cpp := _cpp.module()) is not None):
-            r = cpp.attention_key_lengths_checked(q, k, v, key_lengths, scale,
-                                                  layout == "bshd")
+            r = cpp.attention_key_lengths_checked(q, k, v, key_lengths, causal,
+                                                  scale, layout == "bshd")
             if r is not None:
                 return tuple(r) if return_lse else r[0]
         _check(q, k, v, causal, scale, layout)
         bshd = layout == "bshd"
-        _check_key_lengths(q, k, v, key_lengths, causal, bshd)
+        _check_key_lengths(q, k, v, key_lengths, bshd)
         s = (float(scale) if scale is not None
              else 1.0 / math.sqrt(q.shape[-1]))
         if _eager(q, k, v):
             k, v = _aligned_copy("k", k), _aligned_copy("v", v)
-            o, lse = _forward_key_lengths_body(q, k, v, key_lengths, s, bshd)
+            o, lse = _forward_key_lengths_body(q, k, v, key_lengths, causal,
+                                               s, bshd)
         else:
             o, lse = torch.ops.kiln.attention_forward_key_lengths(
-                q, k, v, key_lengths, s, bshd)
+                q, k, v, key_lengths, causal, s, bshd)
         return (o, lse) if return_lse else o
     # The common case checked and launched in C++ (csrc/attention_autograd.
     # cpp, attentionChecked): the checks below cost ~8 us of a decode call.

@@ -432,6 +432,8 @@ def test_key_lengths_fake_shapes_and_trace(recorded_graphs):
     lengths = torch.empty(2, dtype=torch.int32, device=META)
     o, lse = kiln.attention(q, k, v, key_lengths=lengths, return_lse=True)
     assert o.shape == q.shape and lse.shape == (2, 8, 1)
+    o = kiln.attention(*qkv(B=2, Nq=7, Nk=30), key_lengths=lengths, causal=True)
+    assert o.shape == (2, 3, 7, 64)
     graphs, backend = recorded_graphs
     f = torch.compile(lambda q, k, v, n: kiln.attention(q, k, v, key_lengths=n,
                                                         layout="bshd"),
@@ -446,8 +448,6 @@ def test_key_lengths_bad_input_is_refused():
     for kwargs, exc, match in [
         (dict(key_lengths=[3, 4]), TypeError,
          "key_lengths must be a torch.Tensor, got list"),
-        (dict(key_lengths=ok, causal=True), ValueError,
-         "key_lengths is for non-causal attention"),
         (dict(key_lengths=ok.long()), TypeError,
          "key_lengths has dtype torch.int64; it must be torch.int32"),
         (dict(key_lengths=torch.empty(3, dtype=torch.int32, device=META)),

@@ -67,16 +67,20 @@ def test_grouped_heads_match_float64_math(B, H, Hk, Nq, Nk, D, causal, layout):
     check_against_float64(q, k, v, causal, layout)
 
 
-@pytest.mark.parametrize("B,H,Hk,Nq,Nk,D,layout", [
-    (4, 32, 8, 1, 4097, 128, "bhsd"),  # decoding: grouped rows
-    (5, 8, 2, 1, 3000, 64, "bshd"),    # decoding: the keys split
-    (3, 8, 2, 4, 1000, 64, "bshd"),
-    (3, 4, 4, 300, 2049, 128, "bhsd"),  # prefill: TMA for whole blocks
-    (4, 4, 2, 200, 777, 64, "bhsd")])
-def test_key_lengths_match_float64(B, H, Hk, Nq, Nk, D, layout):
+@pytest.mark.parametrize("B,H,Hk,Nq,Nk,D,layout,causal", [
+    (4, 32, 8, 1, 4097, 128, "bhsd", False),  # decoding: grouped rows
+    (5, 8, 2, 1, 3000, 64, "bshd", False),    # decoding: the keys split
+    (3, 8, 2, 4, 1000, 64, "bshd", False),
+    (3, 4, 4, 300, 2049, 128, "bhsd", False),  # prefill: TMA for whole blocks
+    (4, 4, 2, 200, 777, 64, "bhsd", False),
+    (4, 8, 2, 300, 2049, 128, "bhsd", True),   # chunked prefill
+    (3, 4, 4, 100, 1000, 64, "bshd", True)])
+def test_key_lengths_match_float64(B, H, Hk, Nq, Nk, D, layout, causal):
     # Batch b attends to its first key_lengths[b] keys (the last batch to
     # none: O 0, LSE -inf; one past Nk and one below 0, clamped); every
-    # slot past a length holds NaN, which a read would leak into O.
+    # slot past a length holds NaN, which a read would leak into O. Causal:
+    # the queries are the last Nq of each length (rows before key 0 where a
+    # length is under Nq: O 0, LSE -inf).
     q = attention_inputs(B, H, Nq, Nk, D, torch.bfloat16, layout, seed=B * Nk)[0]
     k, v = attention_inputs(B, Hk, Nq, Nk, D, torch.bfloat16, layout, seed=Nk + D)[1:]
     g = torch.Generator().manual_seed(Nk + Nq)
@@ -90,18 +94,25 @@ def test_key_lengths_match_float64(B, H, Hk, Nq, Nk, D, layout):
     poison_allocator()
     with torch.no_grad():
         o, lse = kiln.attention(q, k, v, layout=layout, return_lse=True,
+                                causal=causal,
                                 key_lengths=given.to(DEV, torch.int32))
     assert torch.isfinite(o).all(), "unwritten or non-finite elements of O"
     ob, qb = to_bhsd(o, layout), to_bhsd(q, layout)
     for b, n in enumerate(lengths.tolist()):
-        if n == 0:
-            assert (ob[b] == 0).all() and (lse[b] == float("-inf")).all()
+        # Query i sees keys j < n (causal: j <= n - Nq + i).
+        seen = torch.arange(n, device=DEV)[None, :] <= (
+            torch.arange(Nq, device=DEV)[:, None] + (n - Nq if causal else n))
+        none = ~seen.any(-1)
+        assert (ob[b][:, none] == 0).all()
+        assert (lse[b][:, none] == float("-inf")).all()
+        if none.all():
             continue
         kk = kb[b, :, :n].double().repeat_interleave(H // Hk, 0)
         vv = vb[b, :, :n].double().repeat_interleave(H // Hk, 0)
         s = qb[b].double() @ kk.transpose(-1, -2) / math.sqrt(D)
-        assert rel(ob[b], torch.softmax(s, -1) @ vv) < 1e-2, f"batch {b}"
-        assert rel(lse[b], torch.logsumexp(s, -1)) < 1e-5, f"batch {b}"
+        s = s.masked_fill(~seen, float("-inf"))[:, ~none]
+        assert rel(ob[b][:, ~none], torch.softmax(s, -1) @ vv) < 1e-2, f"batch {b}"
+        assert rel(lse[b][:, ~none], torch.logsumexp(s, -1)) < 1e-5, f"batch {b}"
 
 
 @pytest.mark.parametrize("B,H,Hk,Nq,Nk,D,layout", [

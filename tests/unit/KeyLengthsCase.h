@@ -28,19 +28,20 @@ struct KeyLengthsCase {
   int64_t H, Hk, Nq, Nk, D;
   std::vector<int64_t> lengths; ///< one per batch, clamped by the kernel
   int64_t ranges = 1;           ///< split keys (attentionForwardKernels)
+  bool causal = false;          ///< queries the last Nq of each length
 
   std::string name() const {
     std::string s = "q" + std::to_string(Nq) + "_k" + std::to_string(Nk) +
                     "_d" + std::to_string(D) + "_h" + std::to_string(H) + "x" +
                     std::to_string(Hk) + "_split" + std::to_string(ranges) +
-                    "_len";
+                    (causal ? "_causal" : "") + "_len";
     for (int64_t n : lengths)
       s += (n < 0 ? "m" : "_") + std::to_string(std::abs(n));
     return s;
   }
   kernels::AttentionShape shape() const {
     kernels::AttentionShape s{
-        int64_t(lengths.size()), H, Nq, Nk, D, false, DType::bf16, 0,
+        int64_t(lengths.size()), H, Nq, Nk, D, causal, DType::bf16, 0,
         Hk == H ? 0 : Hk};
     s.keyLengths = true;
     return s;
@@ -112,7 +113,9 @@ struct KeyLengthsTensors {
 
 /// Shapes both tests run: decoding (one query, grouped heads, split keys),
 /// a few queries, and row blocks of 128 on keys whose lengths end inside a
-/// key block, on one, at 0 (no keys), past Nk and below 0 (clamped).
+/// key block, on one, at 0 (no keys), past Nk and below 0 (clamped); causal
+/// chunks (queries the last of each length; rows before key 0 where a
+/// length is under Nq).
 inline std::vector<KeyLengthsCase> keyLengthsCases() {
   return {
       {4, 2, 1, 700, 64, {700, 1, 0, 333}, 3},
@@ -120,6 +123,9 @@ inline std::vector<KeyLengthsCase> keyLengthsCases() {
       {2, 2, 5, 300, 64, {300, 17, 128, 2000}},
       {2, 1, 130, 520, 64, {520, 200, -3}},
       {2, 2, 150, 390, 128, {256, 390, 131}},
+      {4, 2, 200, 700, 128, {700, 333, 64, 129}, 1, true},
+      {2, 2, 130, 520, 64, {520, 200, 0, 1000}, 1, true},
+      {2, 2, 3, 300, 64, {300, 2, 77}, 1, true},
   };
 }
 

@@ -161,9 +161,9 @@ kernels and their shape options:
              attention, H/K query heads per K/V head)
              [--grouped-rows 0|1] (non-causal, K < H, N < 128: run as the
              library does, the K-head problem of H/K*N rows a head; default 1)
-             [--key-lengths L,L,..|random] (non-causal: batch b attends to
-             its first L keys, a KV cache's filled slots; B lengths 0..N,
-             or random ones 1..N)
+             [--key-lengths L,L,..|random] (batch b attends to its first
+             L keys, a KV cache's filled slots; causal, its queries the
+             last of them; B lengths 0..N, or random ones 1..N)
              [--dtype bf16|fp16|fp32] [--layout bhsd|bshd]
              [--lse-stride S] (LSE's row stride; default N: rows that are
              not 16-byte aligned take element stores, and say so)

@@ -288,7 +288,8 @@ attentionChecked(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
 std::optional<std::vector<at::Tensor>>
 attentionKeyLengthsChecked(const at::Tensor &q, const at::Tensor &k,
                            const at::Tensor &v, const at::Tensor &lengths,
-                           std::optional<double> scale, bool bshd) {
+                           bool causal, std::optional<double> scale,
+                           bool bshd) {
   if (!forwardKeyLengthsFn || !commonCase(q, k, v, scale, bshd) ||
       lengths.scalar_type() != at::kInt || lengths.dim() != 1 ||
       lengths.size(0) != q.size(0) || lengths.device() != q.device() ||
@@ -297,7 +298,7 @@ attentionKeyLengthsChecked(const at::Tensor &q, const at::Tensor &k,
     return std::nullopt;
   at::Tensor lse = lseFor(q, bshd);
   at::Tensor o =
-      forwardOf(q, k, v, lse, false, scaleOr(scale, q), bshd, &lengths);
+      forwardOf(q, k, v, lse, causal, scaleOr(scale, q), bshd, &lengths);
   return std::vector<at::Tensor>{o, lse};
 }
 

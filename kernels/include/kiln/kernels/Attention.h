@@ -25,9 +25,12 @@ struct AttentionShape {
   /// heads / kvHeads is compiled in; with run-time shapes, H and B are not.
   int64_t kvHeads = 0;
   /// Keys per batch read from a `KLengths` tensor (B i32): batch b attends
-  /// to its first KLengths[b] keys of Nk (a KV cache whose sequences hold
-  /// different numbers of tokens), clamped to [0, Nk]; a batch of none gets
-  /// O = 0 and a logsumexp of -inf. Non-causal, run-time shapes, forward.
+  /// to its first L = KLengths[b] keys of Nk (a KV cache whose sequences
+  /// hold different numbers of tokens), clamped to [0, Nk]; a row of no keys
+  /// gets O = 0 and a logsumexp of -inf. Causal, the queries are the last Nq
+  /// positions of the L (aligned at the bottom right: query i sees keys
+  /// j <= L - Nq + i; a chunk of new tokens, their keys already in the
+  /// cache). Run-time shapes, forward.
   bool keyLengths = false;
 };
 

@@ -16,7 +16,8 @@ namespace kiln::kernels {
 
 /// O (B,H,Nq,D) and LSE (B,H,Nq) from Q, K, V; every output element written.
 /// With s.keyLengths, batch b takes its first keyLengths[b] keys (clamped to
-/// [0, Nk]; none: O 0, LSE -inf).
+/// [0, Nk]; none: O 0, LSE -inf), causal with its queries the last Nq of
+/// them.
 void attentionReference(const AttentionShape &s, const HostTensor &q,
                         const HostTensor &k, const HostTensor &v, HostTensor &o,
                         HostTensor &lse,
