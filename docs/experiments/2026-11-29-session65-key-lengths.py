@@ -14,6 +14,9 @@ one process, samples in turn, CUDA events around 10 back-to-back calls;
              keep NaN out of P·V), enable_gqa
   sdpa_cudnn, sdpa_efficient: the same forced to one backend, where it runs
 The max abs difference of kiln_len against float64 per sequence checks it.
+Causal rows (a chunk of Nq new tokens, the last of each length; lengths
+uniform in Nq..Nk): kiln_len causal against SDPA with the boolean mask of
+the keys each query sees (kiln_full and kiln_mean left out).
 
     PYTHONPATH=python python3 docs/experiments/2026-11-29-session65-key-lengths.py
 """
@@ -61,13 +64,13 @@ def times(fns, reps=16, batch=10):
     return out
 
 
-def row(B, H, Hk, Nq, Nk, D, seed):
+def row(B, H, Hk, Nq, Nk, D, seed, causal=False):
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(B, H, Nq, D, device="cuda", dtype=torch.bfloat16, generator=g)
     k, v = (torch.randn(B, Hk, Nk, D, device="cuda", dtype=torch.bfloat16,
                         generator=g) for _ in range(2))
-    lengths = torch.randint(1, Nk + 1, (B,), device="cuda", generator=g,
-                            dtype=torch.int32)
+    lengths = torch.randint(Nq if causal else 1, Nk + 1, (B,), device="cuda",
+                            generator=g, dtype=torch.int32)
     mean = int(lengths.float().mean().round().item())
     km, vm = k[:, :, :mean].contiguous(), v[:, :, :mean].contiguous()
     valid = torch.arange(Nk, device="cuda")[None, :] < lengths[:, None].long()
@@ -75,13 +78,18 @@ def row(B, H, Hk, Nq, Nk, D, seed):
     k.masked_fill_(~valid[:, None, :, None], float("nan"))
     v.masked_fill_(~valid[:, None, :, None], float("nan"))
     mask = valid[:, None, None, :]
+    if causal:  # query i of batch b sees keys j <= L_b - Nq + i
+        at = lengths.long()[:, None] - Nq + torch.arange(Nq, device="cuda")[None, :]
+        mask = (torch.arange(Nk, device="cuda")[None, None, :] <= at[:, :, None])[:, None]
     with torch.no_grad():
-        o = kiln.attention(q, k, v, key_lengths=lengths)
+        o = kiln.attention(q, k, v, key_lengths=lengths, causal=causal)
         err = 0.0
         for b, n in enumerate(lengths.tolist()):
             kk = k[b, :, :n].double().repeat_interleave(H // Hk, 0)
             vv = v[b, :, :n].double().repeat_interleave(H // Hk, 0)
             s = q[b].double() @ kk.transpose(-1, -2) / math.sqrt(D)
+            if causal:
+                s = s.masked_fill(~mask[b, 0, :, :n], float("-inf"))
             err = max(err, (o[b].double() - torch.softmax(s, -1) @ vv).abs().max().item())
 
         def sdpa(backend=None):
@@ -94,17 +102,21 @@ def row(B, H, Hk, Nq, Nk, D, seed):
                                                           enable_gqa=True)
             return run
 
-        t = times({
-            "kiln_len": lambda: kiln.attention(q, k, v, key_lengths=lengths),
+        fns = {
+            "kiln_len": lambda: kiln.attention(q, k, v, key_lengths=lengths,
+                                               causal=causal),
             "kiln_full": lambda: kiln.attention(q, kz, vz),
             "kiln_mean": lambda: kiln.attention(q, km, vm),
             "sdpa_mask": sdpa(),
             "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
             "sdpa_efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
-        })
+        }
+        if causal:
+            del fns["kiln_full"], fns["kiln_mean"]
+        t = times(fns)
     cols = ["kiln_len", "kiln_full", "kiln_mean", "sdpa_mask", "sdpa_cudnn",
             "sdpa_efficient"]
-    out = [f"{B},{H},{Hk},{Nq},{Nk},{D},{mean}"]
+    out = [f"{B},{H},{Hk},{Nq},{Nk},{D},{int(causal)},{mean}"]
     for mode in ("gpu", "wall"):
         out += [f"{t[mode][c]:.1f}" if c in t[mode] else "-" for c in cols]
     return ",".join(out) + f",{err:.1e}"
@@ -113,7 +125,7 @@ def row(B, H, Hk, Nq, Nk, D, seed):
 def main():
     torch.manual_seed(0)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print("B,H,Hk,Nq,Nk,D,mean_len," +
+    print("B,H,Hk,Nq,Nk,D,causal,mean_len," +
           ",".join(f"{m}_{c}" for m in ("gpu_us", "wall_us") for c in
                    ("kiln_len", "kiln_full", "kiln_mean", "sdpa_mask",
                     "sdpa_cudnn", "sdpa_efficient")) + ",max_abs_err")
@@ -122,6 +134,9 @@ def main():
                                (64, 32, 8, 1, 32768, 128), (8, 32, 8, 16, 8192, 128),
                                (4, 16, 16, 1000, 8192, 128), (8, 32, 32, 1, 3001, 64)]):
         print(row(*shape, seed=i), flush=True)
+    for i, shape in enumerate([(4, 16, 16, 1000, 8192, 128), (8, 32, 8, 512, 4096, 64),
+                               (16, 32, 8, 16, 8192, 128)]):
+        print(row(*shape, seed=100 + i, causal=True), flush=True)
 
 
 if __name__ == "__main__":
