@@ -196,8 +196,11 @@ static AttentionConfig resolve(const AttentionShape &s, AttentionConfig c,
   // aligned to the end) at 1000/1024/2048/2049/3001/4096/4097/8191
   // +6.3/+10.1/+11.7/+7.4/+9.3/+10.8/+3.2/+5.0%, 512 +5.1%
   // (docs/experiments/2026-11-26-session38.txt).
+  // With key lengths (non-causal), the masked block first wherever the key
+  // loop is overlapped: the buildForward check says why.
   if (c.maskedBlockFirst < 0)
-    c.maskedBlockFirst = wide && hopper && c.warpSpecialize != 0;
+    c.maskedBlockFirst = (wide && hopper && c.warpSpecialize != 0) ||
+                         (s.keyLengths && !s.causal);
   if (c.overlap < 0)
     c.overlap =
         wide && hopper && c.warpSpecialize != 0 &&

@@ -42,6 +42,13 @@ static Kernel buildForward(const AttentionShape &s,
   if (s.keyLengths && !runtimeShapes)
     throw Error("attention: key lengths per batch need run-time shapes "
                 "(staticShapes 0)");
+  // After an overlapped loop that does not run (a length of 0 or under one
+  // block), the deferred P·V reads V's block at the loop's start: the
+  // whole blocks' loop starts at key 0, where a cache's slots may hold NaN.
+  if (s.keyLengths && !s.causal && !split && c.overlap > 0 &&
+      !raggedEndFirst(s, c))
+    throw Error("attention: key lengths per batch under overlap take the "
+                "masked block first (maskedBlockFirst 1, the default)");
   // Run-time shapes are built for a class of Nk: whole key blocks (no mask
   // for keys past the end; bind refuses other Nk) or not.
   const bool wholeKeys = runtimeShapes ? wholeKeyBlocks(s, c) : false;
@@ -251,8 +258,10 @@ static Kernel buildForward(const AttentionShape &s,
     // keys before key 0, which TMA reads as zeros), so that no load reads
     // past it, whatever the cache holds there: every load takes the full
     // views (TMA). Each step masked (keys before 0, right of a row's).
+    // A length of 0 starts a block before key 0 too: the P·V deferred past
+    // an overlapped loop that does not run reads V at the loop's start.
     Index r = Nk % BN;
-    Index start = r - above(r, 0, BN) * BN;
+    Index start = r - above(r, 0, BN) * BN - (1 - min(Nk, Index(1))) * BN;
     forRange(start, min(m0 + BM + (Nk - Nq), Nk), BN,
              carry(acc, rowMax, rowSum),
              [&](Index n0) { step(n0, BN, {.edges = true}); });

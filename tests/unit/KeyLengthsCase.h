@@ -124,6 +124,10 @@ inline std::vector<KeyLengthsCase> keyLengthsCases() {
       {2, 1, 130, 520, 64, {520, 200, -3}},
       {2, 2, 150, 390, 128, {256, 390, 131}},
       {4, 2, 200, 700, 128, {700, 333, 64, 129}, 1, true},
+      // Overlapped D=128 loops that do not run: lengths 0 and 128 (whole
+      // blocks, the first at key 0) under 300 queries.
+      {4, 2, 300, 2049, 128, {2049, 0, 1500, 128}, 1, true},
+      {4, 4, 300, 2049, 128, {2049, 0, 100, 128}},
       {2, 2, 130, 520, 64, {520, 200, 0, 1000}, 1, true},
       {2, 2, 3, 300, 64, {300, 2, 77}, 1, true},
   };

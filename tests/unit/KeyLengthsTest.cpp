@@ -71,6 +71,12 @@ TEST(KeyLengths, RefusedWhereTheyDoNotApply) {
   EXPECT_THAT(
       errorOf([&] { kernels::attentionForward(s, {.staticShapes = 1}); }),
       HasSubstr("key lengths per batch need run-time shapes"));
+  s.headDim = 128;
+  EXPECT_THAT(errorOf([&] {
+                kernels::attentionForward(
+                    s, {.maskedBlockFirst = 0, .overlap = 1});
+              }),
+              HasSubstr("under overlap take the masked block first"));
   EXPECT_THAT(errorOf([&] { kernels::attentionBackward(s, {}); }),
               HasSubstr("key lengths per batch are the forward's"));
 }
