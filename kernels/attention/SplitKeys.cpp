@@ -59,18 +59,14 @@ static double waveUse(int64_t programs, int64_t slots) {
 }
 
 /// With key lengths per batch (whose keys end anywhere in 1..Nk: a KV
-/// cache's sequences), ranges of at most this many keys, up to
-/// kLengthsMaxRanges of them (powers of two), where the rule above gives
-/// fewer: the short sequences' ranges end at once and the long ones spread
-/// over more SMs. H200, bf16, lengths uniform in 1..Nk, kiln bench
-/// attention --key-lengths random --group 4 against split-keys=1..16 (ms,
-/// default -> this rule; docs/experiments/2026-11-29-session65.txt): D=128
-/// one query B=16 Nk=8192 0.063 -> 0.056 (S 2 -> 4, the best), B=64 0.239
-/// (small tiles) -> 0.181 (4, the best), B=64 Nk=32768 0.893 -> 0.657 (8,
-/// the best); 4 queries B=4 0.027 (8, the best; kept); D=64 B=16 Nk=4097
-/// 0.034 (2, kept; 4 measured 0.030).
-static constexpr int64_t kLengthsKeysPerRange = 2048;
-static constexpr int64_t kLengthsMaxRanges = 8;
+/// cache's sequences), at least as many ranges (powers of two, each keeping
+/// kMinBlocksPerRange key blocks) as make this many waves of programs: the
+/// short sequences' ranges end at once and free their SMs for the long
+/// ones' (docs/experiments/2026-11-29-session65.txt, calls 3-4: kiln bench
+/// attention --key-lengths random --group 4 against split-keys=1..16, and
+/// the same shapes with twice the K/V heads, where a rule of ranges of at
+/// most 2048 keys lost up to 2x).
+static constexpr double kLengthsWaves = 1.5;
 
 /// defaultSplitKeys without key lengths' own rule.
 static int64_t splitByWaves(const AttentionShape &s, const AttentionConfig &c,
@@ -97,11 +93,11 @@ int64_t defaultSplitKeys(const AttentionShape &s, const AttentionConfig &config,
   const AttentionConfig c = resolveConfig(s, config);
   int64_t S = splitByWaves(s, c, sms);
   if (s.keyLengths) {
-    int64_t byKeys = 1;
-    while (byKeys < kLengthsMaxRanges &&
-           s.seqK >= 2 * byKeys * kLengthsKeysPerRange)
-      byKeys *= 2;
-    S = std::max(S, byKeys);
+    const int64_t slots = sms * ctasPerSm(s, c), programs = programsOf(s, c),
+                  keyBlocks = (s.seqK + c.blockN - 1) / c.blockN;
+    while (double(programs * S) < kLengthsWaves * double(slots) &&
+           keyBlocks >= 2 * S * kMinBlocksPerRange)
+      S *= 2;
   }
   return S;
 }

@@ -257,8 +257,8 @@ struct SplitKeysWorkspace : Workspace {
 /// (SplitKeys.cpp): 1 where causal, or where its P programs (row blocks x B
 /// x H) keep the CTA slots at least 80% busy over their waves; else the
 /// fewest of 2, 4, 8, ... that reach 90% (each range keeping at least 4 key
-/// blocks). With key lengths, at least as many ranges as keep each one to
-/// 2048 keys, up to 8 (the batches' lengths differ). `sms` 0: 1.
+/// blocks). With key lengths, at least as many as make 1.5 waves of
+/// programs (the batches' lengths differ). `sms` 0: 1.
 int64_t defaultSplitKeys(const AttentionShape &shape,
                          const AttentionConfig &config, int64_t sms);
 
