@@ -11,9 +11,7 @@
 #include "../unit/TestUtil.h"
 #include "DeviceTensors.h"
 
-#include "kiln/Compiler/Compile.h"
 #include "kiln/runtime/Cuda.h"
-#include "kiln/runtime/Launch.h"
 
 #include <gtest/gtest.h>
 
@@ -37,12 +35,8 @@ TEST_P(KeyLengthsOnGpu, MatchesFp64ReferenceReadingNoSlotPastALength) {
            name == "O" || name == "LSE" || name == "OSplit" ||
                name == "LSESplit");
   for (const Kernel &kernel : kernels::attentionForwardKernels(
-           c.shape(), {.splitKeys = int(c.ranges)})) {
-    std::map<std::string, TensorRef> in = kernel.tensorsIn(dt.refs);
-    std::shared_ptr<GpuKernel> g = jitKernel(kernel, in);
-    g->launch(kernel.bind(in));
-  }
-  cuda::synchronize();
+           c.shape(), {.splitKeys = int(c.ranges)}))
+    test::runOnGpu(kernel, dt);
   dt.download("O", t.o);
   dt.download("LSE", t.lse);
   t.check(c);

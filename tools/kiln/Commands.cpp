@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <random>
 
 namespace kiln::cli {
 
@@ -183,6 +184,51 @@ kernels::AttentionShape attentionShapeOptions(Options &opts) {
   s.causal = causalOption(opts);
   s.dtype = dtypeOption(opts, "bf16");
   return s;
+}
+
+/// --key-lengths L,L,... (one per batch, each 0 to Nk) or `random` (seeded,
+/// 1 to Nk): the keys each batch attends to, a KV cache's filled slots.
+/// Sets s.keyLengths where given; the lengths (empty where not).
+std::vector<int64_t> keyLengthsOption(Options &opts, kernels::AttentionShape &s,
+                                      uint64_t seed) {
+  const std::string text = opts.string("key-lengths", "");
+  if (text.empty())
+    return {};
+  std::vector<int64_t> lengths;
+  if (text == "random") {
+    std::mt19937_64 rng(seed + 7);
+    for (int64_t b = 0; b < s.batch; ++b)
+      lengths.push_back(1 + int64_t(rng() % uint64_t(s.seqK)));
+  } else {
+    try {
+      lengths = splitInts(text);
+    } catch (const std::logic_error &) {
+      lengths.clear();
+    }
+    if (int64_t(lengths.size()) != s.batch ||
+        std::any_of(lengths.begin(), lengths.end(),
+                    [&](int64_t n) { return n < 0 || n > s.seqK; }))
+      throw UsageError(fmt::format(
+          "option --key-lengths: '{}' is not {} lengths (one per batch) of "
+          "0 to {} keys, nor `random`",
+          text, s.batch, s.seqK));
+  }
+  s.keyLengths = true;
+  return lengths;
+}
+
+void poisonPastKeyLengths(const kernels::AttentionShape &s,
+                          const std::vector<int64_t> &lengths, HostTensor &k,
+                          HostTensor &v) {
+  for (size_t b = 0; b < lengths.size(); ++b)
+    for (int64_t h = 0; h < s.kvHeads; ++h)
+      for (int64_t j = lengths[b]; j < s.seqK; ++j)
+        for (int64_t d = 0; d < s.headDim; ++d) {
+          const int64_t i =
+              ((int64_t(b) * s.kvHeads + h) * s.seqK + j) * s.headDim + d;
+          k.flatSet(i, std::nan(""));
+          v.flatSet(i, std::nan(""));
+        }
 }
 
 std::string layoutOption(Options &opts) {

@@ -90,6 +90,17 @@ Problem attentionBackwardProblem(Options &opts, bool withData);
 std::string backwardPartName(const Kernel &k);
 /// --batch, --heads, --seq, --seq-k, --head-dim, --causal, --dtype.
 kernels::AttentionShape attentionShapeOptions(Options &opts);
+/// --key-lengths L,L,... (one per batch, each 0 to Nk) or `random` (seeded,
+/// 1 to Nk): the keys each batch attends to, a KV cache's filled slots.
+/// Sets s.keyLengths where given; the lengths (empty where not).
+std::vector<int64_t> keyLengthsOption(Options &opts, kernels::AttentionShape &s,
+                                      uint64_t seed);
+/// NaN in every K and V slot (B, Hk, Nk, D, in logical order) past a
+/// batch's length: a cache's unused slots may hold anything, and a kernel
+/// that reads one fails the check.
+void poisonPastKeyLengths(const kernels::AttentionShape &s,
+                          const std::vector<int64_t> &lengths, HostTensor &k,
+                          HostTensor &v);
 /// --layout, bhsd (default) or bshd; a UsageError otherwise.
 std::string layoutOption(Options &opts);
 /// Grouped heads' short non-causal queries as the library runs them: where

@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 namespace kiln::cli {
 
@@ -30,37 +29,6 @@ static int64_t gpuMemoryGBps() {
   return cuda::available(&why)
              ? int64_t(cuda::device(0).memoryBandwidth / 1e9 + 0.5)
              : 0;
-}
-
-/// --key-lengths L,L,... (one per batch, each 0 to Nk) or `random` (seeded,
-/// 1 to Nk): the keys each batch attends to, a KV cache's filled slots.
-/// Sets s.keyLengths where given; the lengths (empty where not).
-static std::vector<int64_t>
-keyLengthsOption(Options &opts, kernels::AttentionShape &s, uint64_t seed) {
-  const std::string text = opts.string("key-lengths", "");
-  if (text.empty())
-    return {};
-  std::vector<int64_t> lengths;
-  if (text == "random") {
-    std::mt19937_64 rng(seed + 7);
-    for (int64_t b = 0; b < s.batch; ++b)
-      lengths.push_back(1 + int64_t(rng() % uint64_t(s.seqK)));
-  } else {
-    try {
-      lengths = splitInts(text);
-    } catch (const std::logic_error &) {
-      lengths.clear();
-    }
-    if (int64_t(lengths.size()) != s.batch ||
-        std::any_of(lengths.begin(), lengths.end(),
-                    [&](int64_t n) { return n < 0 || n > s.seqK; }))
-      throw UsageError(fmt::format(
-          "option --key-lengths: '{}' is not {} lengths (one per batch) of "
-          "0 to {} keys, nor `random`",
-          text, s.batch, s.seqK));
-  }
-  s.keyLengths = true;
-  return lengths;
 }
 
 static Problem attentionProblem(Options &opts, bool withData) {
@@ -219,17 +187,7 @@ static Problem attentionProblem(Options &opts, bool withData) {
   auto q = randomTensor(s.dtype, qShape, seed, qStrides);
   auto k = randomTensor(s.dtype, kShape, seed + 1, kStrides);
   auto v = randomTensor(s.dtype, kShape, seed + 2, kStrides);
-  // A cache's slots past a batch's length may hold anything: NaN there, which
-  // leaks into O wherever the kernel reads them.
-  for (size_t b = 0; b < keyLengths.size(); ++b)
-    for (int64_t h = 0; h < s.kvHeads; ++h)
-      for (int64_t j = keyLengths[b]; j < s.seqK; ++j)
-        for (int64_t d = 0; d < s.headDim; ++d) {
-          const int64_t i =
-              ((int64_t(b) * s.kvHeads + h) * s.seqK + j) * s.headDim + d;
-          k.flatSet(i, std::nan(""));
-          v.flatSet(i, std::nan(""));
-        }
+  poisonPastKeyLengths(s, keyLengths, k, v);
   auto o = randomTensor(s.dtype, qShape, 0, qStrides);
   HostTensor lse(DType::f32, lShape, lStrides);
   o.poison();
