@@ -62,7 +62,7 @@ static double waveUse(int64_t programs, int64_t slots) {
 /// cache's sequences), at least as many ranges (powers of two, each keeping
 /// kMinBlocksPerRange key blocks) as make this many waves of programs: the
 /// short sequences' ranges end at once and free their SMs for the long
-/// ones' (docs/experiments/2026-11-29-session65.txt, calls 3-4: kiln bench
+/// ones' (docs/experiments/2026-11-29-session65.txt, calls 3 and 6: kiln bench
 /// attention --key-lengths random --group 4 against split-keys=1..16, and
 /// the same shapes with twice the K/V heads, where a rule of ranges of at
 /// most 2048 keys lost up to 2x).
