@@ -2,7 +2,9 @@
 """Random attention problems against an fp32 reference, on a GPU.
 
 Each case draws a shape (B, H, Nq, Nk, D; a third of the time k and v with
-a divisor of H heads: grouped-query), dtype, layout and causality, and
+a divisor of H heads: grouped-query), dtype, layout and causality (a fifth
+of the time with key lengths per batch, some past Nk or below 0, NaN in
+every k/v slot past them: the forward alone, causal at the bottom right), and
 inputs the way users hand them: contiguous, views into larger buffers (an
 odd element offset: pointers not 16-byte aligned; padded rows: strides that
 are not multiples of 16 bytes), fresh standard-normal values. kiln's
@@ -57,10 +59,14 @@ def abs_err(x, ref):
     return (x - ref.float()).abs().max().item() if torch.isfinite(x).all() else math.inf
 
 
-def reference(q, k, v, do, causal, scale, bshd, dtype=torch.float32):
+def reference(q, k, v, do, causal, scale, bshd, dtype=torch.float32,
+              lengths=None):
     """O, LSE and the gradients (bhsd tensors), computed in `dtype`: fp32,
     the truth, or the inputs' own (fp32 softmax and LSE), whose error sets
-    what a kernel in that precision may be expected to miss by."""
+    what a kernel in that precision may be expected to miss by. With
+    `lengths` (clamped, one per batch) O and LSE alone: batch b's first
+    lengths[b] keys, causal its queries the last of them; a row of none
+    O 0, LSE -inf."""
     t = [x.to(dtype).transpose(1, 2) if bshd else x.to(dtype) for x in (q, k, v)]
     q_, k_, v_ = (x.detach().requires_grad_() for x in t)
     # Grouped heads: each k/v head repeated for its H / Hk query heads
@@ -68,6 +74,18 @@ def reference(q, k, v, do, causal, scale, bshd, dtype=torch.float32):
     group = q_.shape[1] // k_.shape[1]
     ke, ve = (x.repeat_interleave(group, dim=1) for x in (k_, v_))
     s = (q_ @ ke.transpose(-1, -2)).float() * scale
+    if lengths is not None:
+        nq, nk = s.shape[-2:]
+        n = torch.tensor(lengths, device=s.device)[:, None, None, None]
+        j = torch.arange(nk, device=s.device)[None, None, None, :]
+        i = torch.arange(nq, device=s.device)[None, None, :, None]
+        seen = (j < n) & ((j <= n - nq + i) if causal else True)
+        s = s.masked_fill(~seen, float("-inf"))
+        ve = ve.nan_to_num(0.0)  # the slots past a length hold NaN
+        lse = torch.logsumexp(s, -1)
+        o = (torch.softmax(s, -1).nan_to_num(0.0).to(dtype) @ ve)
+        back = (lambda x: x.transpose(1, 2)) if bshd else (lambda x: x)
+        return back(o), lse
     if causal:
         nq, nk = s.shape[-2:]
         keep = torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril()
@@ -98,11 +116,54 @@ def draw_case(rng):
     nk = nq if rng.random() < 0.5 else draw_length(rng)
     scale = 1.0 / math.sqrt(d) if rng.random() < 0.7 else rng.uniform(0.02, 0.3)
     deterministic = rng.random() < 0.25  # dQ by its own kernel
-    return dtype, d, bshd, causal, b, h, hk, nq, nk, scale, deterministic
+    lengths = None if rng.random() < 0.8 else [
+        rng.choice([0, nk, nk + 3, -2, rng.randint(1, nk)]) for _ in range(b)]
+    return (dtype, d, bshd, causal, b, h, hk, nq, nk, scale, deterministic,
+            lengths)
+
+
+def run_lengths_case(q, k, v, case, desc, dev):
+    """The forward with key lengths: NaN in every k/v slot past a length, O
+    and LSE against the reference (rows of no keys: O 0, LSE -inf)."""
+    dtype, d, bshd, causal, b, h, hk, nq, nk, scale, _, given = case
+    lengths = [min(max(n, 0), nk) for n in given]
+    for t in (k, v):
+        tb = t.transpose(1, 2) if bshd else t
+        for i, n in enumerate(lengths):
+            tb[i, :, n:] = float("nan")
+    oshape = (b, nq, h, d) if bshd else (b, h, nq, d)
+    obuf, o = guarded(oshape, dtype, dev)
+    lbuf, lse = guarded((b, h, nq), torch.float32, dev)
+    n = _lib.forward_workspace(q, k, causal, scale, bshd)
+    ws = torch.full((n,), float("nan"), device=dev) if n else None
+    _lib.forward_key_lengths(q, k, v, torch.tensor(given, dtype=torch.int32,
+                                                   device=dev),
+                             o, lse, ws, causal, scale, bshd, _stream(q))
+    truth = reference(q, k, v, None, causal, scale, bshd, lengths=lengths)
+    low = reference(q, k, v, None, causal, scale, bshd, dtype, lengths)
+    errs, bad = {}, []
+    none = torch.isinf(truth[1])  # rows of no keys
+    for name, x, t, lp, tl in (("O", o, truth[0], low[0], 2e-2),
+                               ("LSE", lse, truth[1], low[1], 1e-3)):
+        if name == "LSE":
+            if not (x[none] == float("-inf")).all():
+                bad.append("LSE of a row of no keys is not -inf")
+            x, t, lp = x[~none], t[~none], lp[~none]
+        if x.numel() == 0:
+            errs[name] = 0.0
+            continue
+        err, scale_ = abs_err(x, t), max(t.abs().max().item(), 1e-30)
+        errs[name] = err / scale_
+        if not (err <= tl * scale_ or err <= 2 * abs_err(lp, t) + 1e-3):
+            bad.append(f"{name} {err / scale_:.3g} (inputs' precision "
+                       f"{abs_err(lp, t) / scale_:.3g})")
+    if not all(bands_intact(x) for x in (obuf, lbuf)):
+        bad.append("wrote outside an output")
+    return f"{desc} key-lengths={given}", bad, max(errs.values())
 
 
 def run_case(rng, case, dev):
-    dtype, d, bshd, causal, b, h, hk, nq, nk, scale, deterministic = case
+    dtype, d, bshd, causal, b, h, hk, nq, nk, scale, deterministic, lengths = case
     q, qk = make_input(rng, (b, h, nq, d), dtype, bshd, dev)
     k, kk = make_input(rng, (b, hk, nk, d), dtype, bshd, dev)
     v, vk = make_input(rng, (b, hk, nk, d), dtype, bshd, dev)
@@ -111,6 +172,8 @@ def run_case(rng, case, dev):
             f"{'bshd' if bshd else 'bhsd'} {'causal' if causal else 'full'} "
             f"scale={scale:.3g} q:{qk} k:{kk} v:{vk}"
             f"{' deterministic' if deterministic else ''}")
+    if lengths is not None:
+        return run_lengths_case(q, k, v, case, desc, dev)
     oshape = (b, nq, h, d) if bshd else (b, h, nq, d)
     obuf, o = guarded(oshape, dtype, dev)
     lbuf, lse = guarded((b, h, nq), torch.float32, dev)

@@ -37,6 +37,12 @@ RUNS=(
   "attention --head-dim 64 --seq 1 --seq-k 3001 --batch 2 --heads 8 --kv-heads 2 --non-causal"
   "attention-backward --head-dim 128 --seq 1001 --batch 2 --heads 6 --kv-heads 2 --causal"
   "attention-backward --head-dim 64 --seq 700 --seq-k 1100 --batch 1 --heads 4 --kv-heads 2 --non-causal --convert-dq-last 1"
+  # Keys per batch (NaN in every K/V slot past a length): decoding with a
+  # length of 0, the ragged end through views that end at a length (D=64),
+  # causal chunks at the bottom right (D=128, a length of 0 and one under Nq).
+  "attention --head-dim 64 --seq 1 --seq-k 3001 --batch 3 --heads 8 --kv-heads 2 --non-causal --key-lengths 3001,0,1000"
+  "attention --head-dim 64 --seq 200 --seq-k 1000 --batch 2 --heads 2 --non-causal --key-lengths 999,130"
+  "attention --head-dim 128 --seq 200 --seq-k 1000 --batch 3 --heads 2 --causal --key-lengths 999,130,0"
   "gemm --m 1000 --n 777 --k 300"
   "softmax --rows 300 --cols 3001"
   # Schedules other than the defaults (what the tuner or a user's Config

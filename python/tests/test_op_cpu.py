@@ -307,6 +307,43 @@ def test_grouped_short_queries_bind_as_rows_of_one_head(monkeypatch, capfd):
     assert b"tensor O" in buf.value, buf.value
 
 
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="launches at fake addresses: for machines without a GPU")
+@pytest.mark.parametrize("causal", [0, 1])
+def test_key_lengths_bind_through_the_c_api(causal):
+    # kiln_c_attention_forward_key_lengths binds k_lengths beside the other
+    # tensors (without a GPU the call fails only at the launch), refuses
+    # lengths of another count naming them, and one not given.
+    import ctypes
+    from kiln import _lib
+    lib = _lib.library()
+    I4 = ctypes.c_int64 * 4
+
+    def t4(b, h, n, d):
+        return _lib._Tensor(1 << 20, I4(b, h, n, d), I4(h * n * d, n * d, d, 1))
+
+    B, H, Hk, N, Nk, D = 3, 8, 2, 5, 300, 128
+    q, o = t4(B, H, N, D), t4(B, H, N, D)
+    k, v = t4(B, Hk, Nk, D), t4(B, Hk, Nk, D)
+    lse = _lib._Tensor(1 << 20, I4(B, H, N, 0), I4(H * N, N, 1, 0))
+    opts = _lib._Options(_lib._BF16, causal, 0.0, None, 0, 0, 1)
+    buf = ctypes.create_string_buffer(1024)
+    p = ctypes.byref
+
+    def call(lengths):
+        return lib.kiln_c_attention_forward_key_lengths(
+            p(opts), p(q), p(k), p(v), lengths, p(o), p(lse), None, buf, len(buf))
+
+    ok = _lib._Tensor(1 << 20, I4(B, 0, 0, 0), I4(1, 0, 0, 0))
+    assert call(p(ok)) == _lib._FAILED
+    assert b"no usable GPU" in buf.value, buf.value
+    other = _lib._Tensor(1 << 20, I4(B + 1, 0, 0, 0), I4(1, 0, 0, 0))
+    assert call(p(other)) == _lib._BAD_INPUT
+    assert b"tensor KLengths: dimension 0 is 4 but B = 3" in buf.value, buf.value
+    assert call(None) == _lib._BAD_INPUT
+    assert b"k_lengths must be given" in buf.value, buf.value
+
+
 def test_bench_interleaves_the_peers_samples(monkeypatch):
     """kiln.bench's default: a sample of each peer in turn, the order
     reversed every round, each peer's figure the median of its own samples."""
