@@ -134,7 +134,7 @@ def run_lengths_case(q, k, v, case, desc, dev):
     oshape = (b, nq, h, d) if bshd else (b, h, nq, d)
     obuf, o = guarded(oshape, dtype, dev)
     lbuf, lse = guarded((b, h, nq), torch.float32, dev)
-    n = _lib.forward_workspace(q, k, causal, scale, bshd)
+    n = _lib.forward_workspace(q, k, causal, scale, bshd, key_lengths=True)
     ws = torch.full((n,), float("nan"), device=dev) if n else None
     _lib.forward_key_lengths(q, k, v, torch.tensor(given, dtype=torch.int32,
                                                    device=dev),

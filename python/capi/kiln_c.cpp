@@ -323,21 +323,18 @@ int forwardCall(const kiln_c_attention_options *options, const kiln_c_tensor *q,
       kLengths != nullptr);
 }
 
-} // namespace
-
-extern "C" {
-
-int kiln_c_attention_forward_workspace(const kiln_c_attention_options *options,
-                                       const kiln_c_tensor *q,
-                                       const kiln_c_tensor *k,
-                                       int64_t *elements, char *error,
-                                       size_t error_size) {
+/// The forward's workspace query, with key lengths or without.
+int workspaceQuery(const kiln_c_attention_options *options,
+                   const kiln_c_tensor *q, const kiln_c_tensor *k,
+                   int64_t *elements, bool keyLengths, char *error,
+                   size_t error_size) {
   return guarded(error, error_size, [&] {
     if (!elements)
       throw Error("elements must be given");
     if (!options || !q || !k)
       throw Error("options, q and k must be given");
-    const kernels::AttentionShape s = shapeOf(*options, *q, *k);
+    kernels::AttentionShape s = shapeOf(*options, *q, *k);
+    s.keyLengths = keyLengths;
     kernels::checkAttentionShape(s); // without a GPU no config checks it
     const ProblemKey key = keyOf(false, s, options->device, false);
     {
@@ -349,24 +346,34 @@ int kiln_c_attention_forward_workspace(const kiln_c_attention_options *options,
       }
     }
     // Whether the forward packs grouped heads depends on the strides of q,
-    // O and LSE, which this call does not see, and whether it reads key
-    // lengths on the entry point called: enough for each.
-    *elements = 0;
-    for (bool lengths : {false, true}) {
-      kernels::AttentionShape t = s;
-      t.keyLengths = lengths;
+    // O and LSE, which this call does not see: enough for either.
+    *elements = forwardWorkspaceElements(s, options->device);
+    if (std::optional<kernels::AttentionShape> p = kernels::groupedRowsShape(s))
       *elements =
-          std::max(*elements, forwardWorkspaceElements(t, options->device));
-      if (std::optional<kernels::AttentionShape> p =
-              kernels::groupedRowsShape(t))
-        *elements =
-            std::max(*elements, forwardWorkspaceElements(*p, options->device));
-    }
+          std::max(*elements, forwardWorkspaceElements(*p, options->device));
     std::lock_guard<std::mutex> lock(cacheMutex);
     if (forwardWorkspaces.size() >= 4 * kMaxEntries)
       forwardWorkspaces.clear();
     forwardWorkspaces[key] = *elements;
   });
+}
+
+} // namespace
+
+extern "C" {
+
+int kiln_c_attention_forward_workspace(const kiln_c_attention_options *options,
+                                       const kiln_c_tensor *q,
+                                       const kiln_c_tensor *k,
+                                       int64_t *elements, char *error,
+                                       size_t error_size) {
+  return workspaceQuery(options, q, k, elements, false, error, error_size);
+}
+
+int kiln_c_attention_forward_key_lengths_workspace(
+    const kiln_c_attention_options *options, const kiln_c_tensor *q,
+    const kiln_c_tensor *k, int64_t *elements, char *error, size_t error_size) {
+  return workspaceQuery(options, q, k, elements, true, error, error_size);
 }
 
 int kiln_c_attention_forward(const kiln_c_attention_options *options,

@@ -63,6 +63,12 @@ KILN_C_API int kiln_c_attention_forward_workspace(
     const kiln_c_attention_options *options, const kiln_c_tensor *q,
     const kiln_c_tensor *k, int64_t *elements, char *error, size_t error_size);
 
+/* The same for kiln_c_attention_forward_key_lengths, which splits the keys
+ * into more ranges where the batches' lengths differ. */
+KILN_C_API int kiln_c_attention_forward_key_lengths_workspace(
+    const kiln_c_attention_options *options, const kiln_c_tensor *q,
+    const kiln_c_tensor *k, int64_t *elements, char *error, size_t error_size);
+
 /* O = softmax(scale Q Kᵀ) V and LSE. q, k, v, o: 4-D; lse: 3-D fp32;
  * workspace: kiln_c_attention_forward_workspace's floats (NULL where 0). */
 KILN_C_API int kiln_c_attention_forward(
@@ -77,8 +83,9 @@ KILN_C_API int kiln_c_attention_forward(
  * never read, whatever they hold). Causal: the queries are the last Nq of
  * the L positions (query i sees keys j <= L - Nq + i: aligned at the bottom
  * right). Lengths outside [0, Nk] are clamped; a row of no keys gets O 0 and
- * LSE -inf. The workspace is kiln_c_attention_forward_workspace's for q and
- * k. No backward. */
+ * LSE -inf. The workspace is
+ * kiln_c_attention_forward_key_lengths_workspace's for q and k. No
+ * backward. */
 KILN_C_API int kiln_c_attention_forward_key_lengths(
     const kiln_c_attention_options *options, const kiln_c_tensor *q,
     const kiln_c_tensor *k, const kiln_c_tensor *v,

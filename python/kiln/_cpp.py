@@ -82,6 +82,7 @@ def _build():
             lib.kiln_c_attention_forward,
             lib.kiln_c_attention_forward_key_lengths,
             lib.kiln_c_attention_forward_workspace,
+            lib.kiln_c_attention_forward_key_lengths_workspace,
             lib.kiln_c_attention_backward,
             lib.kiln_c_attention_backward_workspace)))
         m.bind_op(*(ctypes.cast(f, ctypes.c_void_p).value

@@ -21,7 +21,7 @@ def _forward_key_lengths_body(q, k, v, key_lengths, causal, scale, bshd):
     B, H, Nq, _ = ops._dims(q, bshd)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((B, H, Nq), dtype=torch.float32)
-    n = _lib.forward_workspace(q, k, causal, scale, bshd)
+    n = _lib.forward_workspace(q, k, causal, scale, bshd, key_lengths=True)
     ws = torch.empty(n, dtype=torch.float32, device=q.device) if n else None
     _lib.forward_key_lengths(q, k, v, key_lengths, o, lse, ws, causal, scale,
                              bshd, ops._stream(q))

@@ -87,6 +87,9 @@ def _declare(lib):
     lib.kiln_c_attention_forward_workspace.argtypes = (
         [P(_Options), T, T, P(ctypes.c_int64)] + err)
     lib.kiln_c_attention_forward_workspace.restype = ctypes.c_int
+    lib.kiln_c_attention_forward_key_lengths_workspace.argtypes = (
+        [P(_Options), T, T, P(ctypes.c_int64)] + err)
+    lib.kiln_c_attention_forward_key_lengths_workspace.restype = ctypes.c_int
     lib.kiln_c_attention_forward.argtypes = ([P(_Options)] + [T] * 5 +
                                              [ctypes.c_void_p] + err)
     lib.kiln_c_attention_forward.restype = ctypes.c_int
@@ -189,11 +192,13 @@ def _check(code, buf, what="kiln.attention"):
 _forward_workspaces = {}
 
 
-def forward_workspace(q, k, causal, scale, bshd):
-    """Floats of fp32 workspace the forward takes for q and k's problem (0:
-    none; the keys split in ranges where few row blocks leave SMs idle),
-    remembered per problem."""
-    key = (q.shape, k.shape, q.dtype, q.device.index, causal, bshd)
+def forward_workspace(q, k, causal, scale, bshd, key_lengths=False):
+    """Floats of fp32 workspace the forward (with key_lengths,
+    forward_key_lengths) takes for q and k's problem (0: none; the keys split
+    in ranges where few row blocks leave SMs idle), remembered per
+    problem."""
+    key = (q.shape, k.shape, q.dtype, q.device.index, causal, bshd,
+           key_lengths)
     elements = _forward_workspaces.get(key)
     if elements is not None:
         return elements
@@ -201,7 +206,9 @@ def forward_workspace(q, k, causal, scale, bshd):
     buf = _error_buffer()
     keep, ptrs = _packed([(q, bshd), (k, bshd)])
     out = ctypes.c_int64()
-    code = lib.kiln_c_attention_forward_workspace(
+    query = (lib.kiln_c_attention_forward_key_lengths_workspace if key_lengths
+             else lib.kiln_c_attention_forward_workspace)
+    code = query(
         ctypes.byref(_options(q, causal, scale, None, True)), *ptrs,
         ctypes.byref(out), buf, len(buf))
     del keep

@@ -253,17 +253,18 @@ def test_forward_workspace_query_checks_the_shape():
     buf = ctypes.create_string_buffer(512)
     out = ctypes.c_int64(-1)
 
-    def query(h, hk, nq):
+    def query(h, hk, nq, fn=lib.kiln_c_attention_forward_workspace):
         q = _lib._Tensor(16, I4(2, h, nq, 64), I4(h * nq * 64, nq * 64, 64, 1))
         k = _lib._Tensor(16, I4(2, hk, 300, 64), I4(hk * 300 * 64, 300 * 64, 64, 1))
-        return lib.kiln_c_attention_forward_workspace(
-            ctypes.byref(opts), ctypes.byref(q), ctypes.byref(k),
-            ctypes.byref(out), buf, len(buf))
+        return fn(ctypes.byref(opts), ctypes.byref(q), ctypes.byref(k),
+                  ctypes.byref(out), buf, len(buf))
 
-    assert query(4, 3, 1) == _lib._BAD_INPUT
-    assert "3" in buf.value.decode() and "4" in buf.value.decode(), buf.value
-    assert query(8, 2, 1) == 0 and out.value >= 0
-    assert query(8, 8, 5) == 0 and out.value >= 0
+    for fn in (lib.kiln_c_attention_forward_workspace,
+               lib.kiln_c_attention_forward_key_lengths_workspace):
+        assert query(4, 3, 1, fn) == _lib._BAD_INPUT
+        assert "3" in buf.value.decode() and "4" in buf.value.decode(), buf.value
+        assert query(8, 2, 1, fn) == 0 and out.value >= 0
+        assert query(8, 8, 5, fn) == 0 and out.value >= 0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(),

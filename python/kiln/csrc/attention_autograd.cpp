@@ -36,6 +36,7 @@ using WorkspaceFn = decltype(&kiln_c_attention_backward_workspace);
 ForwardFn forwardFn = nullptr;
 ForwardKeyLengthsFn forwardKeyLengthsFn = nullptr;
 ForwardWorkspaceFn forwardWorkspaceFn = nullptr;
+ForwardWorkspaceFn forwardKeyLengthsWorkspaceFn = nullptr;
 BackwardFn backwardFn = nullptr;
 WorkspaceFn workspaceFn = nullptr;
 
@@ -103,7 +104,8 @@ at::Tensor forwardOf(const at::Tensor &q, const at::Tensor &k,
   // The keys split in ranges where few row blocks leave SMs idle: their
   // partial O and LSE take a workspace.
   int64_t elements = 0;
-  check(forwardWorkspaceFn(&opt, &tq, &tk, &elements, error, sizeof error),
+  check((keyLengths ? forwardKeyLengthsWorkspaceFn : forwardWorkspaceFn)(
+            &opt, &tq, &tk, &elements, error, sizeof error),
         error);
   at::Tensor ws;
   if (elements)
@@ -290,9 +292,10 @@ attentionKeyLengthsChecked(const at::Tensor &q, const at::Tensor &k,
                            const at::Tensor &v, const at::Tensor &lengths,
                            bool causal, std::optional<double> scale,
                            bool bshd) {
-  if (!forwardKeyLengthsFn || !commonCase(q, k, v, scale, bshd) ||
-      lengths.scalar_type() != at::kInt || lengths.dim() != 1 ||
-      lengths.size(0) != q.size(0) || lengths.device() != q.device() ||
+  if (!forwardKeyLengthsFn || !forwardKeyLengthsWorkspaceFn ||
+      !commonCase(q, k, v, scale, bshd) || lengths.scalar_type() != at::kInt ||
+      lengths.dim() != 1 || lengths.size(0) != q.size(0) ||
+      lengths.device() != q.device() ||
       (at::GradMode::is_enabled() &&
        (q.requires_grad() || k.requires_grad() || v.requires_grad())))
     return std::nullopt;
@@ -304,7 +307,10 @@ attentionKeyLengthsChecked(const at::Tensor &q, const at::Tensor &k,
 
 /// The addresses of libkiln_c's functions (ctypes: the library loaded once).
 void bind(int64_t forward, int64_t forwardKeyLengths, int64_t forwardWorkspace,
-          int64_t backward, int64_t workspace) {
+          int64_t forwardKeyLengthsWorkspace, int64_t backward,
+          int64_t workspace) {
+  forwardKeyLengthsWorkspaceFn =
+      reinterpret_cast<ForwardWorkspaceFn>(forwardKeyLengthsWorkspace);
   forwardFn = reinterpret_cast<ForwardFn>(forward);
   forwardKeyLengthsFn =
       reinterpret_cast<ForwardKeyLengthsFn>(forwardKeyLengths);
