@@ -136,9 +136,8 @@ def run_lengths_case(q, k, v, case, desc, dev):
     lbuf, lse = guarded((b, h, nq), torch.float32, dev)
     n = _lib.forward_workspace(q, k, causal, scale, bshd, key_lengths=True)
     ws = torch.full((n,), float("nan"), device=dev) if n else None
-    _lib.forward_key_lengths(q, k, v, torch.tensor(given, dtype=torch.int32,
-                                                   device=dev),
-                             o, lse, ws, causal, scale, bshd, _stream(q))
+    _lib.forward(q, k, v, o, lse, ws, causal, scale, bshd, _stream(q),
+                 k_lengths=torch.tensor(given, dtype=torch.int32, device=dev))
     truth = reference(q, k, v, None, causal, scale, bshd, lengths=lengths)
     low = reference(q, k, v, None, causal, scale, bshd, dtype, lengths)
     errs, bad = {}, []

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from . import _cpp, _lib, ops
+from . import _cpp, ops
 
 
 @torch.library.custom_op("kiln::attention_forward_key_lengths",
@@ -14,18 +14,8 @@ from . import _cpp, _lib, ops
 def _forward_key_lengths(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          key_lengths: torch.Tensor, causal: bool, scale: float,
                          bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return _forward_key_lengths_body(q, k, v, key_lengths, causal, scale, bshd)
-
-
-def _forward_key_lengths_body(q, k, v, key_lengths, causal, scale, bshd):
-    B, H, Nq, _ = ops._dims(q, bshd)
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = q.new_empty((B, H, Nq), dtype=torch.float32)
-    n = _lib.forward_workspace(q, k, causal, scale, bshd, key_lengths=True)
-    ws = torch.empty(n, dtype=torch.float32, device=q.device) if n else None
-    _lib.forward_key_lengths(q, k, v, key_lengths, o, lse, ws, causal, scale,
-                             bshd, ops._stream(q))
-    return o, lse
+    return ops._forward_body(q, k, v, causal, scale, bshd,
+                             key_lengths=key_lengths)
 
 
 @_forward_key_lengths.register_fake
@@ -73,8 +63,8 @@ def attention(q, k, v, key_lengths, causal, scale, layout, return_lse):
     s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if ops._eager(q, k, v):
         k, v = ops._aligned_copy("k", k), ops._aligned_copy("v", v)
-        o, lse = _forward_key_lengths_body(q, k, v, key_lengths, causal, s,
-                                           bshd)
+        o, lse = ops._forward_body(q, k, v, causal, s, bshd, checked=True,
+                                   key_lengths=key_lengths)
     else:
         o, lse = torch.ops.kiln.attention_forward_key_lengths(
             q, k, v, key_lengths, causal, s, bshd)

@@ -193,8 +193,8 @@ _forward_workspaces = {}
 
 
 def forward_workspace(q, k, causal, scale, bshd, key_lengths=False):
-    """Floats of fp32 workspace the forward (with key_lengths,
-    forward_key_lengths) takes for q and k's problem (0: none; the keys split
+    """Floats of fp32 workspace the forward (with key_lengths, given
+    k_lengths) takes for q and k's problem (0: none; the keys split
     in ranges where few row blocks leave SMs idle), remembered per
     problem."""
     key = (q.shape, k.shape, q.dtype, q.device.index, causal, bshd,
@@ -220,29 +220,21 @@ def forward_workspace(q, k, causal, scale, bshd, key_lengths=False):
 
 
 def forward(q, k, v, o, lse, workspace, causal, scale, bshd, stream,
-            checked=False):
-    """workspace: forward_workspace's floats, or None where 0."""
+            checked=False, k_lengths=None):
+    """workspace: forward_workspace's floats (with key_lengths where
+    k_lengths is given), or None where 0. k_lengths: None, or int32 (B,):
+    batch b attends to its first k_lengths[b] keys (causal, its queries the
+    last Nq of them)."""
     lib = library()
     buf = _error_buffer()
-    keep, ptrs = _packed([(q, bshd), (k, bshd), (v, bshd), (o, bshd),
-                          (lse, False)])
-    code = lib.kiln_c_attention_forward(
+    tensors = [(q, bshd), (k, bshd), (v, bshd), (o, bshd), (lse, False)]
+    if k_lengths is not None:
+        tensors.insert(3, (k_lengths, False))
+    keep, ptrs = _packed(tensors)
+    entry = (lib.kiln_c_attention_forward if k_lengths is None
+             else lib.kiln_c_attention_forward_key_lengths)
+    code = entry(
         ctypes.byref(_options(q, causal, scale, stream, checked)), *ptrs,
-        None if workspace is None else workspace.data_ptr(), buf, len(buf))
-    del keep
-    _check(code, buf)
-
-
-def forward_key_lengths(q, k, v, k_lengths, o, lse, workspace, causal, scale,
-                        bshd, stream):
-    """forward where batch b attends to its first k_lengths[b] keys (int32,
-    (B,)); causal, its queries the last Nq of them."""
-    lib = library()
-    buf = _error_buffer()
-    keep, ptrs = _packed([(q, bshd), (k, bshd), (v, bshd), (k_lengths, False),
-                          (o, bshd), (lse, False)])
-    code = lib.kiln_c_attention_forward_key_lengths(
-        ctypes.byref(_options(q, causal, scale, stream, True)), *ptrs,
         None if workspace is None else workspace.data_ptr(), buf, len(buf))
     del keep
     _check(code, buf)

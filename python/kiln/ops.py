@@ -246,17 +246,20 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     return _forward_body(q, k, v, causal, scale, bshd)
 
 
-def _forward_body(q, k, v, causal, scale, bshd, checked=False):
+def _forward_body(q, k, v, causal, scale, bshd, checked=False,
+                  key_lengths=None):
     """checked: q, k and v went through _check (the launch then skips its
-    per-pointer driver queries)."""
+    per-pointer driver queries). key_lengths: each batch's keys, or None."""
     B, H, Nq, _ = _dims(q, bshd)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((B, H, Nq), dtype=torch.float32)
     # Few row blocks (decoding, short queries on long keys): the keys split
     # in ranges, whose partial O and LSE take a workspace.
-    n = _lib.forward_workspace(q, k, causal, scale, bshd)
+    n = _lib.forward_workspace(q, k, causal, scale, bshd,
+                               key_lengths is not None)
     ws = torch.empty(n, dtype=torch.float32, device=q.device) if n else None
-    _lib.forward(q, k, v, o, lse, ws, causal, scale, bshd, _stream(q), checked)
+    _lib.forward(q, k, v, o, lse, ws, causal, scale, bshd, _stream(q), checked,
+                 key_lengths)
     return o, lse
 
 

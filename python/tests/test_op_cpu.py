@@ -345,6 +345,29 @@ def test_key_lengths_bind_through_the_c_api(causal):
     assert b"k_lengths must be given" in buf.value, buf.value
 
 
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="launches at host addresses: for machines without a GPU")
+def test_python_forward_binds_key_lengths(monkeypatch):
+    # _lib.forward hands k_lengths to the key-lengths entry in its place:
+    # with host tensors for device 0, every tensor binds and the call fails
+    # only at the launch; lengths of another count are refused by name.
+    from kiln import _lib
+    monkeypatch.setattr(_lib, "_options", lambda q, causal, scale, stream, checked:
+                        _lib._Options(_lib._BF16, int(causal), scale, stream,
+                                      0, 0, 1))
+    B, H, N, D = 2, 3, 5, 64
+    q, o = (torch.empty(B, H, N, D, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.empty(B, H, 40, D, dtype=torch.bfloat16) for _ in range(2))
+    lse = torch.empty(B, H, N)
+    for causal in (False, True):
+        with pytest.raises(RuntimeError, match="no usable GPU"):
+            _lib.forward(q, k, v, o, lse, None, causal, 0.125, False, None,
+                         k_lengths=torch.empty(B, dtype=torch.int32))
+    with pytest.raises(ValueError, match="tensor KLengths: dimension 0 is 3"):
+        _lib.forward(q, k, v, o, lse, None, False, 0.125, False, None,
+                     k_lengths=torch.empty(B + 1, dtype=torch.int32))
+
+
 def test_bench_interleaves_the_peers_samples(monkeypatch):
     """kiln.bench's default: a sample of each peer in turn, the order
     reversed every round, each peer's figure the median of its own samples."""
