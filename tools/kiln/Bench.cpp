@@ -31,7 +31,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <random>
 #include <sstream>
 
 namespace kiln::cli {
@@ -305,11 +304,10 @@ int cmdBench(Options &opts) {
             double attended = double(B) * double(attendedPairs(N, Nk, causal));
             cuda::Buffer lengths(size_t(B) * 4);
             if (keyLengths) {
-              std::mt19937_64 rng(seed);
-              std::vector<int32_t> host(static_cast<size_t>(B));
+              std::vector<int32_t> host;
               attended = 0;
-              for (int32_t &n : host) {
-                n = int32_t(1 + rng() % uint64_t(Nk));
+              for (int64_t n : randomKeyLengths(B, Nk, seed)) {
+                host.push_back(int32_t(n));
                 attended += double(N) * double(n);
               }
               lengths.upload(host.data(), host.size() * 4);

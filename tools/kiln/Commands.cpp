@@ -189,6 +189,15 @@ kernels::AttentionShape attentionShapeOptions(Options &opts) {
 /// --key-lengths L,L,... (one per batch, each 0 to Nk) or `random` (seeded,
 /// 1 to Nk): the keys each batch attends to, a KV cache's filled slots.
 /// Sets s.keyLengths where given; the lengths (empty where not).
+std::vector<int64_t> randomKeyLengths(int64_t batch, int64_t keys,
+                                      uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < batch; ++b)
+    lengths.push_back(1 + int64_t(rng() % uint64_t(keys)));
+  return lengths;
+}
+
 std::vector<int64_t> keyLengthsOption(Options &opts, kernels::AttentionShape &s,
                                       uint64_t seed) {
   const std::string text = opts.string("key-lengths", "");
@@ -196,9 +205,7 @@ std::vector<int64_t> keyLengthsOption(Options &opts, kernels::AttentionShape &s,
     return {};
   std::vector<int64_t> lengths;
   if (text == "random") {
-    std::mt19937_64 rng(seed + 7);
-    for (int64_t b = 0; b < s.batch; ++b)
-      lengths.push_back(1 + int64_t(rng() % uint64_t(s.seqK)));
+    lengths = randomKeyLengths(s.batch, s.seqK, seed + 7);
   } else {
     try {
       lengths = splitInts(text);

@@ -90,6 +90,9 @@ Problem attentionBackwardProblem(Options &opts, bool withData);
 std::string backwardPartName(const Kernel &k);
 /// --batch, --heads, --seq, --seq-k, --head-dim, --causal, --dtype.
 kernels::AttentionShape attentionShapeOptions(Options &opts);
+/// `batch` seeded lengths uniform in 1..keys (--key-lengths random).
+std::vector<int64_t> randomKeyLengths(int64_t batch, int64_t keys,
+                                      uint64_t seed);
 /// --key-lengths L,L,... (one per batch, each 0 to Nk) or `random` (seeded,
 /// 1 to Nk): the keys each batch attends to, a KV cache's filled slots.
 /// Sets s.keyLengths where given; the lengths (empty where not).
